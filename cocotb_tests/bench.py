@@ -1,0 +1,76 @@
+"""Benchmarks: measure each block's throughput and latency in simulation, and its area and Fmax.
+
+Throughput and latency come from the block testbench's ``full_rate`` test (no idle cycles, no
+back-pressure) under Verilator; area and Fmax from the synthesis flow (ECP5, nextpnr out of
+context). Run with ``memwall bench FAMILY``; results go to ``build/bench/FAMILY.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from memwall import registry
+from synth.flow import synthesize
+
+from .launcher import ROOT, run_block
+from .tb import ENV_METRICS
+
+__all__ = ["bench_family"]
+
+
+def bench_family(family: str, presets=("default", "paper"), *, simulator: str = "verilator",
+                 target: str = "ecp5", out_dir: Path | None = None,
+                 progress: Callable[[str], None] = print) -> list[dict]:
+    """Benchmark every block of ``family`` at ``presets``; return one row per (block, preset)."""
+    blocks = [b for b in registry.blocks() if b.family == family]
+    if not blocks:
+        families = sorted({b.family for b in registry.blocks()})
+        raise registry.ParameterError(f"unknown block family {family!r}; families are "
+                                      f"{', '.join(families)}")
+    out_dir = out_dir or ROOT / "build" / "bench"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for block in blocks:
+        for preset in presets:
+            params = block.parameters(preset)
+            tag = f"{block.name} ({preset})"
+            metrics_path = out_dir / f"{block.name}-{preset}-metrics.json"
+            metrics_path.unlink(missing_ok=True)
+            progress(f"{tag}: simulate full_rate under {simulator}")
+            run_block(block.name, params, simulator, testcase="full_rate",
+                      extra_env={ENV_METRICS: str(metrics_path)})
+            measured = json.loads(metrics_path.read_text())["full_rate"]
+            progress(f"{tag}: synthesize for {target}")
+            text, _ = block.verilog(params)
+            synth = synthesize(text, block.top, target, out_dir / block.name / preset / target,
+                               freq_mhz=block.synth.freq_mhz)
+            rows.append({"block": block.name, "preset": preset, **measured,
+                         "cells": synth.cells, "luts": synth.luts, "ffs": synth.ffs,
+                         "dsps": synth.dsps, "cells_by_type": synth.cells_by_type,
+                         "fmax_mhz": synth.fmax_mhz, "device": synth.device, "note": synth.note,
+                         "parameters": params.as_dict()})
+    (out_dir / f"{family}.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (out_dir / f"{family}.md").write_text(markdown(family, rows, simulator, target))
+    return rows
+
+
+def markdown(family: str, rows: list[dict], simulator: str, target: str) -> str:
+    lines = [f"# {family} benchmark", "",
+             f"Measured by `memwall bench {family}`: throughput and latency in simulation "
+             f"({simulator}, no idle cycles, no back-pressure), area and Fmax from `memwall synth "
+             f"--target {target}`.", "",
+             "| block | preset | items | cycles | items/cycle | latency (cycles) | LUT4 | FF | "
+             "DSP | Fmax (MHz) | other cells |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        other = ", ".join(f"{k} {v}" for k, v in sorted(r["cells_by_type"].items())
+                          if k not in ("LUT4", "TRELLIS_FF"))
+        fmax = "n/a" if r["fmax_mhz"] is None else f"{r['fmax_mhz']:.0f}"
+        lines.append(f"| {r['block']} | {r['preset']} | {r['items']} | {r['cycles']} | "
+                     f"{r['per_cycle']:.3f} | {r['latency']} | {r['luts']} | {r['ffs']} | "
+                     f"{r['dsps']} | {fmax} | {other or '-'} |")
+    lines += ["", "Latency: " + "; ".join(sorted({f"{r['block']}: {r['latency_meaning']}"
+                                                  for r in rows})) + "."]
+    return "\n".join(lines) + "\n"

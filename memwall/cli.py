@@ -1,0 +1,285 @@
+"""memwall's command line: list, generate, lint, synth and build (the main job).
+
+Every user mistake (unknown block, preset, parameter, target, a value out of range) ends with exit
+status 2 and one line naming the problem and the allowed values. A tool that fails ends with exit
+status 1 and the tool's own words.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from . import registry
+from .params import ParameterError
+
+EXIT_USAGE = 2
+EXIT_TOOL = 1
+
+
+class UsageError(Exception):
+    """A mistake in the command line; printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _overrides(pairs: list[str] | None) -> dict[str, str]:
+    result = {}
+    for pair in pairs or []:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--set takes NAME=VALUE, not {pair!r}")
+        result[name.strip()] = value.strip()
+    return result
+
+
+def _design(args):
+    block = registry.get(args.block)
+    params = block.parameters(args.preset, _overrides(args.set))
+    return block, params
+
+
+def _status(message: str):
+    print(message, file=sys.stderr, flush=True)
+
+
+# --- list -----------------------------------------------------------------------------------
+
+def cmd_list(args) -> int:
+    blocks = registry.blocks()
+    print("| block | family | status | summary |")
+    print("|---|---|---|---|")
+    for b in blocks:
+        print(f"| {b.name} | {b.family} | {b.status} | {b.summary} |")
+    for b in blocks:
+        print(f"\n{b.name}: parameters by preset")
+        presets = list(b.presets)
+        print("| parameter | " + " | ".join(presets) + " |")
+        print("|---|" + "---|" * len(presets))
+        for name in b.params.names():
+            values = [b.presets[p].as_dict()[name] for p in presets]
+            cells = [",".join(map(str, v)) if isinstance(v, list) else str(v) for v in values]
+            print(f"| {name} | " + " | ".join(cells) + " |")
+    return 0
+
+
+# --- generate -------------------------------------------------------------------------------
+
+def generate(block, params, preset: str, out_dir: Path) -> tuple[Path, Path, dict]:
+    """Write ``<top>.v`` and ``<top>.json`` (the manifest) into ``out_dir``."""
+    text, component = block.verilog(params)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    verilog_path = out_dir / f"{block.top}.v"
+    verilog_path.write_text(text)
+    manifest = {
+        "block": block.name,
+        "top": block.top,
+        "preset": preset,
+        "parameters": params.as_dict(),
+        "verilog": verilog_path.name,
+        "ports": registry.ports(component, text),
+    }
+    manifest_path = out_dir / f"{block.top}.json"
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    return verilog_path, manifest_path, manifest
+
+
+def cmd_generate(args) -> int:
+    block, params = _design(args)
+    verilog_path, manifest_path, manifest = generate(block, params, args.preset, Path(args.output))
+    print(f"wrote {verilog_path} and {manifest_path}")
+    for port in manifest["ports"]:
+        print(f"  {port['direction']:6} {port['width']:4}  {port['name']}")
+    return 0
+
+
+# --- lint -----------------------------------------------------------------------------------
+
+def cmd_lint(args) -> int:
+    from synth.lint import lint
+
+    block, params = _design(args)
+    text, _ = block.verilog(params)
+    report = lint(text, block.top, Path(args.output) / block.name / args.preset / "lint")
+    codes = ", ".join(f"{k} {v}" for k, v in sorted(report.by_code.items())) or "none"
+    print(f"{block.name} ({args.preset}): {report.errors} errors, {report.warnings} warnings "
+          f"(-Wall): {codes}")
+    for message in report.messages if args.verbose else []:
+        print(f"  {message}")
+    return 0 if report.ok else EXIT_TOOL
+
+
+# --- synth ----------------------------------------------------------------------------------
+
+def cmd_synth(args) -> int:
+    from synth.flow import synthesize
+    from synth.report import markdown_table
+
+    block, params = _design(args)
+    text, _ = block.verilog(params)
+    freq = args.freq if args.freq is not None else block.synth.freq_mhz
+    workdir = Path(args.output) / block.name / args.preset / args.target
+    report = synthesize(text, block.top, args.target, workdir, freq_mhz=freq,
+                        progress=None if args.json else lambda s: _status(f"  {s}"))
+    if args.json:
+        print(json.dumps(dict(report.as_dict(), block=block.name, preset=args.preset,
+                              parameters=params.as_dict()), indent=2))
+    else:
+        print(markdown_table([report]), end="")
+    return 0
+
+
+# --- build (the main job) -------------------------------------------------------------------
+
+def cmd_build(args) -> int:
+    from synth.flow import synthesize
+    from synth.lint import lint
+    from synth.report import markdown_table
+
+    out = Path(args.output)
+    names = args.block or [b.name for b in registry.blocks()]
+    chosen = [registry.get(n) for n in names]
+    results, rows = [], []
+    started = time.monotonic()
+    for index, block in enumerate(chosen, 1):
+        tag = f"[{index}/{len(chosen)}] {block.name}"
+        params = block.parameters(args.preset)
+        _status(f"{tag}: generate ({args.preset})")
+        design_dir = out / block.name
+        verilog_path, _, manifest = generate(block, params, args.preset, design_dir)
+        text = verilog_path.read_text()
+        _status(f"{tag}: verilator lint -Wall")
+        lint_report = lint(text, block.top, design_dir / "lint")
+        entry = {
+            "block": block.name, "family": block.family, "preset": args.preset,
+            "parameters": params.as_dict(), "verilog": str(verilog_path),
+            "port_bits": sum(p["width"] for p in manifest["ports"]),
+            "lint": {"errors": lint_report.errors, "warnings": lint_report.warnings,
+                     "by_code": lint_report.by_code},
+            "synth": [],
+        }
+        if not lint_report.ok:
+            _status(f"{tag}: lint found {lint_report.errors} error(s); see "
+                    f"{lint_report.log_path}")
+        targets = args.target or block.synth.targets
+        for target in targets:
+            _status(f"{tag}: synthesize for {target}")
+            report = synthesize(text, block.top, target, design_dir / target,
+                                freq_mhz=block.synth.freq_mhz,
+                                progress=lambda s, tag=tag: _status(f"{tag}:   {s}"))
+            entry["synth"].append(report.as_dict())
+            rows.append(report)
+            fmax = "n/a" if report.fmax_mhz is None else f"{report.fmax_mhz:.1f} MHz"
+            _status(f"{tag}: {target}: {report.cells} cells, {report.luts} LUTs, {report.ffs} FFs, "
+                    f"Fmax {fmax} ({report.seconds:.1f} s)")
+        results.append(entry)
+    elapsed = time.monotonic() - started
+    (out / "report.json").write_text(json.dumps(
+        {"preset": args.preset, "seconds": round(elapsed, 1), "blocks": results}, indent=2) + "\n")
+    lines = [f"# memwall build report ({args.preset} preset)", "",
+             f"{len(results)} blocks; generate, Verilator lint and synthesis took {elapsed:.0f} s.",
+             "Produced by `memwall build`; Fmax is nextpnr's estimate, out of context.", "",
+             "## Lint (Verilator -Wall)", "", "| block | errors | warnings | warning codes |",
+             "|---|---:|---:|---|"]
+    for e in results:
+        codes = ", ".join(f"{k} {v}" for k, v in sorted(e["lint"]["by_code"].items()))
+        lines.append(f"| {e['block']} | {e['lint']['errors']} | {e['lint']['warnings']} | "
+                     f"{codes or '-'} |")
+    lines += ["", "## Area and timing", "", markdown_table(rows)]
+    lines += ["## Parameters", ""]
+    for e in results:
+        params = ", ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}"
+                           for k, v in e["parameters"].items())
+        lines.append(f"- **{e['block']}**: {params}")
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    _status(f"wrote {out / 'report.md'} and {out / 'report.json'} ({elapsed:.0f} s)")
+    failed = [e["block"] for e in results if e["lint"]["errors"]]
+    if failed:
+        _status(f"lint errors in {', '.join(failed)}")
+        return EXIT_TOOL
+    return 0
+
+
+# --- bench --------------------------------------------------------------------------------
+
+def cmd_bench(args) -> int:
+    from cocotb_tests.bench import bench_family
+
+    bench_family(args.family, tuple(args.preset or ("default", "paper")),
+                 simulator=args.simulator, progress=_status)
+    print((Path("build/bench") / f"{args.family}.md").read_text(), end="")
+    return 0
+
+
+# --- entry point ----------------------------------------------------------------------------
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="memwall", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def design_args(p, output_default):
+        p.add_argument("block", help="registered block (see `memwall list`)")
+        p.add_argument("--preset", default="default",
+                       help=f"parameter preset: {', '.join(registry.PRESETS)} (default: default)")
+        p.add_argument("--set", action="append", metavar="NAME=VALUE",
+                       help="override one parameter (repeatable; tuples comma-separated)")
+        p.add_argument("-o", "--output", default=output_default, help="output folder")
+
+    p = sub.add_parser("list", help="show the blocks, their presets and parameters")
+    p.set_defaults(func=cmd_list)
+    p = sub.add_parser("generate", help="write a block's Verilog and JSON manifest")
+    design_args(p, "build/generated")
+    p.set_defaults(func=cmd_generate)
+    p = sub.add_parser("lint", help="run Verilator -Wall lint on a block's Verilog")
+    design_args(p, "build/lint")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every warning")
+    p.set_defaults(func=cmd_lint)
+    p = sub.add_parser("synth", help="synthesize a block and estimate area and Fmax")
+    design_args(p, "build/synth")
+    p.add_argument("--target", default="ecp5", choices=("generic", "ecp5", "ice40"),
+                   help="generic gates, Lattice ECP5 or iCE40 (default: ecp5)")
+    p.add_argument("--freq", type=float, help="clock constraint in MHz (default: the block's)")
+    p.add_argument("--json", action="store_true", help="print JSON (Fmax under fmax_mhz)")
+    p.set_defaults(func=cmd_synth)
+    p = sub.add_parser("build", help="main job: every block through generate, lint and synthesis")
+    p.add_argument("-o", "--output", default="build", help="output folder (default: build)")
+    p.add_argument("--preset", default="default", help="preset for every block (default: default)")
+    p.add_argument("--block", action="append", help="only this block (repeatable)")
+    p.add_argument("--target", action="append", choices=("generic", "ecp5", "ice40"),
+                   help="synthesis target (repeatable; default: each block's own)")
+    p.set_defaults(func=cmd_build)
+    p = sub.add_parser("bench", help="measure a block family's throughput, latency, area, Fmax")
+    p.add_argument("family", help="block family, e.g. umdam")
+    p.add_argument("--preset", action="append", help="preset (repeatable; default: default, paper)")
+    p.add_argument("--simulator", default="verilator", choices=("icarus", "verilator"))
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        return args.func(args)
+    except BrokenPipeError:         # `memwall list | head`
+        sys.stderr.close()
+        return 0
+    except (UsageError, ParameterError) as exc:
+        print(f"memwall: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:
+        from synth.flow import SynthError
+        from synth.toolchain import ToolNotFound
+        if isinstance(exc, (SynthError, ToolNotFound)):
+            print(f"memwall: {exc}", file=sys.stderr)
+            return EXIT_TOOL
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

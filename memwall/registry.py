@@ -1,0 +1,180 @@
+"""The block registry: one entry per generated block, iterated by the CLI, tests and synthesis.
+
+Each entry ties together a frozen parameter dataclass with named presets (``small`` for fast tests,
+``default`` for the main job, ``paper`` for the source paper's sizes), a builder returning an
+Amaranth ``wiring.Component``, the golden model module, the cocotb testbench module and the
+synthesis settings.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from amaranth import Value
+from amaranth.back import verilog
+from amaranth.lib import data, wiring
+
+from .params import BlockParams, ParameterError
+
+__all__ = ["PRESETS", "SynthSettings", "Block", "register", "get", "blocks", "UnknownBlock"]
+
+#: Presets every block defines.
+PRESETS = ("small", "default", "paper")
+
+
+class UnknownBlock(ParameterError):
+    """A block name that is not registered."""
+
+
+@dataclass(frozen=True)
+class SynthSettings:
+    """How the main job synthesizes a block.
+
+    Parameters
+    ----------
+    freq_mhz : float
+        Clock constraint handed to nextpnr.
+    targets : tuple of str
+        Targets ``memwall build`` runs (``generic``, ``ecp5``, ``ice40``).
+    """
+
+    freq_mhz: float = 100.0
+    targets: tuple[str, ...] = ("ecp5",)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One registered block.
+
+    Parameters
+    ----------
+    name : str
+        CLI name (``umdam``, ``umdam-tilegen``); the Verilog top module is the name with ``_``.
+    family : str
+        The architecture it belongs to (``hdl/<family>``, ``docs/<family>.md``).
+    summary : str
+        One line for ``memwall list``.
+    params : type
+        Its :class:`BlockParams` subclass.
+    presets : mapping of str to BlockParams
+        Must hold ``small``, ``default`` and ``paper``.
+    build : callable
+        ``build(params) -> wiring.Component``.
+    golden : str
+        Module name of the golden model.
+    testbench : str
+        Module name of the cocotb testbench.
+    synth : SynthSettings
+    status : str
+        Shown in ``memwall list`` and the README table.
+    """
+
+    name: str
+    family: str
+    summary: str
+    params: type
+    presets: Mapping[str, BlockParams]
+    build: Callable[[BlockParams], wiring.Component]
+    golden: str
+    testbench: str
+    synth: SynthSettings = field(default_factory=SynthSettings)
+    status: str = "verified"
+
+    def __post_init__(self):
+        missing = [p for p in PRESETS if p not in self.presets]
+        if missing:
+            raise ValueError(f"block {self.name} lacks preset(s) {', '.join(missing)}")
+
+    @property
+    def top(self) -> str:
+        return self.name.replace("-", "_")
+
+    def parameters(self, preset: str = "default",
+                   overrides: dict[str, str] | None = None) -> BlockParams:
+        """Return the preset's parameters with text overrides applied and validated."""
+        if preset not in self.presets:
+            raise ParameterError(f"unknown preset {preset!r} for block {self.name}; presets are "
+                                 f"{', '.join(self.presets)}")
+        return self.presets[preset].with_overrides(overrides)
+
+    def elaborate(self, params: BlockParams) -> wiring.Component:
+        if not isinstance(params, self.params):
+            raise TypeError(f"block {self.name} takes {self.params.__name__}, not {params!r}")
+        try:
+            return self.build(params)
+        except (TypeError, ValueError) as exc:
+            raise ParameterError(str(exc)) from None
+
+    def verilog(self, params: BlockParams) -> tuple[str, wiring.Component]:
+        """Return the Verilog text of the block and the component it was made from."""
+        component = self.elaborate(params)
+        return verilog.convert(component, name=self.top), component
+
+    def golden_module(self):
+        return importlib.import_module(self.golden)
+
+
+def ports(component: wiring.Component, verilog_text: str | None = None) -> list[dict]:
+    """Describe every Verilog port of a component: name, direction, width and payload fields.
+
+    ``clk`` and ``rst`` are listed when the design has a clock domain (a purely combinational
+    design has neither); pass the Verilog text to decide, else they are listed.
+    """
+    clocked = verilog_text is None or re.search(r"^\s*input\s+clk;", verilog_text, re.M)
+    result = [{"name": "clk", "direction": "input", "width": 1},
+              {"name": "rst", "direction": "input", "width": 1}] if clocked else []
+    for path, member, value in component.signature.flatten(component):
+        entry = {
+            "name": "__".join(str(p) for p in path),
+            "direction": "input" if member.flow == wiring.In else "output",
+            "width": Value.cast(value).shape().width,
+        }
+        if isinstance(value, data.View):
+            entry["fields"] = layout_fields(value.shape())
+        result.append(entry)
+    return result
+
+
+def layout_fields(layout, prefix: str = "", base: int = 0) -> list[dict]:
+    """Flatten a data layout into ``{"name", "offset", "width"}`` entries (nested names dotted)."""
+    out = []
+    for name, member in layout:
+        full = f"{prefix}{name}"
+        shape = member.shape
+        if isinstance(shape, data.Layout):
+            out.extend(layout_fields(shape, f"{full}.", base + member.offset))
+        else:
+            out.append({"name": full, "offset": base + member.offset, "width": member.width})
+    return out
+
+
+_REGISTRY: dict[str, Block] = {}
+
+
+def register(block: Block) -> Block:
+    if block.name in _REGISTRY:
+        raise ValueError(f"block {block.name} is registered twice")
+    _REGISTRY[block.name] = block
+    return block
+
+
+def _load():
+    importlib.import_module("memwall.blocks")
+
+
+def get(name: str) -> Block:
+    """Return the block called ``name``; raise :class:`UnknownBlock` naming the registered ones."""
+    _load()
+    if name not in _REGISTRY:
+        raise UnknownBlock(f"unknown block {name!r}; blocks are {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def blocks() -> list[Block]:
+    """Every registered block, in registration order."""
+    _load()
+    return list(_REGISTRY.values())
+

