@@ -61,7 +61,7 @@ def markdown(family: str, rows: list[dict], simulator: str, target: str) -> str:
              f"Measured by `memwall bench {family}`: throughput and latency in simulation "
              f"({simulator}, no idle cycles, no back-pressure), area and Fmax from `memwall synth "
              f"--target {target}`.", "",
-             "| block | preset | items | cycles | items/cycle | latency (cycles) | LUT4 | FF | "
+             "| block | preset | items | cycles | items/cycle | latency (cycles) | LUTs | FF | "
              "DSP | Fmax (MHz) | other cells |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:

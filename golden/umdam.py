@@ -10,7 +10,8 @@ as parameters and computes everything from the specification:
   columns. Element ``(local_row, local_col)`` of tile ``(tile_row, tile_col)`` goes to
 
   - ``(colL, offset) = bits(local_row * elem_bytes)``,
-  - ``(bank, bankgroup, rank, channel) = bits(local_col)`` (channel in the low bits),
+  - ``(bankgroup, bank, rank, channel) = bits(local_col)`` (channel in the low bits; the
+    same order as the ``umdam`` mapping, so an NPU walk stays sequential),
   - ``(row, colM) = bits(base_tile + tile_col * num_tile_rows + tile_row)``,
 
   so every matrix column lives in one bank and a tile is one block of ``tile_width`` interleave
@@ -98,10 +99,17 @@ def compose_addresses(mapping, coordinates: dict) -> np.ndarray:
         If a coordinate does not fit its field.
     """
     widths = mapping.geometry.widths
+    unknown = sorted(set(coordinates) - set(_COORDS))
+    if unknown:
+        raise ValueError(f"unknown coordinate(s) {', '.join(unknown)}; coordinates are "
+                         f"{', '.join(_COORDS)}")
     shape = np.broadcast(*[np.asarray(coordinates.get(n, 0)) for n in _COORDS]).shape
     coords = {}
     for name in _COORDS:
-        value = np.broadcast_to(_u64(coordinates.get(name, 0)), shape)
+        raw = np.asarray(coordinates.get(name, 0))
+        if raw.size and raw.min() < 0:
+            raise ValueError(f"coordinate {name} must be non-negative, not {int(raw.min())}")
+        value = np.broadcast_to(_u64(raw), shape)
         if value.size and int(value.max()) >= 1 << widths[name]:
             raise ValueError(f"coordinate {name}={int(value.max())} does not fit its "
                              f"{widths[name]} bits")
@@ -138,8 +146,9 @@ def mapper_outputs(mappings: Sequence, addresses, selects=None) -> dict[str, np.
 
 def tile_shape(geometry, elem_bytes: int) -> tuple[int, int]:
     """Return ``(tile_height, tile_width)`` in elements for an element size of 1, 2 or 4 bytes."""
-    if elem_bytes not in (1, 2, 4):
-        raise ValueError(f"Element size must be 1, 2 or 4 bytes, not {elem_bytes}")
+    if isinstance(elem_bytes, bool) or not isinstance(elem_bytes, (int, np.integer)) or \
+            elem_bytes not in (1, 2, 4):
+        raise ValueError(f"Element size must be 1, 2 or 4 bytes, not {elem_bytes!r}")
     return geometry.interleave_bytes // elem_bytes, geometry.bank_count
 
 
@@ -155,10 +164,12 @@ def tile_grid(geometry, rows: int, cols: int, elem_bytes: int,
     th, tw = tile_shape(geometry, elem_bytes)
     if rows < 1 or cols < 1:
         raise ValueError(f"Matrix must have at least one row and one column, not {rows} x {cols}")
+    if base_tile < 0:
+        raise ValueError(f"Base tile slot must be at least 0, not {base_tile}")
     ntr, ntc = -(-rows // th), -(-cols // tw)
     widths = geometry.widths
     slots = 1 << (widths["row"] + widths["colM"])
-    if base_tile < 0 or base_tile + ntr * ntc > slots:
+    if base_tile + ntr * ntc > slots:
         raise ValueError(f"A {rows} x {cols} matrix needs {ntr * ntc} tiles from tile {base_tile}, "
                          f"but the memory has {slots} tile slots")
     return ntr, ntc
@@ -184,7 +195,7 @@ def layout_coordinates(geometry, rows: int, cols: int, elem_bytes: int,
         "row": _bits(slot, widths["colM"], widths["row"]),
     }
     lsb = 0
-    for name in ("channel", "rank", "bankgroup", "bank"):
+    for name in ("channel", "rank", "bank", "bankgroup"):
         coords[name] = _bits(local_col, lsb, widths[name])
         lsb += widths[name]
     return {name: np.broadcast_to(coords[name], shape).copy() for name in _COORDS}

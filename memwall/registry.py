@@ -98,9 +98,18 @@ class Block:
         if preset not in self.presets:
             raise ParameterError(f"unknown preset {preset!r} for block {self.name}; presets are "
                                  f"{', '.join(self.presets)}")
-        return self.presets[preset].with_overrides(overrides)
+        params = self.presets[preset].with_overrides(overrides)
+        self.validate(params)
+        return params
+
+    def validate(self, params: BlockParams) -> None:
+        """Check ``params`` by building the component: its own checks are the one validation."""
+        component = self.elaborate(params)
+        # Built to be checked, not to be elaborated: tell Amaranth's unused-elaboratable lint.
+        component._MustUse__used = True
 
     def elaborate(self, params: BlockParams) -> wiring.Component:
+        """Build the component; a parameter it rejects raises :class:`ParameterError`."""
         if not isinstance(params, self.params):
             raise TypeError(f"block {self.name} takes {self.params.__name__}, not {params!r}")
         try:

@@ -9,7 +9,7 @@ from .flow import SynthReport
 
 __all__ = ["markdown_table", "reports_json"]
 
-_COLUMNS = ("Design", "Target", "Device", "Cells", "LUT4", "FF", "DSP", "BRAM", "Fmax (MHz)",
+_COLUMNS = ("Design", "Target", "Device", "Cells", "LUTs", "FF", "DSP", "BRAM", "Fmax (MHz)",
             "Constraint (MHz)", "Time (s)")
 
 

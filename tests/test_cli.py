@@ -35,7 +35,7 @@ def test_list_shows_every_block_and_preset(capsys):
     (("generate", "umdam", "--set", "channels"), "--set takes NAME=VALUE, not 'channels'"),
     (("generate", "umdam", "--set", "mappings=row-bank"), "missing field(s) col, channel, offset"),
     (("generate", "umdam-tilegen", "--set", "elem_bytes=3"),
-     "Element size must be 1, 2 or 4 bytes, not 3"),
+     "Element size in bytes must be 1, 2 or 4, not 3"),
     (("synth", "umdam", "--target", "xilinx"), "invalid choice: 'xilinx'"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
 ])

@@ -33,6 +33,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..validate import power_of_two
+
 __all__ = [
     "COORDINATES", "DramGeometry", "MappedField", "AddressMapping", "NAMED_MAPPINGS",
 ]
@@ -52,15 +54,6 @@ NAMED_MAPPINGS = {
     "rocobaracho": "row-col-bankgroup-bank-rank-channel-offset",
     "ianus": "channel-rank-bankgroup-bank-row-col-offset",
 }
-
-
-def _log2_exact(value, name: str, *, minimum: int = 1, maximum: int = 1 << 40) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an integer power of two, not {value!r}")
-    if not (minimum <= value <= maximum) or value & (value - 1):
-        raise ValueError(
-            f"{name} must be a power of two between {minimum} and {maximum}, not {value}")
-    return value.bit_length() - 1
 
 
 @dataclass(frozen=True)
@@ -97,14 +90,14 @@ class DramGeometry:
     interleave_bytes: int
 
     def __post_init__(self):
-        _log2_exact(self.channels, "Channel count", maximum=64)
-        _log2_exact(self.ranks, "Rank count", maximum=8)
-        _log2_exact(self.bankgroups, "Bank group count", maximum=16)
-        _log2_exact(self.banks, "Bank count (per bank group)", maximum=64)
-        _log2_exact(self.rows, "Row count", maximum=1 << 20)
-        _log2_exact(self.columns, "Column count", maximum=1 << 12)
-        _log2_exact(self.burst_bytes, "Burst size in bytes", maximum=1 << 10)
-        _log2_exact(self.interleave_bytes, "Interleave size in bytes", maximum=1 << 22)
+        power_of_two(self.channels, "Channel count", maximum=64)
+        power_of_two(self.ranks, "Rank count", maximum=8)
+        power_of_two(self.bankgroups, "Bank group count", maximum=16)
+        power_of_two(self.banks, "Bank count (per bank group)", maximum=64)
+        power_of_two(self.rows, "Row count", maximum=1 << 20)
+        power_of_two(self.columns, "Column count", maximum=1 << 12)
+        power_of_two(self.burst_bytes, "Burst size in bytes", maximum=1 << 10)
+        power_of_two(self.interleave_bytes, "Interleave size in bytes", maximum=1 << 22)
         if not self.burst_bytes <= self.interleave_bytes <= self.row_bytes:
             raise ValueError(
                 f"Interleave size must be between the burst size ({self.burst_bytes} B) and the "
@@ -208,8 +201,11 @@ class AddressMapping:
     fields: tuple[MappedField, ...] = field(init=False)
 
     def __post_init__(self):
-        if not isinstance(self.spec, str) or not self.spec.strip():
-            raise TypeError(f"Address mapping must be a non-empty string, not {self.spec!r}")
+        if not isinstance(self.spec, str):
+            raise TypeError(f"Address mapping must be a string, not {self.spec!r}")
+        if not self.spec.strip():
+            raise ValueError(f"Address mapping must name a mapping ({', '.join(NAMED_MAPPINGS)}) "
+                             f"or list fields from MSB to LSB, not {self.spec!r}")
         if not isinstance(self.geometry, DramGeometry):
             raise TypeError(f"Geometry must be a DramGeometry, not {self.geometry!r}")
         spec = self.spec.strip()
@@ -219,6 +215,9 @@ class AddressMapping:
         seen: list[str] = []
         parsed = []
         for token in tokens:
+            if not token.strip():
+                raise ValueError(f"Address mapping {spec!r}: empty field (two '-' in a row, or a "
+                                 f"'-' at either end)")
             match = _TOKEN.match(token.strip())
             if match is None or match["name"] not in _FIELD_NAMES:
                 raise ValueError(

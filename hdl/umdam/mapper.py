@@ -9,9 +9,14 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..pipeline import stream_stage
+from ..validate import integer, one_of
 from .geometry import COORDINATES, AddressMapping, DramGeometry
 
-__all__ = ["coordinate_layout", "map_fields", "compose_fields", "AddressMapper", "AddressComposer"]
+__all__ = ["coordinate_layout", "map_fields", "compose_fields", "AddressMapper", "AddressComposer",
+           "MAX_MAPPINGS"]
+
+#: Most mappings one mapper or composer can compile in.
+MAX_MAPPINGS = 16
 
 
 def coordinate_layout(geometry: DramGeometry, *, error: bool = False) -> data.StructLayout:
@@ -54,13 +59,18 @@ def _check_mappings(mappings) -> tuple[AddressMapping, ...]:
     if isinstance(mappings, AddressMapping):
         mappings = (mappings,)
     mappings = tuple(mappings)
-    if not mappings or not all(isinstance(mp, AddressMapping) for mp in mappings):
-        raise TypeError(f"Mappings must be a non-empty sequence of AddressMapping, not {mappings!r}")
+    if not all(isinstance(mp, AddressMapping) for mp in mappings):
+        raise TypeError(f"Mappings must be AddressMapping objects, not {mappings!r}")
+    integer(len(mappings), "Mapping count", 1, MAX_MAPPINGS)
     geometry = mappings[0].geometry
-    for mp in mappings[1:]:
+    for index, mp in enumerate(mappings[1:], 1):
         if mp.geometry != geometry:
-            raise ValueError(f"All mappings must share one geometry; {mp.name!r} has "
-                             f"{mp.geometry}, {mappings[0].name!r} has {geometry}")
+            differ = ", ".join(f"{k} {getattr(mp.geometry, k)} vs {getattr(geometry, k)}"
+                               for k in geometry.__dataclass_fields__
+                               if getattr(mp.geometry, k) != getattr(geometry, k))
+            raise ValueError(f"All mappings must share one geometry; mapping {index} "
+                             f"({mp.name!r}) differs from mapping 0 ({mappings[0].name!r}) in "
+                             f"{differ}")
     return mappings
 
 
@@ -69,9 +79,7 @@ def _select_bits(count: int) -> int:
 
 
 def _check_latency(latency):
-    if latency not in (0, 1):
-        raise ValueError(f"Latency must be 0 (combinational) or 1 (registered), not {latency!r}")
-    return latency
+    return one_of(latency, "Latency (0: combinational, 1: registered)", (0, 1))
 
 
 class _Selectable(wiring.Component):
@@ -170,7 +178,8 @@ class AddressComposer(_Selectable):
     -------
     i : In(stream.Signature(StructLayout({coordinate: width, ..., "mapping": ceil(log2(n))})))
     o : Out(stream.Signature(StructLayout({"addr": address_bits, "error": 1})))
-        ``error`` only when the mapping count is not a power of two (as for the mapper).
+        ``error`` only when the mapping count is not a power of two (as for the mapper); a select
+        value with no mapping gives ``error = 1`` and ``addr = 0``.
     """
 
     def __init__(self, mappings: AddressMapping | Sequence[AddressMapping], *, latency: int = 1):

@@ -6,6 +6,7 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..validate import integer, one_of
 from .geometry import AddressMapping
 from .mapper import compose_fields
 
@@ -19,14 +20,6 @@ class WalkOrder(enum.Enum, shape=1):
     PIM = 1     #: bank by bank, each bank's full columns top to bottom (bank-local)
 
 
-def _positive(value, name, maximum):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an integer, not {value!r}")
-    if not 1 <= value <= maximum:
-        raise ValueError(f"{name} must be between 1 and {maximum}, not {value}")
-    return value
-
-
 class TileAddressGenerator(wiring.Component):
     """Emit the physical address of every element of a matrix in the UMDAM tile layout.
 
@@ -35,7 +28,7 @@ class TileAddressGenerator(wiring.Component):
     matrix indices. Tiles are ``interleave_bytes / elem_bytes`` rows by ``bank_count`` columns; tile
     slot ``s`` is the DRAM ``(row, colM)`` pair ``bits(s)``; element ``(i, j)`` lies in tile slot
     ``base_tile + (j // tile_width) * num_tile_rows + i // tile_height``, at ``(colL, offset) =
-    bits((i % tile_height) * elem_bytes)`` of bank ``(bank, bankgroup, rank, channel) =
+    bits((i % tile_height) * elem_bytes)`` of bank ``(bankgroup, bank, rank, channel) =
     bits(j % tile_width)``; the address is those coordinates composed by ``mapping``.
 
     A matrix that is not a whole number of tiles is padded to whole tiles: padding slots are
@@ -69,16 +62,15 @@ class TileAddressGenerator(wiring.Component):
                  max_rows: int = 4096, max_cols: int = 4096):
         if not isinstance(mapping, AddressMapping):
             raise TypeError(f"Mapping must be an AddressMapping, not {mapping!r}")
-        if elem_bytes not in (1, 2, 4):
-            raise ValueError(f"Element size must be 1, 2 or 4 bytes, not {elem_bytes!r}")
+        one_of(elem_bytes, "Element size in bytes", (1, 2, 4))
         geometry = mapping.geometry
         if elem_bytes > geometry.interleave_bytes:
             raise ValueError(f"Element size ({elem_bytes} B) must not exceed the interleave size "
                              f"({geometry.interleave_bytes} B)")
         self._mapping = mapping
         self._elem_bytes = elem_bytes
-        self._max_rows = _positive(max_rows, "Maximum row count", 1 << 24)
-        self._max_cols = _positive(max_cols, "Maximum column count", 1 << 24)
+        self._max_rows = integer(max_rows, "Maximum row count (max_rows)", 1, 1 << 24)
+        self._max_cols = integer(max_cols, "Maximum column count (max_cols)", 1, 1 << 24)
         widths = geometry.widths
         self._slot_bits = widths["row"] + widths["colM"]
         self.tile_height = geometry.interleave_bytes // elem_bytes
@@ -149,9 +141,9 @@ class TileAddressGenerator(wiring.Component):
                        slot[:widths["colM"]]),
             "row": slot[widths["colM"]:],
         }
-        bank_bits = Cat(lc, Const(0, tw_bits))       # local column: (bank, bankgroup, rank, channel)
+        bank_bits = Cat(lc, Const(0, tw_bits))       # local column: (bankgroup, bank, rank, channel)
         lsb = 0
-        for name in ("channel", "rank", "bankgroup", "bank"):
+        for name in ("channel", "rank", "bank", "bankgroup"):
             coords[name] = bank_bits[lsb:lsb + widths[name]]
             lsb += widths[name]
         m.d.comb += [

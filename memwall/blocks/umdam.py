@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from hdl.umdam import (AddressComposer, AddressMapper, AddressMapping, DramGeometry,
@@ -11,25 +12,24 @@ from ..params import BlockParams
 from ..registry import Block, SynthSettings, register
 
 _LPDDR5 = DramGeometry.lpddr5()
+_LPDDR5_FIELDS = dataclasses.asdict(_LPDDR5)
 #: A 12-bit toy geometry: small enough to check every address exhaustively in simulation.
 _TOY = dict(channels=2, ranks=1, bankgroups=1, banks=4, rows=16, columns=8, burst_bytes=4,
             interleave_bytes=8)
-_LPDDR5_FIELDS = dict(channels=4, ranks=1, bankgroups=1, banks=16, rows=65536, columns=64,
-                      burst_bytes=32, interleave_bytes=256)
 
 
 @dataclass(frozen=True)
 class DramParams(BlockParams):
     """DRAM geometry (see :class:`hdl.umdam.DramGeometry`); LPDDR5 of the paper's Table I."""
 
-    channels: int = 4
-    ranks: int = 1
-    bankgroups: int = 1
-    banks: int = 16
-    rows: int = 65536
-    columns: int = 64
-    burst_bytes: int = 32
-    interleave_bytes: int = 256
+    channels: int = _LPDDR5.channels
+    ranks: int = _LPDDR5.ranks
+    bankgroups: int = _LPDDR5.bankgroups
+    banks: int = _LPDDR5.banks
+    rows: int = _LPDDR5.rows
+    columns: int = _LPDDR5.columns
+    burst_bytes: int = _LPDDR5.burst_bytes
+    interleave_bytes: int = _LPDDR5.interleave_bytes
 
     def __post_init__(self):
         self.geometry  # validates
@@ -47,17 +47,6 @@ class MapperParams(DramParams):
     mappings: tuple[str, ...] = ("umdam",)
     latency: int = 1
 
-    def __post_init__(self):
-        super().__post_init__()
-        if not self.mappings:
-            raise ValueError("Mappings must name at least one mapping")
-        if len(self.mappings) > 16:
-            raise ValueError(f"At most 16 mappings can be compiled in, not {len(self.mappings)}")
-        self.address_mappings  # validates every spec
-        if self.latency not in (0, 1):
-            raise ValueError(f"Latency must be 0 (combinational) or 1 (registered), "
-                             f"not {self.latency}")
-
     @property
     def address_mappings(self) -> tuple[AddressMapping, ...]:
         geometry = self.geometry
@@ -72,16 +61,6 @@ class TileParams(DramParams):
     elem_bytes: int = 2
     max_rows: int = 4096
     max_cols: int = 4096
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.address_mapping  # validates the mapping
-        if self.elem_bytes not in (1, 2, 4):
-            raise ValueError(f"Element size must be 1, 2 or 4 bytes, not {self.elem_bytes}")
-        for name in ("max_rows", "max_cols"):
-            value = getattr(self, name)
-            if not 1 <= value <= 1 << 24:
-                raise ValueError(f"{name} must be between 1 and {1 << 24}, not {value}")
 
     @property
     def address_mapping(self) -> AddressMapping:
