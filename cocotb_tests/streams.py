@@ -55,6 +55,13 @@ def _port(dut, prefix: str, member: str):
     return getattr(dut, f"{prefix}__{member}")
 
 
+def _ready(dut, prefix: str):
+    """The stream's ``ready`` handle, or ``None`` for an always-ready stream (a pipelined unit's
+    ``valid``-only interface, ``stream.Signature(..., always_ready=True)``)."""
+    name = f"{prefix}__ready"
+    return getattr(dut, name) if hasattr(dut, name) else None
+
+
 class CycleCounter:
     """Count rising edges of ``clk`` so every message can name its cycle."""
 
@@ -88,7 +95,7 @@ class StreamDriver:
         if not 0.0 <= idle < 1.0:
             raise ValueError(f"idle probability must be in [0, 1), not {idle}")
         self.valid = _port(dut, prefix, "valid")
-        self.ready = _port(dut, prefix, "ready")
+        self.ready = _ready(dut, prefix)
         self.payload = _port(dut, prefix, "payload")
         self.clk, self.codec, self.rng, self.idle = clk, codec, rng, idle
         self._queue: collections.deque = collections.deque()
@@ -128,7 +135,7 @@ class StreamDriver:
             self.valid.value = 1
             while True:
                 await ReadOnly()
-                accepted = bool(self.ready.value)
+                accepted = self.ready is None or bool(self.ready.value)
                 await RisingEdge(self.clk)
                 if accepted:
                     break
@@ -148,8 +155,10 @@ class StreamSink:
     def __init__(self, dut, prefix: str, clk, rng: random.Random, backpressure: float = 0.0):
         if not 0.0 <= backpressure < 1.0:
             raise ValueError(f"back-pressure probability must be in [0, 1), not {backpressure}")
-        self.ready = _port(dut, prefix, "ready")
+        self.ready = _ready(dut, prefix)
         self.clk, self.rng, self.backpressure = clk, rng, backpressure
+        if self.ready is None:
+            return                      # an always-ready stream cannot be back-pressured
         self.ready.value = 0
         cocotb.start_soon(self._run())
 
@@ -171,7 +180,7 @@ class StreamMonitor:
                  callback: Callable[[dict[str, int], int], Any], reset=None):
         self.reset = reset
         self.valid = _port(dut, prefix, "valid")
-        self.ready = _port(dut, prefix, "ready")
+        self.ready = _ready(dut, prefix)
         self.payload = _port(dut, prefix, "payload")
         self.clk, self.codec, self.counter, self.callback = clk, codec, counter, callback
         self.transfers = self.stalls = self.bubbles = 0
@@ -185,7 +194,8 @@ class StreamMonitor:
             await ReadOnly()
             if self.reset is not None and str(self.reset.value) != "0":
                 continue
-            valid, ready = self._bit(self.valid), self._bit(self.ready)
+            valid = self._bit(self.valid)
+            ready = True if self.ready is None else self._bit(self.ready)
             if valid and ready:
                 self.transfers += 1
                 cycle = self.counter.cycle

@@ -1,3 +1,7 @@
-"""Registry entries of every block; importing this package registers them all."""
+"""Registry entries of every block: each module in this package registers its blocks on import."""
 
-from . import umdam  # noqa: F401
+import importlib
+import pkgutil
+
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    importlib.import_module(f"{__name__}.{_module}")
