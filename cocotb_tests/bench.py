@@ -22,8 +22,11 @@ __all__ = ["bench_family"]
 
 def bench_family(family: str, presets=("default", "paper"), *, simulator: str = "verilator",
                  target: str = "ecp5", out_dir: Path | None = None,
-                 progress: Callable[[str], None] = print) -> list[dict]:
-    """Benchmark every block of ``family`` at ``presets``; return one row per (block, preset)."""
+                 progress: Callable[[str], None] = print) -> tuple[list[dict], Path]:
+    """Benchmark every block of ``family`` at ``presets``.
+
+    Returns one row per (block, preset) and the path of the Markdown table written.
+    """
     blocks = [b for b in registry.blocks() if b.family == family]
     if not blocks:
         families = sorted({b.family for b in registry.blocks()})
@@ -52,8 +55,9 @@ def bench_family(family: str, presets=("default", "paper"), *, simulator: str = 
                          "fmax_mhz": synth.fmax_mhz, "device": synth.device, "note": synth.note,
                          "parameters": params.as_dict()})
     (out_dir / f"{family}.json").write_text(json.dumps(rows, indent=2) + "\n")
-    (out_dir / f"{family}.md").write_text(markdown(family, rows, simulator, target))
-    return rows
+    md_path = out_dir / f"{family}.md"
+    md_path.write_text(markdown(family, rows, simulator, target))
+    return rows, md_path
 
 
 def markdown(family: str, rows: list[dict], simulator: str, target: str) -> str:

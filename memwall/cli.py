@@ -211,9 +211,10 @@ def cmd_build(args) -> int:
 def cmd_bench(args) -> int:
     from cocotb_tests.bench import bench_family
 
-    bench_family(args.family, tuple(args.preset or ("default", "paper")),
-                 simulator=args.simulator, progress=_status)
-    print((Path("build/bench") / f"{args.family}.md").read_text(), end="")
+    _, md_path = bench_family(args.family, tuple(args.preset or ("default", "paper")),
+                              simulator=args.simulator, progress=_status)
+    print(md_path.read_text(), end="")
+    _status(f"wrote {md_path} and {md_path.with_suffix('.json')}")
     return 0
 
 
