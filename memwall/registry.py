@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from amaranth import Value
+from amaranth import Const, Value
 from amaranth.back import verilog
 from amaranth.lib import data, wiring
 
@@ -118,9 +118,16 @@ class Block:
             raise ParameterError(str(exc)) from None
 
     def verilog(self, params: BlockParams) -> tuple[str, wiring.Component]:
-        """Return the Verilog text of the block and the component it was made from."""
+        """Return the Verilog text of the block and the component it was made from.
+
+        The ports are the component's signature members, less constant ones: the ``ready`` of an
+        always-ready stream (a pipelined unit's valid-only interface) is ``Const(1)`` and has no
+        Verilog port.
+        """
         component = self.elaborate(params)
-        return verilog.convert(component, name=self.top), component
+        signals = [Value.cast(value) for _, _, value in component.signature.flatten(component)]
+        ports = [s for s in signals if not isinstance(s, Const)]
+        return verilog.convert(component, name=self.top, ports=ports), component
 
     def golden_module(self):
         return importlib.import_module(self.golden)
@@ -136,6 +143,8 @@ def ports(component: wiring.Component, verilog_text: str | None = None) -> list[
     result = [{"name": "clk", "direction": "input", "width": 1},
               {"name": "rst", "direction": "input", "width": 1}] if clocked else []
     for path, member, value in component.signature.flatten(component):
+        if isinstance(Value.cast(value), Const):
+            continue                    # always-ready `ready`: a constant, not a port
         entry = {
             "name": "__".join(str(p) for p in path),
             "direction": "input" if member.flow == wiring.In else "output",
