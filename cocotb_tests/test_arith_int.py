@@ -1,0 +1,35 @@
+"""Run the integer arithmetic testbenches (requantizer, integer dot product) under Icarus and
+Verilator for several parameter sets."""
+
+import pytest
+
+from memwall import registry
+
+from .launcher import SIMULATORS, run_block
+
+#: (block, preset, overrides): the small and default presets; the requantizer with an unsigned
+#: multiplier, a 4-bit full-range output and 3 stages; the dot product with 64 lanes of int8 x int4,
+#: the tightest accumulator (18 bits) and registers every other tree level. Every pipeline depth,
+#: 1 lane and more widths are simulated in-process (tests/test_arith_int_*.py); each case here
+#: costs a Verilator compile (~10-20 s), so the list is kept short.
+CASES = [
+    ("arith-requant", "small", {}),
+    ("arith-requant", "default", {}),
+    ("arith-requant", "paper", {"mult_signed": "false", "stages": "3", "out_bits": "4"}),
+    ("arith-idot", "small", {}),
+    ("arith-idot", "default", {}),
+    ("arith-idot", "paper", {"lanes": "64", "acc_bits": "18", "register_every": "2"}),
+]
+
+
+def _id(case):
+    block, preset, overrides = case
+    return "-".join([block, preset, *(f"{k}={v}" for k, v in overrides.items())])
+
+
+@pytest.mark.parametrize("simulator", SIMULATORS)
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_arith_int(case, simulator):
+    block, preset, overrides = case
+    params = registry.get(block).parameters(preset, overrides)
+    run_block(block, params, simulator)

@@ -1,0 +1,165 @@
+"""Requantizer: a wide integer times a multiplier, shifted right, rounded half to even, saturated."""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..validate import integer
+from .tree import delay
+
+__all__ = ["Requantizer", "CLAMPS", "SHIFT_BITS"]
+
+#: Saturation ranges: "symmetric" [-(2**(b-1) - 1), 2**(b-1) - 1], "full" [-2**(b-1), 2**(b-1) - 1].
+CLAMPS = ("symmetric", "full")
+#: Width of the per-item shift field: shifts 0 to 63.
+SHIFT_BITS = 6
+#: Operand slice width of one partial product: a 17-bit unsigned slice is an 18-bit signed
+#: operand, the width of an ECP5 MULT18X18D, so each partial product is one DSP multiplier.
+_SLICE = 17
+#: Pipeline boundaries present at each ``stages`` value (see the class docstring).
+_BOUNDARIES = {1: ("saturated",), 2: ("product", "saturated"),
+               3: ("partial", "product", "saturated"),
+               4: ("partial", "product", "shifted", "saturated")}
+
+
+def _slices(value, width: int, is_signed: bool):
+    """Split ``value`` into (offset, slice) pairs of at most ``_SLICE`` bits from the LSB; the top
+    slice carries the sign of a signed operand, the others are unsigned."""
+    out = []
+    for lsb in range(0, width, _SLICE):
+        msb = min(width, lsb + _SLICE)
+        piece = value[lsb:msb]
+        out.append((lsb, piece.as_signed() if is_signed and msb == width else piece))
+    return out
+
+
+class Requantizer(wiring.Component):
+    """Requantize a stream: ``y = clamp(round_half_even(x * m / 2**shift))``.
+
+    The multiplier ``m`` and the ``shift`` travel with every item, so one unit serves per-tensor
+    and per-channel scales alike (TFLite's quantized multiplier: ``mult_bits=32``, ``m`` in
+    ``[2**30, 2**31)``, ``shift = 31 + right_shift``). The product ``x * m`` is exact
+    (``in_bits + mult_bits`` bits); the shift is an arithmetic right shift with the dropped bits
+    rounding to nearest, ties to even (``2.5 -> 2``, ``3.5 -> 4``, ``-2.5 -> -2``); the result
+    saturates to the clamp range and never wraps.
+
+    Parameters
+    ----------
+    in_bits : int
+        Width of the signed input ``x``, 2 to 48 (32: int32 accumulators).
+    out_bits : int
+        Width of the signed output ``y``, 2 to ``in_bits`` (8: int8).
+    clamp : str
+        ``"symmetric"`` (default): ``[-(2**(out_bits-1) - 1), 2**(out_bits-1) - 1]``, int8
+        ``[-127, 127]``; ``"full"``: ``[-2**(out_bits-1), 2**(out_bits-1) - 1]``, int8
+        ``[-128, 127]``.
+    mult_bits : int
+        Width of the multiplier ``m``, 2 to 32.
+    mult_signed : bool
+        ``m`` is signed (default, like TFLite's int32 multiplier) or unsigned.
+    stages : int
+        Pipeline depth, 1 to 4; the latency equals it. Registers sit after: 4: the partial
+        products, the full product, the shift and rounding decision, the saturated result;
+        3: all but the shift; 2: the product and the result; 1: the result only.
+
+    Members
+    -------
+    i : In(stream.Signature(StructLayout({"x": signed(in_bits), "m": mult_bits, "shift": 6}),
+        always_ready=True))
+        Operands; ``m`` is ``signed(mult_bits)`` or ``unsigned(mult_bits)``; ``shift`` 0 to 63.
+    o : Out(stream.Signature(StructLayout({"y": signed(out_bits)}), always_ready=True))
+        Results, ``latency`` cycles after their operands, in order.
+
+    Latency ``stages`` cycles; a new item every cycle (no back-pressure: always ready).
+    The product is built from ``ceil(in_bits/17) * ceil(mult_bits/17)`` partial products of at
+    most 18 x 18 signed bits (four for 32 x 32). Bad parameters raise ``TypeError`` or
+    ``ValueError`` naming the parameter, the allowed values and the value given.
+    """
+
+    def __init__(self, in_bits: int = 32, out_bits: int = 8, *, clamp: str = "symmetric",
+                 mult_bits: int = 32, mult_signed: bool = True, stages: int = 4):
+        self._in_bits = integer(in_bits, "Input width", 2, 48)
+        self._out_bits = integer(out_bits, "Output width", 2, in_bits)
+        if clamp not in CLAMPS:
+            raise ValueError(f"Clamp must be 'symmetric' ([-(2**(b-1) - 1), 2**(b-1) - 1]) or "
+                             f"'full' ([-2**(b-1), 2**(b-1) - 1]), not {clamp!r}")
+        self._clamp = clamp
+        self._mult_bits = integer(mult_bits, "Multiplier width", 2, 32)
+        if not isinstance(mult_signed, bool):
+            raise TypeError(f"Multiplier signedness must be True or False, not {mult_signed!r}")
+        self._mult_signed = mult_signed
+        self._stages = integer(stages, "Pipeline stages", 1, 4)
+        mult_shape = signed(mult_bits) if mult_signed else unsigned(mult_bits)
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({
+                "x": signed(in_bits), "m": mult_shape, "shift": unsigned(SHIFT_BITS)}),
+                always_ready=True)),
+            "o": Out(stream.Signature(data.StructLayout({"y": signed(out_bits)}),
+                                      always_ready=True)),
+        })
+
+    @property
+    def latency(self) -> int:
+        """Cycles from ``i.valid`` to ``o.valid``: ``stages``."""
+        return self._stages
+
+    @property
+    def limits(self) -> tuple[int, int]:
+        """The saturation range ``(least, greatest)``."""
+        hi = (1 << (self._out_bits - 1)) - 1
+        return (-hi if self._clamp == "symmetric" else -hi - 1), hi
+
+    def elaborate(self, platform):
+        m = Module()
+        registered = _BOUNDARIES[self._stages]
+        product_bits = self._in_bits + self._mult_bits
+
+        def stage(name, value):
+            return delay(m, value, int(name in registered), name=name)
+
+        # Partial products: at most 18 x 18 signed each (one DSP multiplier apiece).
+        x, mult = self.i.payload.x, self.i.payload.m
+        partials = []
+        for x_lsb, x_piece in _slices(x, self._in_bits, True):
+            for m_lsb, m_piece in _slices(mult, self._mult_bits, self._mult_signed):
+                product = Signal(signed(x_piece.shape().width + m_piece.shape().width + 1),
+                                 name=f"pp_{x_lsb}_{m_lsb}")
+                m.d.comb += product.eq(x_piece * m_piece)
+                partials.append((x_lsb + m_lsb, stage("partial", product)))
+        shift = stage("partial", self.i.payload.shift)
+
+        # Exact product x * m (fits product_bits as a signed number).
+        total = sum(piece << offset for offset, piece in partials)
+        product = Signal(signed(product_bits))
+        m.d.comb += product.eq(total)
+        product = stage("product", product)
+        shift = stage("product", shift)
+
+        # Floor of (2 * product) / 2**shift: bit 0 is the round bit, the rest the floor of
+        # product / 2**shift. Sticky: any product bit below the round bit.
+        doubled = Cat(Const(0, 1), product).as_signed()
+        halved = Signal(signed(product_bits + 1))
+        m.d.comb += halved.eq(doubled >> shift)
+        below = Cat(*(shift > j for j in range(product_bits + 1)))
+        sticky = (doubled.as_unsigned() & below).any()
+        floor = halved[1:].as_signed()
+        round_up = Signal()
+        m.d.comb += round_up.eq(halved[0] & (sticky | floor[0]))
+        floor = stage("shifted", floor)
+        round_up = stage("shifted", round_up)
+
+        # Saturate: the floor decides, except when rounding up takes the greatest value past it.
+        lo, hi = self.limits
+        y = Signal(signed(self._out_bits))
+        with m.If(floor >= hi):
+            m.d.comb += y.eq(hi)
+        with m.Elif(floor < lo):
+            m.d.comb += y.eq(lo)
+        with m.Else():
+            m.d.comb += y.eq(floor[:self._out_bits] + round_up)
+        m.d.comb += self.o.payload.y.eq(stage("saturated", y))
+        m.d.comb += self.o.valid.eq(delay(m, self.i.valid, self.latency, name="valid",
+                                          reset=True))
+        return m

@@ -1,0 +1,208 @@
+"""Pipelined binary reduction trees, shared by the integer and floating dot products.
+
+One function, :func:`reduce_tree`, reduces a list of values with a two-input combine step into one
+value, pipelined, with a valid bit travelling alongside. The combine step is either
+
+* a plain function ``combine(m, a, b) -> Value`` that adds combinational logic (an integer
+  ``a + b``); the tree puts a register after every ``register_every`` levels and after the last
+  level, or
+* a :class:`PipelinedCombine`: an object with a ``latency`` (int) that, called as
+  ``combine(m, a, b, valid)``, instantiates a pipelined unit and returns its result, valid
+  ``latency`` cycles later (a floating-point adder). :func:`unit_combine` makes one from a
+  component factory with ``i``/``o`` always-ready streams.
+
+Summation order (the golden models of the dot products depend on it)
+--------------------------------------------------------------------
+Level by level, neighbours are combined in order, the left operand being the lower index::
+
+    level 1:  c0 = v0 + v1,  c1 = v2 + v3,  c2 = v4 + v5, ...
+    level 2:  d0 = c0 + c1,  d1 = c2 + c3, ...
+
+until one value is left. When a level has an odd number of values, the last one is passed
+through unchanged to the end of the next level (delayed like the combined ones), so with five
+inputs the tree computes ``((v0 + v1) + (v2 + v3)) + v4``. The number of levels is
+``ceil(log2(n))``.
+
+Latency
+-------
+With a combinational combine: ``ceil(levels / register_every)`` cycles (``register_every = 0``:
+no registers, 0 cycles). With a pipelined combine: ``levels * combine.latency`` cycles. The tree
+itself never stalls: it takes a new set of values every cycle.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence, Union
+
+from amaranth import Module, Signal, Value
+from amaranth.lib import wiring
+
+from ..validate import integer
+
+__all__ = ["PipelinedCombine", "unit_combine", "tree_levels", "tree_latency", "reduce_tree",
+           "delay", "TreeResult"]
+
+
+class PipelinedCombine(abc.ABC):
+    """A combine step with its own pipeline: ``latency`` cycles from operands to result.
+
+    Subclasses (or :func:`unit_combine`) implement ``__call__(m, a, b, valid) -> Value``: add the
+    unit to ``m``, drive its operands ``a``, ``b`` and input valid ``valid``, and return its result,
+    which must correspond to those operands exactly ``latency`` cycles later.
+    """
+
+    latency: int = 0
+
+    @abc.abstractmethod
+    def __call__(self, m: Module, a: Value, b: Value, valid: Value) -> Value:
+        """Add the unit to ``m`` and return its result for operands ``a``, ``b``."""
+
+
+class _UnitCombine(PipelinedCombine):
+    def __init__(self, factory, a, b, result):
+        probe = factory()
+        if not isinstance(probe, wiring.Component) or not hasattr(probe, "latency"):
+            raise TypeError(f"Combine unit factory must return a wiring.Component with a "
+                            f"latency, not {probe!r}")
+        probe._MustUse__used = True          # built to read its latency, never elaborated
+        self.latency = integer(probe.latency, "Combine unit latency", 0, 1 << 16)
+        self._factory, self._a, self._b, self._result = factory, a, b, result
+
+    def __call__(self, m, a, b, valid):
+        unit = self._factory()
+        m.submodules += unit
+        m.d.comb += [unit.i.valid.eq(valid),
+                     getattr(unit.i.payload, self._a).eq(a),
+                     getattr(unit.i.payload, self._b).eq(b)]
+        return getattr(unit.o.payload, self._result)
+
+
+def unit_combine(factory: Callable[[], wiring.Component], *, a: str = "a", b: str = "b",
+                 result: str = "y") -> PipelinedCombine:
+    """Return a combine step that instantiates ``factory()`` for every pair.
+
+    Parameters
+    ----------
+    factory : callable
+        Returns a new pipelined unit: a ``wiring.Component`` with ``i`` and ``o`` always-ready
+        streams and an integer ``latency`` property (for example
+        ``lambda: FloatAdder(FP32)``). It is called once more up front to read the latency.
+    a, b, result : str
+        Names of the two operand fields of ``i.payload`` and of the result field of
+        ``o.payload``.
+    """
+    return _UnitCombine(factory, a, b, result)
+
+
+Combine = Union[Callable[[Module, Value, Value], Value], PipelinedCombine]
+
+
+@dataclass(frozen=True)
+class TreeResult:
+    """What :func:`reduce_tree` returns: the reduced value, its valid bit and the latency."""
+
+    value: Value
+    valid: Value
+    latency: int
+
+    def __iter__(self):                       # allows ``value, valid, latency = reduce_tree(...)``
+        return iter((self.value, self.valid, self.latency))
+
+
+def tree_levels(count: int) -> int:
+    """Return the number of levels of a tree over ``count`` inputs: ``ceil(log2(count))``."""
+    integer(count, "Tree input count", 1, 1 << 16)
+    return (count - 1).bit_length()
+
+
+def tree_latency(count: int, *, register_every: int = 1, combine_latency: int | None = None) -> int:
+    """Return the latency in cycles of a tree over ``count`` inputs (see the module docstring).
+
+    ``combine_latency`` is the latency of a pipelined combine step; ``None`` means a
+    combinational one registered every ``register_every`` levels.
+    """
+    levels = tree_levels(count)
+    if combine_latency is not None:
+        return levels * combine_latency
+    integer(register_every, "Tree register spacing (levels per register, 0: none)", 0, 64)
+    return 0 if register_every == 0 else math.ceil(levels / register_every)
+
+
+def delay(m: Module, value: Value, cycles: int, *, name: str = "delay", reset: bool = False) \
+        -> Value:
+    """Return ``value`` delayed by ``cycles`` register stages (``cycles = 0``: ``value`` itself).
+
+    Data registers have no reset (a pipelined unit's data is qualified by its valid bit); pass
+    ``reset=True`` for a valid bit.
+    """
+    for index in range(cycles):
+        stage = Signal.like(value, name=f"{name}_{index}", reset_less=not reset)
+        m.d.sync += stage.eq(value)
+        value = stage
+    return value
+
+
+def reduce_tree(m: Module, values: Sequence[Value], combine: Combine, *, valid: Value,
+                register_every: int = 1, name: str = "tree") -> TreeResult:
+    """Reduce ``values`` pairwise with ``combine``, pipelined; return value, valid and latency.
+
+    Parameters
+    ----------
+    m : Module
+        Module to add the tree to (``sync`` domain for its registers).
+    values : sequence of Value
+        The inputs, at least one. They may have different shapes.
+    combine : callable or PipelinedCombine
+        ``combine(m, a, b) -> Value``: combinational (``lambda m, a, b: a + b`` for an exact
+        integer sum: Amaranth widens the result by one bit per level). Or a
+        :class:`PipelinedCombine` (see :func:`unit_combine`).
+    valid : Value
+        Valid bit of ``values``; delayed alongside and returned.
+    register_every : int
+        For a combinational combine: put a register after every ``register_every`` levels
+        (1: after every level) and after the last level; 0: no registers at all. Ignored for a
+        pipelined combine, which brings its own registers.
+    name : str
+        Prefix of the signal names.
+
+    Returns
+    -------
+    TreeResult
+        ``(value, valid, latency)``: the reduction in the order given in the module docstring,
+        its valid bit and the latency in cycles (:func:`tree_latency`).
+
+    Raises
+    ------
+    ValueError
+        For an empty ``values`` or a ``register_every`` outside 0..64.
+    """
+    values = list(values)
+    if not values:
+        raise ValueError("Tree input count must be between 1 and 65536, not 0")
+    pipelined = isinstance(combine, PipelinedCombine)
+    latency = tree_latency(len(values), register_every=register_every,
+                           combine_latency=combine.latency if pipelined else None)
+    levels = tree_levels(len(values))
+    level_valid = valid
+    for level in range(1, levels + 1):
+        if pipelined:
+            cycles = combine.latency
+        else:
+            cycles = int(register_every != 0 and (level % register_every == 0 or level == levels))
+        pairs = [(values[i], values[i + 1]) for i in range(0, len(values) - 1, 2)]
+        combined = []
+        for index, (a, b) in enumerate(pairs):
+            if pipelined:
+                combined.append(combine(m, a, b, level_valid))
+            else:
+                result = Value.cast(combine(m, a, b))
+                combined.append(delay(m, result, cycles, name=f"{name}_l{level}_{index}"))
+        if len(values) % 2:                   # the odd one out passes to the next level
+            combined.append(delay(m, values[-1], cycles, name=f"{name}_l{level}_pass"))
+        values = combined
+        level_valid = delay(m, level_valid, cycles, name=f"{name}_l{level}_valid", reset=True)
+    return TreeResult(values[0], level_valid, latency)

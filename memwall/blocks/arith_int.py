@@ -1,0 +1,75 @@
+"""Registry entries of the integer arithmetic units: requantizer and lane-parallel dot product."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hdl.arith.idot import IntDot
+from hdl.arith.requant import Requantizer
+
+from ..params import BlockParams
+from ..registry import Block, register
+
+
+@dataclass(frozen=True)
+class RequantParams(BlockParams):
+    """Requantizer widths, clamp range, multiplier width and signedness, pipeline depth.
+
+    The parameters are checked by :class:`hdl.arith.requant.Requantizer` (the registry builds the
+    component to validate them).
+    """
+
+    in_bits: int = 32
+    out_bits: int = 8
+    clamp: str = "symmetric"
+    mult_bits: int = 32
+    mult_signed: bool = True
+    stages: int = 4
+
+
+@dataclass(frozen=True)
+class IntDotParams(BlockParams):
+    """Dot-product lane count, operand and accumulator widths, tree register spacing."""
+
+    lanes: int = 16
+    a_bits: int = 8
+    b_bits: int = 8
+    acc_bits: int = 32
+    register_every: int = 1
+
+
+register(Block(
+    name="arith-requant",
+    family="arith",
+    summary="Requantizer: clamp(round_half_even(x * m / 2**shift)), int32 -> int8, saturating",
+    params=RequantParams,
+    presets={
+        # 16-bit input and multiplier: one partial product, the cheapest useful configuration.
+        "small": RequantParams(in_bits=16, out_bits=8, mult_bits=16, stages=2),
+        # int32 accumulators, TFLite-style 32-bit signed multiplier, int8 in [-127, 127].
+        "default": RequantParams(),
+        # The GEMV PE / FlowKV int8 path: full int8 range [-128, 127] as TFLite's int8 kernels.
+        "paper": RequantParams(clamp="full"),
+    },
+    build=lambda p: Requantizer(p.in_bits, p.out_bits, clamp=p.clamp, mult_bits=p.mult_bits,
+                                mult_signed=p.mult_signed, stages=p.stages),
+    golden="golden.arith.requant",
+    testbench="cocotb_tests.arith_int_tb",
+))
+
+register(Block(
+    name="arith-idot",
+    family="arith",
+    summary="Integer dot product: lanes x (int8 x int8 or int8 x int4) summed exactly to int32",
+    params=IntDotParams,
+    presets={
+        "small": IntDotParams(lanes=4, a_bits=8, b_bits=4),
+        "default": IntDotParams(lanes=16, a_bits=8, b_bits=8),
+        # In-flash GEMV PE: int8 activations x int4 weights, 16 lanes.
+        "paper": IntDotParams(lanes=16, a_bits=8, b_bits=4),
+    },
+    build=lambda p: IntDot(p.lanes, a_bits=p.a_bits, b_bits=p.b_bits, acc_bits=p.acc_bits,
+                           register_every=p.register_every),
+    golden="golden.arith.idot",
+    testbench="cocotb_tests.arith_int_tb",
+))

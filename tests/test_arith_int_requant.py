@@ -1,0 +1,204 @@
+# amaranth: UnusedElaboratable=no
+# (components built here only to check their parameter validation are never elaborated)
+"""Requantizer: golden model against hand-computed answers and an exact rational reference, the
+RTL against the golden model in Amaranth's simulator, and the pinned parameter messages."""
+
+import random
+import re
+
+import pytest
+from amaranth.sim import Simulator
+
+from golden.arith.requant import corner_cases, limits, reference, requantize
+from hdl.arith.requant import Requantizer
+from memwall import registry
+from memwall.params import ParameterError
+
+SEED = 31337
+I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
+
+# (x, m, shift, symmetric result, full result), each worked out by hand.
+HAND = [
+    (0, 12345, 7, 0, 0),
+    (5, 1, 0, 5, 5),                      # shift 0: the product itself
+    (5, 1, 1, 2, 2),                      # 2.5 -> 2 (tie to even)
+    (7, 1, 1, 4, 4),                      # 3.5 -> 4
+    (-5, 1, 1, -2, -2),                   # -2.5 -> -2
+    (-7, 1, 1, -4, -4),                   # -3.5 -> -4
+    (1, 1, 1, 0, 0),                      # 0.5 -> 0
+    (-1, 1, 1, 0, 0),                     # -0.5 -> 0
+    (3, 1, 1, 2, 2),                      # 1.5 -> 2
+    (-3, 1, 1, -2, -2),                   # -1.5 -> -2
+    (9, 1, 2, 2, 2),                      # 2.25 -> 2
+    (10, 1, 2, 2, 2),                     # 2.5 -> 2
+    (11, 1, 2, 3, 3),                     # 2.75 -> 3
+    (-11, 1, 2, -3, -3),                  # -2.75 -> -3
+    (-9, 1, 2, -2, -2),                   # -2.25 -> -2
+    (127, 1, 0, 127, 127),                # exactly the upper limit
+    (128, 1, 0, 127, 127),                # one beyond
+    (253, 1, 1, 126, 126),                # 126.5 -> 126
+    (255, 1, 1, 127, 127),                # 127.5 -> 128 -> saturates
+    (-127, 1, 0, -127, -127),
+    (-128, 1, 0, -127, -128),             # the full range's least value
+    (-129, 1, 0, -127, -128),
+    (-255, 1, 1, -127, -128),             # -127.5 -> -128 (even)
+    (-257, 1, 1, -127, -128),             # -128.5 -> -128 (even)
+    (-259, 1, 1, -127, -128),             # -129.5 -> -130 -> saturates
+    (100, 1 << 30, 31, 50, 50),           # TFLite multiplier 0.5
+    (101, 1 << 30, 31, 50, 50),           # 50.5 -> 50
+    (103, 1 << 30, 31, 52, 52),           # 51.5 -> 52
+    (-103, 1 << 30, 31, -52, -52),
+    (1000, 1 << 30, 31, 127, 127),        # 500 saturates
+    (I32_MIN, I32_MAX, 31, -127, -128),   # -(2**31 - 1) saturates
+    (I32_MIN, I32_MIN, 62, 1, 1),         # 2**62 / 2**62
+    (I32_MIN, I32_MIN, 61, 2, 2),
+    (I32_MIN, I32_MIN, 63, 0, 0),         # 0.5 -> 0
+    (I32_MIN, I32_MIN, 0, 127, 127),      # 2**62 saturates, does not wrap
+    (I32_MIN, I32_MAX, 0, -127, -128),
+    (I32_MAX, I32_MAX, 62, 1, 1),         # (2**62 - 2**32 + 1) / 2**62, just under 1
+    (I32_MAX, I32_MAX, 63, 0, 0),         # just under one half
+    (I32_MIN, 1, 63, 0, 0),               # -2**-32 -> 0
+    (-1, 1, 63, 0, 0),
+    (3 << 24, 3, 24, 9, 9),
+    (3 << 24, -3, 25, -4, -4),            # -4.5 -> -4
+]
+
+
+@pytest.mark.parametrize("x, m, shift, sym, full", HAND)
+def test_golden_hand(x, m, shift, sym, full):
+    assert int(requantize(x, m, shift)) == sym
+    assert int(requantize(x, m, shift, clamp="full")) == full
+    assert reference(x, m, shift) == sym
+    assert reference(x, m, shift, clamp="full") == full
+
+
+def test_limits():
+    assert limits(8, "symmetric") == (-127, 127)
+    assert limits(8, "full") == (-128, 127)
+    assert limits(4, "full") == (-8, 7)
+    assert limits(16, "symmetric") == (-32767, 32767)
+
+
+@pytest.mark.parametrize("out_bits, clamp", [(8, "symmetric"), (8, "full"), (4, "full"),
+                                             (16, "symmetric")])
+def test_golden_vs_reference(out_bits, clamp):
+    """Corner cases and 20 000 random operands (half of them with shifts that land in range)."""
+    rng = random.Random(SEED + out_bits)
+    cases = corner_cases(32, 32, True, out_bits) + corner_cases(32, 32, False, out_bits)
+    for _ in range(20000):
+        x = rng.randint(I32_MIN, I32_MAX)
+        m = rng.randint(I32_MIN, (1 << 32) - 1)
+        shift = rng.randint(0, 63) if rng.random() < 0.5 else \
+            max(0, min(63, abs(x * m).bit_length() - out_bits + rng.randint(-2, 2)))
+        cases.append((x, m, shift))
+    x, m, s = map(list, zip(*cases))
+    got = requantize(x, m, s, out_bits=out_bits, clamp=clamp)
+    want = [reference(*c, out_bits=out_bits, clamp=clamp) for c in cases]
+    bad = [(cases[i], int(got[i]), want[i]) for i in range(len(cases)) if got[i] != want[i]]
+    assert not bad, f"{len(bad)} mismatches, first {bad[:3]}"
+    # Stimulus sanity: the random half reaches both saturation limits and the interior.
+    lo, hi = limits(out_bits, clamp)
+    assert (got == lo).any() and (got == hi).any() and ((got > lo) & (got < hi)).sum() > 5000
+
+
+def simulate(dut: Requantizer, items):
+    """Feed items (x, m, shift) with random bubbles; return [(cycle_in, cycle_out, y)]."""
+    rng = random.Random(SEED)
+    got, sent = [], []
+    pending = list(items)
+
+    async def bench(ctx):
+        cycle = 0
+        while pending or len(got) < len(sent):
+            if pending and rng.random() < 0.7:
+                x, m, s = pending.pop(0)
+                ctx.set(dut.i.payload.x, x)
+                ctx.set(dut.i.payload.m, m)
+                ctx.set(dut.i.payload.shift, s)
+                ctx.set(dut.i.valid, 1)
+                sent.append(cycle)
+            else:
+                ctx.set(dut.i.valid, 0)
+            if ctx.get(dut.o.valid):
+                got.append((cycle, ctx.get(dut.o.payload.y)))
+            await ctx.tick()
+            cycle += 1
+            assert cycle < 10 * len(items) + 100, "no progress"
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return sent, got
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+@pytest.mark.parametrize("in_bits, out_bits, mult_bits, mult_signed, clamp", [
+    (32, 8, 32, True, "symmetric"), (32, 8, 32, False, "full"), (20, 6, 9, True, "full"),
+])
+def test_rtl_matches_golden(stages, in_bits, out_bits, mult_bits, mult_signed, clamp):
+    dut = Requantizer(in_bits, out_bits, clamp=clamp, mult_bits=mult_bits,
+                      mult_signed=mult_signed, stages=stages)
+    assert dut.latency == stages
+    rng = random.Random(SEED + stages)
+    m_lo, m_hi = ((-(1 << (mult_bits - 1)), (1 << (mult_bits - 1)) - 1) if mult_signed
+                  else (0, (1 << mult_bits) - 1))
+    items = corner_cases(in_bits, mult_bits, mult_signed, out_bits)
+    for _ in range(600):
+        x = rng.randint(-(1 << (in_bits - 1)), (1 << (in_bits - 1)) - 1)
+        m = rng.randint(m_lo, m_hi)
+        items.append((x, m, max(0, min(63, abs(x * m).bit_length() - out_bits
+                                       + rng.randint(-2, 2)))))
+    sent, got = simulate(dut, items)
+    assert [c + stages for c in sent] == [c for c, _ in got], "output valid cycles"
+    x, m, s = map(list, zip(*items))
+    want = requantize(x, m, s, out_bits=out_bits, clamp=clamp)
+    bad = [(items[i], got[i][1], int(want[i])) for i in range(len(items))
+           if got[i][1] != want[i]]
+    assert not bad, f"{len(bad)} mismatches (x, m, shift), got, expected: {bad[:3]}"
+
+
+def exact(message):
+    return "^" + re.escape(message) + "$"
+
+
+@pytest.mark.parametrize("kwargs, kind, message", [
+    ({"in_bits": 1}, ValueError, "Input width must be between 2 and 48, not 1"),
+    ({"in_bits": 49}, ValueError, "Input width must be between 2 and 48, not 49"),
+    ({"in_bits": 32.0}, TypeError, "Input width must be an integer between 2 and 48, not 32.0"),
+    ({"out_bits": 33}, ValueError, "Output width must be between 2 and 32, not 33"),
+    ({"in_bits": 16, "out_bits": 17}, ValueError, "Output width must be between 2 and 16, not 17"),
+    ({"out_bits": 1}, ValueError, "Output width must be between 2 and 32, not 1"),
+    ({"clamp": "saturate"}, ValueError,
+     "Clamp must be 'symmetric' ([-(2**(b-1) - 1), 2**(b-1) - 1]) or 'full' "
+     "([-2**(b-1), 2**(b-1) - 1]), not 'saturate'"),
+    ({"mult_bits": 33}, ValueError, "Multiplier width must be between 2 and 32, not 33"),
+    ({"mult_bits": 1}, ValueError, "Multiplier width must be between 2 and 32, not 1"),
+    ({"mult_signed": 1}, TypeError, "Multiplier signedness must be True or False, not 1"),
+    ({"stages": 0}, ValueError, "Pipeline stages must be between 1 and 4, not 0"),
+    ({"stages": 5}, ValueError, "Pipeline stages must be between 1 and 4, not 5"),
+])
+def test_errors(kwargs, kind, message):
+    with pytest.raises(kind, match=exact(message)):
+        Requantizer(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"in_bits": 2, "out_bits": 2}, {"in_bits": 48}, {"out_bits": 32}, {"clamp": "full"},
+    {"mult_bits": 2}, {"mult_bits": 32, "mult_signed": False}, {"stages": 1}, {"stages": 4},
+])
+def test_accepted(kwargs):
+    Requantizer(**kwargs)
+
+
+def test_registry():
+    block = registry.get("arith-requant")
+    assert block.family == "arith"
+    for preset in ("small", "default", "paper"):
+        block.validate(block.parameters(preset))
+    assert block.parameters("default").clamp == "symmetric"
+    assert block.parameters("paper").clamp == "full"
+    with pytest.raises(ParameterError, match=exact("Pipeline stages must be between 1 and 4, "
+                                                   "not 7")):
+        block.parameters("default", {"stages": "7"})
+    assert block.elaborate(block.parameters("default", {"stages": "2"})).latency == 2
