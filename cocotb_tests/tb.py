@@ -40,6 +40,15 @@ def load_design():
     return block, params, component, {p["name"]: p for p in registry.ports(component)}
 
 
+def select_tb(dut, classes: dict[str, type], **kwargs) -> "BlockTB":
+    """Build the TB class that ``classes`` names for the block under test (set by the launcher)."""
+    block = load_design()[0]
+    if block.name not in classes:
+        raise AssertionError(f"no testbench class for block {block.name}; this module covers "
+                             f"{', '.join(classes)}")
+    return classes[block.name](dut, **kwargs)
+
+
 class BlockTB(abc.ABC):
     """Clock, reset, streams and scoreboard for one block.
 
@@ -95,6 +104,21 @@ class BlockTB(abc.ABC):
             existing = json.loads(Path(path).read_text()) if Path(path).exists() else {}
             existing[test] = figures
             Path(path).write_text(json.dumps(existing, indent=2))
+
+    def check_full_rate(self, items: int, latency: int, *, source: str = "i", sink: str = "o",
+                        latency_meaning: str = "input valid to output valid"):
+        """After :meth:`drain` of a run with no idle cycles and no back-pressure: report the
+        measured figures and assert one output per cycle and the expected latency (in cycles
+        from the first ``source`` transfer to the first ``sink`` transfer)."""
+        out, inp = self.output_monitors[sink], self.input_monitors[source]
+        measured = out.first_cycle - inp.first_cycle
+        span = out.last_cycle - out.first_cycle + 1
+        self.report("full_rate", items=items, cycles=span, per_cycle=round(items / span, 4),
+                    latency=measured, latency_meaning=latency_meaning)
+        assert span == items, f"{items} results took {span} cycles, not one per cycle"
+        assert measured == latency, \
+            f"first result came {measured} cycles after its input ({latency_meaning}), " \
+            f"not the expected {latency}"
 
     async def reset(self, cycles: int = 3):
         self.dut.rst.value = 1

@@ -12,7 +12,7 @@ from cocotb.triggers import ClockCycles
 from golden import umdam as golden
 from hdl.umdam import COORDINATES, WalkOrder
 
-from .tb import BlockTB, load_design
+from .tb import BlockTB, select_tb
 
 
 class MapperTB(BlockTB):
@@ -111,9 +111,8 @@ class TileGenTB(BlockTB):
 _TB = {"umdam": MapperTB, "umdam-composer": ComposerTB, "umdam-tilegen": TileGenTB}
 
 
-def make_tb(dut, **kwargs) -> BlockTB:
-    block = load_design()[0]
-    return _TB[block.name](dut, **kwargs)
+def make_tb(dut, **kwargs):
+    return select_tb(dut, _TB, **kwargs)
 
 
 @cocotb.test()
@@ -170,23 +169,12 @@ async def full_rate(dut):
         rows, cols = min(p.max_rows, 2 * tb.tile_height + 3), min(p.max_cols, 2 * tb.tile_width + 1)
         tb.send("cmd", [tb.command(rows, cols, 0, "npu")])
         await tb.drain()
-        out, cmd = tb.output_monitors["o"], tb.input_monitors["cmd"]
         count = rows * cols
-        latency = out.first_cycle - cmd.first_cycle
-        span = out.last_cycle - out.first_cycle + 1
-        tb.report("full_rate", items=count, cycles=span, per_cycle=round(count / span, 4),
-                  latency=latency, latency_meaning="command accepted to first address")
-        assert span == count, f"{count} addresses took {span} cycles, not one per cycle"
-        assert latency == 4, f"first address came {latency} cycles after the command, not 4"
+        tb.check_full_rate(count, tb.component.command_latency, source="cmd",
+                           latency_meaning="command accepted to first address")
     else:
         count = 500
         tb.send("i", tb.stimulus(count)[:count])
         await tb.drain()
-        out, inp = tb.output_monitors["o"], tb.input_monitors["i"]
-        latency = out.first_cycle - inp.first_cycle
-        span = out.last_cycle - out.first_cycle + 1
-        tb.report("full_rate", items=count, cycles=span, per_cycle=round(count / span, 4),
-                  latency=latency, latency_meaning="input accepted to output valid")
-        assert span == count, f"{count} results took {span} cycles, not one per cycle"
-        assert latency == tb.params.latency, \
-            f"latency {latency} cycles, but the block is built with latency {tb.params.latency}"
+        tb.check_full_rate(count, tb.params.latency,
+                           latency_meaning="input accepted to output valid")

@@ -211,8 +211,14 @@ def cmd_build(args) -> int:
 def cmd_bench(args) -> int:
     from cocotb_tests.bench import bench_family
 
-    _, md_path = bench_family(args.family, tuple(args.preset or ("default", "paper")),
-                              simulator=args.simulator, progress=_status)
+    from cocotb_tests.launcher import SimulationError
+
+    try:
+        _, md_path = bench_family(args.family, tuple(args.preset or ("default", "paper")),
+                                  simulator=args.simulator, progress=_status)
+    except (SimulationError, AssertionError) as exc:
+        print(f"memwall: bench {args.family}: {exc}", file=sys.stderr)
+        return EXIT_TOOL
     print(md_path.read_text(), end="")
     _status(f"wrote {md_path} and {md_path.with_suffix('.json')}")
     return 0

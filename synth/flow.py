@@ -380,7 +380,9 @@ def _stat_module(step: str, stat_path: Path, log_path: Path, top: str) -> dict[s
         module = modules[_module_key(modules, top)]
     except KeyError:
         raise SynthError(step, log_path, f"{stat_path.name} has no module {top}") from None
-    return {str(k): int(v) for k, v in module.get("num_cells_by_type", {}).items()}
+    # $scopeinfo cells only record the source hierarchy for debugging; they are not logic.
+    return {str(k): int(v) for k, v in module.get("num_cells_by_type", {}).items()
+            if not str(k).startswith("$scopeinfo")}
 
 
 _UTIL_LINE = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%\s*$")

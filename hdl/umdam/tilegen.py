@@ -91,6 +91,9 @@ class TileAddressGenerator(wiring.Component):
             }))),
         })
 
+    #: Cycles from an accepted command to its first address (Size, Extent, Check, Walk).
+    command_latency = 4
+
     @property
     def mapping(self) -> AddressMapping:
         return self._mapping

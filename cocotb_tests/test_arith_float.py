@@ -1,0 +1,41 @@
+"""Run the floating-point testbenches under Icarus and Verilator for several parameter sets."""
+
+import pytest
+
+from memwall import registry
+
+from .launcher import SIMULATORS, run_block
+
+#: (block, preset, overrides, simulators). A Verilator compile costs ~10 s, so every block runs
+#: under both simulators at one parameter set and the other sets (formats, depths) under Icarus
+#: only; every stage count and format pair is also simulated in-process
+#: (tests/test_arith_float_hdl.py). Whole file: about 1.5 minutes on one core.
+BOTH, ICARUS = SIMULATORS, ("icarus",)
+CASES = [
+    ("arith-fpmul", "default", {}, BOTH),
+    ("arith-fpmul", "paper", {"stages": "1"}, ICARUS),
+    ("arith-fpmul", "small", {"a_fmt": "fp16", "b_fmt": "fp16", "out_fmt": "fp16"}, ICARUS),
+    ("arith-fpadd", "default", {}, BOTH),
+    ("arith-fpadd", "small", {"stages": "7"}, ICARUS),
+    ("arith-fpadd", "small", {"fmt": "fp16", "stages": "1"}, ICARUS),
+    ("arith-fpmac", "default", {}, BOTH),
+    ("arith-fpconv", "default", {}, BOTH),
+    ("arith-fpconv", "paper", {"stages": "1"}, ICARUS),
+    ("arith-int2fp", "default", {}, BOTH),
+    ("arith-int2fp", "small", {}, ICARUS),
+    ("arith-fdot", "small", {}, BOTH),
+    ("arith-fdot", "small", {"in_fmt": "fp16", "lanes": "4", "add_stages": "2"}, ICARUS),
+]
+RUNS = [(case[:3], simulator) for case in CASES for simulator in case[3]]
+
+
+def _id(run):
+    (block, preset, overrides), simulator = run
+    return "-".join([block, preset, *(f"{k}={v}" for k, v in overrides.items()), simulator])
+
+
+@pytest.mark.parametrize("case, simulator", RUNS, ids=[_id(r) for r in RUNS])
+def test_arith_float(case, simulator):
+    block, preset, overrides = case
+    params = registry.get(block).parameters(preset, overrides)
+    run_block(block, params, simulator)

@@ -1,0 +1,31 @@
+"""Run the fp32 function-unit testbenches (exp2, reciprocal, rsqrt) under Icarus and Verilator."""
+
+import pytest
+
+from memwall import registry
+
+from .launcher import SIMULATORS, run_block
+
+#: (block, preset, overrides): each unit at its default (the accuracy target), exp2 with the
+#: smallest table and no inner registers, rsqrt with the most steps (the narrowest error term).
+#: The other iteration counts run in Amaranth's simulator (tests/test_arith_func_hdl.py).
+CASES = [
+    ("arith-exp2", "default", {}),
+    ("arith-exp2", "small", {}),
+    ("arith-recip", "default", {}),
+    ("arith-rsqrt", "default", {}),
+    ("arith-rsqrt", "default", {"iterations": "3"}),
+]
+
+
+def _id(case):
+    block, preset, overrides = case
+    return "-".join([block, preset, *(f"{k}={v}" for k, v in overrides.items())])
+
+
+@pytest.mark.parametrize("simulator", SIMULATORS)
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_arith_func(case, simulator):
+    block, preset, overrides = case
+    params = registry.get(block).parameters(preset, overrides)
+    run_block(block, params, simulator)

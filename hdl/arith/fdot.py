@@ -1,0 +1,97 @@
+"""Lane-parallel floating-point dot product: exact products summed by a pipelined adder tree."""
+
+from __future__ import annotations
+
+from amaranth import Module
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..validate import power_of_two
+from .format import BF16, FP32, FloatFormat, float_format
+from .fpadd import FloatAdder
+from .fpmul import FloatMultiplier
+from .tree import reduce_tree, tree_latency, unit_combine
+
+__all__ = ["FloatDot"]
+
+
+class FloatDot(wiring.Component):
+    """Compute the dot product of two vectors of ``lanes`` floats each, every cycle.
+
+    Parameters
+    ----------
+    in_fmt : FloatFormat or str
+        Format of the vector elements (default bf16).
+    lanes : int
+        Vector length, a power of two from 1 to 64 (default 8).
+    acc_fmt : FloatFormat or str
+        Format of the products, of every partial sum and of the result (default fp32).
+    mul_stages, add_stages : int
+        Register stages of each :class:`FloatMultiplier` (1 to 5, default 5) and each
+        :class:`FloatAdder` (1 to 7, default 6).
+
+    Members
+    -------
+    i : In(stream.Signature(StructLayout({"a": ArrayLayout(in_fmt.width, lanes),
+                                          "b": ArrayLayout(in_fmt.width, lanes)}),
+                            always_ready=True))
+    o : Out(stream.Signature(StructLayout({"y": acc_fmt.width}), always_ready=True))
+        ``y = sum(a[k] * b[k])`` in the order below.
+
+    Latency ``mul_stages + log2(lanes) * add_stages`` cycles from ``i.valid`` to ``o.valid``; one
+    dot product per cycle.
+
+    Summation order and numerics: each product ``a[k] * b[k]`` is rounded to ``acc_fmt`` (exact for
+    bf16 or fp16 into fp32, apart from bf16 products beyond the fp32 range); the products are then
+    added pairwise, each sum rounded to ``acc_fmt``: ``(p0 + p1), (p2 + p3), ...``, then
+    neighbouring pairs of those, down to one value (:mod:`hdl.arith.tree`). Each addition follows
+    :class:`FloatAdder` (round to nearest even, flush-to-zero, IEEE specials: a NaN or
+    ``inf - inf`` anywhere gives the canonical NaN).
+    """
+
+    def __init__(self, in_fmt: FloatFormat | str = BF16, lanes: int = 8,
+                 acc_fmt: FloatFormat | str = FP32, *, mul_stages: int = 5,
+                 add_stages: int = 6):
+        self._in_fmt = float_format(in_fmt)
+        self._acc_fmt = float_format(acc_fmt)
+        self._lanes = lanes
+        self._levels = power_of_two(lanes, "Lane count", 1, 64)
+        # Built once here so that bad stage counts are reported at configuration time.
+        probe_mul = FloatMultiplier(self._in_fmt, self._in_fmt, self._acc_fmt, stages=mul_stages)
+        probe_add = FloatAdder(self._acc_fmt, stages=add_stages)
+        probe_mul._MustUse__used = probe_add._MustUse__used = True
+        self._mul_stages, self._add_stages = mul_stages, add_stages
+        element = self._in_fmt.width
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({
+                "a": data.ArrayLayout(element, lanes), "b": data.ArrayLayout(element, lanes)}),
+                always_ready=True)),
+            "o": Out(stream.Signature(data.StructLayout({"y": self._acc_fmt.width}),
+                                      always_ready=True)),
+        })
+
+    in_fmt = property(lambda self: self._in_fmt)
+    acc_fmt = property(lambda self: self._acc_fmt)
+    lanes = property(lambda self: self._lanes)
+
+    @property
+    def latency(self) -> int:
+        """Cycles from ``i.valid`` to ``o.valid``: ``mul_stages + log2(lanes) * add_stages``."""
+        return self._mul_stages + tree_latency(self._lanes, combine_latency=self._add_stages)
+
+    def elaborate(self, platform):
+        m = Module()
+        products = []
+        for k in range(self._lanes):
+            mul = FloatMultiplier(self._in_fmt, self._in_fmt, self._acc_fmt,
+                                  stages=self._mul_stages)
+            m.submodules[f"mul{k}"] = mul
+            m.d.comb += [mul.i.valid.eq(self.i.valid),
+                         mul.i.payload.a.eq(self.i.payload.a[k]),
+                         mul.i.payload.b.eq(self.i.payload.b[k])]
+            products.append(mul.o.payload.y)
+        valid = mul.o.valid
+        combine = unit_combine(lambda: FloatAdder(self._acc_fmt, stages=self._add_stages))
+        value, valid, _ = reduce_tree(m, products, combine, valid=valid, name="sum")
+        m.d.comb += [self.o.valid.eq(valid), self.o.payload.y.eq(value)]
+        return m

@@ -1,0 +1,288 @@
+"""Combinational floating-point building blocks shared by the arithmetic units, and the pipeline
+register placer they all use.
+
+:func:`unpack` splits a bit pattern into sign, unbiased exponent and significand (hidden bit
+included) plus class flags; :func:`round_pack` rounds a normalized significand to a format and packs
+it, handling overflow, underflow and the special values. Both follow the conventions of
+:mod:`hdl.arith.format`:
+
+* subnormal inputs read as zero of the same sign (``sig = 0``, ``is_zero = 1``);
+* rounding is to nearest, ties to even;
+* **underflow rule.** The packed result is the IEEE 754 result (gradual underflow, rounded to
+  nearest even on the subnormal grid) with every subnormal result then flushed to zero of the same
+  sign. Equivalently: a value below the smallest normal ``2**emin`` becomes ``2**emin`` exactly when
+  it is at least ``2**emin - 2**(emin - precision)`` (the IEEE rounding of such a value on the
+  subnormal grid is ``2**emin``), otherwise zero of its sign. So a unit's result equals NumPy's
+  result in the same format with subnormal results flushed (``golden.arith.float.from_float``);
+* overflow (an exponent above ``emax`` after rounding) gives infinity of the result's sign;
+* every NaN result is the canonical quiet NaN of the result format.
+
+:class:`Pipeline` inserts registers at a unit's cut points: the unit writes its datapath once as a
+chain of combinational steps separated by :meth:`Pipeline.cut` calls, and the ``stages`` parameter
+decides which cuts become registers.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+from amaranth import Cat, Const, Module, Mux, Signal, Value, signed
+from amaranth.lib import data
+
+from .format import FloatFormat
+
+__all__ = ["Unpacked", "unpack", "round_pack", "exponent_shape", "leading_zeros", "normalize",
+           "shift_right_sticky", "Pipeline"]
+
+
+def exponent_shape(fmt: FloatFormat):
+    """Shape of :attr:`Unpacked.exp` for ``fmt``: ``signed(exp_bits + 2)``."""
+    return signed(fmt.exp_bits + 2)
+
+
+class Unpacked(NamedTuple):
+    """A float split into fields (all Amaranth Values).
+
+    Attributes
+    ----------
+    sign : Value
+        1 bit.
+    exp : Value
+        ``signed(exp_bits + 2)``: the unbiased exponent ``exp_field - bias`` (``-bias`` for zero
+        and subnormal inputs, ``emax + 1`` for infinity and NaN).
+    sig : Value
+        ``fmt.precision`` bits, hidden bit included: value ``sig * 2**(exp - man_bits)``. 0 for
+        zero and subnormal inputs (flush-to-zero), and for infinity and NaN.
+    is_zero, is_inf, is_nan : Value
+        1 bit each; ``is_zero`` is set for zeros and subnormals.
+    """
+
+    sign: Value
+    exp: Value
+    sig: Value
+    is_zero: Value
+    is_inf: Value
+    is_nan: Value
+
+
+def unpack(fmt: FloatFormat, bits) -> Unpacked:
+    """Split the ``fmt.width``-bit pattern ``bits`` into an :class:`Unpacked` (combinational)."""
+    bits = Value.cast(bits)
+    sign, exp_field, frac = fmt.fields(bits)
+    is_special = exp_field == fmt.exp_max_field
+    is_zero = exp_field == 0
+    exp = (Cat(exp_field, Const(0, 2)).as_signed() - fmt.bias)[:fmt.exp_bits + 2].as_signed()
+    sig = Mux(is_zero | is_special, 0, Cat(frac, Const(1, 1)))
+    return Unpacked(sign, exp, sig, is_zero, is_special & (frac == 0), is_special & (frac != 0))
+
+
+def round_pack(fmt: FloatFormat, sign, exp, sig, sticky, *, is_zero=0, is_inf=0,
+               is_nan=0) -> Value:
+    """Round a normalized significand to ``fmt`` and return the packed ``fmt.width``-bit pattern.
+
+    Parameters
+    ----------
+    fmt : FloatFormat
+        Result format.
+    sign : Value
+        1 bit.
+    exp : Value
+        Signed unbiased exponent of the MSB of ``sig`` (any width that holds it).
+    sig : Value
+        ``W >= fmt.precision`` bits, normalized: its MSB is the leading 1 and has weight
+        ``2**exp``. All zero means a zero result of sign ``sign``.
+    sticky : Value
+        OR of every bit of the exact value below ``sig``'s LSB.
+    is_zero, is_inf, is_nan : Value or int
+        Special results, in increasing priority: zero of sign ``sign``, infinity of sign ``sign``,
+        canonical NaN.
+
+    Rounds to nearest, ties to even. A carry out of rounding renormalizes (``exp + 1``). Above
+    ``emax`` after rounding: infinity of the sign. Below ``emin``: the underflow rule of this
+    module (IEEE 754 result with subnormal results flushed to zero of the sign; only values in
+    ``[2**emin - 2**(emin - precision), 2**emin)`` round up to the smallest normal).
+    """
+    sig = Value.cast(sig)
+    exp = Value.cast(exp)
+    p = fmt.precision
+    width = len(sig)
+    if width < p:
+        raise ValueError(f"Significand width must be at least the precision {p} of {fmt}, "
+                         f"not {width}")
+    kept = sig[width - p:]
+    if width == p:
+        guard, rest = Const(0, 1), Value.cast(sticky)
+    else:
+        guard = sig[width - p - 1]
+        rest = (sig[:width - p - 1].any() if width - p - 1 else Const(0, 1)) | sticky
+    up = guard & (rest | kept[0])
+    # One carry chain: incrementing fraction and biased exponent together renormalizes a carry
+    # out of the fraction (all ones + 1 = next binade). Range checks look at the biased exponent
+    # before rounding, beside the chain, and only combine with ``kept.all() & up`` at the end.
+    biased = Value.cast(exp + fmt.bias)
+    all_ones = kept.all()
+    incremented = Cat(kept[:fmt.man_bits], biased[:fmt.exp_bits]) + up
+    normal = Cat(incremented[:fmt.width - 1], sign)
+    overflow = (biased >= fmt.exp_max_field) | \
+        ((biased == fmt.exp_max_field - 1) & all_ones & up)
+    tiny = biased < 1
+    # IEEE rounding on the subnormal grid of [2**(emin-1), 2**emin) reaches 2**emin exactly when the
+    # kept bits are all ones (value >= 2**emin - half a subnormal ulp); everything else is flushed.
+    to_min_normal = (biased == 0) & all_ones
+    zero = Cat(Const(0, fmt.width - 1), sign)
+    infinity = Cat(Const(0, fmt.man_bits), Const(fmt.exp_max_field, fmt.exp_bits), sign)
+    min_normal = Cat(Const(0, fmt.man_bits), Const(1, fmt.exp_bits), sign)
+    nan = Const(fmt.canonical_nan, fmt.width)
+    is_zero = Value.cast(is_zero) | (sig == 0)
+    return Mux(is_nan, nan,
+               Mux(is_inf, infinity,
+                   Mux(is_zero, zero,
+                       Mux(overflow, infinity,
+                           Mux(tiny, Mux(to_min_normal, min_normal, zero), normal)))))
+
+
+def leading_zeros(value) -> Value:
+    """Return the number of leading zero bits of ``value`` (``len(value)`` when it is zero)."""
+    return normalize(value)[0]
+
+
+def normalize(value, m: Module | None = None, steps: Sequence[int] | None = None):
+    """Shift ``value`` left until its MSB is 1; return ``(shift, shifted)`` (combinational).
+
+    A logarithmic shifter: for each power of two ``2**k`` from the largest down, if the top
+    ``2**k`` bits are zero, shift by ``2**k``. An all-zero ``value`` gives ``shift`` =
+    ``2**K - 1`` (the sum of all steps, at least ``len(value) - 1``) and ``shifted`` = 0; callers
+    test for zero separately. ``steps`` (descending powers of two) does only those levels, for a
+    normalization split across pipeline stages. Each level uses the previous one twice, so pass
+    ``m`` to hold every level in a signal (else the generated expression grows exponentially with
+    the levels).
+    """
+    value = Value.cast(value)
+    width = len(value)
+    levels = max(1, (width - 1).bit_length())
+    shift = Const(0, levels)
+    shifted = value
+    if steps is None:
+        steps = [1 << k for k in reversed(range(levels))]
+    for step in steps:
+        k = step.bit_length() - 1
+        if step >= width:
+            continue
+        top_zero = shifted[width - step:] == 0
+        shifted = Mux(top_zero, Cat(Const(0, step), shifted[:width - step]), shifted)
+        shift = shift | Mux(top_zero, step, 0)
+        if m is not None:
+            shifted, shift = _hold(m, shifted, f"norm{k}"), _hold(m, shift, f"norm{k}_shift")
+    return shift, shifted
+
+
+def shift_right_sticky(value, amount, limit: int):
+    """Return ``(value >> amount, sticky)``: ``sticky`` is the OR of the bits shifted out.
+
+    ``amount`` is clamped to ``limit`` (at least ``len(value)``: everything goes to sticky)."""
+    value = Value.cast(value)
+    width = len(value)
+    amount = Mux(amount > limit, limit, amount)
+    wide = Cat(Const(0, width), value) >> amount
+    return wide[width:], wide[:width].any()
+
+
+def _hold(m: Module, value, name: str):
+    """Return a combinational signal driven by ``value`` (shares one expression among its uses)."""
+    if isinstance(value, data.View):
+        signal = Signal(value.shape(), name=name)
+    else:
+        value = Value.cast(value)
+        signal = Signal(value.shape(), name=name)
+    m.d.comb += signal.eq(value)
+    return signal
+
+
+class Pipeline:
+    """Place the registers of a fully pipelined datapath at chosen cut points.
+
+    A unit writes its datapath once, as combinational steps separated by ``cut`` calls. The first
+    ``stages - 1`` indices of ``order`` become registers; the output (``output``) is always
+    registered, so the latency is ``stages`` cycles and a new input is accepted every cycle.
+
+    Parameters
+    ----------
+    m : Module
+    valid : Value
+        The input valid bit; it travels with the data through the same registers.
+    cuts : int
+        Number of cut points the datapath offers.
+    stages : int
+        Register stages (latency), 1 to ``cuts + 1``.
+    order : sequence of int
+        Cut indices in the order they become registers as ``stages`` grows (each index once);
+        default: spread evenly.
+    """
+
+    def __init__(self, m: Module, valid, *, cuts: int, stages: int,
+                 order: Sequence[int] | None = None):
+        self.m = m
+        self.valid = Value.cast(valid)
+        if order is None:
+            order = spread(cuts)
+        if sorted(order) != list(range(cuts)):
+            raise ValueError(f"Cut order must list each of the {cuts} cut indices once, "
+                             f"not {list(order)}")
+        self._registered = set(order[:stages - 1])
+        self._next = 0
+        self.cuts = cuts
+
+    def cut(self, *values):
+        """Mark the next cut point; return ``values`` (registered there if chosen)."""
+        index = self._next
+        self._next += 1
+        if index >= self.cuts:
+            raise ValueError(f"datapath has more cut points than the {self.cuts} declared")
+        if index not in self._registered:
+            # Still a signal (combinational): later steps use these values several times.
+            out = [_hold(self.m, value, f"c{index}_{n}") for n, value in enumerate(values)]
+            return out if len(out) != 1 else out[0]
+        out = self._register(values)
+        return out if len(out) != 1 else out[0]
+
+    def _register(self, values):
+        valid = Signal(name=f"valid_{self._next}")
+        self.m.d.sync += valid.eq(self.valid)
+        self.valid = valid
+        out = []
+        for n, value in enumerate(values):
+            if isinstance(value, data.View):
+                reg = Signal(value.shape(), name=f"p{self._next}_{n}", reset_less=True)
+            else:
+                value = Value.cast(value)
+                reg = Signal(value.shape(), name=f"p{self._next}_{n}", reset_less=True)
+            self.m.d.sync += reg.eq(value)
+            out.append(reg)
+        return out
+
+    def output(self, sink, payload):
+        """Register ``payload`` (a Value or dict of field values) into the stream ``sink``."""
+        if self._next != self.cuts:
+            raise ValueError(f"datapath passed {self._next} of its {self.cuts} cut points")
+        self.m.d.sync += sink.valid.eq(self.valid)
+        if isinstance(payload, dict):
+            for name, value in payload.items():
+                self.m.d.sync += sink.payload[name].eq(value)
+        else:
+            self.m.d.sync += sink.payload.eq(payload)
+
+
+def spread(cuts: int) -> list[int]:
+    """Cut indices ordered so that each prefix is spread roughly evenly over the datapath."""
+    order: list[int] = []
+    for n in range(1, cuts + 1):
+        chosen = {((i + 1) * (cuts + 1)) // (n + 1) - 1 for i in range(n)}
+        for index in sorted(chosen):
+            if index not in order:
+                order.append(index)
+        for index in range(cuts):
+            if len(order) >= n:
+                break
+            if index not in order:
+                order.append(index)
+    return order[:cuts]

@@ -1,0 +1,125 @@
+"""Pipelined floating-point adder."""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..validate import integer
+from .float import Pipeline, normalize, round_pack, shift_right_sticky, unpack
+from .format import FP32, FloatFormat, float_format
+
+__all__ = ["FloatAdder"]
+
+#: Cut points: 0 after unpack and magnitude compare, 1 after the coarse alignment shift, 2 after
+#: the fine one, 3 after the add, 4 after the coarse normalizing shift, 5 after the fine one.
+#: Order in which they become registers as ``stages`` grows.
+_CUT_ORDER = (2, 4, 0, 3, 5, 1)
+#: Guard, round and sticky bits kept below the significand during alignment.
+_EXTRA = 3
+
+
+class FloatAdder(wiring.Component):
+    """Add two floats of one format.
+
+    Parameters
+    ----------
+    fmt : FloatFormat or str
+        Format of both inputs and the result (``"fp32"``, ``"bf16"``, ``"fp16"``).
+    stages : int
+        Register stages, 1 to 7 (default 6): the latency in cycles.
+
+    Members
+    -------
+    i : In(stream.Signature(StructLayout({"a": fmt.width, "b": fmt.width}), always_ready=True))
+    o : Out(stream.Signature(StructLayout({"y": fmt.width}), always_ready=True))
+        ``y = round(a + b)``.
+
+    Latency ``stages`` cycles from ``i.valid`` to ``o.valid``; one sum per cycle. Subtraction is
+    addition of a negated operand (flip the sign bit).
+
+    Numerics: the correctly rounded IEEE 754 sum (round to nearest even) with subnormal inputs read
+    as zero and subnormal results flushed to zero of their sign. A sum of two normal numbers that
+    falls below the smallest normal is exact on the subnormal grid, so it is always flushed (never
+    rounded up to the smallest normal). ``x + (-x)`` is +0; ``(+0) + (-0)`` is +0, ``(-0) + (-0)``
+    is -0; ``inf + (-inf)`` and NaN inputs give the canonical NaN; overflow gives infinity.
+    """
+
+    def __init__(self, fmt: FloatFormat | str = FP32, *, stages: int = 6):
+        self._fmt = float_format(fmt)
+        self._stages = integer(stages, "Adder stage count", 1, len(_CUT_ORDER) + 1)
+        width = self._fmt.width
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({"a": width, "b": width}),
+                                     always_ready=True)),
+            "o": Out(stream.Signature(data.StructLayout({"y": width}), always_ready=True)),
+        })
+
+    fmt = property(lambda self: self._fmt)
+    stages = property(lambda self: self._stages)
+
+    @property
+    def latency(self) -> int:
+        """Cycles from ``i.valid`` to ``o.valid``: ``stages``."""
+        return self._stages
+
+    def elaborate(self, platform):
+        m = Module()
+        fmt = self._fmt
+        p = fmt.precision
+        pipe = Pipeline(m, self.i.valid, cuts=6, stages=self._stages, order=_CUT_ORDER)
+        a = unpack(fmt, self.i.payload.a)
+        b = unpack(fmt, self.i.payload.b)
+        # Magnitude order on the codes without sign (flushed subnormals are zeros: whichever
+        # of two zeros counts as the bigger makes no difference).
+        magnitude = fmt.width - 1
+        swap = self.i.payload.b[:magnitude] > self.i.payload.a[:magnitude]
+        big_sig = Mux(swap, b.sig, a.sig)
+        small_sig = Mux(swap, a.sig, b.sig)
+        big_exp = Mux(swap, b.exp, a.exp)
+        diff = (Mux(swap, b.exp - a.exp, a.exp - b.exp))[:fmt.exp_bits + 1]
+        big_sign = Mux(swap, b.sign, a.sign)
+        subtract = a.sign ^ b.sign
+        is_nan = a.is_nan | b.is_nan | (a.is_inf & b.is_inf & subtract)
+        is_inf = a.is_inf | b.is_inf
+        inf_sign = Mux(a.is_inf, a.sign, b.sign)
+        both_zero_sign = a.sign & b.sign       # the sign of an exact zero sum under RNE
+        flags = Cat(big_sign, subtract, is_nan, is_inf, inf_sign, both_zero_sign)
+        big_sig, small_sig, big_exp, diff, flags = pipe.cut(big_sig, small_sig, big_exp, diff,
+                                                            flags)
+
+        # Align the smaller operand: shift right by the exponent difference, keeping guard and
+        # round bits and folding everything shifted further out into a sticky LSB. Coarse
+        # (multiples of 8) and fine steps, each ORing what it shifts out into the sticky bit.
+        width = p + _EXTRA
+        small_ext = Cat(Const(0, _EXTRA), small_sig)
+        coarse = Mux(diff >= width, width, Cat(Const(0, 3), diff[3:]))
+        aligned, sticky = shift_right_sticky(small_ext, coarse, width)
+        big_sig, aligned, sticky, fine, big_exp, flags = pipe.cut(big_sig, aligned, sticky,
+                                                                  diff[:3], big_exp, flags)
+        aligned, sticky_fine = shift_right_sticky(aligned, fine, 7)
+        aligned = Cat(aligned[0] | sticky | sticky_fine, aligned[1:])
+        big_ext = Cat(Const(0, _EXTRA), big_sig)
+        big_ext, aligned, big_exp, flags = pipe.cut(big_ext, aligned, big_exp, flags)
+
+        subtract = flags[1]
+        total = Mux(subtract, big_ext - aligned, big_ext + aligned)[:width + 1]
+        total, big_exp, flags = pipe.cut(total, big_exp, flags)
+
+        # The MSB of ``total`` has weight 2**(big_exp + 1).
+        coarse_steps = [step for step in (32, 16, 8) if step < width + 1]
+        shift_coarse, normalized = normalize(total, m, steps=coarse_steps)
+        exp = big_exp + 1 - shift_coarse
+        normalized, exp, flags, total_zero = pipe.cut(normalized, exp, flags, total == 0)
+        shift_fine, normalized = normalize(normalized, m, steps=(4, 2, 1))
+        exp = exp - shift_fine
+        normalized, exp, flags, total_zero = pipe.cut(normalized, exp, flags, total_zero)
+
+        big_sign, is_nan, is_inf, inf_sign, both_zero_sign = \
+            flags[0], flags[2], flags[3], flags[4], flags[5]
+        sign = Mux(is_inf, inf_sign, Mux(total_zero, both_zero_sign, big_sign))
+        y = round_pack(fmt, sign, exp, normalized, 0, is_zero=total_zero, is_inf=is_inf,
+                       is_nan=is_nan)
+        pipe.output(self.o, {"y": y})
+        return m

@@ -1,0 +1,87 @@
+"""Pipelined floating-point multiply-add ``a * b + c`` built from the multiplier and the adder."""
+
+from __future__ import annotations
+
+from amaranth import Module
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .format import BF16, FP32, FloatFormat, float_format
+from .fpadd import FloatAdder
+from .fpmul import FloatMultiplier
+from .tree import delay
+
+__all__ = ["FloatMAC"]
+
+
+class FloatMAC(wiring.Component):
+    """Compute ``a * b + c`` with two roundings (not fused).
+
+    Parameters
+    ----------
+    in_fmt : FloatFormat or str
+        Format of ``a`` and ``b`` (default bf16).
+    acc_fmt : FloatFormat or str
+        Format of ``c``, of the product and of the result (default fp32).
+    mul_stages, add_stages : int
+        Register stages of the :class:`FloatMultiplier` (1 to 5, default 5) and the
+        :class:`FloatAdder` (1 to 7, default 6).
+
+    Members
+    -------
+    i : In(stream.Signature(StructLayout({"a": in_fmt.width, "b": in_fmt.width,
+                                          "c": acc_fmt.width}), always_ready=True))
+    o : Out(stream.Signature(StructLayout({"y": acc_fmt.width}), always_ready=True))
+        ``y = round(round(a * b) + c)``.
+
+    Latency ``mul_stages + add_stages`` cycles from ``i.valid`` to ``o.valid``; one result per
+    cycle. The product is rounded to ``acc_fmt`` first (exact for bf16 or fp16 inputs into fp32
+    whenever it is a normal fp32), then the sum is rounded; both follow the numerics of the two
+    units. A running accumulator feeds ``y`` back as ``c`` (a loop of that latency) outside this
+    unit.
+    """
+
+    def __init__(self, in_fmt: FloatFormat | str = BF16, acc_fmt: FloatFormat | str = FP32, *,
+                 mul_stages: int = 5, add_stages: int = 6):
+        self._in_fmt = float_format(in_fmt)
+        self._acc_fmt = float_format(acc_fmt)
+        # Built here so that their checks (stage ranges) run when this unit is configured; the
+        # units are built afresh in elaborate().
+        probe_mul = FloatMultiplier(self._in_fmt, self._in_fmt, self._acc_fmt, stages=mul_stages)
+        probe_add = FloatAdder(self._acc_fmt, stages=add_stages)
+        probe_mul._MustUse__used = probe_add._MustUse__used = True
+        self._mul_stages, self._add_stages = mul_stages, add_stages
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({"a": self._in_fmt.width,
+                                                        "b": self._in_fmt.width,
+                                                        "c": self._acc_fmt.width}),
+                                     always_ready=True)),
+            "o": Out(stream.Signature(data.StructLayout({"y": self._acc_fmt.width}),
+                                      always_ready=True)),
+        })
+
+    in_fmt = property(lambda self: self._in_fmt)
+    acc_fmt = property(lambda self: self._acc_fmt)
+
+    @property
+    def latency(self) -> int:
+        """Cycles from ``i.valid`` to ``o.valid``: ``mul_stages + add_stages``."""
+        return self._mul_stages + self._add_stages
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.mul = mul = FloatMultiplier(self._in_fmt, self._in_fmt, self._acc_fmt,
+                                                 stages=self._mul_stages)
+        m.submodules.add = add = FloatAdder(self._acc_fmt, stages=self._add_stages)
+        c = delay(m, self.i.payload.c, mul.latency, name="c")
+        m.d.comb += [
+            mul.i.valid.eq(self.i.valid),
+            mul.i.payload.a.eq(self.i.payload.a),
+            mul.i.payload.b.eq(self.i.payload.b),
+            add.i.valid.eq(mul.o.valid),
+            add.i.payload.a.eq(mul.o.payload.y),
+            add.i.payload.b.eq(c),
+            self.o.valid.eq(add.o.valid),
+            self.o.payload.y.eq(add.o.payload.y),
+        ]
+        return m

@@ -1,0 +1,264 @@
+"""Pipelined fp32 reciprocal and reciprocal square root: seed table plus Newton-Raphson steps.
+
+Both units share one datapath (:class:`_NewtonRaphson`): unpack, read a seed from a table indexed by
+the top :data:`SEED_BITS` mantissa bits (and, for rsqrt, the exponent parity), refine it with
+``iterations`` Newton-Raphson steps in fixed point, normalize and round once to fp32. The
+fixed-point algorithm, bit for bit, is specified in :mod:`golden.arith.func`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from amaranth import Array, Cat, Const, Module, Mux
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..validate import integer
+from .float import Pipeline, round_pack, unpack
+from .format import FP32
+
+__all__ = ["Reciprocal", "RSqrt", "recip_seeds", "rsqrt_seeds", "error_width", "SEED_BITS",
+           "SEED_FRAC", "NR_FRAC", "MAX_ITERATIONS"]
+
+#: Mantissa bits indexing the seed table (128 segments of [1, 2)).
+SEED_BITS = 7
+#: Fraction bits of the seeds.
+SEED_FRAC = 10
+#: Fraction bits of the Newton-Raphson iterate after the first step.
+NR_FRAC = 30
+#: Most Newton-Raphson steps a unit can be built with.
+MAX_ITERATIONS = 3
+
+_MAN = FP32.man_bits
+
+
+def recip_seeds() -> list[int]:
+    """Return ``round(2 / (a + b) * 2**10)`` for every segment ``[a, b)`` of [1, 2)."""
+    n = 1 << SEED_BITS
+    return [round(2 / ((1 + k / n) + (1 + (k + 1) / n)) * (1 << SEED_FRAC)) for k in range(n)]
+
+
+def rsqrt_seeds() -> list[list[int]]:
+    """Return ``round(sqrt(2 / (a + b)) * 2**10)`` per parity (segments of [1, 2), [2, 4))."""
+    n = 1 << SEED_BITS
+    return [[round(math.sqrt(2 / ((1 + k / n) * 2 ** p + (1 + (k + 1) / n) * 2 ** p))
+                   * (1 << SEED_FRAC)) for k in range(n)] for p in (0, 1)]
+
+
+def error_width(step: int) -> int:
+    """Signed width of the error term ``e`` (units 2**-30) in Newton-Raphson step ``step``.
+
+    The seed is within ``2**-8`` of the answer and each step squares the error, so ``|e|`` is
+    below ``2**(30 - 8 * 2**step)`` plus the truncation error of a few units; the width has one
+    bit of margin over that bound, which tests/test_arith_func_golden.py checks exhaustively over
+    every significand.
+    """
+    return max(NR_FRAC - (SEED_BITS + 1) * (1 << step) + 3, 5)
+
+
+class _NewtonRaphson(wiring.Component):
+    """Shared datapath of :class:`Reciprocal` and :class:`RSqrt` (``sqrt`` selects)."""
+
+    _sqrt = False
+    _CUTS_PER_STEP = 4
+
+    def __init__(self, *, iterations: int = 2):
+        name = "RSqrt" if self._sqrt else "Reciprocal"
+        self._iterations = integer(iterations, f"{name} Newton-Raphson iteration count", 0,
+                                   MAX_ITERATIONS)
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({"x": 32}), always_ready=True)),
+            "o": Out(stream.Signature(data.StructLayout({"y": 32}), always_ready=True)),
+        })
+
+    @property
+    def iterations(self) -> int:
+        return self._iterations
+
+    @property
+    def latency(self) -> int:
+        """Cycles from ``i.valid`` to ``o.valid``: ``4 + cycles_per_step * iterations``."""
+        return 4 + self._CUTS_PER_STEP * self._iterations
+
+    def elaborate(self, platform):
+        m = Module()
+        cuts = 3 + self._CUTS_PER_STEP * self._iterations
+        pipe = Pipeline(m, self.i.valid, cuts=cuts, stages=cuts + 1)
+
+        x = unpack(FP32, self.i.payload.x)
+        index = x.sig[_MAN - SEED_BITS:_MAN]
+        if self._sqrt:
+            parity = x.exp[0]
+            seeds = rsqrt_seeds()
+            table = Array(Const(v, SEED_FRAC + 1) for v in seeds[0] + seeds[1])
+            y = table[Cat(index, parity)]
+            # result exponent: -(e - parity) / 2 (e - parity is even)
+            exp_out = -((x.exp - parity) >> 1)
+            u = Mux(parity, Cat(Const(0, 1), x.sig), x.sig)            # u = m * 2**parity
+            is_nan = x.is_nan | (x.sign & ~x.is_zero)
+            is_inf = x.is_zero
+            is_zero = x.is_inf & ~x.sign
+        else:
+            y = Array(Const(v, SEED_FRAC + 1) for v in recip_seeds())[index]
+            exp_out = -x.exp
+            u = x.sig
+            is_nan, is_inf, is_zero = x.is_nan, x.is_zero, x.is_inf
+        flags = (x.sign, exp_out, is_nan, is_inf, is_zero)
+        y, u, *flags = pipe.cut(y, u, *flags)
+        # A second register: a seed table mapped to block RAM has a slow clock-to-output.
+        y, u, *flags = pipe.cut(y, u, *flags)
+
+        frac = SEED_FRAC                          # fraction bits of y
+        for step in range(self._iterations):
+            y, frac, u, flags = self._step(pipe, step, y, frac, u, flags)
+
+        # y in [2**28, 2**31) (units 2**-30 when frac = 30): normalize, then round.
+        sign, exp_out, is_nan, is_inf, is_zero = flags
+        y30 = Cat(Const(0, NR_FRAC - frac), y)[:NR_FRAC + 1]
+        sig = Mux(y30[NR_FRAC], y30,
+                  Mux(y30[NR_FRAC - 1], Cat(Const(0, 1), y30[:NR_FRAC]),
+                      Cat(Const(0, 2), y30[:NR_FRAC - 1])))
+        exp = Mux(y30[NR_FRAC], exp_out, Mux(y30[NR_FRAC - 1], exp_out - 1, exp_out - 2))
+        # Keep the precision and guard bits; the bits below only matter through their OR.
+        keep = FP32.precision + 1
+        top, sticky = sig[len(sig) - keep:], sig[:len(sig) - keep].any()
+        top, sticky, exp, *flags = pipe.cut(top, sticky, exp, sign, is_nan, is_inf, is_zero)
+        sign, is_nan, is_inf, is_zero = flags
+        result = round_pack(FP32, sign, exp, top, sticky,
+                            is_zero=is_zero, is_inf=is_inf, is_nan=is_nan)
+        pipe.output(self.o, {"y": result})
+        return m
+
+    def _step(self, pipe, step, y, frac, u, flags):
+        """One Newton-Raphson step on ``y`` (``frac`` fraction bits): ``(y, 30, u, flags)`` out.
+
+        Every multiply takes two cycles: the partial products of 17-bit slices (one DSP each),
+        then their sum.
+        """
+        width = error_width(step)
+        if self._sqrt:
+            parts = _partials(y, y)
+            y, u, *rest = pipe.cut(y, u, *parts, *flags)
+            parts, flags = rest[:len(parts)], rest[len(parts):]
+            sq_frac = min(2 * frac, NR_FRAC)
+            square = _sum(parts, y, y) >> (2 * frac - sq_frac)   # y**2, sq_frac fraction bits
+            y, u, square, *flags = pipe.cut(y, u, square, *flags)
+            a, b = u, square
+            scale = _MAN + sq_frac
+            drop = scale + 1 - NR_FRAC                         # e = (1 - u * y**2) / 2
+        else:
+            a, b = u, y
+            scale = _MAN + frac
+            drop = scale - NR_FRAC                             # e = 1 - u * y
+        parts = _partials(a, b)
+        y, u, *rest = pipe.cut(y, u, *parts, *flags)
+        parts, flags = rest[:len(parts)], rest[len(parts):]
+        product = _sum(parts, a, b)
+        diff = (Const(1 << scale, scale + 2) - product).as_signed()
+        e = (diff >> drop)[:width].as_signed()
+        y, u, e, *flags = pipe.cut(y, u, e, *flags)
+        parts = _partials(y, e)
+        y, u, *rest = pipe.cut(y, u, *parts, *flags)
+        parts, flags = rest[:len(parts)], rest[len(parts):]
+        correction = _sum(parts, y, e) >> frac                 # 30 fraction bits
+        y_new = (Cat(Const(0, NR_FRAC - frac), y) + correction)[:NR_FRAC + 1]
+        y_new, u, *flags = pipe.cut(y_new, u, *flags)
+        return y_new, NR_FRAC, u, tuple(flags)
+
+
+#: Slice width of the split multiplies: a 17-bit unsigned slice fits an 18x18 signed DSP.
+_SLICE = 17
+
+
+def _slices(value):
+    """Split ``value`` into ``(shift, slice)`` pairs of at most 17 bits (the top one signed if
+    ``value`` is; a signed top slice may take 18 bits)."""
+    width, signed = len(value), value.shape().signed
+    out, low = [], 0
+    while width - low > (_SLICE + 1 if signed else _SLICE):
+        out.append((low, value[low:low + _SLICE]))
+        low += _SLICE
+    top = value[low:]
+    out.append((low, top.as_signed() if signed else top))
+    return out
+
+
+def _partials(a, b) -> list:
+    """The partial products of ``a * b``, one per pair of slices (each fits one 18x18 DSP)."""
+    return [sa * sb for _, sa in _slices(a) for _, sb in _slices(b)]
+
+
+def _sum(parts, a, b):
+    """Sum registered partial products of ``a * b`` (from :func:`_partials`) with their shifts."""
+    shifts = [ka + kb for ka, _ in _slices(a) for kb, _ in _slices(b)]
+    total = parts[0] << shifts[0]
+    for part, shift in zip(parts[1:], shifts[1:]):
+        total = total + (part << shift)
+    width = len(a) + len(b) + 1
+    return total[:width].as_signed() if (a.shape().signed or b.shape().signed) else total[:width]
+
+
+class Reciprocal(_NewtonRaphson):
+    """Compute ``1 / x`` of fp32 values, one per cycle.
+
+    A seed accurate to about 8 bits comes from a 128-entry table indexed by the top 7 mantissa
+    bits; each Newton-Raphson step ``y += y * (1 - m * y)`` (fixed point, 30 fraction bits, every
+    shift a floor) roughly doubles its correct bits; the result is rounded once to fp32 (nearest
+    even). See :mod:`golden.arith.func` for the bit-exact specification.
+
+    Parameters
+    ----------
+    iterations : int
+        Newton-Raphson steps, 0 to 3 (default 2). Worst relative error over all fp32 inputs with a
+        normal result: about ``2**-7.9`` (0 steps), ``2**-15.8`` (1), below ``2**-23`` (2, 3).
+
+    Members
+    -------
+    i : In(stream.Signature(StructLayout({"x": 32}), always_ready=True))
+        Arguments (fp32); a new one may come every cycle.
+    o : Out(stream.Signature(StructLayout({"y": 32}), always_ready=True))
+        Results (fp32), ``latency`` cycles after their arguments.
+
+    Latency is ``4 + 4 * iterations`` cycles; throughput one result per cycle.
+
+    Special values: 1/(+-0) = +-inf (subnormals are zeros), 1/(+-inf) = +-0, NaN gives the
+    canonical NaN. ``|x| > 2**126`` gives +-0 (the result would be subnormal);
+    1/(+-2**126) = +-2**-126. Powers of two give exact results.
+    """
+
+    _sqrt = False
+    _CUTS_PER_STEP = 4
+
+
+class RSqrt(_NewtonRaphson):
+    """Compute ``1 / sqrt(x)`` of fp32 values, one per cycle.
+
+    The argument is written ``u * 2**(2k)`` with ``u`` in [1, 4); a seed accurate to about 8 bits
+    comes from a 256-entry table indexed by the exponent parity and the top 7 mantissa bits; each
+    Newton-Raphson step ``y += y * (1 - u * y**2) / 2`` (fixed point, 30 fraction bits, every shift
+    a floor) roughly doubles its correct bits; the result is rounded once to fp32.
+
+    Parameters
+    ----------
+    iterations : int
+        Newton-Raphson steps, 0 to 3 (default 2). Worst relative error over all positive normal
+        fp32 inputs: about ``2**-8.7`` (0 steps), ``2**-16.8`` (1), below ``2**-23`` (2, 3).
+
+    Members
+    -------
+    i : In(stream.Signature(StructLayout({"x": 32}), always_ready=True))
+        Arguments (fp32); a new one may come every cycle.
+    o : Out(stream.Signature(StructLayout({"y": 32}), always_ready=True))
+        Results (fp32), ``latency`` cycles after their arguments.
+
+    Latency is ``4 + 6 * iterations`` cycles; throughput one result per cycle.
+
+    Special values (IEEE 754 rSqrt with flush-to-zero): rsqrt(+0) = +inf, rsqrt(-0) = -inf
+    (subnormals are zeros of their sign), rsqrt(x < 0) = NaN (also for -inf), rsqrt(+inf) = +0,
+    NaN gives the canonical NaN. Results never overflow or underflow (they lie in
+    ``(2**-64, 2**63]``). Even powers of two give exact results.
+    """
+
+    _sqrt = True
+    _CUTS_PER_STEP = 6

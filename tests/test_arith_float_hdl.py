@@ -1,0 +1,198 @@
+# amaranth: UnusedElaboratable=no
+# (components built here only to check their parameter validation are never elaborated)
+"""Floating-point units in Amaranth's simulator against the golden models, at every stage count
+and several format pairs, with bubbles in the valid stream; latency formulas; pinned parameter
+messages."""
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from golden.arith.float import (fadd, fconvert, fdot, fmac, fmul, int_to_float, operand_pairs,
+                                random_codes)
+from hdl.arith.convert import FloatConvert, IntToFloat
+from hdl.arith.fdot import FloatDot
+from hdl.arith.format import BF16, FP16, FP32, float_format
+from hdl.arith.fpadd import FloatAdder
+from hdl.arith.fpmac import FloatMAC
+from hdl.arith.fpmul import FloatMultiplier, exact_product
+from memwall import registry
+from memwall.params import ParameterError
+
+SEED = 4242
+
+
+def simulate(component, items, *, idle=0.3, seed=SEED):
+    """Drive ``items`` (dicts; ``"a.3"`` names lane 3 of array field ``a``) with random idle
+    cycles; return the ``o.payload.y`` values and the cycle distance of each output from its
+    input."""
+    rng = np.random.default_rng(seed)
+    outs, in_cycles, out_cycles = [], [], []
+    sim = Simulator(component)
+    sim.add_clock(1e-8)
+
+    async def bench(ctx):
+        cycle, index = 0, 0
+        while len(outs) < len(items):
+            assert cycle < 4 * len(items) + 100, "outputs stopped coming"
+            send = index < len(items) and rng.random() >= idle
+            ctx.set(component.i.valid, int(send))
+            if send:
+                for name, value in items[index].items():
+                    field, _, lane = name.partition(".")
+                    target = component.i.payload[field]
+                    ctx.set(target[int(lane)] if lane else target, int(value))
+                in_cycles.append(cycle)
+                index += 1
+            await ctx.tick()
+            cycle += 1
+            if ctx.get(component.o.valid):
+                outs.append(ctx.get(component.o.payload.y))
+                out_cycles.append(cycle)
+    sim.add_testbench(bench)
+    sim.run()
+    return np.array(outs, dtype=np.uint64), np.array(out_cycles) - np.array(in_cycles)
+
+
+def check(component, items, want):
+    got, delay = simulate(component, items)
+    want = np.asarray(want).astype(np.uint64)
+    bad = np.nonzero(got != want)[0]
+    assert not len(bad), (f"{len(bad)} mismatches; first item {items[bad[0]]}: expected "
+                          f"{int(want[bad[0]]):#x} got {int(got[bad[0]]):#x}")
+    assert (delay == component.latency).all(), f"latency {set(delay)} != {component.latency}"
+
+
+MUL_FORMATS = [(FP32, FP32, FP32), (BF16, BF16, FP32), (FP16, FP16, FP32), (BF16, BF16, BF16),
+               (FP16, FP16, FP16), (FP32, FP32, BF16), (FP16, BF16, FP16)]
+
+
+@pytest.mark.parametrize("stages", range(1, 6))
+@pytest.mark.parametrize("fmts", MUL_FORMATS, ids=lambda f: "x".join(map(str, f)))
+def test_multiplier(fmts, stages):
+    a, b = operand_pairs(np.random.default_rng(SEED + stages), fmts[0], fmts[1], 800)
+    check(FloatMultiplier(*fmts, stages=stages), [{"a": x, "b": y} for x, y in zip(a, b)],
+          fmul(a, b, *fmts))
+
+
+@pytest.mark.parametrize("stages", range(1, 8))
+@pytest.mark.parametrize("fmt", [FP32, BF16, FP16], ids=str)
+def test_adder(fmt, stages):
+    a, b = operand_pairs(np.random.default_rng(SEED + stages), fmt, fmt, 1200, add=True)
+    check(FloatAdder(fmt, stages=stages), [{"a": x, "b": y} for x, y in zip(a, b)],
+          fadd(a, b, fmt))
+
+
+@pytest.mark.parametrize("in_fmt, acc_fmt", [(BF16, FP32), (FP16, FP32), (BF16, BF16)],
+                         ids=["bf16-fp32", "fp16-fp32", "bf16-bf16"])
+def test_mac(in_fmt, acc_fmt):
+    rng = np.random.default_rng(SEED)
+    a, b = operand_pairs(rng, in_fmt, in_fmt, 600)
+    prod = fmul(a, b, in_fmt, in_fmt, acc_fmt).astype(np.uint64)
+    c = np.where(rng.random(len(a)) < 0.5, prod ^ np.uint64(1 << (acc_fmt.width - 1)),
+                 random_codes(rng, acc_fmt, len(a), exp_spread=10).astype(np.uint64))
+    unit = FloatMAC(in_fmt, acc_fmt, mul_stages=2, add_stages=3)
+    assert unit.latency == 5
+    check(unit, [{"a": x, "b": y, "c": z} for x, y, z in zip(a, b, c)],
+          fmac(a, b, c, in_fmt, acc_fmt))
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+@pytest.mark.parametrize("in_fmt, out_fmt", [(FP32, BF16), (FP32, FP16), (BF16, FP32),
+                                             (FP16, FP32), (FP16, BF16)],
+                         ids=lambda f: str(f))
+def test_convert(in_fmt, out_fmt, stages):
+    rng = np.random.default_rng(SEED)
+    x = np.concatenate([random_codes(rng, in_fmt, 1000),
+                        random_codes(rng, in_fmt, 1000, exp_spread=out_fmt.bias + 2)])
+    check(FloatConvert(in_fmt, out_fmt, stages=stages), [{"x": v} for v in x],
+          fconvert(x, in_fmt, out_fmt))
+
+
+@pytest.mark.parametrize("stages", range(1, 5))
+@pytest.mark.parametrize("bits, fmt", [(32, FP32), (16, BF16), (32, FP16), (8, FP32), (2, FP16)],
+                         ids=lambda v: str(v))
+def test_int_to_float(bits, fmt, stages):
+    rng = np.random.default_rng(SEED)
+    mask = (1 << bits) - 1
+    x = [0, 1, mask, 1 << (bits - 1), (1 << (bits - 1)) - 1]
+    x += [int(v) for v in rng.integers(0, 1 << bits, 1000, dtype=np.uint64)]
+    x += [int(rng.integers(0, 1 << int(k))) & mask for k in rng.integers(1, bits, 500)]
+    x += [(-int(rng.integers(0, 1 << int(k)))) & mask for k in rng.integers(1, bits, 500)]
+    check(IntToFloat(bits, fmt, stages=stages), [{"x": v} for v in x],
+          int_to_float(x, bits, fmt))
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 4, 16])
+@pytest.mark.parametrize("in_fmt", [BF16, FP16], ids=str)
+def test_dot(in_fmt, lanes):
+    rng = np.random.default_rng(SEED + lanes)
+    rows = 150
+    a = random_codes(rng, in_fmt, rows * lanes, exp_spread=6).reshape(rows, lanes)
+    b = random_codes(rng, in_fmt, rows * lanes, exp_spread=6).reshape(rows, lanes)
+    ca, cb = operand_pairs(rng, in_fmt, in_fmt, 0)
+    order = rng.permutation(len(ca))[:30 * lanes]
+    a[:30], b[:30] = ca[order].reshape(30, lanes), cb[order].reshape(30, lanes)
+    unit = FloatDot(in_fmt, lanes, mul_stages=2, add_stages=2)
+    assert unit.latency == 2 + 2 * (lanes.bit_length() - 1)
+    items = [{**{f"a.{k}": r[k] for k in range(lanes)}, **{f"b.{k}": s[k] for k in range(lanes)}}
+             for r, s in zip(a, b)]
+    check(unit, items, fdot(a, b, in_fmt))
+
+
+def test_default_latencies():
+    assert FloatMultiplier().latency == 5
+    assert FloatAdder().latency == 6
+    assert FloatMAC().latency == 11
+    assert FloatConvert().latency == 2
+    assert IntToFloat().latency == 3
+    assert FloatDot(BF16, 16).latency == 5 + 4 * 6
+    assert FloatDot(BF16, 1).latency == 5
+
+
+def test_exact_product_claims():
+    assert exact_product(FP16, FP16, FP32) == "always"
+    assert exact_product(BF16, BF16, FP32) == "in range"
+    assert exact_product(FP32, FP32, FP32) == "no"
+    assert FloatMultiplier(BF16, BF16, FP32).exact == "in range"
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: FloatMultiplier(stages=0), "Multiplier stage count must be between 1 and 5, not 0"),
+    (lambda: FloatMultiplier(stages=2.0),
+     "Multiplier stage count must be an integer between 1 and 5, not 2.0"),
+    (lambda: FloatAdder(stages=8), "Adder stage count must be between 1 and 7, not 8"),
+    (lambda: FloatAdder("fp8"),
+     "Float format must be one of bf16, fp16, fp32 (or a FloatFormat), not 'fp8'"),
+    (lambda: FloatConvert(stages=3), "Conversion stage count must be between 1 and 2, not 3"),
+    (lambda: IntToFloat(40), "Integer width must be between 2 and 32, not 40"),
+    (lambda: IntToFloat(stages=5),
+     "Integer conversion stage count must be between 1 and 4, not 5"),
+    (lambda: FloatDot(BF16, 12), "Lane count must be a power of two between 1 and 64, not 12"),
+    (lambda: FloatDot(BF16, 128), "Lane count must be a power of two between 1 and 64, not 128"),
+    (lambda: FloatMAC(mul_stages=9), "Multiplier stage count must be between 1 and 5, not 9"),
+])
+def test_parameter_messages(build, message):
+    with pytest.raises((TypeError, ValueError)) as info:
+        build()
+    assert str(info.value) == message
+
+
+def test_registry_rejects_bad_overrides():
+    with pytest.raises(ParameterError, match="Float format must be one of bf16, fp16, fp32"):
+        registry.get("arith-fpadd").parameters("default", {"fmt": "fp64"})
+    with pytest.raises(ParameterError,
+                       match="Lane count must be a power of two between 1 and 64, not 3"):
+        registry.get("arith-fdot").parameters("default", {"lanes": "3"})
+
+
+@pytest.mark.parametrize("name", ["arith-fpmul", "arith-fpadd", "arith-fpmac", "arith-fpconv",
+                                  "arith-int2fp", "arith-fdot"])
+def test_registry_presets_build(name):
+    block = registry.get(name)
+    for preset in registry.PRESETS:
+        component = block.elaborate(block.parameters(preset))
+        component._MustUse__used = True
+        assert component.latency >= 1
+    assert float_format(block.parameters("paper").as_dict().get(
+        "in_fmt", block.parameters("paper").as_dict().get("fmt", "fp32")))

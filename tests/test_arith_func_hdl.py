@@ -1,0 +1,173 @@
+# amaranth: UnusedElaboratable=no
+# (components built here only to check their parameter validation are never elaborated)
+"""exp2, reciprocal and rsqrt RTL: pinned parameter messages, latency formulas, tables against
+the golden model's, and bit-exact runs in Amaranth's simulator at every iteration count and
+pipeline depth (with bubbles in the valid stream), which the cocotb runs sample only in part."""
+
+import random
+import re
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from golden.arith import func as g
+from hdl.arith import exp2 as exp2_hdl
+from hdl.arith import recip as recip_hdl
+from hdl.arith.exp2 import Exp2
+from hdl.arith.recip import RSqrt, Reciprocal
+from memwall import registry
+from memwall.params import ParameterError
+
+
+def exact(message):
+    return "^" + re.escape(message) + "$"
+
+
+# ------------------------------------------------------------------------------------------------
+# Parameters
+
+
+@pytest.mark.parametrize("build, kind, message", [
+    (lambda: Exp2(table_bits=3), ValueError,
+     "Exp2 table index bits must be between 4 and 10, not 3"),
+    (lambda: Exp2(table_bits=11), ValueError,
+     "Exp2 table index bits must be between 4 and 10, not 11"),
+    (lambda: Exp2(table_bits="7"), TypeError,
+     "Exp2 table index bits must be an integer between 4 and 10, not '7'"),
+    (lambda: Exp2(stages=0), ValueError, "Exp2 pipeline stages must be between 1 and 7, not 0"),
+    (lambda: Exp2(stages=8), ValueError, "Exp2 pipeline stages must be between 1 and 7, not 8"),
+    (lambda: Exp2(stages=2.0), TypeError,
+     "Exp2 pipeline stages must be an integer between 1 and 7, not 2.0"),
+    (lambda: Reciprocal(iterations=4), ValueError,
+     "Reciprocal Newton-Raphson iteration count must be between 0 and 3, not 4"),
+    (lambda: Reciprocal(iterations=True), TypeError,
+     "Reciprocal Newton-Raphson iteration count must be an integer between 0 and 3, not True"),
+    (lambda: RSqrt(iterations=-1), ValueError,
+     "RSqrt Newton-Raphson iteration count must be between 0 and 3, not -1"),
+])
+def test_parameter_messages(build, kind, message):
+    with pytest.raises(kind, match=exact(message)):
+        build()
+
+
+def test_accepted_neighbours():
+    """The nearest accepted value of each refused one builds."""
+    for unit in (Exp2(table_bits=4), Exp2(table_bits=10), Exp2(stages=1), Exp2(stages=7),
+                 Reciprocal(iterations=0), Reciprocal(iterations=3), RSqrt(iterations=0),
+                 RSqrt(iterations=3)):
+        unit._MustUse__used = True
+
+
+@pytest.mark.parametrize("block, name, value, message", [
+    ("arith-recip", "iterations", "5",
+     "Reciprocal Newton-Raphson iteration count must be between 0 and 3, not 5"),
+    ("arith-rsqrt", "iterations", "x", "parameter iterations takes an integer, not 'x'"),
+    ("arith-exp2", "stages", "9", "Exp2 pipeline stages must be between 1 and 7, not 9"),
+])
+def test_registry_messages(block, name, value, message):
+    with pytest.raises(ParameterError, match=exact(message)):
+        registry.get(block).parameters("default", {name: value})
+
+
+@pytest.mark.parametrize("stages", range(1, 8))
+def test_exp2_latency(stages):
+    unit = Exp2(stages=stages)
+    unit._MustUse__used = True
+    assert unit.latency == stages
+
+
+@pytest.mark.parametrize("iterations", range(4))
+def test_newton_latency(iterations):
+    recip, rsqrt = Reciprocal(iterations=iterations), RSqrt(iterations=iterations)
+    recip._MustUse__used = rsqrt._MustUse__used = True
+    assert recip.latency == 4 + 4 * iterations
+    assert rsqrt.latency == 4 + 6 * iterations
+
+
+# ------------------------------------------------------------------------------------------------
+# Tables: the RTL builds its own; they must equal the golden model's
+
+
+@pytest.mark.parametrize("bits", range(4, 11))
+def test_exp2_tables_match_golden(bits):
+    c0, c1 = exp2_hdl.exp2_tables(bits)
+    g0, g1 = g.exp2_tables(bits)
+    assert c0 == [int(v) for v in g0] and c1 == [int(v) for v in g1]
+
+
+def test_seed_tables_match_golden():
+    assert recip_hdl.recip_seeds() == [int(v) for v in g.recip_seeds()]
+    assert recip_hdl.rsqrt_seeds() == [[int(v) for v in row] for row in g.rsqrt_seeds()]
+    assert (recip_hdl.SEED_BITS, recip_hdl.SEED_FRAC, recip_hdl.NR_FRAC) == \
+        (g.SEED_BITS, g.SEED_FRAC, g.NR_FRAC)
+
+
+# ------------------------------------------------------------------------------------------------
+# Amaranth simulation, bit for bit against the golden model
+
+
+SPECIALS = [0x00000000, 0x80000000, 0x00000001, 0x807FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000,
+            0x7F800001, 0xFFFFFFFF, 0x00800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x3F800000, 0xBF800000,
+            0x43000000, 0x42FFFFFF, 0xC2FC0000, 0xC2FC0001, 0x7E800000, 0x7E800001, 0x40000000,
+            0x40800000]
+
+
+def simulate(unit, codes, seed=1, idle=0.3):
+    """Drive ``codes`` with random bubbles; return (results, latency of the first one)."""
+    rng = random.Random(seed)
+    got, sent_at, seen_at = [], [], []
+
+    async def bench(ctx):
+        cycle = 0
+        pending = list(codes)
+        while pending or len(got) < len(codes):
+            if pending and rng.random() >= idle:
+                ctx.set(unit.i.valid, 1)
+                ctx.set(unit.i.payload.x, int(pending.pop(0)))
+                sent_at.append(cycle)
+            else:
+                ctx.set(unit.i.valid, 0)
+            await ctx.tick()
+            cycle += 1
+            if ctx.get(unit.o.valid):
+                got.append(ctx.get(unit.o.payload.y))
+                seen_at.append(cycle)
+            assert cycle < 4 * len(codes) + 100, "outputs stopped coming"
+
+    sim = Simulator(unit)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return np.array(got, dtype=np.uint32), seen_at[0] - sent_at[0]
+
+
+def stimulus(count=400, seed=3, exp2=False):
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, 1 << 32, count, dtype=np.uint64).astype(np.uint32)
+    if exp2:
+        codes[::2] = rng.uniform(-130, 130, count // 2).astype(np.float32).view(np.uint32)
+    return np.concatenate([np.array(SPECIALS, dtype=np.uint32), codes])
+
+
+@pytest.mark.parametrize("table_bits, stages", [(7, s) for s in range(1, 8)] + [(4, 3), (10, 7)])
+def test_exp2_simulation(table_bits, stages):
+    unit = Exp2(table_bits=table_bits, stages=stages)
+    codes = stimulus(exp2=True)
+    got, latency = simulate(unit, codes)
+    want = g.exp2(codes, table_bits)
+    bad = np.nonzero(got != want)[0]
+    assert not len(bad), [(hex(codes[i]), hex(got[i]), hex(want[i])) for i in bad[:5]]
+    assert latency == unit.latency
+
+
+@pytest.mark.parametrize("unit_class, golden", [(Reciprocal, g.reciprocal), (RSqrt, g.rsqrt)])
+@pytest.mark.parametrize("iterations", range(4))
+def test_newton_simulation(unit_class, golden, iterations):
+    unit = unit_class(iterations=iterations)
+    codes = stimulus()
+    got, latency = simulate(unit, codes)
+    want = golden(codes, iterations)
+    bad = np.nonzero(got != want)[0]
+    assert not len(bad), [(hex(codes[i]), hex(got[i]), hex(want[i])) for i in bad[:5]]
+    assert latency == unit.latency
