@@ -10,6 +10,8 @@ zeros included).
 
 from __future__ import annotations
 
+import abc
+
 import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles
@@ -28,14 +30,16 @@ class FloatTB(BlockTB):
         super().__init__(dut, ("i",), ("o",), **kwargs)
         self.np_rng = np.random.default_rng(self.seed)
 
+    @abc.abstractmethod
     def expected(self, item) -> int:
-        raise NotImplementedError
+        """Defined by each unit's testbench."""
 
     def model(self, stream, item):
         return {"o": [{"y": int(self.expected(item))}]}
 
+    @abc.abstractmethod
     def stimulus(self, count: int) -> list[dict]:
-        raise NotImplementedError
+        """Defined by each unit's testbench."""
 
 
 class MulTB(FloatTB):

@@ -9,6 +9,8 @@ signed zeros included).
 
 from __future__ import annotations
 
+import abc
+
 import struct
 
 import cocotb
@@ -38,8 +40,9 @@ class FuncTB(BlockTB):
     def __init__(self, dut, **kwargs):
         super().__init__(dut, ("i",), ("o",), **kwargs)
 
+    @abc.abstractmethod
     def golden(self, bits: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """Defined by each unit's testbench."""
 
     def model(self, stream, item):
         return {"o": [{"y": int(self.golden(np.array([item["x"]], dtype=np.uint32))[0])}]}
