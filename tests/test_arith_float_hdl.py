@@ -6,7 +6,6 @@ messages."""
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from golden.arith.float import (fadd, fconvert, fdot, fmac, fmul, int_to_float, operand_pairs,
                                 random_codes)
@@ -18,44 +17,16 @@ from hdl.arith.fpmac import FloatMAC
 from hdl.arith.fpmul import FloatMultiplier, exact_product
 from memwall import registry
 from memwall.params import ParameterError
+from .pipeline_sim import run_pipeline
 
 SEED = 4242
 
 
-def simulate(component, items, *, idle=0.3, seed=SEED):
-    """Drive ``items`` (dicts; ``"a.3"`` names lane 3 of array field ``a``) with random idle
-    cycles; return the ``o.payload.y`` values and the cycle distance of each output from its
-    input."""
-    rng = np.random.default_rng(seed)
-    outs, in_cycles, out_cycles = [], [], []
-    sim = Simulator(component)
-    sim.add_clock(1e-8)
-
-    async def bench(ctx):
-        cycle, index = 0, 0
-        while len(outs) < len(items):
-            assert cycle < 4 * len(items) + 100, "outputs stopped coming"
-            send = index < len(items) and rng.random() >= idle
-            ctx.set(component.i.valid, int(send))
-            if send:
-                for name, value in items[index].items():
-                    field, _, lane = name.partition(".")
-                    target = component.i.payload[field]
-                    ctx.set(target[int(lane)] if lane else target, int(value))
-                in_cycles.append(cycle)
-                index += 1
-            await ctx.tick()
-            cycle += 1
-            if ctx.get(component.o.valid):
-                outs.append(ctx.get(component.o.payload.y))
-                out_cycles.append(cycle)
-    sim.add_testbench(bench)
-    sim.run()
-    return np.array(outs, dtype=np.uint64), np.array(out_cycles) - np.array(in_cycles)
 
 
 def check(component, items, want):
-    got, delay = simulate(component, items)
+    run = run_pipeline(component, items, seed=SEED)
+    got, delay = np.array(run.outputs, dtype=np.uint64), run.delays
     want = np.asarray(want).astype(np.uint64)
     bad = np.nonzero(got != want)[0]
     assert not len(bad), (f"{len(bad)} mismatches; first item {items[bad[0]]}: expected "

@@ -9,12 +9,12 @@ import re
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from golden.arith.idot import dot, dot_reference, signed_width, sum_bounds
 from hdl.arith.idot import IntDot, accumulator_bits
 from memwall import registry
 from memwall.params import ParameterError
+from .pipeline_sim import run_pipeline
 
 SEED = 4242
 
@@ -49,34 +49,6 @@ def test_accumulator_bound(lanes, a_bits, b_bits, need):
     assert signed_width(*sum_bounds(lanes, a_bits, b_bits)) == need
 
 
-def simulate(dut: IntDot, vectors):
-    rng = random.Random(SEED)
-    sent, got = [], []
-    pending = list(vectors)
-
-    async def bench(ctx):
-        cycle = 0
-        while pending or len(got) < len(sent):
-            if pending and rng.random() < 0.7:
-                a, b = pending.pop(0)
-                for k in range(dut.lanes):
-                    ctx.set(dut.i.payload.a[k], a[k])
-                    ctx.set(dut.i.payload.b[k], b[k])
-                ctx.set(dut.i.valid, 1)
-                sent.append(cycle)
-            else:
-                ctx.set(dut.i.valid, 0)
-            if ctx.get(dut.o.valid):
-                got.append((cycle, ctx.get(dut.o.payload.y)))
-            await ctx.tick()
-            cycle += 1
-            assert cycle < 10 * len(vectors) + 100, "no progress"
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    return sent, got
 
 
 @pytest.mark.parametrize("lanes, a_bits, b_bits, register_every, latency", [
@@ -97,10 +69,10 @@ def test_rtl_matches_golden(lanes, a_bits, b_bits, register_every, latency):
     for _ in range(150):
         vectors.append(([rng.randint(a_lo, a_hi) for _ in range(lanes)],
                         [rng.randint(b_lo, b_hi) for _ in range(lanes)]))
-    sent, got = simulate(dut, vectors)
-    assert [c + latency for c in sent] == [c for c, _ in got], "output valid cycles"
+    run = run_pipeline(dut, [{"a": a, "b": b} for a, b in vectors], idle=0.3, seed=SEED)
+    assert (run.delays == latency).all(), "output valid cycles"
     want = dot([a for a, _ in vectors], [b for _, b in vectors]).tolist()
-    assert [y for _, y in got] == want
+    assert run.outputs == want
     # The tight accumulator is exercised at both ends.
     assert max(want) == lanes * a_lo * b_lo
 

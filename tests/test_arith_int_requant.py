@@ -7,12 +7,12 @@ import random
 import re
 
 import pytest
-from amaranth.sim import Simulator
 
 from golden.arith.requant import corner_cases, limits, reference, requantize
 from hdl.arith.requant import Requantizer
 from memwall import registry
 from memwall.params import ParameterError
+from .pipeline_sim import run_pipeline
 
 SEED = 31337
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
@@ -101,35 +101,6 @@ def test_golden_vs_reference(out_bits, clamp):
     assert (got == lo).any() and (got == hi).any() and ((got > lo) & (got < hi)).sum() > 5000
 
 
-def simulate(dut: Requantizer, items):
-    """Feed items (x, m, shift) with random bubbles; return [(cycle_in, cycle_out, y)]."""
-    rng = random.Random(SEED)
-    got, sent = [], []
-    pending = list(items)
-
-    async def bench(ctx):
-        cycle = 0
-        while pending or len(got) < len(sent):
-            if pending and rng.random() < 0.7:
-                x, m, s = pending.pop(0)
-                ctx.set(dut.i.payload.x, x)
-                ctx.set(dut.i.payload.m, m)
-                ctx.set(dut.i.payload.shift, s)
-                ctx.set(dut.i.valid, 1)
-                sent.append(cycle)
-            else:
-                ctx.set(dut.i.valid, 0)
-            if ctx.get(dut.o.valid):
-                got.append((cycle, ctx.get(dut.o.payload.y)))
-            await ctx.tick()
-            cycle += 1
-            assert cycle < 10 * len(items) + 100, "no progress"
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    return sent, got
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3, 4])
@@ -149,12 +120,13 @@ def test_rtl_matches_golden(stages, in_bits, out_bits, mult_bits, mult_signed, c
         m = rng.randint(m_lo, m_hi)
         items.append((x, m, max(0, min(63, abs(x * m).bit_length() - out_bits
                                        + rng.randint(-2, 2)))))
-    sent, got = simulate(dut, items)
-    assert [c + stages for c in sent] == [c for c, _ in got], "output valid cycles"
+    run = run_pipeline(dut, [{"x": x, "m": m, "shift": s} for x, m, s in items], idle=0.3,
+                       seed=SEED)
+    assert (run.delays == stages).all(), "output valid cycles"
+    got = run.outputs
     x, m, s = map(list, zip(*items))
     want = requantize(x, m, s, out_bits=out_bits, clamp=clamp)
-    bad = [(items[i], got[i][1], int(want[i])) for i in range(len(items))
-           if got[i][1] != want[i]]
+    bad = [(items[i], got[i], int(want[i])) for i in range(len(items)) if got[i] != want[i]]
     assert not bad, f"{len(bad)} mismatches (x, m, shift), got, expected: {bad[:3]}"
 
 
