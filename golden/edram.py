@@ -41,6 +41,7 @@ from typing import Iterable
 import numpy as np
 
 from hdl.arith.format import BF16
+from hdl.edram.spec import MANT_BITS, SEGMENT_BITS, SEGMENTS, STD_BITS
 
 __all__ = [
     "STD_BITS", "MANT_BITS", "SEGMENTS", "SEGMENT_BITS", "TENSOR_CLASSES", "MANTISSA_SEGMENT",
@@ -49,19 +50,13 @@ __all__ = [
     "RETENTION", "ber", "t_for_ber", "T_KELLE_US", "lifetime_refreshes", "refresh_counts",
     "policy_intervals_us", "p_ref_std", "p_base", "p_ref_exp", "p_ref_kv", "p_ref_qo", "p_shield",
     "eta", "eta_approx", "policy_power", "efficiency_gain", "refresh_energy_reduction", "inject",
-    "inject_algorithm1",
+    "inject_algorithm1", "sweep_refreshes", "sweep_counts",
 ]
 
 # --- segments -------------------------------------------------------------------------------------
 
-#: Width of the standard segment: sign and exponent of BF16 (9).
-STD_BITS = 1 + BF16.exp_bits
-#: Width of a mantissa segment: BF16 stored fraction (7).
-MANT_BITS = BF16.man_bits
-#: The three eDRAM segments: standard (sign + exponent), KV mantissa (relaxed), QO mantissa
-#: (refresh-less).
-SEGMENTS = ("std", "kv_mant", "qo_mant")
-SEGMENT_BITS = {"std": STD_BITS, "kv_mant": MANT_BITS, "qo_mant": MANT_BITS}
+# STD_BITS (9), MANT_BITS (7), SEGMENTS and SEGMENT_BITS are the shared description's
+# (hdl/edram/spec.py), as the BF16 format is hdl/arith/format.py's.
 #: Tensor classes of a write request.
 TENSOR_CLASSES = ("KV", "QO")
 #: The segment holding the mantissa of each tensor class.
@@ -282,6 +277,46 @@ def refresh_counts(interval, history: Iterable[tuple[int, int, int]],
         arr = np.array(spans, dtype=np.int64)
         counts[row] = int(lifetime_refreshes(interval, arr[:, 0], arr[:, 1], duration).sum())
     return counts
+
+
+def sweep_refreshes(step: int, rows: int, row, start, end) -> np.ndarray:
+    """Refreshes a row live over ``(start, end)`` gets from a distributed-refresh sweep.
+
+    The sweep (docs/edram.md, :class:`hdl.edram.timing.Sweep`) gives row ``row`` a slot at
+    cycles ``row * step + k * rows * step``, ``k >= 0``, counted from the phase origin. A row is
+    refreshed once for each slot it is live both before and after: ``start < slot < end``, where
+    ``start`` is the cycle its first write is accepted and ``end`` the cycle its release is. A
+    write in the slot cycle itself restores the row, and a release in it ends the need.
+    Vectorized over ``row``, ``start`` and ``end``; ``end`` may be ``numpy.inf``-free large
+    integers (a cut-off) for rows still live.
+    """
+    for value, name in ((step, "Sweep step"), (rows, "Sweep rows")):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    r = np.asarray(row, dtype=np.int64)
+    s = np.asarray(start, dtype=np.int64)
+    e = np.asarray(end, dtype=np.int64)
+    if r.size and ((r < 0) | (r >= rows)).any():
+        raise ValueError(f"Row must be between 0 and {rows - 1}")
+    period = step * rows
+    phase = r * step
+    first = np.maximum(0, (s - phase) // period + 1)         # first k with slot > start
+    last = -((phase - e) // period) - 1                       # last k with slot < end
+    return np.maximum(0, last - first + 1)
+
+
+def sweep_counts(step: int | None, rows: int, history: Iterable[tuple[int, int, int]]) -> int:
+    """Total refreshes of one segment for lifetimes ``(row, start, end)`` (row within its bank).
+
+    ``step=None`` is a refresh-less segment (0). Lifetimes of one bank-row must not overlap; a
+    row in another bank with the same index is a separate entry with the same slots.
+    """
+    entries = np.array([tuple(int(v) for v in e) for e in history], dtype=np.int64).reshape(-1, 3)
+    if step is None or not len(entries):
+        return 0
+    if (entries[:, 1] >= entries[:, 2]).any():
+        raise ValueError("Lifetime end must be after its start")
+    return int(sweep_refreshes(step, rows, entries[:, 0], entries[:, 1], entries[:, 2]).sum())
 
 
 # --- policies and power ---------------------------------------------------------------------------

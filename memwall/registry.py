@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from amaranth import Const, Value
+from amaranth import Const, Elaboratable, Value
 from amaranth.back import verilog
 from amaranth.lib import data, wiring
 
@@ -105,8 +105,11 @@ class Block:
     def validate(self, params: BlockParams) -> None:
         """Check ``params`` by building the component: its own checks are the one validation."""
         component = self.elaborate(params)
-        # Built to be checked, not to be elaborated: tell Amaranth's unused-elaboratable lint.
-        component._MustUse__used = True
+        # Built to be checked, not to be elaborated: tell Amaranth's unused-elaboratable lint,
+        # for the component and for any subcomponent it built to check its own arguments.
+        for part in (component, *vars(component).values()):
+            if isinstance(part, Elaboratable):
+                part._MustUse__used = True
 
     def elaborate(self, params: BlockParams) -> wiring.Component:
         """Build the component; a parameter it rejects raises :class:`ParameterError`."""
