@@ -7,6 +7,7 @@ context). Run with ``memwall bench FAMILY``; results go to ``build/bench/FAMILY.
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Callable
@@ -56,7 +57,17 @@ def bench_family(family: str, presets=("default", "paper"), *, simulator: str = 
                          "parameters": params.as_dict()})
     (out_dir / f"{family}.json").write_text(json.dumps(rows, indent=2) + "\n")
     md_path = out_dir / f"{family}.md"
-    md_path.write_text(markdown(family, rows, simulator, target))
+    text = markdown(family, rows, simulator, target)
+    # A family may add its own figures: cocotb_tests/<family>/bench.py with extra(out_dir, ...).
+    try:
+        family_bench = importlib.import_module(f"cocotb_tests.{family}.bench")
+    except ModuleNotFoundError as exc:
+        if exc.name not in (f"cocotb_tests.{family}", f"cocotb_tests.{family}.bench"):
+            raise
+        family_bench = None
+    if family_bench is not None:
+        text += family_bench.extra(out_dir, simulator, progress)
+    md_path.write_text(text)
     return rows, md_path
 
 

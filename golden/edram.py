@@ -282,13 +282,13 @@ def refresh_counts(interval, history: Iterable[tuple[int, int, int]],
 def sweep_refreshes(step: int, rows: int, row, start, end) -> np.ndarray:
     """Refreshes a row live over ``(start, end)`` gets from a distributed-refresh sweep.
 
-    The sweep (docs/edram.md, :class:`hdl.edram.timing.Sweep`) gives row ``row`` a slot at
+    The sweep (docs/edram.md, :class:`hdl.edram.spec.Sweep`) gives row ``row`` a slot at
     cycles ``row * step + k * rows * step``, ``k >= 0``, counted from the phase origin. A row is
     refreshed once for each slot it is live both before and after: ``start < slot < end``, where
     ``start`` is the cycle its first write is accepted and ``end`` the cycle its release is. A
     write in the slot cycle itself restores the row, and a release in it ends the need.
-    Vectorized over ``row``, ``start`` and ``end``; ``end`` may be ``numpy.inf``-free large
-    integers (a cut-off) for rows still live.
+    Vectorized over ``row``, ``start`` and ``end``; for a row still live at the end of a
+    simulation, pass that cycle as ``end``.
     """
     for value, name in ((step, "Sweep step"), (rows, "Sweep rows")):
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:

@@ -504,6 +504,14 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
     if wrap:
         script += (f"read_verilog -sv wrapper.v\nhierarchy -check -top {pnr_top}\n"
                    f"setattr -mod -set keep_hierarchy 1 {_vid(top).strip()}\n")
+    if target == "ecp5":
+        # synth_ecp5 always maps with ABC9 (Yosys 0.70 has no -noabc9). Its reintegration names
+        # the bits of a mapped wire ``w``, ``w[1]``, ``w[2]``... and aborts on the assertion
+        # ``count_id(wire->name) == 0`` when another wire is literally called ``w[1]``, which is
+        # how Amaranth names the elements of array-layout ports (``std__row`` and
+        # ``\std__row[1]``). Making such non-port names private avoids the clash; only names
+        # change.
+        script += "rename -hide w:*]\n"
     script += synth_cmd + "\ntee -q -o stat.json stat -json\n"
     _yosys(step, f"synth_{target}", script, workdir, timeout, progress)
     cells = _stat_module(step, workdir / "stat.json", workdir / f"synth_{target}.log", top)

@@ -460,3 +460,40 @@ async def decay_broken_policy(dut):
         f"no sign/exponent errors in {std.bits} bits with the standard segment at "
         f"{tb.params.t_std_us} us: the decay test could not fail")
     _check_band(std, "sign/exponent bits at the relaxed interval")
+
+
+@cocotb.test(skip=os.environ.get("MEMWALL_EDRAM_BENCH", "0") != "1")
+async def policy_bench(dut):
+    """Per policy: every row live (alternate rows KV and QO), random reads at 100% offered load
+    for two of the longest sweep periods; report the refresh counters, accesses and lost cycles.
+    (A benchmark: run by ``memwall bench edram``.)"""
+    tb = EdramTB(dut, idle=0.0, backpressure=0.0)
+    await tb.reset()
+    plan = tb.ctrl.plan
+    cycles = 2 * max(s.period for pol in Policy for seg in SEGMENTS
+                     if (s := plan.sweep(pol, seg)) is not None)
+    runs = {}
+    monitor = tb.input_monitors["req"]
+    for policy in Policy:
+        tb.send("req", [tb.set_policy(policy.value)])
+        tb.send("req", [tb.write(g * tb.cols + c, KV if g % 2 == 0 else QO)
+                        for g in range(tb.rows_total) for c in range(tb.cols)])
+        await tb.drain()
+        before, stalls0, start = tb.status(), monitor.stalls, tb.counter.cycle
+        addrs = tb.np_rng.integers(0, tb.words, cycles)
+        tb.send("req", [tb.read(int(a)) for a in addrs])
+        await tb.drain()
+        after, span = tb.status(), tb.counter.cycle - start
+        tb.send("req", [tb.release_class(KV), tb.release_class(QO)])
+        await tb.drain()
+        runs[policy.name.lower()] = {
+            "cycles": span, "accesses": cycles, "lost_cycles": monitor.stalls - stalls0,
+            "refreshes": {s: after[f"{s}.refreshes"] - before[f"{s}.refreshes"]
+                          for s in SEGMENTS},
+            "live_rows": {"std": tb.rows_total, "kv_mant": (tb.rows_total + 1) // 2,
+                          "qo_mant": tb.rows_total // 2}}
+    await tb.settle()
+    tb.check_refresh_counts()
+    tb.report("policy_bench", runs=runs, cols=tb.cols,
+              intervals={p.name.lower(): {s: plan.interval(p, s) for s in SEGMENTS}
+                         for p in Policy})

@@ -25,16 +25,14 @@ def pairwise_reduce(x: np.ndarray, combine: Callable[[np.ndarray, np.ndarray], n
     carried to the next level unchanged. Five lanes give
     ``combine(combine(combine(x0, x1), combine(x2, x3)), x4)``.
     """
-    x = np.moveaxis(np.asarray(x), axis, 0)
-    if x.shape[0] == 0:
+    level = np.moveaxis(np.asarray(x), axis, -1)
+    if level.shape[-1] == 0:
         raise ValueError("cannot reduce an empty axis")
-    items = [x[i] for i in range(x.shape[0])]
-    while len(items) > 1:
-        nxt = [combine(items[i], items[i + 1]) for i in range(0, len(items) - 1, 2)]
-        if len(items) % 2:
-            nxt.append(items[-1])
-        items = nxt
-    return items[0]
+    while level.shape[-1] > 1:          # one vectorized combine per tree level
+        pairs = level.shape[-1] // 2
+        summed = combine(level[..., 0:2 * pairs:2], level[..., 1:2 * pairs:2])
+        level = np.concatenate([summed, level[..., 2 * pairs:]], axis=-1)
+    return level[..., 0]
 
 
 def _range(bits: int, signed: bool = True) -> tuple[int, int]:

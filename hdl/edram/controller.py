@@ -120,8 +120,8 @@ class EdramController(wiring.Component):
         integer(counter_width, "Counter width (counter_width)", 8, 64)
         integer(response_depth, "Response queue depth (response_depth)", 4, 64)
         if not isinstance(policy, Policy):
-            raise TypeError(f"Policy must be one of {', '.join(p.name for p in Policy)}, "
-                            f"not {policy!r}")
+            raise TypeError(f"Policy (policy) must be one of "
+                            f"{', '.join(p.name for p in Policy)}, not {policy!r}")
         self.banks, self.rows, self.cols = banks, rows, cols
         self.slack, self.policy = slack, policy
         self.counter_width, self.response_depth = counter_width, response_depth
@@ -219,7 +219,7 @@ class EdramController(wiring.Component):
         inflight = Signal(range(self.response_depth + 1))
         m.d.comb += req.ready.eq(~Cat(conflict.values()).any()
                                  & (~responds | (inflight < self.response_depth))
-                                 & ~(is_set_policy & any_pend))
+                                 & ~(is_set_policy & ~refused & any_pend))
         accept = req.valid & req.ready
         m.d.comb += restart.eq(accept & is_set_policy & ~refused)
         with m.If(restart):

@@ -28,8 +28,10 @@ within the interval::
 
     step = (interval - slack - 1) // rows,    period + slack + 1 <= interval
 
-and it must leave room for a pending refresh to finish before the next slot: ``step >= slack + 1``,
-i.e. ``interval >= rows * (slack + 1) + slack + 1`` (checked, with the message naming the segment).
+and it must leave room for a pending refresh to finish before the next slot, ``step >= slack + 1``,
+and a cycle in every step for accesses to a bank whose rows are all live, ``step >= 2``; so
+``interval >= rows * max(slack + 1, 2) + slack + 1`` (checked, with the message naming the
+parameter).
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ class Sweep:
     @staticmethod
     def shortest_interval(rows: int, slack: int) -> int:
         """The shortest interval a sweep of ``rows`` rows with ``slack`` cycles can keep."""
-        return rows * (slack + 1) + slack + 1
+        return rows * max(slack + 1, 2) + slack + 1
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ class EdramParams(BlockParams):
     def controller_args(self) -> dict:
         """Keyword arguments of :class:`hdl.edram.EdramController`."""
         if self.policy not in POLICY_NAMES:
-            raise ValueError(f"Policy must be one of {', '.join(POLICY_NAMES)}, "
+            raise ValueError(f"Policy (policy) must be one of {', '.join(POLICY_NAMES)}, "
                              f"not {self.policy!r}")
         args = {name: getattr(self, name) for name in self.names() if name != "policy"}
         return {**args, "policy": Policy[self.policy.upper()]}
