@@ -14,7 +14,6 @@ import abc
 
 import cocotb
 import numpy as np
-from cocotb.triggers import ClockCycles
 
 from golden.arith import float as golden
 from hdl.arith.format import float_format
@@ -204,9 +203,4 @@ async def corners_and_random(dut):
 async def full_rate(dut):
     """With no idle cycles, one result per cycle, ``component.latency`` cycles after the input."""
     tb = make_tb(dut, idle=0.0)
-    await tb.reset()
-    await ClockCycles(tb.clk, 2)
-    count = 500
-    tb.send("i", tb.stimulus(count)[-count:])
-    await tb.drain()
-    tb.check_full_rate(count, tb.component.latency)
+    await tb.run_full_rate(tb.stimulus(500)[-500:])

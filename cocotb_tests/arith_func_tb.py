@@ -15,7 +15,6 @@ import struct
 
 import cocotb
 import numpy as np
-from cocotb.triggers import ClockCycles
 
 from golden.arith import func as golden
 
@@ -130,9 +129,4 @@ async def random_and_corners(dut):
 async def full_rate(dut):
     """With no idle cycles, one result per cycle, ``component.latency`` cycles after its input."""
     tb = make_tb(dut, idle=0.0)
-    await tb.reset()
-    await ClockCycles(tb.clk, 2)
-    count = 1000
-    tb.send("i", [{"x": v} for v in tb.random_codes(count)])
-    await tb.drain()
-    tb.check_full_rate(count, tb.component.latency)
+    await tb.run_full_rate([{"x": v} for v in tb.random_codes(1000)])

@@ -9,7 +9,6 @@ idle cycles (bubbles in the valid stream), outputs cannot be back-pressured.
 from __future__ import annotations
 
 import cocotb
-from cocotb.triggers import ClockCycles
 
 from golden.arith import idot as idot_golden
 from golden.arith import requant as requant_golden
@@ -139,9 +138,4 @@ async def random_and_corners(dut):
 async def full_rate(dut):
     """With no idle cycles, one result per cycle, ``component.latency`` cycles after the input."""
     tb = make_tb(dut, idle=0.0)
-    await tb.reset()
-    await ClockCycles(tb.clk, 2)
-    count = 500
-    tb.send("i", tb.random_items(count))
-    await tb.drain()
-    tb.check_full_rate(count, tb.component.latency)
+    await tb.run_full_rate(tb.random_items(500))

@@ -120,6 +120,15 @@ class BlockTB(abc.ABC):
             f"first result came {measured} cycles after its input ({latency_meaning}), " \
             f"not the expected {latency}"
 
+    async def run_full_rate(self, items, *, stream: str = "i"):
+        """The ``full_rate`` test of a pipelined unit: reset, ``items`` with no idle cycles, drain,
+        then :meth:`check_full_rate` against ``component.latency``."""
+        await self.reset()
+        await ClockCycles(self.clk, 2)
+        self.send(stream, items)
+        await self.drain()
+        self.check_full_rate(len(items), self.component.latency, source=stream)
+
     async def reset(self, cycles: int = 3):
         self.dut.rst.value = 1
         await ClockCycles(self.clk, cycles)
