@@ -71,12 +71,11 @@ class DecayMacro:
     """
 
     def __init__(self, dut, segment: str, *, banks: int, rows: int, cols: int, width: int,
-                 counter, clk_mhz: float, rng: np.random.Generator, decay: bool, slack: int,
-                 log=None):
+                 counter, clk_mhz: float, rng: np.random.Generator, decay: bool, slack: int):
         self.segment, self.width = segment, width
         self.banks, self.rows, self.cols = banks, rows, cols
         self.counter, self.clk_mhz, self.rng, self.decay = counter, clk_mhz, rng, decay
-        self.slack, self.log = slack, log
+        self.slack = slack
         self.clk = dut.clk
         self.ports = {name: getattr(dut, f"{segment}__{name}")
                       for name in ("we", "re", "refresh", "row", "col", "wdata")}

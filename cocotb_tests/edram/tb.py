@@ -11,7 +11,6 @@ prediction.
 
 from __future__ import annotations
 
-import collections
 import os
 
 import cocotb
@@ -21,7 +20,7 @@ from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 from golden import edram as golden
 from hdl.edram import SEGMENTS, EdramController, Op, Policy, TensorClass
 
-from ..streams import PayloadCodec
+from ..streams import PayloadCodec, Scoreboard
 from ..tb import BlockTB
 from .macro import DecayMacro, poisson_bounds
 
@@ -50,49 +49,38 @@ class _Tally:
                 "expected": round(float(self.expected), 2), "ber": float(f"{self.ber:.3g}")}
 
 
-class _ResponseCheck:
-    """In-order response check against the model, pairing reads with the macros' read logs."""
+class _ResponseCheck(Scoreboard):
+    """The in-order scoreboard, with each read's expected data taken from what the macros
+    returned for it (and its bit errors against what was written tallied per segment)."""
 
     def __init__(self, tb: "EdramTB"):
+        super().__init__("resp__payload", tb.log)
         self.tb = tb
-        self.name = "resp__payload"
-        self.expected: collections.deque = collections.deque()
-        self.matched = 0
         self.tally = {segment: _Tally() for segment in SEGMENTS}
 
-    def expect(self, item: dict):
-        self.expected.append(item)
-
     def got(self, item: dict, cycle: int):
-        if not self.expected:
-            raise AssertionError(f"cycle {cycle}: response {item} but none was expected "
-                                 f"(after {self.matched})")
-        want = dict(self.expected.popleft())
-        read = want.pop("_read", None)
-        if read is not None and self.tb.macros:
-            std_word, mant_word, mant_segment = read
-            got_words = {}
-            for segment, model_word in (("std", std_word), (mant_segment, mant_word)):
-                _, _, _, value, truth, p_bit = self.tb.macros[segment].reads.popleft()
-                if truth != model_word:
-                    raise AssertionError(
-                        f"cycle {cycle}: read {self.matched}: the {segment} macro holds "
-                        f"{truth:#x} as written, the model {model_word:#x}: the controller "
-                        f"wrote the wrong bits")
-                if want["live"]:
-                    self.tally[segment].add(self.tb.macros[segment].width, value ^ truth, p_bit)
-                got_words[segment] = value
-            want["data"] = int(golden.merge(got_words["std"], got_words[mant_segment]))
-        wrong = [k for k in want if item.get(k) != want[k]]
-        if wrong:
-            raise AssertionError(f"cycle {cycle}: response {self.matched}: " + ", ".join(
-                f"{k} expected {want[k]:#x} got {item.get(k, 0):#x}" for k in wrong))
-        self.matched += 1
-
-    def check_drained(self):
         if self.expected:
-            raise AssertionError(f"{len(self.expected)} response(s) never came, the first "
-                                 f"{self.expected[0]} (after {self.matched})")
+            self.expected[0] = self._resolve(dict(self.expected[0]), cycle)
+        super().got(item, cycle)
+
+    def _resolve(self, want: dict, cycle: int) -> dict:
+        read = want.pop("_read", None)
+        if read is None or not self.tb.macros:
+            return want
+        std_word, mant_word, mant_segment = read
+        got_words = {}
+        for segment, model_word in (("std", std_word), (mant_segment, mant_word)):
+            _, _, _, value, truth, p_bit = self.tb.macros[segment].reads.popleft()
+            if truth != model_word:
+                raise AssertionError(
+                    f"cycle {cycle}: read {self.matched}: the {segment} macro holds "
+                    f"{truth:#x} as written, the model {model_word:#x}: the controller "
+                    f"wrote the wrong bits")
+            if want["live"]:
+                self.tally[segment].add(self.tb.macros[segment].width, value ^ truth, p_bit)
+            got_words[segment] = value
+        want["data"] = int(golden.merge(got_words["std"], got_words[mant_segment]))
+        return want
 
 
 class EdramTB(BlockTB):
@@ -128,7 +116,7 @@ class EdramTB(BlockTB):
                 self.macros[segment] = DecayMacro(
                     dut, segment, banks=self.banks, rows=self.rows, cols=self.cols, width=width,
                     counter=self.counter, clk_mhz=p.clk_mhz, rng=self.np_rng, decay=decay,
-                    slack=ctrl.slack, log=self.log)
+                    slack=ctrl.slack)
             self._set_limits()
         self.origin: int | None = None
         self.first_read: int | None = None
