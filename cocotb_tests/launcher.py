@@ -124,3 +124,8 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
         raise AssertionError(f"{block.name} under {simulator} ({build_dir}):\n  " +
                              "\n  ".join(failures))
     return results
+
+
+def case_id(block: str, preset: str, overrides: dict, *rest) -> str:
+    """Test id of a launcher case: ``block-preset-name=value...`` (extra items are ignored)."""
+    return "-".join([block, preset, *(f"{k}={v}" for k, v in overrides.items())])

@@ -4,7 +4,7 @@ import pytest
 
 from memwall import registry
 
-from .launcher import SIMULATORS, run_block
+from .launcher import SIMULATORS, case_id, run_block
 
 #: (block, preset, overrides, simulators). A Verilator compile costs ~10 s, so every block runs
 #: under both simulators at one parameter set and the other sets (formats, depths) under Icarus
@@ -29,12 +29,7 @@ CASES = [
 RUNS = [(case[:3], simulator) for case in CASES for simulator in case[3]]
 
 
-def _id(run):
-    (block, preset, overrides), simulator = run
-    return "-".join([block, preset, *(f"{k}={v}" for k, v in overrides.items()), simulator])
-
-
-@pytest.mark.parametrize("case, simulator", RUNS, ids=[_id(r) for r in RUNS])
+@pytest.mark.parametrize("case, simulator", RUNS, ids=[f"{case_id(*case)}-{sim}" for case, sim in RUNS])
 def test_arith_float(case, simulator):
     block, preset, overrides = case
     params = registry.get(block).parameters(preset, overrides)

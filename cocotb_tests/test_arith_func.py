@@ -4,7 +4,7 @@ import pytest
 
 from memwall import registry
 
-from .launcher import SIMULATORS, run_block
+from .launcher import SIMULATORS, case_id, run_block
 
 #: (block, preset, overrides): each unit at its default (the accuracy target), exp2 with the
 #: smallest table and no inner registers, rsqrt with the most steps (the narrowest error term).
@@ -18,13 +18,10 @@ CASES = [
 ]
 
 
-def _id(case):
-    block, preset, overrides = case
-    return "-".join([block, preset, *(f"{k}={v}" for k, v in overrides.items())])
 
 
 @pytest.mark.parametrize("simulator", SIMULATORS)
-@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[case_id(*c) for c in CASES])
 def test_arith_func(case, simulator):
     block, preset, overrides = case
     params = registry.get(block).parameters(preset, overrides)

@@ -5,7 +5,7 @@ import pytest
 
 from memwall import registry
 
-from .launcher import SIMULATORS, run_block
+from .launcher import SIMULATORS, case_id, run_block
 
 #: (block, preset, overrides): the small and default presets; the requantizer with an unsigned
 #: multiplier, a 4-bit full-range output and 3 stages; the dot product with 64 lanes of int8 x int4,
@@ -22,13 +22,10 @@ CASES = [
 ]
 
 
-def _id(case):
-    block, preset, overrides = case
-    return "-".join([block, preset, *(f"{k}={v}" for k, v in overrides.items())])
 
 
 @pytest.mark.parametrize("simulator", SIMULATORS)
-@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[case_id(*c) for c in CASES])
 def test_arith_int(case, simulator):
     block, preset, overrides = case
     params = registry.get(block).parameters(preset, overrides)

@@ -4,7 +4,7 @@ import pytest
 
 from memwall import registry
 
-from .launcher import SIMULATORS, run_block
+from .launcher import SIMULATORS, case_id, run_block
 
 #: (block, preset, overrides, cocotb tests). The bare controller with the behavioural macros at the
 #: small geometry and a wider one; the FPGA stand-in system.
@@ -20,13 +20,10 @@ CASES = [
 DECAY = {"banks": "4", "rows": "32", "cols": "64", "clk_mhz": "4"}
 
 
-def _id(case):
-    block, preset, overrides, _ = case
-    return "-".join([block, preset, *(f"{k}={v}" for k, v in overrides.items())])
 
 
 @pytest.mark.parametrize("simulator", SIMULATORS)
-@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[case_id(*c) for c in CASES])
 def test_edram(case, simulator):
     block, preset, overrides, tests = case
     run_block(block, registry.get(block).parameters(preset, overrides), simulator,

@@ -4,7 +4,7 @@ import pytest
 
 from memwall import registry
 
-from .launcher import SIMULATORS, run_block
+from .launcher import SIMULATORS, case_id, run_block
 
 #: (block, preset, overrides): the small geometry exhaustively (also with ranks and bank groups),
 #: LPDDR5 at the default and paper presets, hashed mappings. The combinational (latency 0) variant has no clock port; it is
@@ -24,13 +24,10 @@ CASES = [
 ]
 
 
-def _id(case):
-    block, preset, overrides = case
-    return "-".join([block, preset, *(f"{k}={v}" for k, v in overrides.items())])
 
 
 @pytest.mark.parametrize("simulator", SIMULATORS)
-@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[case_id(*c) for c in CASES])
 def test_umdam(case, simulator):
     block, preset, overrides = case
     params = registry.get(block).parameters(preset, overrides)

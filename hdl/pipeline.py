@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from amaranth import Module, Value
+from amaranth import Module, Signal, Value
+from amaranth.lib.fifo import SyncFIFOBuffered
 
-__all__ = ["stream_stage"]
+from .validate import integer
+
+__all__ = ["stream_stage", "ResultQueue"]
 
 
 def stream_stage(m: Module, source, sink, payload: Value, *, registered: bool = True):
@@ -33,3 +36,57 @@ def stream_stage(m: Module, source, sink, payload: Value, *, registered: bool = 
     else:
         m.d.comb += [sink.valid.eq(source.valid), sink.payload.eq(payload),
                      source.ready.eq(sink.ready)]
+
+
+class ResultQueue:
+    """A FIFO that takes the results of always-ready pipelines and drains them into a stream.
+
+    A pipelined unit (:mod:`hdl.arith`) cannot stall, so an item may enter it only if its result
+    will have a place to land. The queue keeps a credit count: ``depth`` free places less the
+    items already in flight or queued. Drive ``issue`` when an item enters the pipeline (only
+    while ``can_issue``), and ``w_en``/``w_data`` when its result comes out. With ``depth`` at
+    least the pipeline latency plus 2 the queue never limits a full-rate producer whose consumer
+    is always ready.
+
+    Parameters
+    ----------
+    m : Module
+        Module to add the FIFO and the counter to.
+    sink : stream interface
+        The stream the queue drives (``valid``/``payload`` out, ``ready`` in).
+    depth : int
+        FIFO places, 2 to 4096.
+    name : str
+        Submodule name of the FIFO.
+
+    Members
+    -------
+    can_issue : Signal, out
+        A credit is available: an item may enter the pipeline this cycle.
+    issue : Signal, in
+        An item enters the pipeline this cycle (takes a credit).
+    w_en : Signal, in
+        A result is written this cycle.
+    w_data : Signal, in
+        The result, shaped like ``sink.payload``.
+    """
+
+    def __init__(self, m: Module, sink, *, depth: int, name: str):
+        integer(depth, "Result queue depth", 2, 4096)
+        width = len(sink.payload.as_value())
+        m.submodules[name] = fifo = SyncFIFOBuffered(width=width, depth=depth)
+        self.issue = Signal(name=f"{name}_issue")
+        self.can_issue = Signal(name=f"{name}_can_issue")
+        self.w_en = Signal(name=f"{name}_w_en")
+        self.w_data = Signal(width, name=f"{name}_w_data")
+        credits = Signal(range(depth + 1), init=depth, name=f"{name}_credits")
+        popped = sink.valid & sink.ready
+        m.d.sync += credits.eq(credits - self.issue + popped)
+        m.d.comb += [
+            self.can_issue.eq(credits != 0),
+            fifo.w_en.eq(self.w_en),
+            fifo.w_data.eq(self.w_data),
+            sink.valid.eq(fifo.r_rdy),
+            sink.payload.eq(fifo.r_data),
+            fifo.r_en.eq(sink.ready),
+        ]

@@ -28,6 +28,15 @@ Latency
 With a combinational combine: ``ceil(levels / register_every)`` cycles (``register_every = 0``:
 no registers, 0 cycles). With a pipelined combine: ``levels * combine.latency`` cycles. The tree
 itself never stalls: it takes a new set of values every cycle.
+
+Serial trees
+------------
+:func:`serial_tree` computes the same order over values that arrive one at a time (the beat sums
+of a long dot product, a stream of exponentials): one pipelined combine unit per level, a hold
+register for the left operand, and the group's odd last value combined with an identity element
+(``x + -0 = x`` for every float an adder can produce) so that it keeps its place in the level's
+pipeline. A group ends with a value flagged ``last``; its result leaves ``levels *
+combine.latency`` cycles after that value, whatever gaps the group had.
 """
 
 from __future__ import annotations
@@ -38,13 +47,13 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
-from amaranth import Module, Signal, Value
+from amaranth import Module, Mux, Signal, Value
 from amaranth.lib import wiring
 
 from ..validate import integer
 
 __all__ = ["PipelinedCombine", "unit_combine", "tree_levels", "tree_latency", "reduce_tree",
-           "delay", "TreeResult"]
+           "serial_tree", "delay", "TreeResult"]
 
 
 class PipelinedCombine(abc.ABC):
@@ -144,6 +153,61 @@ def delay(m: Module, value: Value, cycles: int, *, name: str = "delay", reset: b
         m.d.sync += stage.eq(value)
         value = stage
     return value
+
+
+@dataclass(frozen=True)
+class SerialTreeResult:
+    """What :func:`serial_tree` returns: one value per group, its valid bit and the latency."""
+    value: Value
+    valid: Value
+    latency: int
+
+
+def serial_tree(m: Module, value: Value, valid: Value, last: Value, *, max_count: int,
+                combine: PipelinedCombine, identity: Value | int,
+                name: str = "stree") -> SerialTreeResult:
+    """Reduce groups of values that arrive one per cycle at most, in the pairwise tree order.
+
+    Parameters
+    ----------
+    m : Module
+        Module to add the tree to (``sync`` domain).
+    value, valid, last : Value
+        The input: a value with its valid bit; ``last`` marks the final value of a group.
+    max_count : int
+        The largest group size (1 to 65536): ``ceil(log2(max_count))`` levels are built. Shorter
+        groups are allowed and reduce in the same order as :func:`reduce_tree` over their values.
+    combine : PipelinedCombine
+        The pipelined two-input step (see :func:`unit_combine`).
+    identity : Value or int
+        An operand ``e`` with ``combine(x, e) == x`` bit for bit for every ``x`` the input or the
+        combine step can produce (``-0.0`` for an IEEE adder with round to nearest).
+    name : str
+        Prefix of the signal names.
+
+    Returns
+    -------
+    SerialTreeResult
+        ``(value, valid, latency)``: one result per group, ``latency = levels * combine.latency``
+        cycles after the group's ``last`` value, in group order.
+    """
+    if not isinstance(combine, PipelinedCombine):
+        raise TypeError(f"Serial tree combine step must be a PipelinedCombine, not {combine!r}")
+    levels = tree_levels(max_count)
+    for level in range(levels):
+        hold = Signal.like(value, name=f"{name}_l{level}_hold", reset_less=True)
+        odd = Signal(name=f"{name}_l{level}_odd")       # a left operand is held
+        issue = valid & (odd | last)
+        with m.If(valid):
+            m.d.sync += odd.eq(~odd & ~last)
+            with m.If(~odd):
+                m.d.sync += hold.eq(value)
+        a = Mux(odd, hold, value)
+        b = Mux(odd, value, identity)
+        value = combine(m, a, b, issue)
+        valid = delay(m, issue, combine.latency, name=f"{name}_l{level}_valid", reset=True)
+        last = delay(m, issue & last, combine.latency, name=f"{name}_l{level}_last", reset=True)
+    return SerialTreeResult(value, valid, levels * combine.latency)
 
 
 def reduce_tree(m: Module, values: Sequence[Value], combine: Combine, *, valid: Value,

@@ -1,0 +1,269 @@
+"""cocotb testbench of the FlowKV tile pair (``flowkv``) and the array of pairs (``flowkv-array``).
+
+The model is fed by the input monitors. Per pair it keeps a queue of decode steps: the command,
+then the query beats, the key rows and the value rows that the design actually accepted. When a
+step is complete it computes ``O`` with the bit-exact golden model (:func:`golden.flowkv.attend`)
+from those rows and queues the expected output beats; a command the contract refuses expects one
+``error`` beat once its query beats are in. Which rows a step streams (every row of every chunk
+the sweep visits that the cache holds) comes from :func:`golden.flowkv.sweep`, the same rule the
+stimulus uses.
+
+Tests: ``random_jobs`` (MHA or GQA per build, with and without a window, sequences below one chunk,
+exactly one chunk, many chunks with a partial last one, future rows after the position),
+``corner_cases`` (one dominant score, equal scores, exp2 underflow, window edges, L = 1, NaN and
+infinities in masked rows), ``refused`` (every refusal rule between good steps) and ``full_rate``
+(one long step, no idle cycles: cycles per K and V row, fill and drain).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import cocotb
+import numpy as np
+from cocotb.triggers import ClockCycles
+
+from golden import flowkv as golden
+from golden.arith.float import from_float, to_float
+from hdl.flowkv import ValueTile
+from hdl.arith.format import BF16
+
+from ..tb import BlockTB, select_tb
+
+#: Environment variable of the ``full_rate`` sequence length (benchmarks sweep it).
+ENV_LENGTH = "MEMWALL_FLOWKV_LENGTH"
+#: Masked rows are filled with these: any use of them would show in the output.
+_NAN, _INF = 0x7FC0, 0x7F80
+
+
+class _Step:
+    """One decode step of one pair, as the input monitors saw it."""
+
+    def __init__(self, cfg, cmd: dict):
+        self.cmd = cmd
+        self.cfg = cfg
+        L, p = cmd["length"], cmd["position"]
+        self.window = cmd["window"] if cmd["sliding"] else None
+        self.refused = (L == 0 or L > cfg.max_tokens or p >= L
+                        or (cmd["sliding"] and not 1 <= cmd["window"] <= cfg.max_tokens))
+        self.rows = [] if self.refused else stream_rows(cfg, L, p, self.window)
+        self.q, self.k, self.v = [], [], []
+
+    def need(self, kind: str) -> int:
+        """Elements of ``kind`` (q, k or v) the step takes."""
+        return self.cfg.head_dim * (self.cfg.group if kind == "q" else len(self.rows))
+
+    def complete(self) -> bool:
+        return all(len(getattr(self, kind)) == self.need(kind) for kind in "qkv")
+
+    def expected(self) -> list[dict]:
+        cfg = self.cfg
+        if self.refused:
+            return [{"error": 1, "last": 1, "head": 0, "beat": 0,
+                     **{f"data.{i}": 0 for i in range(cfg.lanes)}}]
+        q = np.array(self.q, np.uint16).reshape(cfg.group, cfg.head_dim)
+        K = np.full((self.cmd["length"], cfg.head_dim), _NAN, np.uint16)
+        V = np.full_like(K, _INF)
+        K[self.rows] = np.array(self.k, np.uint16).reshape(len(self.rows), cfg.head_dim)
+        V[self.rows] = np.array(self.v, np.uint16).reshape(len(self.rows), cfg.head_dim)
+        O = golden.attend(q, K, V, self.cmd["position"], chunk=cfg.chunk, lanes=cfg.lanes,
+                          window=self.window, out_fmt=cfg.out_fmt)
+        out = []
+        for h in range(cfg.group):
+            for b in range(cfg.beats):
+                lanes = O[h, b * cfg.lanes:(b + 1) * cfg.lanes]
+                out.append({"error": 0, "head": h, "beat": b,
+                            "last": int(h == cfg.group - 1 and b == cfg.beats - 1),
+                            **{f"data.{i}": int(x) for i, x in enumerate(lanes)}})
+        return out
+
+
+def stream_rows(cfg, length: int, position: int, window: int | None) -> list[int]:
+    """The rows a step streams on ``k`` and ``v``: those of every visited chunk the cache holds."""
+    index, _ = golden.sweep(length, position, chunk=cfg.chunk, window=window)
+    return [r for c in index for r in range(c * cfg.chunk, min((c + 1) * cfg.chunk, length))]
+
+
+class FlowKVTB(BlockTB):
+    """Streams of one pair (``pairs`` is None) or of every pair of an array."""
+
+    def __init__(self, dut, **kwargs):
+        design = self._design_cfg()
+        self.cfg, self.pairs = design
+        self.names = ([("q", "k", "v", "o")] if self.pairs is None else
+                      [(f"q{n}", f"k{n}", f"v{n}", f"o{n}") for n in range(self.pairs)])
+        inputs = ["cmd"] + [n for q, k, v, _ in self.names for n in (q, k, v)]
+        outputs = [o for *_, o in self.names]
+        super().__init__(dut, inputs=inputs, outputs=outputs, **kwargs)
+        self.steps = [collections.deque() for _ in self.names]   # per pair, oldest first
+        self.by_stream = {}
+        for pair, (q, k, v, o) in enumerate(self.names):
+            self.by_stream.update({q: (pair, "q"), k: (pair, "k"), v: (pair, "v")})
+
+    @staticmethod
+    def _design_cfg():
+        from ..tb import load_design
+        _, params, component, _ = load_design()
+        return component.cfg, getattr(component, "pairs", None)
+
+    # --- model --------------------------------------------------------------------------------
+
+    def model(self, stream, item):
+        cfg = self.cfg
+        if stream == "cmd":
+            for steps in self.steps:
+                steps.append(_Step(cfg, item))
+            return {}
+        pair, kind = self.by_stream[stream]
+        values = [item[f"data.{i}"] for i in range(cfg.lanes)]
+        step = self._open(pair, kind)
+        getattr(step, kind).extend(values)
+        out = {}
+        steps = self.steps[pair]
+        while steps and steps[0].complete():
+            out.setdefault(self.names[pair][3], []).extend(steps.popleft().expected())
+        return out
+
+    def _open(self, pair, kind):
+        """The oldest step of ``pair`` still waiting for beats of ``kind``."""
+        for step in self.steps[pair]:
+            if len(getattr(step, kind)) < step.need(kind):
+                return step
+        raise AssertionError(f"cycle {self.counter.cycle}: pair {pair} took a {kind} beat that "
+                             f"no decode step asks for")
+
+    # --- stimulus -----------------------------------------------------------------------------
+
+    def beats(self, rows: np.ndarray) -> list[dict]:
+        P = self.cfg.lanes
+        return [{f"data.{i}": int(x) for i, x in enumerate(row[b * P:(b + 1) * P])}
+                for row in rows for b in range(self.cfg.beats)]
+
+    def step(self, length, position, window=None, *, q=None, K=None, V=None, scale=1.0):
+        """Queue one decode step on every pair: random N(0, scale^2) operands unless given."""
+        cfg = self.cfg
+        self.send("cmd", [{"position": position, "length": length,
+                           "window": window or 0, "sliding": int(window is not None)}])
+        bad = (length == 0 or length > cfg.max_tokens or position >= length
+               or (window is not None and not 1 <= window <= cfg.max_tokens))
+        rows = [] if bad else stream_rows(cfg, length, position, window)
+        for n, (qs, ks, vs, _) in enumerate(self.names):
+            shape_q, shape_kv = (cfg.group, cfg.head_dim), (max(length, 1), cfg.head_dim)
+            q_n = q if q is not None else self.normal(shape_q, scale)
+            K_n = K if K is not None else self.normal(shape_kv, scale)
+            V_n = V if V is not None else self.normal(shape_kv, 1.0)
+            self.send(qs, self.beats(q_n))
+            self.send(ks, self.beats(K_n[rows]))
+            self.send(vs, self.beats(V_n[rows]))
+        return rows
+
+    def normal(self, shape, scale=1.0) -> np.ndarray:
+        rng = np.random.default_rng(self.rng.getrandbits(32))
+        return from_float(rng.standard_normal(shape) * scale, BF16)
+
+
+def _tb(dut, **kwargs) -> FlowKVTB:
+    return select_tb(dut, {"flowkv": FlowKVTB, "flowkv-array": FlowKVTB}, **kwargs)
+
+
+def _lengths(cfg):
+    """Sequence shapes the issue lists: below a chunk, one chunk, many with a partial last."""
+    Lc = cfg.chunk
+    many = min(cfg.max_tokens, 3 * Lc + max(1, Lc // 2))
+    return [max(1, Lc // 2), Lc, many, 1]
+
+
+@cocotb.test()
+async def random_jobs(dut):
+    """Random steps: full attention and windows, the last row and earlier positions."""
+    tb = _tb(dut)
+    await tb.reset()
+    cfg = tb.cfg
+    for L in _lengths(cfg):
+        tb.step(L, L - 1)
+        if L > 2:
+            tb.step(L, tb.rng.randrange(L - 1))                    # rows after p are masked
+            tb.step(L, L - 1, window=tb.rng.randint(1, L))          # FlowKV-SWA
+            tb.step(L, tb.rng.randrange(L), window=tb.rng.randint(1, cfg.max_tokens))
+    await tb.drain()
+
+
+@cocotb.test()
+async def corner_cases(dut):
+    """One dominant score, equal scores, exp2 underflow, window edges, L = 1."""
+    tb = _tb(dut)
+    await tb.reset()
+    cfg = tb.cfg
+    G, d = cfg.group, cfg.head_dim
+    L = min(cfg.max_tokens, 2 * cfg.chunk + 1)
+    # One dominant key: K[j] = 8 q (scores far above the rest: F underflows to +0 for others).
+    q = tb.normal((G, d))
+    K = tb.normal((L, d), 0.1)
+    K[L // 2] = from_float(8.0 * to_float(q[0], BF16), BF16)
+    tb.step(L, L - 1, q=q, K=K)
+    # Equal scores: every key the same row, so F = 1 everywhere and O is the mean of V.
+    K = np.tile(tb.normal((1, d)), (L, 1))
+    tb.step(L, L - 1, K=K)
+    # Large score range: huge scale makes most exponentials underflow to +0.
+    tb.step(L, L - 1, scale=16.0)
+    # Window edges: a window of one row, a window ending a chunk early, one longer than p.
+    tb.step(L, L - 1, window=1)
+    tb.step(L, cfg.chunk - 1 if cfg.chunk <= L else L - 1, window=cfg.chunk)
+    tb.step(L, L - 1, window=cfg.max_tokens)
+    # L = 1, and a window on it.
+    tb.step(1, 0)
+    tb.step(1, 0, window=1)
+    await tb.drain()
+
+
+@cocotb.test()
+async def refused(dut):
+    """Every refusal rule answers with one error beat, between steps that still work."""
+    tb = _tb(dut)
+    await tb.reset()
+    cfg = tb.cfg
+    M = cfg.max_tokens
+    tb.step(3, 2)
+    tb.step(0, 0)                       # empty cache
+    tb.step(3, 3)                       # position beyond the streamed length
+    tb.step(3, 2, window=0)             # a window of zero
+    tb.step(M, M - 1, window=M + 1)     # a window beyond the maximum
+    tb.step(2, 1, window=1)
+    await tb.drain()
+    if cfg.max_tokens < (1 << tb.ports["cmd__payload"]["fields"][1]["width"]) - 1:
+        tb.step(M + 1, 0)               # a length beyond the maximum
+        await tb.drain()
+
+
+@cocotb.test()
+async def full_rate(dut):
+    """One long step with no idle cycles and no back-pressure: cycles per K and V row."""
+    tb = _tb(dut, idle=0.0, backpressure=0.0)
+    await tb.reset()
+    await ClockCycles(tb.clk, 2)
+    cfg = tb.cfg
+    L = int(os.environ.get(ENV_LENGTH, min(cfg.max_tokens, 16 * cfg.chunk)))
+    rows = len(tb.step(L, L - 1))
+    await tb.drain()
+    first = tb.names[0]
+    k_mon, v_mon = tb.input_monitors[first[1]], tb.input_monitors[first[2]]
+    o_mon, c_mon = tb.output_monitors[first[3]], tb.input_monitors["cmd"]
+    B = cfg.beats
+    k_span = k_mon.last_cycle - k_mon.first_cycle + 1
+    v_span = v_mon.last_cycle - v_mon.first_cycle + 1
+    # Steady state: the V stream after its first chunk (tile 1 waits for chunk 0's F first).
+    tb.report("full_rate", rows=rows, ideal_cycles_per_row=B,
+              k_cycles_per_row=round(k_span / rows, 3), v_cycles_per_row=round(v_span / rows, 3),
+              k_stalls=k_mon.stalls, v_stalls=v_mon.stalls,
+              fill=v_mon.first_cycle - c_mon.first_cycle,
+              drain=o_mon.last_cycle - v_mon.last_cycle,
+              total=o_mon.last_cycle - c_mon.first_cycle + 1,
+              bandwidth=round(2 * rows * B / (o_mon.last_cycle - c_mon.first_cycle + 1), 4))
+    # The design's bound: with d / P at least tile 1's accumulator loop, neither stream stalls
+    # once it has started (K from its first beat, V from its first beat after chunk 0's F).
+    if B >= ValueTile(cfg).loop_latency:
+        assert k_span == rows * B, \
+            f"K: {rows * B} beats took {k_span} cycles: tile 0 stalled with d/P = {B}"
+        assert v_span == rows * B, \
+            f"V: {rows * B} beats took {v_span} cycles after the first: tile 1 stalled"

@@ -1,0 +1,28 @@
+"""Run the FlowKV testbenches under Icarus and Verilator."""
+
+import pytest
+
+from memwall import registry
+
+from .launcher import SIMULATORS, case_id, run_block
+
+ALL = ["random_jobs", "corner_cases", "refused", "full_rate"]
+#: (block, preset, overrides, cocotb tests): GQA with bf16 output at the small preset; MHA with
+#: fp32 output, one lane and longer chunks; d / P = 16 (both tiles at full rate); the array.
+CASES = [
+    ("flowkv", "small", {}, ALL),
+    ("flowkv", "small", {"group": "1", "lanes": "1", "chunk": "8", "out_fmt": "fp32"},
+     ["random_jobs", "corner_cases", "refused"]),
+    ("flowkv", "small", {"head_dim": "32", "lanes": "2", "chunk": "8"}, ["full_rate"]),
+    ("flowkv-array", "small", {}, ["random_jobs", "refused"]),
+]
+
+
+
+
+@pytest.mark.parametrize("simulator", SIMULATORS)
+@pytest.mark.parametrize("case", CASES, ids=[case_id(*c) for c in CASES])
+def test_flowkv(case, simulator):
+    block, preset, overrides, tests = case
+    run_block(block, registry.get(block).parameters(preset, overrides), simulator,
+              testcase=tests)

@@ -1,0 +1,415 @@
+"""FlowKV tile 0: stream key chunks, compute the scores, the running maximum, ``F``, ``C`` and ``l``."""
+
+from __future__ import annotations
+
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..arith.exp2 import Exp2
+from ..arith.fdot import FloatDot
+from ..arith.format import BF16, FP32
+from ..arith.fpadd import FloatAdder
+from ..arith.fpmul import FloatMultiplier
+from ..arith.tree import delay, serial_tree, tree_levels, unit_combine
+from ..pipeline import ResultQueue
+from .spec import FlowKVConfig, Kind, beat_layout, command_layout, item_layout
+
+__all__ = ["ScoreTile", "total_order_max"]
+
+_SIGN = 1 << 31
+_NEG_ZERO = _SIGN
+_NEG_INF = FP32.infinity(1)
+
+# Bank states of the double-buffered score memory.
+_FREE, _FILLING, _FULL, _READING = range(4)
+
+
+def total_order_max(a, b):
+    """Return the larger of two fp32 codes in IEEE 754 total order (``-0 < +0``, NaN largest).
+
+    A code maps to a signed key that orders like the value: negative codes get their magnitude
+    bits inverted. Equal keys mean equal codes.
+    """
+    def key(x):
+        return Cat(x[:31] ^ x[31].replicate(31), x[31]).as_signed()
+    return Mux(key(a) >= key(b), a, b)
+
+
+class ScoreTile(wiring.Component):
+    """Tile 0 of a FlowKV pair: scores, running maximum, numerators and denominators.
+
+    For each decode step (a ``cmd`` and the ``G * d / P`` beats of its query vectors on ``q``) the
+    tile takes the key rows of every chunk the sweep visits on ``k`` and sends, per chunk and per
+    head, ``C`` then ``F`` for each row of the chunk (``+0`` for a masked row) on ``items``, and
+    after the last chunk ``l`` per head. The operation order is docs/flowkv_models.md section 3,
+    steps 1 to 7, bit for bit.
+
+    Parameters
+    ----------
+    cfg : FlowKVConfig
+        Head dimension, lanes, group, chunk, maximum length.
+
+    Members
+    -------
+    cmd : In(stream.Signature(command_layout(cfg)))
+        Decode steps. A step is taken when the tile is idle; it is refused (one ``REFUSED`` item)
+        for the bad values listed in :func:`~hdl.flowkv.spec.command_layout`.
+    q : In(stream.Signature(beat_layout(cfg)))
+        After each command, ``G * d / P`` beats: head 0's query row, then head 1's, ...
+    k : In(stream.Signature(beat_layout(cfg)))
+        For an accepted command, the key rows of every visited chunk that the cache holds
+        (positions ``c * L_c .. min(c * L_c + L_c, L) - 1`` for chunks ``lo // L_c .. p // L_c``),
+        ``d / P`` beats each, in position order.
+    items : Out(stream.Signature(item_layout(cfg)))
+        The inter-tile stream (docs/flowkv.md).
+
+    Throughput: one key beat per cycle while the score bank of the chunk is free. Both banks of
+    the score memory are free again once the exponential engine has read them, which takes
+    ``G * (rows + 1)`` cycles per chunk (plus one wait per head for the previous chunk's ``l``);
+    the K stream runs without a stall when this fits in the ``rows * d / P`` cycles of the next
+    chunk's keys.
+    """
+
+    def __init__(self, cfg: FlowKVConfig):
+        if not isinstance(cfg, FlowKVConfig):
+            raise TypeError(f"Tile configuration must be a FlowKVConfig, not {cfg!r}")
+        self.cfg = cfg
+        super().__init__({
+            "cmd": In(stream.Signature(command_layout(cfg))),
+            "q": In(stream.Signature(beat_layout(cfg))),
+            "k": In(stream.Signature(beat_layout(cfg))),
+            "items": Out(stream.Signature(item_layout(cfg))),
+        })
+
+    # Latencies of the shared units, read off the units themselves.
+    @staticmethod
+    def _units():
+        add, mul, exp = FloatAdder(FP32), FloatMultiplier(FP32, FP32, FP32), Exp2()
+        for unit in (add, mul, exp):
+            unit._MustUse__used = True
+        return add.latency, mul.latency, exp.latency
+
+    @property
+    def score_latency(self) -> int:
+        """Cycles from taking a row's last key beat to writing its scaled scores."""
+        add, mul, _ = self._units()
+        dot = FloatDot(BF16, self.cfg.lanes, FP32)
+        dot._MustUse__used = True
+        return 1 + dot.latency + tree_levels(self.cfg.beats) * add + mul
+
+    @property
+    def item_latency(self) -> int:
+        """Cycles from issuing an item in the exponential engine to queueing it."""
+        add, _, exp = self._units()
+        return 2 + add + exp
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        G, P, B, Lc = cfg.group, cfg.lanes, cfg.beats, cfg.chunk
+        slot_log = Lc.bit_length() - 1
+        adder = unit_combine(lambda: FloatAdder(FP32))
+
+        # ---- the job: command, checks, sweep bounds ------------------------------------------
+        c = self.cmd.payload
+        position = Signal(cfg.pos_bits)
+        length = Signal(cfg.len_bits)
+        lo = Signal(cfg.pos_bits)
+        first_start = Signal(cfg.len_bits)
+        last_start = Signal(cfg.len_bits)
+        refused = Signal()
+        bad = Signal()
+        window_lo = Signal(signed(cfg.len_bits + 2))
+        pos_s = Signal(signed(cfg.len_bits + 2))
+        win_s = Signal(signed(cfg.len_bits + 2))
+        lo_next = Signal(cfg.pos_bits)
+        m.d.comb += [
+            bad.eq((c.length == 0) | (c.length > cfg.max_tokens) | (c.position >= c.length)
+                   | (c.sliding & ((c.window == 0) | (c.window > cfg.max_tokens)))),
+            pos_s.eq(c.position), win_s.eq(c.window),
+            window_lo.eq(pos_s + 1 - win_s),
+            lo_next.eq(Mux(c.sliding & (window_lo > 0), window_lo, 0)),
+        ]
+
+        def aligned(x):
+            return Cat(Const(0, slot_log), x[slot_log:]) if slot_log else x
+
+        # ---- banks of the score memory ----------------------------------------------------------
+        bank_state = Array(Signal(2, name=f"bank{b}_state") for b in range(2))
+        bank_refused = Array(Signal(name=f"bank{b}_refused") for b in range(2))
+        bank_first = Array(Signal(name=f"bank{b}_first") for b in range(2))
+        bank_final = Array(Signal(name=f"bank{b}_final") for b in range(2))
+        bank_rows = Array(Signal(range(Lc + 1), name=f"bank{b}_rows") for b in range(2))
+        bank_max = Array(Array(Signal(32, name=f"bank{b}_max{h}") for h in range(G))
+                         for b in range(2))
+
+        # ---- query memory: word b holds beat b of every head --------------------------------
+        qw = P * BF16.width
+        m.submodules.qmem = qmem = Memory(shape=G * qw, depth=B, init=[])
+        q_wr = qmem.write_port(granularity=qw)
+        q_rd = qmem.read_port()
+        q_beat = Signal(range(B))
+        q_head = Signal(range(G))
+        m.d.comb += [q_wr.addr.eq(q_beat), q_wr.data.eq(self.q.payload.data.as_value().replicate(G)),
+                     q_wr.en.eq(Cat((q_head == h) & self.q.valid & self.q.ready
+                                    for h in range(G)))]
+
+        # ---- input side: command, queries, key rows ---------------------------------------------
+        ib = Signal()                                   # bank the next chunk fills
+        chunk_start = Signal(cfg.len_bits)
+        slot = Signal(range(Lc))
+        beat = Signal(range(B))
+        row_pos = Signal(cfg.len_bits + 1)
+        row_valid = Signal()
+        row_chunk_last = Signal()
+        job_last_chunk = Signal()
+        first_chunk = Signal()
+        m.d.comb += [
+            row_pos.eq(chunk_start + slot),
+            row_valid.eq((row_pos >= lo) & (row_pos <= position)),
+            row_chunk_last.eq((slot == Lc - 1) | (row_pos == length - 1)),
+            job_last_chunk.eq(chunk_start == last_start),
+            first_chunk.eq(chunk_start == first_start),
+        ]
+        tag_layout = data.StructLayout({"bank": 1, "slot": cfg.slot_bits, "valid": 1,
+                                        "chunk_last": 1, "first_row": 1})
+        tag_depth = 1 << ((self.score_latency + B - 1) // B + 2).bit_length()
+        m.submodules.tags = tags = SyncFIFO(width=tag_layout.size, depth=tag_depth)
+        tag_in = Signal(tag_layout)
+        m.d.comb += [tag_in.bank.eq(ib), tag_in.slot.eq(slot), tag_in.valid.eq(row_valid),
+                     tag_in.chunk_last.eq(row_chunk_last),
+                     tag_in.first_row.eq(first_chunk & (slot == 0)), tags.w_data.eq(tag_in)]
+
+        k_take = self.k.valid & self.k.ready
+        chunk_begins = (beat == 0) & (slot == 0)
+        with m.FSM(name="input"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    m.d.sync += [position.eq(c.position), length.eq(c.length), lo.eq(lo_next),
+                                 first_start.eq(aligned(lo_next)),
+                                 last_start.eq(aligned(c.position)),
+                                 chunk_start.eq(aligned(lo_next)), slot.eq(0), beat.eq(0),
+                                 refused.eq(bad), q_beat.eq(0), q_head.eq(0)]
+                    m.next = "QUERY"
+            with m.State("QUERY"):
+                m.d.comb += self.q.ready.eq(1)
+                with m.If(self.q.valid):
+                    m.d.sync += q_beat.eq(Mux(q_beat == B - 1, 0, q_beat + 1))
+                    with m.If(q_beat == B - 1):
+                        m.d.sync += q_head.eq(q_head + 1)
+                        with m.If((q_head == G - 1) & refused):
+                            m.next = "REFUSE"
+                        with m.Elif(q_head == G - 1):
+                            m.next = "STREAM"
+            with m.State("REFUSE"):
+                # A refused step takes a bank so that its item keeps its place in the sequence.
+                with m.If(bank_state[ib] == _FREE):
+                    m.d.sync += [bank_state[ib].eq(_FULL), bank_refused[ib].eq(1), ib.eq(~ib)]
+                    m.next = "IDLE"
+            with m.State("STREAM"):
+                m.d.comb += self.k.ready.eq(tags.w_rdy & (~chunk_begins
+                                                          | (bank_state[ib] == _FREE)))
+                with m.If(k_take):
+                    with m.If(chunk_begins):
+                        m.d.sync += [bank_state[ib].eq(_FILLING), bank_refused[ib].eq(0),
+                                     bank_first[ib].eq(first_chunk),
+                                     bank_final[ib].eq(job_last_chunk)]
+                    m.d.sync += beat.eq(Mux(beat == B - 1, 0, beat + 1))
+                    with m.If(beat == B - 1):
+                        m.d.comb += tags.w_en.eq(1)
+                        m.d.sync += slot.eq(slot + 1)
+                        with m.If(row_chunk_last):
+                            m.d.sync += [slot.eq(0), chunk_start.eq(chunk_start + Lc),
+                                         ib.eq(~ib)]
+                            with m.If(job_last_chunk):
+                                m.next = "IDLE"
+
+        # ---- scores: G lane-parallel dot products, beat trees, scale ----------------------------
+        m.d.comb += q_rd.addr.eq(beat)
+        k_reg = Signal(P * BF16.width)
+        k_valid = Signal()
+        k_last = Signal()
+        m.d.sync += [k_reg.eq(self.k.payload.data.as_value()), k_valid.eq(k_take),
+                     k_last.eq(k_take & (beat == B - 1))]
+        scores = []
+        score_valid = None
+        for h in range(G):
+            dot = FloatDot(BF16, P, FP32)
+            m.submodules[f"dot{h}"] = dot
+            m.d.comb += [dot.i.valid.eq(k_valid),
+                         dot.i.payload.a.eq(q_rd.data[h * qw:(h + 1) * qw]),
+                         dot.i.payload.b.eq(k_reg)]
+            last = delay(m, k_last, dot.latency, name=f"dot{h}_last", reset=True)
+            row = serial_tree(m, dot.o.payload.y, dot.o.valid, last, max_count=B,
+                              combine=adder, identity=_NEG_ZERO, name=f"row{h}")
+            scale = FloatMultiplier(FP32, FP32, FP32)
+            m.submodules[f"scale{h}"] = scale
+            m.d.comb += [scale.i.valid.eq(row.valid), scale.i.payload.a.eq(row.value),
+                         scale.i.payload.b.eq(cfg.scale)]
+            scores.append(scale.o.payload.y)
+            score_valid = scale.o.valid
+
+        # ---- writer: score memory, running maximum, chunk completion -----------------------------
+        m.submodules.smem = smem = Memory(shape=G * 32 + 1, depth=2 * Lc, init=[])
+        s_wr = smem.write_port()
+        s_rd = smem.read_port()
+        tag = Signal(tag_layout)
+        running = [Signal(32, name=f"running_max{h}", init=_NEG_INF) for h in range(G)]
+        updated = []
+        for h in range(G):
+            base = Mux(tag.first_row, _NEG_INF, running[h])
+            new = Signal(32, name=f"max_update{h}")
+            m.d.comb += new.eq(Mux(tag.valid, total_order_max(base, scores[h]), base))
+            updated.append(new)
+        m.d.comb += [tag.eq(tags.r_data), tags.r_en.eq(score_valid),
+                     s_wr.addr.eq(Cat(tag.slot[:slot_log], tag.bank)),
+                     s_wr.data.eq(Cat(*scores, tag.valid)), s_wr.en.eq(score_valid)]
+        with m.If(score_valid):
+            m.d.sync += [running[h].eq(updated[h]) for h in range(G)]
+            with m.If(tag.chunk_last):
+                m.d.sync += [bank_rows[tag.bank].eq(tag.slot + 1), bank_state[tag.bank].eq(_FULL)]
+                m.d.sync += [bank_max[tag.bank][h].eq(updated[h]) for h in range(G)]
+
+        # ---- exponential engine: C and F per head, then l -----------------------------------------
+        queue = ResultQueue(m, self.items, depth=32, name="item_queue")
+        eb = Signal()
+        e_head = Signal(range(G))
+        e_slot = Signal(range(Lc))
+        e_is_c = Signal()
+        e_first = Signal()
+        e_final = Signal()
+        e_rows = Signal(range(Lc + 1))
+        m_prev = Array(Signal(32, name=f"m_prev{h}") for h in range(G))
+        l_prev = Array(Signal(32, name=f"l_prev{h}") for h in range(G))
+        pending = Array(Signal(name=f"l_pending{h}") for h in range(G))
+        issue = Signal(data.StructLayout({"kind": 2, "head": cfg.head_bits,
+                                          "slot": cfg.slot_bits, "first": 1, "final": 1,
+                                          "last": 1, "head_last": 1, "bank": 1}))
+        issuing = Signal()
+        m.d.comb += [queue.issue.eq(issuing), s_rd.addr.eq(Cat(e_slot[:slot_log], eb))]
+        head_done = e_slot == e_rows - 1
+        with m.FSM(name="engine"):
+            with m.State("IDLE"):
+                with m.If(bank_state[eb] == _FULL):
+                    with m.If(bank_refused[eb]):
+                        with m.If(queue.can_issue):
+                            m.d.comb += [issuing.eq(1), issue.kind.eq(Kind.REFUSED),
+                                         issue.last.eq(1)]
+                            m.d.sync += [bank_state[eb].eq(_FREE), eb.eq(~eb)]
+                    with m.Else():
+                        m.d.sync += [bank_state[eb].eq(_READING), e_head.eq(0), e_slot.eq(0),
+                                     e_is_c.eq(1), e_first.eq(bank_first[eb]),
+                                     e_final.eq(bank_final[eb]), e_rows.eq(bank_rows[eb])]
+                        m.next = "ISSUE"
+            with m.State("ISSUE"):
+                m.d.comb += [issue.kind.eq(Mux(e_is_c, Kind.C, Kind.F)), issue.head.eq(e_head),
+                             issue.slot.eq(e_slot), issue.first.eq(e_first),
+                             issue.final.eq(e_final), issue.bank.eq(eb),
+                             issue.head_last.eq(~e_is_c & head_done),
+                             issue.last.eq(~e_is_c & head_done & (e_head == G - 1))]
+                # C of a head waits for that head's previous l (its product C * l_prev).
+                with m.If(queue.can_issue & (~e_is_c | ~pending[e_head])):
+                    m.d.comb += issuing.eq(1)
+                    with m.If(e_is_c):
+                        m.d.sync += [e_is_c.eq(0), pending[e_head].eq(1)]
+                    with m.Elif(~head_done):
+                        m.d.sync += e_slot.eq(e_slot + 1)
+                    with m.Elif(e_head != G - 1):
+                        m.d.sync += [e_slot.eq(0), e_is_c.eq(1), e_head.eq(e_head + 1)]
+                    with m.Else():
+                        m.d.sync += [bank_state[eb].eq(_FREE), eb.eq(~eb)]
+                        m.d.sync += [m_prev[h].eq(bank_max[eb][h]) for h in range(G)]
+                        with m.If(e_final):
+                            m.next = "FINAL"
+                        with m.Else():
+                            m.next = "IDLE"
+            with m.State("FINAL"):
+                with m.If(~Cat(pending).any()):
+                    m.d.sync += e_head.eq(0)
+                    m.next = "EMIT"
+            with m.State("EMIT"):
+                m.d.comb += [issue.kind.eq(Kind.L), issue.head.eq(e_head),
+                             issue.last.eq(e_head == G - 1)]
+                with m.If(queue.can_issue):
+                    m.d.comb += issuing.eq(1)
+                    m.d.sync += e_head.eq(e_head + 1)
+                    with m.If(e_head == G - 1):
+                        m.next = "IDLE"
+
+        # Cycle 1: the score row is read; the operands of S' - m (or m_prev - m) are chosen.
+        issued1 = Signal.like(issue, name="issued1")
+        valid1 = Signal()
+        m.d.sync += [issued1.eq(issue), valid1.eq(issuing)]
+        row_scores = [s_rd.data[32 * h:32 * (h + 1)] for h in range(G)]
+        slot_valid1 = s_rd.data[32 * G]
+        head_score = Array(row_scores)[issued1.head]
+        prev = Mux(issued1.first, _NEG_INF, m_prev[issued1.head])
+        sub_a = Signal(32)
+        sub_b = Signal(32)
+        exp_kind = (issued1.kind == Kind.C) | (issued1.kind == Kind.F)
+        sub_valid = Signal()
+        m.d.sync += [sub_a.eq(Mux(issued1.kind == Kind.C, prev, head_score)),
+                     sub_b.eq(bank_max[issued1.bank][issued1.head] ^ _SIGN),
+                     sub_valid.eq(valid1 & exp_kind)]
+        issued2 = Signal.like(issue, name="issued2")
+        valid2 = Signal()
+        slot_valid2 = Signal()
+        m.d.sync += [issued2.eq(issued1), valid2.eq(valid1), slot_valid2.eq(slot_valid1)]
+        # Cycles 2 ..: fadd, then exp2.
+        m.submodules.sub = sub = FloatAdder(FP32)
+        m.submodules.exp = exp = Exp2()
+        m.d.comb += [sub.i.valid.eq(sub_valid), sub.i.payload.a.eq(sub_a),
+                     sub.i.payload.b.eq(sub_b),
+                     exp.i.valid.eq(sub.o.valid), exp.i.payload.x.eq(sub.o.payload.y)]
+        lat = sub.latency + exp.latency
+        out = Signal.like(issue, name="item_out")
+        out_valid = delay(m, valid2, lat, name="item_valid", reset=True)
+        out_slot_valid = delay(m, slot_valid2, lat, name="item_slot_valid")
+        m.d.comb += out.eq(delay(m, issued2, lat, name="item_ctl"))
+        is_f = out.kind == Kind.F
+        f_value = Mux(out_slot_valid, exp.o.payload.y, 0)
+        value = Signal(32)
+        with m.Switch(out.kind):
+            with m.Case(Kind.C):
+                m.d.comb += value.eq(exp.o.payload.y)
+            with m.Case(Kind.F):
+                m.d.comb += value.eq(f_value)
+            with m.Case(Kind.L):
+                m.d.comb += value.eq(l_prev[out.head])
+        item = Signal(item_layout(cfg))
+        m.d.comb += [item.kind.eq(out.kind), item.head.eq(out.head), item.slot.eq(out.slot),
+                     item.valid.eq(is_f & out_slot_valid), item.first.eq(out.first),
+                     item.final.eq(out.final), item.last.eq(out.last), item.value.eq(value),
+                     queue.w_en.eq(out_valid), queue.w_data.eq(item)]
+
+        # ---- l = C * l_prev + tree(F) per head --------------------------------------------------
+        m.submodules.lmul = lmul = FloatMultiplier(FP32, FP32, FP32)
+        c_out = out_valid & (out.kind == Kind.C)
+        m.d.comb += [lmul.i.valid.eq(c_out), lmul.i.payload.a.eq(value),
+                     lmul.i.payload.b.eq(Mux(out.first, 0, l_prev[out.head]))]
+        prod = Array(Signal(32, name=f"l_prod{h}") for h in range(G))
+        prod_head = delay(m, out.head, lmul.latency, name="l_prod_head")
+        with m.If(lmul.o.valid):
+            m.d.sync += prod[prod_head].eq(lmul.o.payload.y)
+        total = serial_tree(m, f_value, out_valid & is_f, out.head_last, max_count=Lc,
+                            combine=adder, identity=_NEG_ZERO, name="chunk_sum")
+        # The product must be ready before the sum (only a 1-slot chunk has no tree levels).
+        extra = max(0, lmul.latency - total.latency)
+        sum_value = delay(m, total.value, extra, name="chunk_sum")
+        sum_valid = delay(m, total.valid, extra, name="chunk_sum_valid", reset=True)
+        sum_head = Signal(range(G))
+        with m.If(sum_valid):
+            m.d.sync += sum_head.eq(Mux(sum_head == G - 1, 0, sum_head + 1))
+        m.submodules.ladd = ladd = FloatAdder(FP32)
+        m.d.comb += [ladd.i.valid.eq(sum_valid), ladd.i.payload.a.eq(prod[sum_head]),
+                     ladd.i.payload.b.eq(sum_value)]
+        l_head = delay(m, sum_head, ladd.latency, name="l_head")
+        with m.If(ladd.o.valid):
+            m.d.sync += [l_prev[l_head].eq(ladd.o.payload.y), pending[l_head].eq(0)]
+        # A head's pending flag is set when its C is issued (above) and cleared when its l is
+        # written; the two never fall on the same cycle for one head (C waits for ~pending).
+        return m

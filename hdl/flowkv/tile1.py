@@ -1,0 +1,301 @@
+"""FlowKV tile 1: stream value chunks, accumulate ``Y = C * Y + F . V``, output ``O = Y / l``."""
+
+from __future__ import annotations
+
+from amaranth import Array, Cat, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..arith.format import BF16, FP32
+from ..arith.fpadd import FloatAdder
+from ..arith.fpmul import FloatMultiplier
+from ..arith.recip import Reciprocal
+from ..arith.tree import delay
+from ..pipeline import ResultQueue
+from .spec import FlowKVConfig, Kind, beat_layout, item_layout, output_layout
+
+__all__ = ["ValueTile"]
+
+_ONE = 0x3F800000
+
+# Bank states of the double-buffered F memory.
+_FREE, _FILLING, _FULL, _BUSY = range(4)
+
+
+class ValueTile(wiring.Component):
+    """Tile 1 of a FlowKV pair: value accumulation and the output division.
+
+    Items from tile 0 fill one of two chunk banks (``C`` and ``F`` of every head, the attended
+    rows) while the other bank's chunk is accumulated from the value rows on ``v``. Each value
+    beat updates ``P`` elements of ``Y`` for all ``G`` heads at once (``G * P`` lanes of
+    ``fmul``, rescale ``fmul`` and ``fadd``): ``Y = fadd(F * V, C' * Y)`` with ``C'`` the chunk's
+    ``C`` on its first attended row and ``1.0`` after it (docs/flowkv_models.md steps 8 and 9).
+    After the job's last chunk, ``O = Y * reciprocal(l)`` is rounded once to ``out_fmt`` and sent
+    head by head (step 10).
+
+    Parameters
+    ----------
+    cfg : FlowKVConfig
+
+    Members
+    -------
+    items : In(stream.Signature(item_layout(cfg)))
+        The inter-tile stream from :class:`~hdl.flowkv.tile0.ScoreTile`.
+    v : In(stream.Signature(beat_layout(cfg)))
+        The value rows of every visited chunk, the same rows as tile 0's keys, ``d / P`` beats
+        each; masked rows are taken and ignored.
+    o : Out(stream.Signature(output_layout(cfg)))
+        Per job, ``G * d / P`` beats (head 0 first), ``last`` on the final one; a refused job
+        gives one beat with ``error`` and ``last`` set.
+
+    Throughput: one value beat per cycle when ``d / P`` is at least :attr:`loop_latency`
+    (an element's accumulator is revisited every ``d / P`` beats); otherwise one row per
+    ``loop_latency`` cycles. Per job, ``G`` reciprocals and ``G * d / P`` output beats follow the
+    last row.
+    """
+
+    def __init__(self, cfg: FlowKVConfig):
+        if not isinstance(cfg, FlowKVConfig):
+            raise TypeError(f"Tile configuration must be a FlowKVConfig, not {cfg!r}")
+        self.cfg = cfg
+        super().__init__({
+            "items": In(stream.Signature(item_layout(cfg))),
+            "v": In(stream.Signature(beat_layout(cfg))),
+            "o": Out(stream.Signature(output_layout(cfg))),
+        })
+
+    @property
+    def loop_latency(self) -> int:
+        """Cycles between two updates of one accumulator word: read, multiply, add, write."""
+        mul, add = FloatMultiplier(FP32, FP32, FP32), FloatAdder(FP32)
+        mul._MustUse__used = add._MustUse__used = True
+        return 1 + mul.latency + add.latency + 1
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        G, P, B, Lc = cfg.group, cfg.lanes, cfg.beats, cfg.chunk
+        slot_log = Lc.bit_length() - 1
+        it = self.items.payload
+
+        # ---- chunk banks, filled from the item stream ---------------------------------------
+        def per_bank(shape, name, **kw):
+            return Array(Signal(shape, name=f"bank{b}_{name}", **kw) for b in range(2))
+
+        state = per_bank(2, "state")
+        refused = per_bank(1, "refused")
+        first = per_bank(1, "first")
+        final = per_bank(1, "final")
+        rows = per_bank(range(Lc + 1), "rows")
+        vlo = per_bank(range(Lc), "vlo")
+        vhi = per_bank(range(Lc), "vhi")
+        seen = per_bank(1, "seen")
+        l_count = per_bank(range(G + 1), "l_count")
+        c_reg = Array(Array(Signal(32, name=f"bank{b}_c{h}") for h in range(G)) for b in range(2))
+        l_reg = Array(Array(Signal(32, name=f"bank{b}_l{h}") for h in range(G)) for b in range(2))
+        m.submodules.fmem = fmem = Memory(shape=G * 32, depth=2 * Lc, init=[])
+        f_wr = fmem.write_port(granularity=32)
+        f_rd = fmem.read_port()
+        fb = Signal()            # bank the item stream fills
+        lb = Signal()            # bank of the job whose l values arrive
+
+        with m.Switch(it.kind):
+            with m.Case(Kind.C):
+                m.d.comb += self.items.ready.eq((state[fb] == _FREE) | (state[fb] == _FILLING))
+            with m.Case(Kind.F):
+                m.d.comb += self.items.ready.eq(state[fb] == _FILLING)
+            with m.Case(Kind.L):
+                m.d.comb += self.items.ready.eq(1)
+            with m.Case(Kind.REFUSED):
+                m.d.comb += self.items.ready.eq(state[fb] == _FREE)
+        take = self.items.valid & self.items.ready
+        m.d.comb += [f_wr.addr.eq(Cat(it.slot[:slot_log], fb)), f_wr.data.eq(it.value.replicate(G)),
+                     f_wr.en.eq(Cat((it.head == h) & take & (it.kind == Kind.F)
+                                    for h in range(G)))]
+        with m.If(take):
+            with m.Switch(it.kind):
+                with m.Case(Kind.C):
+                    m.d.sync += c_reg[fb][it.head].eq(it.value)
+                    with m.If(state[fb] == _FREE):
+                        m.d.sync += [state[fb].eq(_FILLING), refused[fb].eq(0), seen[fb].eq(0),
+                                     l_count[fb].eq(0), first[fb].eq(it.first),
+                                     final[fb].eq(it.final)]
+                with m.Case(Kind.F):
+                    with m.If((it.head == 0) & it.valid):
+                        m.d.sync += vhi[fb].eq(it.slot)
+                        with m.If(~seen[fb]):
+                            m.d.sync += [vlo[fb].eq(it.slot), seen[fb].eq(1)]
+                    with m.If(it.last):
+                        m.d.sync += [rows[fb].eq(it.slot + 1), state[fb].eq(_FULL), fb.eq(~fb)]
+                        with m.If(it.final):
+                            m.d.sync += lb.eq(fb)
+                with m.Case(Kind.L):
+                    m.d.sync += [l_reg[lb][it.head].eq(it.value), l_count[lb].eq(l_count[lb] + 1)]
+                with m.Case(Kind.REFUSED):
+                    m.d.sync += [state[fb].eq(_FULL), refused[fb].eq(1), fb.eq(~fb)]
+
+        # ---- accumulator memory: word k holds elements k*P .. k*P+P-1 of every head ------------
+        lane_bits = 32
+        m.submodules.ymem = ymem = Memory(shape=G * P * lane_bits, depth=B, init=[])
+        y_wr = ymem.write_port()
+        y_rd = ymem.read_port()
+        busy = Signal(B)          # a word's update is in flight
+
+        queue = ResultQueue(m, self.o, depth=16, name="out_queue")
+        rb = Signal()             # bank being processed
+        t = Signal(range(Lc))
+        k = Signal(range(B))
+        p_rows = Signal(range(Lc + 1))
+        p_vlo = Signal(range(Lc))
+        p_vhi = Signal(range(Lc))
+        p_first = Signal()
+        p_final = Signal()
+        accept = self.v.valid & self.v.ready
+        row_valid = (t >= p_vlo) & (t <= p_vhi)
+        acc_issue = Signal()
+        m.d.comb += acc_issue.eq(accept & row_valid)
+        row_last_beat = k == B - 1
+        chunk_done = row_last_beat & (t == p_rows - 1)
+
+        rec_issue = Signal()
+        rec_head = Signal(range(G + 1))
+        rec_done = Signal(range(G + 1))
+        recips = Array(Signal(32, name=f"recip{h}") for h in range(G))
+        d_issue = Signal()
+        d_head = Signal(range(G))
+        d_beat = Signal(range(B))
+        e_issue = Signal()        # error beat of a refused job
+
+        def start(bank):
+            m.d.sync += [state[bank].eq(_BUSY), t.eq(0), k.eq(0), p_rows.eq(rows[bank]),
+                         p_vlo.eq(vlo[bank]), p_vhi.eq(vhi[bank]), p_first.eq(first[bank]),
+                         p_final.eq(final[bank])]
+
+        with m.FSM(name="process"):
+            with m.State("IDLE"):
+                with m.If(state[rb] == _FULL):
+                    with m.If(refused[rb]):
+                        with m.If(queue.can_issue):
+                            m.d.comb += e_issue.eq(1)
+                            m.d.sync += [state[rb].eq(_FREE), rb.eq(~rb)]
+                    with m.Else():
+                        start(rb)
+                        m.next = "ROWS"
+            with m.State("ROWS"):
+                m.d.comb += self.v.ready.eq(~busy.bit_select(k, 1))
+                with m.If(accept):
+                    m.d.sync += k.eq(Mux(row_last_beat, 0, k + 1))
+                    with m.If(row_last_beat):
+                        m.d.sync += t.eq(t + 1)
+                    with m.If(chunk_done):
+                        with m.If(p_final):
+                            m.next = "WAIT"
+                        with m.Else():
+                            m.d.sync += [state[rb].eq(_FREE), rb.eq(~rb)]
+                            # Go straight on with the next chunk if it is there: no bubble.
+                            with m.If((state[~rb] == _FULL) & ~refused[~rb]):
+                                start(~rb)
+                            with m.Else():
+                                m.next = "IDLE"
+            with m.State("WAIT"):
+                with m.If((busy == 0) & (l_count[rb] == G)):
+                    m.d.sync += [rec_head.eq(0), rec_done.eq(0)]
+                    m.next = "RECIP"
+            with m.State("RECIP"):
+                m.d.comb += rec_issue.eq(rec_head != G)
+                with m.If(rec_issue):
+                    m.d.sync += rec_head.eq(rec_head + 1)
+                with m.If(rec_done == G):
+                    m.d.sync += [d_head.eq(0), d_beat.eq(0)]
+                    m.next = "DRAIN"
+            with m.State("DRAIN"):
+                with m.If(queue.can_issue):
+                    m.d.comb += d_issue.eq(1)
+                    m.d.sync += d_beat.eq(Mux(d_beat == B - 1, 0, d_beat + 1))
+                    with m.If(d_beat == B - 1):
+                        m.d.sync += d_head.eq(d_head + 1)
+                        with m.If(d_head == G - 1):
+                            m.d.sync += [state[rb].eq(_FREE), rb.eq(~rb)]
+                            m.next = "IDLE"
+
+        # ---- accumulation: cycle 0 accept, 1 operands, +mul, +add, write -----------------------
+        m.d.comb += [f_rd.addr.eq(Cat(t[:slot_log], rb)),
+                     y_rd.addr.eq(Mux(d_issue, d_beat, k))]
+        v_reg = Signal(P * BF16.width)
+        issue1 = Signal()
+        k1 = Signal(range(B))
+        zero1 = Signal()                      # the job's first attended row: addend +0
+        scale1 = [Signal(32, name=f"rescale{h}") for h in range(G)]
+        chunk_row0 = t == p_vlo               # first attended row of the chunk: rescale by C
+        m.d.sync += [v_reg.eq(self.v.payload.data.as_value()), issue1.eq(acc_issue), k1.eq(k),
+                     zero1.eq(p_first & chunk_row0)]
+        m.d.sync += [scale1[h].eq(Mux(chunk_row0, c_reg[rb][h], _ONE)) for h in range(G)]
+        results = []
+        written = None
+        for h in range(G):
+            f_val = f_rd.data[32 * h:32 * (h + 1)]
+            for i in range(P):
+                lane = h * P + i
+                fv = FloatMultiplier(FP32, BF16, FP32)
+                cy = FloatMultiplier(FP32, FP32, FP32)
+                add = FloatAdder(FP32)
+                m.submodules[f"fv{lane}"] = fv
+                m.submodules[f"cy{lane}"] = cy
+                m.submodules[f"acc{lane}"] = add
+                y_old = y_rd.data[lane_bits * lane:lane_bits * (lane + 1)]
+                m.d.comb += [fv.i.valid.eq(issue1), fv.i.payload.a.eq(f_val),
+                             fv.i.payload.b.eq(v_reg[16 * i:16 * (i + 1)]),
+                             cy.i.valid.eq(issue1), cy.i.payload.a.eq(scale1[h]),
+                             cy.i.payload.b.eq(y_old)]
+                zero = delay(m, zero1, cy.latency, name=f"zero{lane}")
+                m.d.comb += [add.i.valid.eq(fv.o.valid), add.i.payload.a.eq(fv.o.payload.y),
+                             add.i.payload.b.eq(Mux(zero, 0, cy.o.payload.y))]
+                results.append(add.o.payload.y)
+                written = add.o.valid
+        write_k = delay(m, k1, fv.latency + add.latency, name="write_word")
+        m.d.comb += [y_wr.addr.eq(write_k), y_wr.data.eq(Cat(*results)), y_wr.en.eq(written)]
+        for j in range(B):
+            with m.If(acc_issue & (k == j)):
+                m.d.sync += busy[j].eq(1)
+            with m.If(written & (write_k == j)):
+                m.d.sync += busy[j].eq(0)
+
+        # ---- reciprocals of the final l, one per head ----------------------------------------
+        m.submodules.recip = recip = Reciprocal()
+        m.d.comb += [recip.i.valid.eq(rec_issue), recip.i.payload.x.eq(l_reg[rb][rec_head])]
+        recip_head = delay(m, rec_head, recip.latency, name="recip_head")
+        with m.If(recip.o.valid):
+            m.d.sync += [recips[recip_head].eq(recip.o.payload.y), rec_done.eq(rec_done + 1)]
+
+        # ---- output: O = Y * reciprocal(l), rounded once; error beats ---------------------------
+        out_ctl = data.StructLayout({"head": cfg.head_bits, "beat": cfg.beat_bits, "last": 1,
+                                     "error": 1})
+        ctl0 = Signal(out_ctl)
+        m.d.comb += [ctl0.head.eq(Mux(e_issue, 0, d_head)), ctl0.beat.eq(Mux(e_issue, 0, d_beat)),
+                     ctl0.error.eq(e_issue),
+                     ctl0.last.eq(e_issue | ((d_head == G - 1) & (d_beat == B - 1))),
+                     queue.issue.eq(d_issue | e_issue)]
+        ctl1 = Signal(out_ctl)
+        out_valid1 = Signal()
+        m.d.sync += [ctl1.eq(ctl0), out_valid1.eq(d_issue | e_issue)]
+        head_words = Array(y_rd.data[lane_bits * P * h:lane_bits * P * (h + 1)] for h in range(G))
+        word1 = head_words[ctl1.head]
+        lanes_out = []
+        for i in range(P):
+            mul = FloatMultiplier(FP32, FP32, cfg.out_fmt)
+            m.submodules[f"out{i}"] = mul
+            m.d.comb += [mul.i.valid.eq(out_valid1),
+                         mul.i.payload.a.eq(word1[lane_bits * i:lane_bits * (i + 1)]),
+                         mul.i.payload.b.eq(recips[ctl1.head])]
+            lanes_out.append(mul.o.payload.y)
+        ctl_out = Signal(out_ctl)
+        m.d.comb += ctl_out.eq(delay(m, ctl1, mul.latency, name="out_ctl"))
+        beat_out = Signal(output_layout(cfg))
+        m.d.comb += [beat_out.data.eq(Mux(ctl_out.error, 0, Cat(*lanes_out))),
+                     beat_out.head.eq(ctl_out.head), beat_out.beat.eq(ctl_out.beat),
+                     beat_out.last.eq(ctl_out.last), beat_out.error.eq(ctl_out.error),
+                     queue.w_en.eq(delay(m, out_valid1, mul.latency, name="out_valid",
+                                         reset=True)),
+                     queue.w_data.eq(beat_out)]
+        return m

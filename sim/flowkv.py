@@ -1,0 +1,189 @@
+"""Cycle model of the FlowKV pair and array, and decode throughput at the paper's Gemma3 shapes.
+
+:func:`step_cycles` predicts, cycle for cycle, how long one decode step takes on a pair with no
+idle input and no back-pressure: the query load, the first chunk's keys and scores before tile 1 can
+start (the fill), one row per ``row_cycles`` after that, and the output division (the drain). Its
+latencies are the tiles' (:class:`PairTiming`; a unit test checks them against ``hdl.flowkv``),
+and ``memwall bench flowkv`` checks its totals against RTL simulation.
+
+:func:`decode_tps` puts the array model into a whole decode step of a Gemma3 model: the
+projection weights stream from memory (Q4NX, 5 bits per weight) and every layer's attention runs on
+one pair per KV head, all pairs sharing the memory bandwidth. ``python -m sim.flowkv`` prints the
+table beside the paper's measured NPU throughput (Tables 3 and 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PairTiming", "Gemma3", "GEMMA3_1B", "GEMMA3_4B", "PAPER_TPS", "chunk_rows",
+           "step_cycles", "attention_cycles", "decode_tps", "table"]
+
+
+@dataclass(frozen=True)
+class PairTiming:
+    """A pair's geometry and the latencies (cycles) of its pipelines.
+
+    ``score`` is tile 0's last key beat to its scaled score (``ScoreTile.score_latency``),
+    ``item`` the exponential engine's issue to queue (``ScoreTile.item_latency``), ``loop``
+    tile 1's accumulator loop (``ValueTile.loop_latency``), ``recip`` and ``out_mul`` the
+    reciprocal and the output multiplier. The defaults are those of the shared units at their
+    default stages with ``d = 256`` and ``P = 16``.
+    """
+
+    head_dim: int = 256
+    lanes: int = 16
+    group: int = 4
+    chunk: int = 128
+    score: int = 1 + (5 + 4 * 6) + 4 * 6 + 5
+    item: int = 2 + 6 + 7
+    loop: int = 13
+    recip: int = 12
+    out_mul: int = 5
+
+    @property
+    def beats(self) -> int:
+        return self.head_dim // self.lanes
+
+
+def chunk_rows(length: int, position: int, chunk: int, window: int | None = None) -> list[int]:
+    """Rows streamed per visited chunk: those of chunks ``lo // L_c .. p // L_c`` below ``length``."""
+    lo = 0 if window is None else max(0, position - window + 1)
+    return [min(chunk, length - c * chunk) for c in range(lo // chunk, position // chunk + 1)]
+
+
+def step_cycles(t: PairTiming, length: int, position: int | None = None,
+                window: int | None = None, *, row_cycles: float | None = None) -> dict:
+    """Cycles of one decode step on a pair, from taking the command to the last output beat.
+
+    ``row_cycles`` is the time per K/V row in steady state: ``max(d / P, loop)`` by default (the
+    streams' own rate), more when memory delivers rows more slowly. Returns the parts: ``fill``
+    (command to the first value beat), ``stream`` (first value beat to the last), ``drain`` (last
+    value beat to the last output beat) and ``total``.
+    """
+    position = length - 1 if position is None else position
+    rows = chunk_rows(length, position, t.chunk, window)
+    B, G = t.beats, t.group
+    row = max(B, t.loop) if row_cycles is None else max(row_cycles, B, t.loop)
+    key_row = B if row_cycles is None else max(row_cycles, B)
+    # Command, G*B query beats, the first chunk's keys (tile 0 takes a beat per cycle; memory may
+    # be slower: it is charged the full row time then, conservatively), its scores, the engine's
+    # G*(rows+1) items and their latency, then the bank hand-over (3 cycles: queue, tile 1's bank
+    # state, its row state machine).
+    fill = 1 + G * B + rows[0] * key_row + t.score + 1 + G * (rows[0] + 1) + t.item + 3
+    if row_cycles is None:
+        # Tile 1 waits for an accumulator word only on an attended row that follows another: the
+        # masked rows and the job's first attended row go at a beat per cycle.
+        lo = 0 if window is None else max(0, position - window + 1)
+        attended = position - lo + 1
+        stream = (sum(rows) - attended + 1) * B + (attended - 1) * row
+    else:
+        stream = sum(rows) * row
+    # Last write-back, the reciprocals of the G denominators, G*B output beats, the multiplier.
+    drain = t.loop + 1 + 2 + G + t.recip + 1 + G * B + 1 + t.out_mul
+    return {"rows": sum(rows), "fill": fill, "stream": stream, "drain": drain,
+            "total": fill + stream + drain}
+
+
+@dataclass(frozen=True)
+class Gemma3:
+    """The text shapes of a Gemma3 model (public config.json; the paper's Fig. 4 for 4B)."""
+
+    name: str
+    layers: int
+    d_model: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    window: int
+    global_every: int = 6      # five local (SWA) layers, then one global
+
+    @property
+    def global_layers(self) -> int:
+        return self.layers // self.global_every
+
+    @property
+    def weights(self) -> int:
+        """Weights read per token: the projections of every layer and the tied LM head."""
+        D, hd = self.d_model, self.head_dim
+        attn = D * hd * (2 * self.heads + 2 * self.kv_heads)
+        return self.layers * (attn + 3 * D * self.ffn) + D * self.vocab
+
+
+GEMMA3_1B = Gemma3("Gemma3-1B", layers=26, d_model=1152, heads=4, kv_heads=1, head_dim=256,
+                   ffn=6912, vocab=262144, window=512)
+GEMMA3_4B = Gemma3("Gemma3-4B", layers=34, d_model=2560, heads=8, kv_heads=4, head_dim=256,
+                   ffn=10240, vocab=262208, window=1024)
+
+#: The paper's measured NPU decode throughput (tokens/s): Table 3 (1B) and Table 4 (4B).
+PAPER_TPS = {
+    "Gemma3-1B": {1024: 34.3, 2048: 33.7, 4096: 32.6, 8192: 31.4, 16384: 28.3, 32768: 23.1},
+    "Gemma3-4B": {1024: 14.4, 2048: 14.4, 4096: 14.1, 8192: 13.7, 16384: 13.0, 32768: 11.9,
+                  65536: 10.8, 131072: 9.2},
+}
+
+#: Q4NX: a 32 x 256 block of int4 weights with 256 bf16 scales and offsets is 5120 bytes.
+Q4NX_BYTES_PER_WEIGHT = 5120 / (32 * 256)
+
+
+def attention_cycles(model: Gemma3, length: int, *, lanes: int, chunk: int, clock_ghz: float,
+                     bandwidth_gbs: float, timing: PairTiming | None = None) -> dict:
+    """Cycles of one token's attention over all layers on an array of one pair per KV head.
+
+    The pairs share the memory: a row of K and V for every pair is ``4 d`` bytes per pair, so the
+    row time is at least ``kv_heads * 4 d / (bandwidth / clock)``.
+    """
+    t = timing or PairTiming(head_dim=model.head_dim, lanes=lanes,
+                             group=model.heads // model.kv_heads, chunk=chunk)
+    bytes_per_cycle = bandwidth_gbs / clock_ghz
+    row_bytes = model.kv_heads * 4 * model.head_dim
+    row = max(t.beats, t.loop, row_bytes / bytes_per_cycle)
+    glob = step_cycles(t, length, row_cycles=row)
+    local = step_cycles(t, length, window=model.window, row_cycles=row)
+    cycles = (model.global_layers * glob["total"]
+              + (model.layers - model.global_layers) * local["total"])
+    rows = model.global_layers * glob["rows"] + (model.layers - model.global_layers) * local["rows"]
+    return {"cycles": cycles, "row_cycles": row, "kv_bytes": rows * row_bytes,
+            "memory_bound": row_bytes / bytes_per_cycle > max(t.beats, t.loop)}
+
+
+def decode_tps(model: Gemma3, length: int, *, lanes: int = 16, chunk: int = 128,
+               clock_ghz: float = 1.8, bandwidth_gbs: float = 40.0) -> dict:
+    """Tokens per second of decoding at context ``length``: weights at full bandwidth, then attention.
+
+    Returns the throughput, the attention's share of the token time, and the fraction of the
+    bandwidth the attention phase uses (KV bytes over its time).
+    """
+    weight_s = model.weights * Q4NX_BYTES_PER_WEIGHT / (bandwidth_gbs * 1e9)
+    att = attention_cycles(model, length, lanes=lanes, chunk=chunk, clock_ghz=clock_ghz,
+                           bandwidth_gbs=bandwidth_gbs)
+    att_s = att["cycles"] / (clock_ghz * 1e9)
+    return {"tps": 1.0 / (weight_s + att_s), "attention_share": att_s / (weight_s + att_s),
+            "kv_bandwidth_use": att["kv_bytes"] / att_s / (bandwidth_gbs * 1e9),
+            "memory_bound": att["memory_bound"]}
+
+
+def table(*, clock_ghz: float = 1.8, bandwidth_gbs: float = 40.0, lanes: int = 16,
+          chunk: int = 128) -> str:
+    """Markdown: model throughput beside the paper's, per model and context length."""
+    lines = [f"Decode throughput, cycle model: {clock_ghz:g} GHz, {bandwidth_gbs:g} GB/s shared "
+             f"memory, one pair per KV head with P = {lanes} lanes per head, L_c = {chunk}, "
+             f"Q4NX weights ({Q4NX_BYTES_PER_WEIGHT:g} bytes/weight).", "",
+             "| model | context | model TPS | paper NPU TPS | model / paper | attention share "
+             "| KV bandwidth use |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for model in (GEMMA3_1B, GEMMA3_4B):
+        for length, paper in PAPER_TPS[model.name].items():
+            r = decode_tps(model, length, lanes=lanes, chunk=chunk, clock_ghz=clock_ghz,
+                           bandwidth_gbs=bandwidth_gbs)
+            lines.append(f"| {model.name} | {length // 1024}K | {r['tps']:.1f} | {paper} | "
+                         f"{r['tps'] / paper:.2f} | {100 * r['attention_share']:.1f}% | "
+                         f"{100 * r['kv_bandwidth_use']:.1f}% |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(table())
+    print()
+    print(table(bandwidth_gbs=120.0))
