@@ -46,15 +46,20 @@ def bench_family(family: str, presets=("default", "paper"), *, simulator: str = 
             run_block(block.name, params, simulator, testcase="full_rate",
                       extra_env={ENV_METRICS: str(metrics_path)})
             measured = json.loads(metrics_path.read_text())["full_rate"]
-            progress(f"{tag}: synthesize for {target}")
-            text, _ = block.verilog(params)
-            synth = synthesize(text, block.top, target, out_dir / block.name / preset / target,
-                               freq_mhz=block.synth.freq_mhz)
-            rows.append({"block": block.name, "preset": preset, **measured,
-                         "cells": synth.cells, "luts": synth.luts, "ffs": synth.ffs,
-                         "dsps": synth.dsps, "cells_by_type": synth.cells_by_type,
-                         "fmax_mhz": synth.fmax_mhz, "device": synth.device, "note": synth.note,
-                         "parameters": params.as_dict()})
+            row = {"block": block.name, "preset": preset, **measured, "cells": None,
+                   "luts": None, "ffs": None, "dsps": None, "cells_by_type": {},
+                   "fmax_mhz": None, "device": "", "note": "not synthesized (block settings)",
+                   "parameters": params.as_dict()}
+            if target in block.synth.targets:
+                progress(f"{tag}: synthesize for {target}")
+                text, _ = block.verilog(params)
+                synth = synthesize(text, block.top, target,
+                                   out_dir / block.name / preset / target,
+                                   freq_mhz=block.synth.freq_mhz)
+                row.update(cells=synth.cells, luts=synth.luts, ffs=synth.ffs, dsps=synth.dsps,
+                           cells_by_type=synth.cells_by_type, fmax_mhz=synth.fmax_mhz,
+                           device=synth.device, note=synth.note)
+            rows.append(row)
     (out_dir / f"{family}.json").write_text(json.dumps(rows, indent=2) + "\n")
     md_path = out_dir / f"{family}.md"
     text = markdown(family, rows, simulator, target)
@@ -83,9 +88,10 @@ def markdown(family: str, rows: list[dict], simulator: str, target: str) -> str:
         other = ", ".join(f"{k} {v}" for k, v in sorted(r["cells_by_type"].items())
                           if k not in ("LUT4", "TRELLIS_FF"))
         fmax = "n/a" if r["fmax_mhz"] is None else f"{r['fmax_mhz']:.0f}"
+        area = [("-" if r[k] is None else r[k]) for k in ("luts", "ffs", "dsps")]
         lines.append(f"| {r['block']} | {r['preset']} | {r['items']} | {r['cycles']} | "
-                     f"{r['per_cycle']:.3f} | {r['latency']} | {r['luts']} | {r['ffs']} | "
-                     f"{r['dsps']} | {fmax} | {other or '-'} |")
+                     f"{r['per_cycle']:.3f} | {r['latency']} | {area[0]} | {area[1]} | "
+                     f"{area[2]} | {fmax} | {other or '-'} |")
     meanings: dict[str, list[str]] = {}
     for r in rows:
         if r["block"] not in meanings.setdefault(r["latency_meaning"], []):

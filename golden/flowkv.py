@@ -75,7 +75,7 @@ from hdl.arith.format import BF16, FP32, FloatFormat, float_format
 from hdl.validate import integer, power_of_two
 
 from .arith.float import fadd, fmul, from_float, storage, to_float
-from .arith.func import exp2, reciprocal
+from .arith.func import EXP2_ERROR, RECIP_ERROR, exp2, reciprocal
 from .arith.idot import pairwise_reduce
 
 __all__ = ["MAX_TOKENS", "MAX_LANES", "OUT_FORMATS", "LOG2E", "EXP2_ERROR", "RECIP_ERROR",
@@ -91,12 +91,6 @@ MAX_LANES = 64
 OUT_FORMATS = (BF16, FP32)
 #: ``log2(e)`` in float64; the score scale is ``fp32(LOG2E / sqrt(d))``.
 LOG2E = math.log2(math.e)
-#: Relative error bound of :func:`golden.arith.func.exp2` (128 segments) for normal results,
-#: as documented by :class:`hdl.arith.exp2.Exp2` (measured 2**-18.04, docs/arith_func.md).
-EXP2_ERROR = 2.0 ** -17.9
-#: Relative error bound of :func:`golden.arith.func.reciprocal` (2 steps): measured 2**-23.94
-#: over every significand (docs/arith_func.md).
-RECIP_ERROR = 2.0 ** -23.9
 
 _U = 2.0 ** -24                      # unit roundoff of fp32
 _TINY = 2.0 ** FP32.emin             # smallest normal fp32: below it results flush to zero

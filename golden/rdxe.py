@@ -46,7 +46,7 @@ from hdl.arith.format import FP32
 from hdl.validate import integer, one_of, power_of_two
 
 from .arith.float import fmac, fmul, from_float, int_to_float, to_float
-from .arith.func import exp2, reciprocal, rsqrt
+from .arith.func import EXP2_ERROR, RECIP_ERROR, RSQRT_ERROR, exp2, reciprocal, rsqrt
 from .arith.idot import dot
 from .arith.requant import requantize
 
@@ -80,28 +80,11 @@ GBUS_BYTES = 4
 MAX_INPUTS = 1 << 16
 #: Most tokens of a softmax row: sum(p) <= 127 * 2**16 < 2**24 converts to fp32 exactly.
 MAX_TOKENS = 1 << 16
-#: Relative error bounds of the shared function units for normal results (docs/arith_func.md):
-#: exp2 with 128 segments (measured 2**-18.04), reciprocal and rsqrt with 2 Newton-Raphson steps
-#: (measured 2**-23.94 each).
-EXP2_ERROR = 2.0 ** -17.9
-RECIP_ERROR = 2.0 ** -23.9
-RSQRT_ERROR = 2.0 ** -23.9
 
 _U = 2.0 ** -24                      # unit roundoff of fp32
 _INT8 = (-128, 127)
 _REF_SLACK = 2.0 ** -30              # float64 evaluation error allowance of the references
 _CLAMPS = ("symmetric", "full")
-
-
-def _requantize(x, m, shift, *, out_bits: int, clamp: str) -> np.ndarray:
-    """:func:`golden.arith.requant.requantize` with every operand passed as an array.
-
-    NumPy integer *scalars* stay ``np.int64`` inside requantize's object arrays, where ``1 <<
-    63`` and wide products overflow (``requantize(2**23, 127, np.int64(63))`` gives 1, not 0);
-    0-d arrays become Python integers and are exact.
-    """
-    return requantize(np.asarray(x), np.asarray(m), np.asarray(shift), out_bits=out_bits,
-                      clamp=clamp)
 
 
 # --- parameters -----------------------------------------------------------------------------------
@@ -305,7 +288,7 @@ def ppu(acc, m, shift, params: RdxeParams) -> np.ndarray:
     """Requantize accumulators to INT8: ``clamp(RNE(acc * m / 2**shift))`` (the shared
     requantizer with ``mult_bits`` signed multipliers and the ``clamp`` range)."""
     params = _params(params)
-    return _requantize(acc, m, shift, out_bits=8, clamp=params.clamp)
+    return requantize(acc, m, shift, out_bits=8, clamp=params.clamp)
 
 
 @dataclass(frozen=True)
@@ -362,7 +345,7 @@ def to_rc(bits, frac: int, params: RdxeParams) -> RCFactor:
         raise ValueError("RC factor must be a non-negative fp32 value, not "
                          f"{value[np.isnan(value) | (value < 0)].flat[0]}")
     b = params.rc_mant_bits
-    m = _requantize(sig, 1, FP32.precision - b, out_bits=b + 2, clamp="full")
+    m = requantize(sig, 1, FP32.precision - b, out_bits=b + 2, clamp="full")
     carry = m == 1 << b
     m = np.where(carry, 1 << (b - 1), m)
     shift = (b - 1) - (e + carry) - frac
@@ -376,7 +359,7 @@ def to_rc(bits, frac: int, params: RdxeParams) -> RCFactor:
 def rcu(acc, rc: RCFactor) -> np.ndarray:
     """Recompute: ``clamp32(RNE(acc * m / 2**shift))`` (a shared requantizer with a 32-bit
     input, unsigned multiplier and 32-bit 'full' output). ``rc`` broadcasts against ``acc``."""
-    return _requantize(acc, rc.m, rc.shift, out_bits=32, clamp="full")
+    return requantize(acc, rc.m, rc.shift, out_bits=32, clamp="full")
 
 
 def _activation_quantize(bits) -> np.ndarray:
@@ -384,7 +367,7 @@ def _activation_quantize(bits) -> np.ndarray:
     (the shift capped at 63 gives the same 0 as the exact rounding for every e < 2**-40)."""
     _, sig, e = _significands(bits)
     shift = np.minimum(FP32.man_bits - e, SHIFT_MAX)
-    return _requantize(sig, P_ONE, shift, out_bits=8, clamp="symmetric")
+    return requantize(sig, P_ONE, shift, out_bits=8, clamp="symmetric")
 
 
 # --- plain GEMV ----------------------------------------------------------------------------------
@@ -537,7 +520,7 @@ def rmsnorm_gemv_trace(W_g, x, m, shift, eps_q, params: RdxeParams, *,
         y = rcu(acc, rc)
         x_norm = None
     else:
-        x_norm = _requantize(x, rc.m, rc.shift, out_bits=8, clamp=params.clamp)
+        x_norm = requantize(x, rc.m, rc.shift, out_bits=8, clamp=params.clamp)
         acc = accumulate(W_g, x_norm)
         y = None
     m, shift = _ppu_args(m, shift, acc.shape[0], params)
@@ -687,7 +670,7 @@ def softmax_pv_trace(s, V, scale, m, shift, params: RdxeParams, *, mode: str = "
         y = rcu(acc, RCFactor(rc.m[..., None], rc.shift[..., None]))
         out = ppu(y, m, shift, params)
     else:
-        probs = _requantize(p, rc.m[..., None], rc.shift[..., None], out_bits=8,
+        probs = requantize(p, rc.m[..., None], rc.shift[..., None], out_bits=8,
                            clamp=params.clamp)
         acc = np.einsum("...t,...td->...d", probs, V, dtype=np.int64)
         y = None
@@ -973,7 +956,7 @@ def attention_cached(q, images, *, score_m, score_shift, scale, m, shift, params
     padded = np.zeros((len(group), blocks * L), np.int64)
     m_o, shift_o = _ppu_args(m, shift, d, params)
     if mode == "sequential":
-        p = _requantize(p, rc.m[:, None], rc.shift[:, None], out_bits=8, clamp=params.clamp)
+        p = requantize(p, rc.m[:, None], rc.shift[:, None], out_bits=8, clamp=params.clamp)
     padded[:, :T] = p
     acc_pv = np.einsum("hvbul,hbl->hvu", rows, padded.reshape(len(group), blocks, L))
     channel = np.arange(c)[None, :] * N + np.arange(N)[:, None]              # (N, c)
@@ -1117,7 +1100,7 @@ def mode_gap_bound(W, a, rc: RCFactor, m, shift, params: RdxeParams) -> np.ndarr
     params = _params(params)
     R = float(rc.value)
     a = np.asarray(a, np.int64)
-    a_n = _requantize(a, rc.m, rc.shift, out_bits=8, clamp=params.clamp)
+    a_n = requantize(a, rc.m, rc.shift, out_bits=8, clamp=params.clamp)
     err = np.abs(a_n - a.astype(np.float64) * R)            # a * R is exact in float64
     return 1 + _k(m, shift) * (0.5 + np.abs(np.asarray(W, np.float64)) @ err)
 

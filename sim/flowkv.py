@@ -54,7 +54,10 @@ def chunk_rows(length: int, position: int, chunk: int, window: int | None = None
 
 def step_cycles(t: PairTiming, length: int, position: int | None = None,
                 window: int | None = None, *, row_cycles: float | None = None) -> dict:
-    """Cycles of one decode step on a pair, from taking the command to the last output beat.
+    """Cycles of one decode step on a pair, from taking the command to taking the last output beat.
+
+    Both ends count: a step whose command and last output beat were taken on cycles ``a`` and
+    ``b`` takes ``b - a + 1`` cycles.
 
     ``row_cycles`` is the time per K/V row in steady state: ``max(d / P, loop)`` by default (the
     streams' own rate), more when memory delivers rows more slowly. Returns the parts: ``fill``
@@ -79,8 +82,9 @@ def step_cycles(t: PairTiming, length: int, position: int | None = None,
         stream = (sum(rows) - attended + 1) * B + (attended - 1) * row
     else:
         stream = sum(rows) * row
-    # Last write-back, the reciprocals of the G denominators, G*B output beats, the multiplier.
-    drain = t.loop + 1 + 2 + G + t.recip + 1 + G * B + 1 + t.out_mul
+    # Last write-back, the reciprocals of the G denominators, G*B output beats, the multiplier
+    # (the constants: state changes and the output queue).
+    drain = t.loop + 2 + G + t.recip + 1 + G * B + 1 + t.out_mul
     return {"rows": sum(rows), "fill": fill, "stream": stream, "drain": drain,
             "total": fill + stream + drain}
 

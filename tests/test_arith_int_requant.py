@@ -6,6 +6,7 @@ RTL against the golden model in Amaranth's simulator, and the pinned parameter m
 import random
 import re
 
+import numpy as np
 import pytest
 
 from golden.arith.requant import corner_cases, limits, reference, requantize
@@ -174,3 +175,11 @@ def test_registry():
                                                    "not 7")):
         block.parameters("default", {"stages": "7"})
     assert block.elaborate(block.parameters("default", {"stages": "2"})).latency == 2
+
+
+def test_numpy_integer_scalars_are_exact():
+    """NumPy integer scalars are widened like Python integers (no int64 overflow in x * m)."""
+    assert int(requantize(2 ** 23, 127, np.int64(63))) == 0
+    assert int(requantize(np.int64(2 ** 31 - 1), np.int64(2 ** 31 - 1), np.int64(40))) == 127
+    assert int(requantize(np.int64(-(2 ** 31)), np.int64(2 ** 31 - 1), np.int64(62),
+                          out_bits=32)) == reference(-(2 ** 31), 2 ** 31 - 1, 62, out_bits=32)

@@ -253,13 +253,18 @@ async def full_rate(dut):
     k_span = k_mon.last_cycle - k_mon.first_cycle + 1
     v_span = v_mon.last_cycle - v_mon.first_cycle + 1
     # Steady state: the V stream after its first chunk (tile 1 waits for chunk 0's F first).
-    tb.report("full_rate", rows=rows, ideal_cycles_per_row=B,
+    tb.report("full_rate", items=rows * B, cycles=v_span, per_cycle=round(rows * B / v_span, 4),
+              latency=o_mon.first_cycle - c_mon.first_cycle,
+              latency_meaning="decode command to the first output beat (flowkv)",
+              rows=rows, ideal_cycles_per_row=B,
               k_cycles_per_row=round(k_span / rows, 3), v_cycles_per_row=round(v_span / rows, 3),
               k_stalls=k_mon.stalls, v_stalls=v_mon.stalls,
               fill=v_mon.first_cycle - c_mon.first_cycle,
               drain=o_mon.last_cycle - v_mon.last_cycle,
               total=o_mon.last_cycle - c_mon.first_cycle + 1,
-              bandwidth=round(2 * rows * B / (o_mon.last_cycle - c_mon.first_cycle + 1), 4))
+              # K and V beats over the step's cycles, as a fraction of the 2 beats per cycle the
+              # two streams can carry.
+              bandwidth=round(rows * B / (o_mon.last_cycle - c_mon.first_cycle + 1), 4))
     # The design's bound: with d / P at least tile 1's accumulator loop, neither stream stalls
     # once it has started (K from its first beat, V from its first beat after chunk 0's F).
     if B >= ValueTile(cfg).loop_latency:

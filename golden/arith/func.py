@@ -59,7 +59,8 @@ __all__ = ["EXP2_FRAC", "EXP2_C0_FRAC", "EXP2_C1_FRAC", "EXP2_SHIFT", "EXP2_TABL
            "SEED_BITS", "SEED_FRAC", "NR_FRAC", "ITERATIONS",
            "exp2_tables", "exp2_fixed", "exp2", "exp2_reference",
            "recip_seeds", "rsqrt_seeds", "recip_significand", "rsqrt_significand",
-           "reciprocal", "rsqrt", "reciprocal_reference", "rsqrt_reference", "relative_error"]
+           "reciprocal", "rsqrt", "reciprocal_reference", "rsqrt_reference", "relative_error",
+           "EXP2_ERROR", "RECIP_ERROR", "RSQRT_ERROR"]
 
 #: Fraction bits of the fixed-point exp2 argument.
 EXP2_FRAC = 24
@@ -80,6 +81,13 @@ SEED_FRAC = 10
 NR_FRAC = 30
 #: Default Newton-Raphson iteration count.
 ITERATIONS = 2
+
+#: Relative error bounds of the default units for normal results, for error analyses of the
+#: blocks built on them (docs/arith_func.md measures them): exp2 with 128 segments (worst 2**-18.04),
+#: reciprocal and rsqrt with 2 Newton-Raphson steps (worst 2**-23.94 each, every significand).
+EXP2_ERROR = 2.0 ** -17.9
+RECIP_ERROR = 2.0 ** -23.9
+RSQRT_ERROR = 2.0 ** -23.9
 
 _MAN = FP32.man_bits          # 23
 _BIAS = FP32.bias             # 127

@@ -29,14 +29,21 @@ def limits(out_bits: int, clamp: str) -> tuple[int, int]:
     return (-hi if clamp == "symmetric" else -hi - 1), hi
 
 
+_as_int = np.vectorize(int, otypes=[object])
+
+
+def _exact(values) -> np.ndarray:
+    """An object array of Python integers (NumPy integers would overflow in the wide products)."""
+    return _as_int(np.asarray(values, dtype=object))
+
+
 def requantize(x, m, shift, *, out_bits: int = 8, clamp: str = "symmetric") -> np.ndarray:
     """Return ``clamp(round_half_even(x * m / 2**shift))`` as ``int64`` (bit-exact model).
 
     ``x``, ``m`` and ``shift`` are integers or arrays of them (broadcast); ``shift >= 0``.
     """
     lo, hi = limits(out_bits, clamp)
-    x, m, shift = np.broadcast_arrays(np.asarray(x, dtype=object), np.asarray(m, dtype=object),
-                                      np.asarray(shift, dtype=object))
+    x, m, shift = np.broadcast_arrays(_exact(x), _exact(m), _exact(shift))
     product = x * m
     floor = product >> shift
     remainder = product - (floor << shift)          # in [0, 2**shift)
