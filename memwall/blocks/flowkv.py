@@ -62,12 +62,15 @@ register(Block(
     family="flowkv",
     summary="FlowKV array: one tile pair per KV head, broadcast decode step",
     params=FlowKVArrayParams,
+    # The array adds only the broadcast of the step: GQA, lanes and chunking are the pair's and
+    # are tested there, so the array's presets keep their pairs light.
     presets={
-        "small": FlowKVArrayParams(**_PRESETS["small"].pair_args(), pairs=2),
+        "small": FlowKVArrayParams(head_dim=8, lanes=2, group=1, chunk=4, max_tokens=64, pairs=2),
         "default": FlowKVArrayParams(head_dim=32, lanes=2, group=2, chunk=16, max_tokens=1024,
                                      pairs=4),
-        # Gemma3-4B: 4 KV heads of 2 query heads, d = 256 (paper Fig. 4 and Sec. 3.2.3).
-        "paper": FlowKVArrayParams(head_dim=256, lanes=16, group=2, chunk=128,
+        # Gemma3-4B: 4 KV heads of 2 query heads, d = 256 (paper Fig. 4 and Sec. 3.2.3), with 8
+        # lanes per head (32 beats per row).
+        "paper": FlowKVArrayParams(head_dim=256, lanes=8, group=2, chunk=128,
                                    max_tokens=32768, pairs=4),
     },
     build=lambda p: FlowKVArray(pairs=p.pairs, **p.pair_args()),
