@@ -73,7 +73,7 @@ import ml_dtypes
 import numpy as np
 
 from hdl.arith.format import BF16, FP16, FP32, FloatFormat
-from hdl.inflash.spec import MAX_FMACS, FlashGeometry, busy_cycles
+from hdl.inflash.spec import MAX_COLS, MAX_FMACS, MAX_ROWS, FlashGeometry, busy_cycles
 from hdl.validate import integer, power_of_two
 
 from .arith.float import fadd, fconvert, fmul, from_float, int_to_float
@@ -98,11 +98,6 @@ KV_FORMATS = ("fp16", "bf16", "int8")
 MAPPINGS = ("page", "naive")
 #: Kind codes of a KV entry.
 K, V = 0, 1
-#: Largest row count of a GEMV.
-MAX_ROWS = 1 << 20
-#: Largest column count: int8 x int8 sums of 2**16 terms stay within 2**30, inside int32.
-MAX_COLS = 1 << 16
-#: Largest FMAC count per plane (Table I of the paper: 16).
 #: Longest sequence of the KV models.
 MAX_TOKENS = 1 << 24
 #: Group sizes of the w4a16 mode: powers of two in this range (at least the largest ``F``, so

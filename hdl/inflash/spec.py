@@ -1,4 +1,4 @@
-"""The KVNAND flash plane: geometry and timing, converted to cycles in one place (no hardware).
+"""The KVNAND flash plane and the GEMV PE's configuration: a pure description, no hardware.
 
 Shared by the in-flash PE (``hdl/inflash``), its golden model (``golden/inflash.py``) and the
 testbench's flash-plane model. Flash busy times are given in microseconds with their datasheet
@@ -7,16 +7,21 @@ names (``tR_us``, ``tP_us``) and become cycles only in :func:`busy_cycles`.
 
 from __future__ import annotations
 
+import enum
 import math
 import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 
+from amaranth.lib import data
+
 from ..validate import integer, power_of_two
 
-__all__ = ["MAX_FMACS", "busy_cycles", "FlashGeometry"]
+__all__ = ["MAX_FMACS", "busy_cycles", "FlashGeometry", "Mode", "IMPLEMENTED_MODES", "MAX_ROWS",
+           "MAX_COLS", "MAX_TRANSFER", "PEConfig", "command_layout", "x_layout", "read_layout",
+           "page_data_layout", "job_layout", "beat_layout", "y_layout"]
 
-#: Largest FMAC (multiply lane) count of the PE.
+#: Largest FMAC (multiply lane) count of the PE (Table I of the paper: 16).
 MAX_FMACS = 16
 
 
@@ -136,3 +141,169 @@ class FlashGeometry:
         return self.pages_per_block * self.blocks
 
 
+# --- the GEMV PE's configuration and stream layouts -----------------------------------------------
+
+
+#: Largest row count of a GEMV (and ``max_rows`` of a PE).
+MAX_ROWS = 1 << 20
+#: Largest column count: int8 x int8 sums of 2**16 terms stay within 2**30, inside int32.
+MAX_COLS = 1 << 16
+#: Widest page transfer the PE's gearbox takes, bytes per cycle.
+MAX_TRANSFER = 64
+
+
+class Mode(enum.IntEnum):
+    """Precision mode of a GEMV (``cmd.mode``); the names are those of ``golden.inflash.MODES``."""
+
+    FP16 = 0
+    BF16 = 1
+    W8A8 = 2
+    W4A16 = 3
+
+
+#: Modes the PE computes; a command in any other mode is refused.
+IMPLEMENTED_MODES = (Mode.FP16, Mode.BF16, Mode.W8A8, Mode.W4A16)
+#: w4a16 group sizes (``golden.inflash.MIN_GROUP``, ``MAX_GROUP``) and record header bytes.
+MIN_GROUP, MAX_GROUP, SCALE_BYTES = 16, 1024, 4
+
+
+def _bits(count: int) -> int:
+    """Bits to hold an index below ``count`` (at least 1, so every field exists)."""
+    return max(1, (count - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class PEConfig:
+    """Check and hold the parameters of one in-flash GEMV PE.
+
+    Parameters
+    ----------
+    geometry : FlashGeometry
+        The plane: ``page_bytes`` (``P``), ``transfer_bytes`` (``W``, at most 64 for the PE's
+        gearbox), ``fmacs`` (``F``) and ``pages`` (the page address range). The RTL never sees
+        ``tR_us``, ``tP_us`` or ``clk_mhz``: the plane answers a read when its data is there.
+    max_rows : int
+        Largest row count of a GEMV, a power of two from 1 to 2**20: sets the row counter.
+    max_cols : int
+        Largest column count, a power of two from ``F`` to 2**16: sets the ``x`` buffer
+        (``max_cols / F`` words of ``F`` 16-bit elements) and the depth of the beat tree.
+    group_size : int
+        ``g`` of the w4a16 mode, a power of two from 16 to 1024 (default 128): columns per
+        (scale, offset) record. A w4a16 command whose ``cols`` it does not divide is refused.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the parameter, the allowed range and the value given.
+    """
+
+    geometry: FlashGeometry
+    max_rows: int
+    max_cols: int
+    group_size: int = 128
+
+    def __post_init__(self):
+        if not isinstance(self.geometry, FlashGeometry):
+            raise TypeError(f"Plane geometry must be a FlashGeometry, not {self.geometry!r}")
+        _pow2(self.geometry.transfer_bytes, "Transfer width in bytes per cycle", 1,
+              MAX_TRANSFER)
+        _pow2(self.max_rows, "Maximum row count", 1, MAX_ROWS)
+        _pow2(self.max_cols, "Maximum column count", self.geometry.fmacs, MAX_COLS)
+        _pow2(self.group_size, "Group size", MIN_GROUP, MAX_GROUP)
+
+    # --- derived sizes ---------------------------------------------------------------------
+
+    @property
+    def fmacs(self) -> int:
+        return self.geometry.fmacs
+
+    @property
+    def transfer_bytes(self) -> int:
+        return self.geometry.transfer_bytes
+
+    @property
+    def page_bytes(self) -> int:
+        return self.geometry.page_bytes
+
+    @property
+    def max_beats(self) -> int:
+        """Beats of the longest row: ``max_cols / F``."""
+        return self.max_cols // self.fmacs
+
+    @property
+    def max_groups(self) -> int:
+        """w4a16 groups of the longest row: ``max(1, max_cols / group_size)``."""
+        return max(1, self.max_cols // self.group_size)
+
+    @property
+    def rows_bits(self) -> int:
+        """Width of a row count (``0 .. 2 max_rows - 1``: a count above the maximum is seen)."""
+        return self.max_rows.bit_length()
+
+    @property
+    def cols_bits(self) -> int:
+        return self.max_cols.bit_length()
+
+    @property
+    def page_bits(self) -> int:
+        """Width of a page address (``0 .. pages - 1``)."""
+        return _bits(self.geometry.pages)
+
+    @property
+    def stream_bits(self) -> int:
+        """Width of a stream length in bytes (``2 max_rows max_cols``)."""
+        return (2 * self.max_rows * self.max_cols).bit_length()
+
+
+def command_layout(cfg: PEConfig) -> data.StructLayout:
+    """Payload of ``cmd``: one GEMV ``y = W x`` of ``rows x cols`` weights in ``mode``, whose
+    page stream starts at page ``page`` (docs/inflash_models.md section 4)."""
+    return data.StructLayout({"mode": 2, "rows": cfg.rows_bits, "cols": cfg.cols_bits,
+                              "page": cfg.page_bits})
+
+
+def x_layout(cfg: PEConfig) -> data.StructLayout:
+    """Payload of ``x``: ``F`` elements of the activation vector, element ``b F + i`` in lane
+    ``i`` of beat ``b``; fp16/bf16 codes, or an int8 in the low byte (w8a8)."""
+    return data.StructLayout({"data": data.ArrayLayout(16, cfg.fmacs)})
+
+
+def read_layout(cfg: PEConfig) -> data.StructLayout:
+    """Payload of ``rd_cmd``: read page ``page`` and stream its first ``bytes`` bytes
+    (1 .. ``page_bytes``; fewer only for the last page of a matrix)."""
+    return data.StructLayout({"page": cfg.page_bits, "bytes": cfg.page_bytes.bit_length()})
+
+
+def page_data_layout(cfg: PEConfig) -> data.StructLayout:
+    """Payload of ``rd_data``: ``W`` bytes of a page, byte ``j`` of the word being page byte
+    ``k W + j`` of word ``k``; ``last`` on the page's last word."""
+    return data.StructLayout({"data": data.ArrayLayout(8, cfg.transfer_bytes), "last": 1})
+
+
+def job_layout(cfg: PEConfig) -> data.StructLayout:
+    """Payload of the gearbox's ``job``: the mode and shape of the matrix whose stream follows,
+    and the stream's length in bytes (``golden.inflash.stream_bytes``)."""
+    return data.StructLayout({"mode": 2, "rows": cfg.rows_bits, "cols": cfg.cols_bits,
+                              "bytes": cfg.stream_bits})
+
+
+def beat_layout(cfg: PEConfig) -> data.StructLayout:
+    """Payload of the gearbox's ``o``: one beat of ``F`` weights of one row, or a w4a16 header.
+
+    ``data``: lane ``i`` is element ``b F + i`` of the row (fp16/bf16 code, the int8 in the
+    low byte, or the uint4 code in the low nibble), lanes past the row's end are ``-0``
+    (``0x8000``) in float modes and 0 in w8a8; ``mask`` has bit ``i`` set for the lanes inside
+    the row; ``beat`` is ``b``; ``first`` and ``last`` mark the row's first and last beat,
+    ``final`` the matrix's last beat. w4a16: the first beat of each group has ``header`` set and
+    carries the group's ``scale`` and ``offset`` (fp16 codes) beside its codes; ``group_end``
+    marks a group's last beat.
+    """
+    return data.StructLayout({"data": data.ArrayLayout(16, cfg.fmacs), "mask": cfg.fmacs,
+                              "beat": _bits(cfg.max_beats), "first": 1, "last": 1, "final": 1,
+                              "header": 1, "group_end": 1, "scale": 16, "offset": 16})
+
+
+def y_layout(cfg: PEConfig) -> data.StructLayout:
+    """Payload of ``y``: one output, an fp32 code (float modes) or an int32 (w8a8); ``last`` on
+    the GEMV's last row; ``error`` (with ``last`` and ``value = 0``) answers a refused command."""
+    return data.StructLayout({"value": 32, "last": 1, "error": 1})

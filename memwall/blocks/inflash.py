@@ -1,0 +1,62 @@
+"""Registry entry of the KVNAND in-flash GEMV PE with its page pipeline (issue 6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hdl.inflash import FlashGeometry, InflashPE
+
+from ..params import BlockParams
+from ..registry import Block, register
+
+
+@dataclass(frozen=True)
+class InflashParams(BlockParams):
+    """The plane (``hdl.inflash.spec.FlashGeometry``), the largest GEMV shape, the w4a16 group.
+
+    Checked by :class:`hdl.inflash.spec.FlashGeometry` and :class:`hdl.inflash.spec.PEConfig`
+    (the registry builds the component). ``tR_us``, ``tP_us`` and ``clk_mhz`` are the plane's:
+    the RTL does not use them, the testbench's flash plane does (through ``busy_cycles``).
+    """
+
+    page_bytes: int = 4096
+    transfer_bytes: int = 4
+    fmacs: int = 2
+    tR_us: float = 4.0
+    tP_us: float = 75.0
+    clk_mhz: float = 400.0
+    pages_per_block: int = 768
+    blocks: int = 177
+    max_rows: int = 4096
+    max_cols: int = 4096
+    group_size: int = 128
+
+    def geometry(self) -> FlashGeometry:
+        return FlashGeometry(page_bytes=self.page_bytes, tR_us=self.tR_us, tP_us=self.tP_us,
+                             transfer_bytes=self.transfer_bytes, clk_mhz=self.clk_mhz,
+                             fmacs=self.fmacs, pages_per_block=self.pages_per_block,
+                             blocks=self.blocks)
+
+
+_PRESETS = {
+    # 64-byte pages (32 fp16 elements, 16 beats at F = 2, 16 transfers), tR = 40 cycles:
+    # read-bound like the paper's plane, a few hundred cycles per GEMV; 8 blocks of 8 pages.
+    "small": InflashParams(page_bytes=64, tR_us=0.1, pages_per_block=8, blocks=8, max_rows=64,
+                           max_cols=64, group_size=16),
+    # Table I of the paper with 2 FMACs (MHA sizing), rows and columns up to LLaMA-7B's 4096.
+    "default": InflashParams(),
+    # Table I: 16 FMACs (the GQA sizing).
+    "paper": InflashParams(fmacs=16),
+}
+
+register(Block(
+    name="inflash",
+    family="inflash",
+    summary="KVNAND in-flash GEMV PE: page pipeline, gearbox, fp16/bf16/w8a8/w4a16 GEMV",
+    params=InflashParams,
+    presets=_PRESETS,
+    build=lambda p: InflashPE(geometry=p.geometry(), max_rows=p.max_rows, max_cols=p.max_cols,
+                              group_size=p.group_size),
+    golden="golden.inflash",
+    testbench="cocotb_tests.inflash.tb",
+))
