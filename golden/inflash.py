@@ -73,7 +73,8 @@ import ml_dtypes
 import numpy as np
 
 from hdl.arith.format import BF16, FP16, FP32, FloatFormat
-from hdl.inflash.spec import MAX_COLS, MAX_FMACS, MAX_ROWS, FlashGeometry, busy_cycles
+from hdl.inflash.spec import (MAX_COLS, MAX_FMACS, MAX_GROUP, MAX_ROWS, MIN_GROUP, SCALE_BYTES,
+                               FlashGeometry, busy_cycles)
 from hdl.validate import integer, power_of_two
 
 from .arith.float import fadd, fconvert, fmul, from_float, int_to_float
@@ -100,11 +101,6 @@ MAPPINGS = ("page", "naive")
 K, V = 0, 1
 #: Longest sequence of the KV models.
 MAX_TOKENS = 1 << 24
-#: Group sizes of the w4a16 mode: powers of two in this range (at least the largest ``F``, so
-#: that a beat never straddles two groups).
-MIN_GROUP, MAX_GROUP = 16, 1024
-#: Bytes of a w4a16 record header: an fp16 scale and an fp16 offset.
-SCALE_BYTES = 4
 #: Byte value of the unused tail of a page (the erased state of NAND flash).
 ERASED = 0xFF
 #: Cycles between two updates of one fp32 accumulator in Attend: the loop of a

@@ -8,7 +8,7 @@ not 12``.
 
 from __future__ import annotations
 
-__all__ = ["integer", "power_of_two", "one_of"]
+__all__ = ["integer", "power_of_two", "one_of", "index_bits"]
 
 
 def _is_int(value) -> bool:
@@ -44,3 +44,9 @@ def one_of(value, what: str, allowed: tuple[int, ...]) -> int:
         error = ValueError if _is_int(value) else TypeError
         raise error(f"{what} must be {listed}, not {value!r}")
     return value
+
+
+def index_bits(count: int) -> int:
+    """Return the width of a field holding an index below ``count``: at least 1, so that every
+    field of a layout exists even when it can hold only 0."""
+    return max(1, (count - 1).bit_length())

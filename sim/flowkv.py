@@ -47,7 +47,7 @@ class PairTiming:
 
 
 def chunk_rows(length: int, position: int, chunk: int, window: int | None = None) -> list[int]:
-    """Rows streamed per visited chunk: those of chunks ``lo // L_c .. p // L_c`` below ``length``."""
+    """Rows streamed per visited chunk: chunks ``lo // L_c .. p // L_c``, rows below ``length``."""
     lo = 0 if window is None else max(0, position - window + 1)
     return [min(chunk, length - c * chunk) for c in range(lo // chunk, position // chunk + 1)]
 
@@ -155,7 +155,7 @@ def attention_cycles(model: Gemma3, length: int, *, lanes: int, chunk: int, cloc
 
 def decode_tps(model: Gemma3, length: int, *, lanes: int = 16, chunk: int = 128,
                clock_ghz: float = 1.8, bandwidth_gbs: float = 40.0) -> dict:
-    """Tokens per second of decoding at context ``length``: weights at full bandwidth, then attention.
+    """Tokens per second of decoding at context ``length``: weights at full bandwidth, attention.
 
     Returns the throughput, the attention's share of the token time, and the fraction of the
     bandwidth the attention phase uses (KV bytes over its time).

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from amaranth.lib import data
 
 from ..arith.format import BF16, FP32, FloatFormat, float_format
-from ..validate import integer, power_of_two
+from ..validate import index_bits, integer, power_of_two
 
 __all__ = ["Kind", "FlowKVConfig", "command_layout", "beat_layout", "item_layout",
            "output_layout", "score_scale_code", "MAX_HEAD_DIM", "MAX_LANES", "MAX_GROUP",
@@ -66,11 +66,6 @@ def score_scale_code(d: int) -> int:
     """
     integer(d, "Head dimension", 1, MAX_HEAD_DIM)
     return struct.unpack("<I", struct.pack("<f", LOG2E / math.sqrt(d)))[0]
-
-
-def _bits(count: int) -> int:
-    """Bits to hold an index below ``count`` (at least 1, so every field exists)."""
-    return max(1, (count - 1).bit_length())
 
 
 @dataclass(frozen=True)
@@ -134,7 +129,7 @@ class FlowKVConfig:
     @property
     def pos_bits(self) -> int:
         """Width of a position (``0 .. max_tokens - 1``)."""
-        return _bits(self.max_tokens)
+        return index_bits(self.max_tokens)
 
     @property
     def len_bits(self) -> int:
@@ -143,15 +138,15 @@ class FlowKVConfig:
 
     @property
     def slot_bits(self) -> int:
-        return _bits(self.chunk)
+        return index_bits(self.chunk)
 
     @property
     def head_bits(self) -> int:
-        return _bits(self.group)
+        return index_bits(self.group)
 
     @property
     def beat_bits(self) -> int:
-        return _bits(self.beats)
+        return index_bits(self.beats)
 
     @property
     def scale(self) -> int:

@@ -1,4 +1,4 @@
-"""FlowKV tile 0: stream key chunks, compute the scores, the running maximum, ``F``, ``C`` and ``l``."""
+"""FlowKV tile 0: stream key chunks; compute scores, running maximum, ``F``, ``C`` and ``l``."""
 
 from __future__ import annotations
 
@@ -153,7 +153,8 @@ class ScoreTile(wiring.Component):
         q_rd = qmem.read_port()
         q_beat = Signal(range(B))
         q_head = Signal(range(G))
-        m.d.comb += [q_wr.addr.eq(q_beat), q_wr.data.eq(self.q.payload.data.as_value().replicate(G)),
+        m.d.comb += [q_wr.addr.eq(q_beat),
+                     q_wr.data.eq(self.q.payload.data.as_value().replicate(G)),
                      q_wr.en.eq(Cat((q_head == h) & self.q.valid & self.q.ready
                                     for h in range(G)))]
 
@@ -274,7 +275,7 @@ class ScoreTile(wiring.Component):
                 m.d.sync += [bank_rows[tag.bank].eq(tag.slot + 1), bank_state[tag.bank].eq(_FULL)]
                 m.d.sync += [bank_max[tag.bank][h].eq(updated[h]) for h in range(G)]
 
-        # ---- exponential engine: C and F per head, then l -----------------------------------------
+        # ---- exponential engine: C and F per head, then l ----------------------------------------
         queue = ResultQueue(m, self.items, depth=32, name="item_queue")
         eb = Signal()
         e_head = Signal(range(G))

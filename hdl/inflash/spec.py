@@ -15,7 +15,7 @@ from fractions import Fraction
 
 from amaranth.lib import data
 
-from ..validate import integer, power_of_two
+from ..validate import index_bits, integer, power_of_two
 
 __all__ = ["MAX_FMACS", "busy_cycles", "FlashGeometry", "Mode", "IMPLEMENTED_MODES", "MAX_ROWS",
            "MAX_COLS", "MAX_TRANSFER", "PEConfig", "command_layout", "x_layout", "read_layout",
@@ -163,13 +163,11 @@ class Mode(enum.IntEnum):
 
 #: Modes the PE computes; a command in any other mode is refused.
 IMPLEMENTED_MODES = (Mode.FP16, Mode.BF16, Mode.W8A8, Mode.W4A16)
-#: w4a16 group sizes (``golden.inflash.MIN_GROUP``, ``MAX_GROUP``) and record header bytes.
-MIN_GROUP, MAX_GROUP, SCALE_BYTES = 16, 1024, 4
-
-
-def _bits(count: int) -> int:
-    """Bits to hold an index below ``count`` (at least 1, so every field exists)."""
-    return max(1, (count - 1).bit_length())
+#: Group sizes of the w4a16 mode: powers of two in this range (at least the largest ``F``, so
+#: that a beat never straddles two groups).
+MIN_GROUP, MAX_GROUP = 16, 1024
+#: Bytes of a w4a16 record header: an fp16 scale and an fp16 offset.
+SCALE_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -247,7 +245,7 @@ class PEConfig:
     @property
     def page_bits(self) -> int:
         """Width of a page address (``0 .. pages - 1``)."""
-        return _bits(self.geometry.pages)
+        return index_bits(self.geometry.pages)
 
     @property
     def stream_bits(self) -> int:
@@ -299,7 +297,7 @@ def beat_layout(cfg: PEConfig) -> data.StructLayout:
     marks a group's last beat.
     """
     return data.StructLayout({"data": data.ArrayLayout(16, cfg.fmacs), "mask": cfg.fmacs,
-                              "beat": _bits(cfg.max_beats), "first": 1, "last": 1, "final": 1,
+                              "beat": index_bits(cfg.max_beats), "first": 1, "last": 1, "final": 1,
                               "header": 1, "group_end": 1, "scale": 16, "offset": 16})
 
 
