@@ -12,7 +12,7 @@ from ..registry import Block, SynthSettings, register
 
 @dataclass(frozen=True)
 class FlowKVParams(BlockParams):
-    """Head dimension ``d``, lanes ``P`` per head, group ``G``, chunk ``L_c``, longest cache, format.
+    """Head dimension ``d``, lanes ``P`` per head, group ``G``, chunk ``L_c``, cache length, format.
 
     Checked by :class:`hdl.flowkv.spec.FlowKVConfig` (the registry builds the component).
     """
