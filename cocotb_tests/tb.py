@@ -23,7 +23,7 @@ from memwall import registry
 from .streams import (CycleCounter, PayloadCodec, Scoreboard, StreamDriver, StreamMonitor,
                       StreamSink)
 
-__all__ = ["load_design", "BlockTB"]
+__all__ = ["block_params", "load_design", "BlockTB"]
 
 #: Environment variables the launcher sets for the simulator process.
 ENV_BLOCK = "MEMWALL_BLOCK"
@@ -32,10 +32,16 @@ ENV_PARAMS = "MEMWALL_PARAMS"
 ENV_METRICS = "MEMWALL_METRICS"
 
 
-def load_design():
-    """Return ``(block, params, component, ports)`` for the design under test (set by the launcher)."""
+def block_params():
+    """Return the parameters of the design under test (set by the launcher), without building it."""
     block = registry.get(os.environ[ENV_BLOCK])
-    params = block.params.from_dict(json.loads(os.environ[ENV_PARAMS]))
+    return block.params.from_dict(json.loads(os.environ[ENV_PARAMS]))
+
+
+def load_design():
+    """Return the parameters of the design under test (set by the launcher); nothing is built."""
+    block = registry.get(os.environ[ENV_BLOCK])
+    params = block_params()
     component = block.elaborate(params)
     return block, params, component, {p["name"]: p for p in registry.ports(component)}
 

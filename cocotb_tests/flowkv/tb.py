@@ -26,10 +26,10 @@ from cocotb.triggers import ClockCycles
 
 from golden import flowkv as golden
 from golden.arith.float import from_float, to_float
-from hdl.flowkv import ValueTile
+from hdl.flowkv import FlowKVConfig, ValueTile
 from hdl.arith.format import BF16
 
-from ..tb import BlockTB, select_tb
+from ..tb import BlockTB, block_params, select_tb
 
 #: Environment variable of the ``full_rate`` sequence length (benchmarks sweep it).
 ENV_LENGTH = "MEMWALL_FLOWKV_LENGTH"
@@ -45,8 +45,7 @@ class _Step:
         self.cfg = cfg
         L, p = cmd["length"], cmd["position"]
         self.window = cmd["window"] if cmd["sliding"] else None
-        self.refused = (L == 0 or L > cfg.max_tokens or p >= L
-                        or (cmd["sliding"] and not 1 <= cmd["window"] <= cfg.max_tokens))
+        self.refused = refused_step(cfg, L, p, self.window)
         self.rows = [] if self.refused else stream_rows(cfg, L, p, self.window)
         self.q, self.k, self.v = [], [], []
 
@@ -79,6 +78,12 @@ class _Step:
         return out
 
 
+def refused_step(cfg, length: int, position: int, window: int | None) -> bool:
+    """The contract's refusal rule (``hdl.flowkv.spec.command_layout``)."""
+    return (length == 0 or length > cfg.max_tokens or position >= length
+            or (window is not None and not 1 <= window <= cfg.max_tokens))
+
+
 def stream_rows(cfg, length: int, position: int, window: int | None) -> list[int]:
     """The rows a step streams on ``k`` and ``v``: those of every visited chunk the cache holds."""
     index, _ = golden.sweep(length, position, chunk=cfg.chunk, window=window)
@@ -89,8 +94,9 @@ class FlowKVTB(BlockTB):
     """Streams of one pair (``pairs`` is None) or of every pair of an array."""
 
     def __init__(self, dut, **kwargs):
-        design = self._design_cfg()
-        self.cfg, self.pairs = design
+        params = block_params()
+        self.cfg = FlowKVConfig(**params.pair_args())
+        self.pairs = getattr(params, "pairs", None)
         self.names = ([("q", "k", "v", "o")] if self.pairs is None else
                       [(f"q{n}", f"k{n}", f"v{n}", f"o{n}") for n in range(self.pairs)])
         inputs = ["cmd"] + [n for q, k, v, _ in self.names for n in (q, k, v)]
@@ -100,12 +106,6 @@ class FlowKVTB(BlockTB):
         self.by_stream = {}
         for pair, (q, k, v, o) in enumerate(self.names):
             self.by_stream.update({q: (pair, "q"), k: (pair, "k"), v: (pair, "v")})
-
-    @staticmethod
-    def _design_cfg():
-        from ..tb import load_design
-        _, params, component, _ = load_design()
-        return component.cfg, getattr(component, "pairs", None)
 
     # --- model --------------------------------------------------------------------------------
 
@@ -145,8 +145,7 @@ class FlowKVTB(BlockTB):
         cfg = self.cfg
         self.send("cmd", [{"position": position, "length": length,
                            "window": window or 0, "sliding": int(window is not None)}])
-        bad = (length == 0 or length > cfg.max_tokens or position >= length
-               or (window is not None and not 1 <= window <= cfg.max_tokens))
+        bad = refused_step(cfg, length, position, window)
         rows = [] if bad else stream_rows(cfg, length, position, window)
         for n, (qs, ks, vs, _) in enumerate(self.names):
             shape_q, shape_kv = (cfg.group, cfg.head_dim), (max(length, 1), cfg.head_dim)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
+from ..pipeline import ResultQueue
 from ..validate import integer, power_of_two
 from .ports import BankPortSignature, Op, TensorClass, request_layout, response_layout
 from .spec import MANT_BITS, SEGMENT_BITS, SEGMENTS, Policy, RefreshPlan
@@ -216,12 +216,15 @@ class EdramController(wiring.Component):
         conflict = {segment: Signal(name=f"{segment}_conflict") for segment in SEGMENTS}
         for segment in SEGMENTS:
             m.d.comb += conflict[segment].eq((sweeps[segment]["urgent"] & touches[segment]).any())
-        inflight = Signal(range(self.response_depth + 1))
+        # Responses land in a queue with a credit per place (hdl.pipeline.ResultQueue): a request
+        # that answers is taken only if its response will have a place.
+        queue = ResultQueue(m, self.resp, depth=self.response_depth, name="queue")
         m.d.comb += req.ready.eq(~Cat(conflict.values()).any()
-                                 & (~responds | (inflight < self.response_depth))
+                                 & (~responds | queue.can_issue)
                                  & ~(is_set_policy & ~refused & any_pend))
         accept = req.valid & req.ready
-        m.d.comb += restart.eq(accept & is_set_policy & ~refused)
+        m.d.comb += [restart.eq(accept & is_set_policy & ~refused),
+                     queue.issue.eq(accept & responds)]
         with m.If(restart):
             m.d.sync += policy.eq(p.data)
 
@@ -293,8 +296,6 @@ class EdramController(wiring.Component):
                      stage1.live.eq(row_live & ~refused), stage1.qo.eq(mant_qo),
                      stage1.bank.eq(bank if self.bank_bits else 0),
                      stage2.eq(stage1)]
-        m.submodules.queue = queue = SyncFIFOBuffered(width=len(self.resp.payload.as_value()),
-                                                      depth=self.response_depth)
         sel = stage2.bank if self.bank_bits else 0
         std_word = self.std.rdata[sel]
         mant_word = Mux(stage2.qo, self.qo_mant.rdata[sel], self.kv_mant.rdata[sel])
@@ -305,10 +306,5 @@ class EdramController(wiring.Component):
             merged.error.eq(stage2.error),
             queue.w_en.eq(stage2.valid),
             queue.w_data.eq(merged),
-            self.resp.valid.eq(queue.r_rdy),
-            self.resp.payload.eq(queue.r_data),
-            queue.r_en.eq(self.resp.ready),
         ]
-        delivered = self.resp.valid & self.resp.ready
-        m.d.sync += inflight.eq(inflight + (accept & responds) - delivered)
         return m

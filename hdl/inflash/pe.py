@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
@@ -28,8 +30,7 @@ _QUEUE_LATENCY = 2
 #: fp16 1.0: the weight of the lanes that sum ``x`` into the w4a16 group sums ``X``.
 _ONE16 = 0x3C00
 #: fp16 codes of the uint4 weight codes 0 .. 15 (``int_to_float(q, 5, FP16)``, exact).
-_INT4_FP16 = [0] + [((q.bit_length() + 14) << 10) | ((q << (11 - q.bit_length())) & 0x3FF)
-                    for q in range(1, 16)]
+_INT4_FP16 = [struct.unpack("<H", struct.pack("<e", q))[0] for q in range(16)]
 #: The arithmetic paths; a GEMV starts on a path when the rows of the other paths are out.
 _FLOAT, _INT, _W4 = range(3)
 
