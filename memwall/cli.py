@@ -224,6 +224,32 @@ def cmd_bench(args) -> int:
     return 0
 
 
+# --- reproduce ----------------------------------------------------------------------------
+
+def cmd_reproduce(args) -> int:
+    from sim.reproduce import PAPERS, ReproduceError, comparison_table, dask_client, run
+
+    papers = list(PAPERS) if args.paper == "all" else [args.paper]
+    if args.paper != "all" and args.paper not in PAPERS:
+        raise UsageError(f"unknown paper {args.paper!r}; papers are {', '.join(PAPERS)}, all")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, not {args.workers}")
+    try:
+        with dask_client(args.scheduler, args.workers) as client:
+            workers = len(client.scheduler_info()["workers"])
+            where = args.scheduler or f"a local Dask cluster of {workers} worker processes"
+            _status(f"reproduce: running on {where}")
+            for paper in papers:
+                result, report = run(paper, Path(args.output), quick=args.quick, client=client,
+                                     progress=_status)
+                print(f"## {result.title}\n\n{comparison_table(result.rows)}\n")
+                _status(f"wrote {report}" + (f" and {len(result.plots)} plot(s)"
+                                             if result.plots else ""))
+    except ReproduceError as exc:
+        raise UsageError(str(exc)) from exc
+    return 0
+
+
 # --- entry point ----------------------------------------------------------------------------
 
 def _parser() -> argparse.ArgumentParser:
@@ -266,6 +292,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", action="append", help="preset (repeatable; default: default, paper)")
     p.add_argument("--simulator", default="verilator", choices=("icarus", "verilator"))
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("reproduce", help="run a paper's system model beside the paper's figures")
+    p.add_argument("paper", help="shield, umdam, rdxe, kvnand, flowkv or all")
+    p.add_argument("-o", "--output", default="build/reproduce",
+                   help="output folder (default: build/reproduce)")
+    p.add_argument("--quick", action="store_true", help="reduced size (the test suite's)")
+    p.add_argument("--workers", type=int,
+                   help="worker processes of the local Dask cluster (default: one per core)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run on an existing Dask cluster, e.g. tcp://10.0.0.5:8786")
+    p.set_defaults(func=cmd_reproduce)
     return parser
 
 

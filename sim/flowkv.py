@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PairTiming", "Gemma3", "GEMMA3_1B", "GEMMA3_4B", "PAPER_TPS", "chunk_rows",
-           "step_cycles", "attention_cycles", "decode_tps", "table"]
+__all__ = ["PairTiming", "Gemma3", "GEMMA3_1B", "GEMMA3_4B", "PAPER_TPS", "BANDWIDTHS_GBS",
+           "chunk_rows", "step_cycles", "attention_cycles", "decode_tps", "table", "reproduce"]
 
 
 @dataclass(frozen=True)
@@ -185,6 +185,98 @@ def table(*, clock_ghz: float = 1.8, bandwidth_gbs: float = 40.0, lanes: int = 1
                          f"{r['tps'] / paper:.2f} | {100 * r['attention_share']:.1f}% | "
                          f"{100 * r['kv_bandwidth_use']:.1f}% |")
     return "\n".join(lines)
+
+
+#: The paper's NPU read bandwidth is capped below 40 GB/s (Sec. 5); the sensitivity sweep's others.
+BANDWIDTHS_GBS = (20.0, 40.0, 60.0, 120.0)
+
+
+def _tps_point(point: tuple) -> dict:
+    """One sweep point ``(model name, context, bandwidth GB/s)`` of :func:`decode_tps`."""
+    name, length, bandwidth = point
+    model = {m.name: m for m in (GEMMA3_1B, GEMMA3_4B)}[name]
+    return dict(decode_tps(model, length, bandwidth_gbs=bandwidth), model=name, length=length,
+                bandwidth=bandwidth)
+
+
+def reproduce(ctx):
+    """FlowKV (paper 004): decode TPS against context for Gemma3-1B and 4B beside Tables 3 and 4.
+
+    The attention time is the pair's cycle model (:func:`step_cycles`, equal to the RTL's cycle
+    count: tests/test_sim_flowkv.py), one pair per KV head at 1.8 GHz sharing the memory with the
+    weight stream.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .reproduce import Result, Row, markdown_table
+
+    res = Result("FlowKV: Gemma3 decode throughput on FlowKV tile pairs")
+    lengths = {name: sorted(paper) for name, paper in PAPER_TPS.items()}
+    if ctx.quick:
+        lengths = {name: [v[0], v[-1]] for name, v in lengths.items()}
+    bandwidths = (40.0,) if ctx.quick else BANDWIDTHS_GBS
+    points = [(name, L, bw) for name in lengths for L in lengths[name] for bw in bandwidths]
+    found = {(r["model"], r["length"], r["bandwidth"]): r
+             for r in ctx.map(_tps_point, points, label="decode TPS")}
+    for name in lengths:
+        for L in lengths[name]:
+            r = found[(name, L, 40.0)]
+            res.rows.append(Row(f"{name} decode TPS at {L // 1024}K", PAPER_TPS[name][L], r["tps"],
+                                "tok/s", f"attention {100 * r['attention_share']:.0f} % of the "
+                                         f"token time", ".3g"))
+    rows = []
+    for name in lengths:
+        for L in lengths[name]:
+            rows.append([name, f"{L // 1024}K", PAPER_TPS[name][L]]
+                        + [f"{found[(name, L, bw)]['tps']:.1f}" for bw in bandwidths]
+                        + [f"{100 * found[(name, L, 40.0)]['kv_bandwidth_use']:.1f} %"])
+    res.tables.append(("Decode TPS against memory bandwidth", markdown_table(
+        ["model", "context", "paper (NPU)"] + [f"{bw:g} GB/s" for bw in bandwidths]
+        + ["KV bandwidth use at 40 GB/s"], rows)))
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for k, name in enumerate(lengths):
+        xs = lengths[name]
+        ax.plot(xs, [found[(name, L, 40.0)]["tps"] for L in xs], "-", color=f"C{k}",
+                label=f"{name}, model at 40 GB/s")
+        ax.plot(xs, [PAPER_TPS[name][L] for L in xs], "o", color=f"C{k}",
+                label=f"{name}, paper (Tables 3 and 4)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("decode throughput (tokens/s)")
+    ax.set_title("Gemma3 decode on FlowKV pairs: cycle model against the paper's NPU")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = ctx.plot_path("decode_tps.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    res.plots.append(path)
+
+    res.notes += [
+        "Attention: one FlowKV pair per KV head (P = 16 lanes per head, L_c = 128, 1.8 GHz), its "
+        "time per step from the pair's cycle model, which equals the RTL's cycle count (the "
+        "RTL streams K and V at d/P = 16 cycles per row, measured by `memwall bench flowkv`); "
+        "SWA layers visit only the window's chunks. The pairs share the memory: a row of K and V "
+        "for every KV head must arrive before the next row starts.",
+        "Weights: every projection and the tied LM head in Q4NX (0.625 bytes per weight) stream "
+        "once per token at the full bandwidth; norms, activations and the sampler are not "
+        "modelled, and nothing overlaps the weight stream with the attention.",
+        "Gemma3-4B is within 8 % of the paper up to 32K, so the paper's NPU streams the weights "
+        "at nearly the 40 GB/s it is allowed. At 64K and 128K the model is slower (-5 % and "
+        "-17 %): there the attention is memory-bound (the KV reads use 99 % of 40 GB/s: 5 global "
+        "layers x 4 KV heads x 1 KB of bf16 K and V per token), so to reach 9.2 tok/s the paper's "
+        "NPU must read more than 40 GB/s or fewer KV bytes; the paper states neither its "
+        "effective long-context bandwidth nor its KV format there, so the gap stays.",
+        "Gemma3-1B is about 1.8x faster in the model than on the paper's NPU: its layers are "
+        "small (d_model 1152), so the paper's per-kernel overheads, which the model does not "
+        "have, weigh more; nothing is fitted to close the gap. The 1B model here has the public "
+        "config's 26 layers and a 512-token window (the issue's '34 layers, window 1024' are "
+        "the 4B's).",
+    ]
+    return res
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -76,3 +76,19 @@ def test_decode_throughput_falls_with_context_and_bandwidth():
     assert faster["tps"] > long["tps"]
     # The attention phase keeps the memory busy: at 128K it uses over 95% of the bandwidth.
     assert long["kv_bandwidth_use"] > 0.95
+
+
+def test_reproduce_quick(tmp_path):
+    from sim.reproduce import Context
+
+    result = model.reproduce(Context(tmp_path, quick=True, progress=lambda s: None))
+    assert [r.figure for r in result.rows] == [
+        "Gemma3-1B decode TPS at 1K", "Gemma3-1B decode TPS at 32K",
+        "Gemma3-4B decode TPS at 1K", "Gemma3-4B decode TPS at 128K"]
+    for r in result.rows:
+        assert r.paper == model.PAPER_TPS[r.figure.split()[0]][
+            {"1K": 1024, "32K": 32768, "128K": 131072}[r.figure.split()[-1]]]
+        assert 0 < r.ours < 1000
+    assert result.rows[0].ours > result.rows[1].ours        # longer context, fewer tokens/s
+    assert result.rows[2].ours > result.rows[3].ours
+    assert result.plots[0].read_bytes()[:4] == b"\x89PNG"

@@ -17,7 +17,7 @@ from typing import Callable
 
 from golden import edram as golden
 from memwall import registry
-from sim.shield import SCENARIOS, TRACE, workload_ratio
+from sim.shield import PAPER, SCENARIOS, TRACE, workload_ratio
 
 from ..launcher import run_block
 from ..tb import ENV_METRICS
@@ -26,8 +26,6 @@ __all__ = ["BENCH_OVERRIDES", "policy_figures", "extra"]
 
 #: The benchmarked controller: 64 rows of 4 words in 4 banks, at 4 MHz so T_rel is 4864 cycles.
 BENCH_OVERRIDES = {"banks": "4", "rows": "16", "cols": "4", "clk_mhz": "4"}
-#: The paper's headline figures (Sec. IV-C, abstract).
-PAPER = {"reduction": 0.35, "shield_gain": 1.35, "kelle_gain": (1.15, 1.32)}
 
 
 def policy_figures(runs: dict) -> dict[str, dict]:

@@ -1,0 +1,116 @@
+"""sim/reproduce.py and `memwall reproduce`: tables, the parallel map (serial, local Dask cluster,
+an existing scheduler on loopback), reports and error messages."""
+
+import pytest
+
+from memwall.cli import main
+from sim import reproduce as rp
+
+
+def _square(x):
+    return x * x
+
+
+def _fail_on_three(x):
+    if x == 3:
+        raise ZeroDivisionError("three")
+    return x
+
+
+def test_difference_and_values():
+    assert rp.difference(2.0, 3.0) == "+50.0 %"
+    assert rp.difference(4, 3) == "-25.0 %"
+    assert rp.difference(None, 3.0) == "–"
+    assert rp.difference("1.15-1.32", 1.2) == "–"
+    assert rp.difference(0, 1.0) == "–"
+    table = rp.comparison_table([rp.Row("gain", 1.35, 1.7654, "x", "refresh only"),
+                                 rp.Row("share", None, 42.5, "%", fmt=".1f")])
+    assert "| gain | 1.35 x | 1.77 x | +30.8 % | refresh only |" in table
+    assert "| share | not given | 42.5% | – |  |" in table
+
+
+def test_markdown_table_checks_its_shape():
+    assert rp.markdown_table(["a", "b"], [[1, 2]]) == "| a | b |\n|---|---:|\n| 1 | 2 |"
+    with pytest.raises(ValueError, match="a row has 1 cells, the header 2"):
+        rp.markdown_table(["a", "b"], [[1]])
+    with pytest.raises(ValueError, match="align needs one character per column"):
+        rp.markdown_table(["a", "b"], [], align="l")
+
+
+def test_serial_map_keeps_order_and_names_a_failing_point(tmp_path):
+    lines = []
+    ctx = rp.Context(tmp_path, progress=lines.append, name="t")
+    assert ctx.map(_square, range(25), label="squares") == [k * k for k in range(25)]
+    assert lines[-1].startswith("[t] squares: 25/25 points")
+    assert 5 <= len(lines) <= 13                      # about ten progress lines
+    with pytest.raises(RuntimeError, match="boom: point 3 failed: three"):
+        ctx.map(_fail_on_three, [1, 2, 3, 4], label="boom")
+    with pytest.raises(ValueError, match="plot names end in .png, not 'x.svg'"):
+        ctx.plot_path("x.svg")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("reproduce", "nope"), "unknown paper 'nope'; papers are shield, umdam, rdxe, kvnand, "
+                            "flowkv, all"),
+    (("reproduce", "flowkv", "--workers", "0"), "--workers must be at least 1, not 0"),
+    (("reproduce", "flowkv", "--scheduler", "tcp://127.0.0.1:9", "--workers", "2"),
+     "--workers applies to the local cluster"),
+])
+def test_bad_reproduce_arguments(capsys, argv, message):
+    code = main(list(argv))
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2
+    assert len(lines) == 1 and lines[0].startswith("memwall: error: ") and message in lines[0]
+
+
+def test_unreachable_scheduler_is_one_line(capsys, monkeypatch):
+    monkeypatch.setattr(rp, "CONNECT_TIMEOUT_S", 1)
+    code = main(["reproduce", "flowkv", "--quick", "--scheduler", "tcp://127.0.0.1:9"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith(
+        "memwall: error: cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'")
+
+
+def test_local_cluster_runs_a_reproduction(capsys, tmp_path):
+    code = main(["reproduce", "shield", "--quick", "--workers", "2", "-o", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "a local Dask cluster of 2 worker processes" in err
+    assert "[shield] Algorithm 1 fault injection: 24/24 points" in err
+    report = (tmp_path / "shield" / "report.md").read_text()
+    assert report.startswith("# SHIELD") and "![fault_injection](fault_injection.png)" in report
+    assert "| SHIELD gain, Summary, Qwen3-8B | 1.35 x |" in out
+
+
+def test_existing_scheduler_runs_a_reproduction_and_reports_failures(capsys, tmp_path):
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp",
+                      host="127.0.0.1",
+                      dashboard_address=None) as cluster:
+        address = cluster.scheduler_address
+        assert address.startswith("tcp://127.0.0.1:")
+        code = main(["reproduce", "flowkv", "--quick", "--scheduler", address,
+                     "-o", str(tmp_path)])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        assert f"running on {address}" in err
+        assert (tmp_path / "flowkv" / "decode_tps.png").stat().st_size > 10_000
+        assert "| Gemma3-4B decode TPS at 1K | 14.4 tok/s |" in out
+        with Client(address) as client:
+            ctx = rp.Context(tmp_path, client=client, progress=lambda s: None)
+            assert ctx.map(_square, [3, 1, 2], label="sq") == [9, 1, 4]
+            with pytest.raises(RuntimeError, match="boom: point 3 failed: three"):
+                ctx.map(_fail_on_three, [1, 2, 3, 4], label="boom")
+
+
+def test_run_refuses_a_missing_plot(tmp_path, monkeypatch):
+    import sim.flowkv
+
+    def fake(ctx):
+        return rp.Result("x", plots=[ctx.plot_path("never.png")])
+    monkeypatch.setattr(sim.flowkv, "reproduce", fake)
+    with pytest.raises(RuntimeError, match="names plot .*never.png, which was not written"):
+        rp.run("flowkv", tmp_path)
