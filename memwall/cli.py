@@ -293,7 +293,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--simulator", default="verilator", choices=("icarus", "verilator"))
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("reproduce", help="run a paper's system model beside the paper's figures")
-    p.add_argument("paper", help="shield, umdam, rdxe, kvnand, flowkv or all")
+    p.add_argument("paper", help="shield, rdxe, umdam, kvnand, flowkv or all")
     p.add_argument("-o", "--output", default="build/reproduce",
                    help="output folder (default: build/reproduce)")
     p.add_argument("--quick", action="store_true", help="reduced size (the test suite's)")

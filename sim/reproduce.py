@@ -34,8 +34,8 @@ __all__ = ["PAPERS", "Row", "Result", "Context", "ReproduceError", "dask_client"
 #: Paper name -> the sim module whose ``reproduce(ctx)`` reproduces it.
 PAPERS = {
     "shield": "sim.shield",
-    "umdam": "sim.umdam",
     "rdxe": "sim.rdxe",
+    "umdam": "sim.umdam",
     "kvnand": "sim.kvnand",
     "flowkv": "sim.flowkv",
 }

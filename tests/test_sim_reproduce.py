@@ -50,7 +50,7 @@ def test_serial_map_keeps_order_and_names_a_failing_point(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (("reproduce", "nope"), "unknown paper 'nope'; papers are shield, umdam, rdxe, kvnand, "
+    (("reproduce", "nope"), "unknown paper 'nope'; papers are shield, rdxe, umdam, kvnand, "
                             "flowkv, all"),
     (("reproduce", "flowkv", "--workers", "0"), "--workers must be at least 1, not 0"),
     (("reproduce", "flowkv", "--scheduler", "tcp://127.0.0.1:9", "--workers", "2"),
