@@ -1194,7 +1194,15 @@ def _fused(outputs: int, inputs: int, params: RdxeParams, lat: Latency, start: i
     ready = start + _acc_ready(outputs, inputs, params, lat)
     first_vac = ready[::params.vacs]
     hold = int(np.count_nonzero(first_vac < rc_ready))
-    total = max(int(ready.max()), rc_ready) + 2 * lat.requant + 1
+    # Each VAC's RCU takes one accumulator per cycle, in output order and not before the factor:
+    # s_k = max(a_k, rc_ready, s_(k-1) + 1) over the VAC's outputs o = v, v + N, ...
+    last = 0
+    for v in range(min(params.vacs, outputs)):
+        s = -1
+        for a in ready[v::params.vacs]:
+            s = max(int(a), rc_ready, s + 1)
+        last = max(last, s)
+    total = last + 2 * lat.requant + 1
     return _cycles(total, outputs, inputs, params, rc_ready=rc_ready, hold=hold)
 
 
@@ -1210,7 +1218,10 @@ def rmsnorm_gemv_cycles(outputs: int, inputs: int, params: RdxeParams, *, mode: 
                    + broadcast
 
     Fused: the GEMV runs as :func:`gemv_cycles`; a finished accumulator waits for ``rc_ready``,
-    then RCU and PPU: ``total = max(max_o a_o, rc_ready) + 2 * requant + 1``. Sequential: after
+    then RCU and PPU. Each VAC's RCU takes one accumulator per cycle in output order, so VAC
+    ``v``'s outputs enter it at ``s_k = max(a_k, rc_ready, s_(k-1) + 1)`` and ``total = max_v
+    s_last + 2 * requant + 1`` (``max(max_o a_o, rc_ready) + 2 * requant + 1`` when no VAC holds
+    more than one finished accumulator at ``rc_ready``). Sequential: after
     ``rc_ready`` the VE's ``lanes`` requantizers normalize the ``C`` chunks into the
     activation-reuse buffer (``C + requant`` cycles), then the plain GEMV runs: ``total =
     rc_ready + C + requant + gemv_cycles(...).total``.

@@ -55,7 +55,10 @@ class ResultQueue:
     sink : stream interface
         The stream the queue drives (``valid``/``payload`` out, ``ready`` in).
     depth : int
-        FIFO places, 2 to 4096.
+        FIFO places, 3 to 4096. (The FIFO is ``SyncFIFOBuffered``: an output register in front
+        of a ``depth - 1`` FIFO. At ``depth = 2`` that inner FIFO has one place, and a result
+        written the cycle after another into an empty queue finds it full while its first result
+        moves to the output register: it would be lost although a credit allowed it.)
     name : str
         Submodule name of the FIFO.
 
@@ -72,8 +75,8 @@ class ResultQueue:
     """
 
     def __init__(self, m: Module, sink, *, depth: int, name: str):
-        integer(depth, "Result queue depth", 2, 4096)
-        width = len(sink.payload.as_value())
+        integer(depth, "Result queue depth", 3, 4096)
+        width = len(Value.cast(sink.payload))
         m.submodules[name] = fifo = SyncFIFOBuffered(width=width, depth=depth)
         self.issue = Signal(name=f"{name}_issue")
         self.can_issue = Signal(name=f"{name}_can_issue")

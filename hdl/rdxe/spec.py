@@ -1,0 +1,178 @@
+"""The rDXE VAC's configuration and stream layouts: a pure description, no hardware.
+
+One :class:`VacConfig` is shared by the vector-accumulate core (:class:`~hdl.rdxe.vac.Vac`), the
+HLINK source (:class:`~hdl.rdxe.vac.HlinkSource`), a DXT that chains them and the testbenches. It
+checks every parameter once and derives the widths of the payloads:
+
+* ``hlink`` (:func:`hlink_layout`): one ``lanes``-wide INT8 activation chunk and its control (the
+  WMEM row it meets, the first and last chunk of an output, the output's PPU table entry, its
+  RCU select, and the end of its RC factor).
+* ``rc`` (:func:`rc_layout`): the broadcast RC factor, a ``rc_bits - 6``-bit unsigned significand
+  and a 6-bit right shift: exactly the operands of the shared :class:`~hdl.arith.requant.
+  Requantizer` (docs/rdxe_models.md section 2).
+* ``wmem`` (:func:`wmem_layout`), ``ppu`` (:func:`ppu_layout`): loads of one WMEM row and of one
+  PPU table entry.
+* ``o`` (:func:`result_layout`): one INT8 output.
+
+The parameter names and messages are those of ``golden.rdxe.RdxeParams`` where the two share a
+parameter (``lanes``, ``wmem_depth``, ``mult_bits``, ``clamp``, ``rc_bits``); a test checks that
+they agree. (``hdl`` does not import ``golden``: the imports run the other way.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth import signed, unsigned
+from amaranth.lib import data
+
+from ..arith.requant import CLAMPS, SHIFT_BITS
+from ..validate import index_bits, integer, power_of_two
+
+__all__ = ["VacConfig", "hlink_layout", "rc_layout", "wmem_layout", "ppu_layout",
+           "result_layout", "MAX_LANES", "MAX_DEPTH", "MAX_QUEUE", "MAX_OPERAND_STAGES", "ACC_BITS",
+           "CODE_BITS"]
+
+#: Largest lane count (that of :class:`hdl.arith.idot.IntDot`).
+MAX_LANES = 64
+#: Largest WMEM and PPU table depth (rows).
+MAX_DEPTH = 1 << 20
+#: Largest result queue (credits per VAC).
+MAX_QUEUE = 1024
+#: Most operand register stages between the WMEM and the lane tree.
+MAX_OPERAND_STAGES = 8
+#: Width of the accumulator and of the RCU output (INT32).
+ACC_BITS = 32
+#: Width of weights, activations and outputs (INT8).
+CODE_BITS = 8
+
+
+@dataclass(frozen=True)
+class VacConfig:
+    """Check and hold the parameters of one vector-accumulate core.
+
+    Parameters
+    ----------
+    lanes : int
+        INT8 multipliers, and bytes per WMEM row and HLINK chunk: a power of two from 1 to 64
+        (16).
+    wmem_depth : int
+        WMEM rows of ``lanes`` bytes: 1 to 2**20 (1024: 16 KB at 16 lanes).
+    ppu_depth : int or None
+        PPU table entries (one multiplier and shift per output held in the WMEM): 1 to 2**20;
+        ``None`` (default): ``wmem_depth``, enough for every set of outputs the WMEM can hold.
+    mult_bits : int
+        Width of the PPU's signed multiplier: 2 to 32 (32).
+    clamp : str
+        INT8 range of the PPU: ``"symmetric"`` [-127, 127] (default) or ``"full"`` [-128, 127].
+    rc_bits : int
+        Width of the RC factor: 16 to 30 (25): a ``rc_bits - 6``-bit significand and a 6-bit
+        shift.
+    queue_depth : int
+        Results a VAC may owe, 3 to 1024 (32): the depth of its result queue and of its hold
+        queue, and the credits a source starts with (:class:`~hdl.rdxe.vac.HlinkSource`). At
+        least 3, the :class:`~hdl.pipeline.ResultQueue` minimum.
+    operand_stages : int
+        Registers between the WMEM read and the lane tree, for both operands: 1 to 8 (4). One
+        is needed: the block RAM's clock-to-output (5.8 ns on ECP5) leaves no time for a
+        multiplier behind it. More give the placer room to reach DSP sites across the die (a
+        VAC uses 24 of the LFE5U-25F's 28); measured Fmax with 1, 2, 3, 4: 94, 99.5, 95 to 102,
+        97 to 107 MHz. They come before the cycle model's cycle 0 (``Vac.row_latency``).
+
+    Raises
+    ------
+    TypeError, ValueError
+        A message naming the parameter, the allowed values and the value given.
+    """
+
+    lanes: int = 16
+    wmem_depth: int = 1024
+    ppu_depth: int | None = None
+    mult_bits: int = 32
+    clamp: str = "symmetric"
+    rc_bits: int = 25
+    queue_depth: int = 32
+    operand_stages: int = 4
+
+    def __post_init__(self):
+        power_of_two(self.lanes, "Lane count", 1, MAX_LANES)
+        integer(self.wmem_depth, "WMEM depth", 1, MAX_DEPTH)
+        if self.ppu_depth is None:
+            object.__setattr__(self, "ppu_depth", self.wmem_depth)
+        integer(self.ppu_depth, "PPU table depth", 1, MAX_DEPTH)
+        integer(self.mult_bits, "PPU multiplier width", 2, 32)
+        if self.clamp not in CLAMPS:
+            raise ValueError(f"Clamp must be 'symmetric' or 'full', not {self.clamp!r}")
+        integer(self.rc_bits, "RC factor width", 16, 30)
+        integer(self.queue_depth, "Result queue depth", 3, MAX_QUEUE)
+        integer(self.operand_stages, "Operand register stages", 1, MAX_OPERAND_STAGES)
+
+    @property
+    def rc_mant_bits(self) -> int:
+        """Significand bits of the RC factor: ``rc_bits - 6``."""
+        return self.rc_bits - SHIFT_BITS
+
+    @property
+    def row_bits(self) -> int:
+        return index_bits(self.wmem_depth)
+
+    @property
+    def out_bits(self) -> int:
+        return index_bits(self.ppu_depth)
+
+    @property
+    def out_limits(self) -> tuple[int, int]:
+        """INT8 range of the outputs."""
+        return (-127 if self.clamp == "symmetric" else -128), 127
+
+    def kwargs(self) -> dict:
+        return {"lanes": self.lanes, "wmem_depth": self.wmem_depth, "ppu_depth": self.ppu_depth,
+                "mult_bits": self.mult_bits, "clamp": self.clamp, "rc_bits": self.rc_bits,
+                "queue_depth": self.queue_depth, "operand_stages": self.operand_stages}
+
+
+def hlink_layout(cfg: VacConfig) -> data.StructLayout:
+    """Payload of HLINK: one activation chunk and its control.
+
+    ``data``: ``lanes`` INT8 activations (lane ``k`` is input ``j * lanes + k`` of chunk ``j``).
+    ``row``: the WMEM row the chunk meets (``golden.rdxe.wmem_image``: ``p * C + j`` in pass
+    ``p``). ``first``: the output's first chunk (the accumulator starts from 0). ``last``: its
+    last chunk (the accumulator is final). Read with ``last`` only: ``out``, the output's PPU
+    table entry; ``rcu``, the output goes through the RCU before the PPU (fused RMSNorm or
+    softmax) instead of straight to the PPU; ``rc_last``, with ``rcu``: the output is the last
+    one to use the current RC factor (the next RCU output takes the next factor).
+    """
+    return data.StructLayout({
+        "data": data.ArrayLayout(signed(CODE_BITS), cfg.lanes),
+        "row": unsigned(cfg.row_bits),
+        "first": 1,
+        "last": 1,
+        "out": unsigned(cfg.out_bits),
+        "rcu": 1,
+        "rc_last": 1,
+    })
+
+
+def rc_layout(cfg: VacConfig) -> data.StructLayout:
+    """Payload of the RC factor broadcast: ``m`` (unsigned ``rc_bits - 6`` bits) and ``shift``
+    (0 to 63): the factor ``m * 2**-shift`` of ``golden.rdxe.to_rc``."""
+    return data.StructLayout({"m": unsigned(cfg.rc_mant_bits), "shift": unsigned(SHIFT_BITS)})
+
+
+def wmem_layout(cfg: VacConfig) -> data.StructLayout:
+    """Payload of a WMEM load: row ``addr`` gets ``data`` (``lanes`` INT8 weights, lane ``k``
+    the weight of input ``j * lanes + k``): one row of ``golden.rdxe.wmem_image``."""
+    return data.StructLayout({"addr": unsigned(cfg.row_bits),
+                              "data": data.ArrayLayout(signed(CODE_BITS), cfg.lanes)})
+
+
+def ppu_layout(cfg: VacConfig) -> data.StructLayout:
+    """Payload of a PPU table load: entry ``addr`` gets the multiplier ``m`` (signed
+    ``mult_bits``) and the right ``shift`` (0 to 63) of one output."""
+    return data.StructLayout({"addr": unsigned(cfg.out_bits), "m": signed(cfg.mult_bits),
+                              "shift": unsigned(SHIFT_BITS)})
+
+
+def result_layout(cfg: VacConfig) -> data.StructLayout:
+    """Payload of ``o``: one INT8 output ``y`` in the ``clamp`` range."""
+    return data.StructLayout({"y": signed(CODE_BITS)})

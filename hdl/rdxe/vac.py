@@ -1,0 +1,383 @@
+"""The rDXE vector-accumulate core (VAC) with its PPU and RCU, and the credit-keeping source."""
+
+from __future__ import annotations
+
+from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..arith.idot import IntDot
+from ..arith.requant import SHIFT_BITS, Requantizer
+from ..arith.tree import delay
+from ..pipeline import ResultQueue
+from ..validate import integer
+from .spec import (ACC_BITS, CODE_BITS, VacConfig, hlink_layout, ppu_layout, rc_layout,
+                   result_layout, wmem_layout)
+
+__all__ = ["Vac", "HlinkSource", "MAX_VACS"]
+
+#: Largest VAC count an :class:`HlinkSource` keeps credits for (``golden.rdxe.RdxeParams.vacs``).
+MAX_VACS = 64
+#: Cycles from a result written into the result queue to ``o.valid`` (``SyncFIFOBuffered``).
+_QUEUE_LATENCY = 2
+
+
+def _check(cfg) -> VacConfig:
+    if not isinstance(cfg, VacConfig):
+        raise TypeError(f"VAC configuration must be a VacConfig, not {cfg!r}")
+    return cfg
+
+
+def _latency(unit) -> int:
+    unit._MustUse__used = True            # built to read its latency, never elaborated
+    return unit.latency
+
+
+class Vac(wiring.Component):
+    """Multiply-accumulate INT8 chunks against the WMEM, requantize (PPU), optionally recompute
+    (RCU) first, and forward the chunks to the next VAC.
+
+    Every cycle one ``lanes``-wide activation chunk may arrive on ``hlink_i``. The VAC registers
+    it (that register is ``hlink_o``, the next VAC's input) while it reads the chunk's WMEM
+    row; chunk and row meet ``row_latency`` (5) cycles after arrival at the lane tree
+    (:class:`~hdl.arith.idot.IntDot`), whose sum goes into an INT32 accumulator. The chunk
+    flagged ``last`` finishes an output: its accumulator, with the output's PPU multiplier and
+    shift from the PPU table, enters the hold queue. From there, in order, one per cycle:
+
+    * PPU only (``rcu`` clear): ``y = requantize(acc, M, sh)`` to INT8 (a shared
+      :class:`~hdl.arith.requant.Requantizer`, ``golden.rdxe.ppu``);
+    * RCU + PPU (``rcu`` set): the output waits for an RC factor, then ``requantize(acc, m_rc,
+      sh_rc, out_bits=32, clamp='full')`` (a second Requantizer, ``golden.rdxe.rcu``), then the
+      PPU. RC factors are used in arrival order; an output with ``rc_last`` is the last to use
+      its factor. This is the fused mode of RMSNorm-GEMV and softmax-P.V.
+
+    The results leave in output order on ``o``: ``golden.rdxe.gemv`` and ``ppu(rcu(...))`` bit
+    for bit, with output ``o`` of a GEMV on VAC ``o mod N`` in pass ``o // N``.
+
+    **Flow control.** HLINK never stalls: ``hlink_i.ready`` and ``rc.ready`` are always 1 and
+    ``hlink_o.ready`` is ignored (plain streams rather than ``always_ready`` ones, so that the
+    VAC converts to Verilog as a top level). A source starts an output only with a credit of
+    every VAC on the ring (:class:`HlinkSource`): each VAC grants ``queue_depth`` credits and
+    returns one on ``credit`` when a result leaves ``o``. A VAC then owes at most
+    ``queue_depth`` results, and its hold queue, its result queue and its RC factor queue each
+    hold that many, so nothing is lost however long ``o`` is back-pressured or an RC factor is
+    late: the source waits instead, between outputs. ``o``'s back-pressure reaches the source,
+    never the ring.
+
+    Parameters
+    ----------
+    cfg : VacConfig
+
+    Members
+    -------
+    hlink_i : In(stream.Signature(hlink_layout(cfg)))
+        Activation chunks with their control (:func:`~hdl.rdxe.spec.hlink_layout`), from the
+        source or the previous VAC.
+    hlink_o : Out(stream.Signature(hlink_layout(cfg)))
+        ``hlink_i`` registered: every chunk one cycle later, unchanged, to the next VAC.
+    wmem : In(stream.Signature(wmem_layout(cfg)))
+        WMEM loads, one row per transfer; always ready. A load of the row being read in the
+        same cycle does not change what that read returns.
+    ppu : In(stream.Signature(ppu_layout(cfg)))
+        PPU table loads, one entry per transfer; always ready. An output's entry is read
+        ``acc_latency - 3`` cycles after its last chunk was on ``hlink_i``.
+    rc : In(stream.Signature(rc_layout(cfg)))
+        RC factor broadcast: one transfer per fused operation, into the RC factor queue; usable
+        by the RCU the cycle after. It must come after the operation's ``first`` chunk left the
+        source (the vector engine computes it from that input).
+    o : Out(stream.Signature(result_layout(cfg)))
+        INT8 results, one per output, in output order.
+    credit : Out(1)
+        One pulse per result leaving ``o`` (``o.valid & o.ready``): a credit back to the source.
+    overrun : Out(1)
+        Sticky: an output finished with the hold queue full, or an RC factor arrived with the
+        RC factor queue full; a result or factor was lost. Only a source that starts more
+        outputs than its credits allow (or sends factors early) can cause it.
+
+    Latency and throughput (defaults: ``row_latency`` 5, ``dot_latency`` 5, ``requant_latency``
+    4, ``queue_latency`` 2): one chunk per cycle on HLINK, whatever happens on ``o``; one result
+    per cycle.
+
+    * ``hlink_i`` to ``hlink_o``: 1 cycle.
+    * An output whose last chunk is on ``hlink_i`` at ``t`` has its final accumulator at the head
+      of the hold queue at ``t + acc_latency`` (``row_latency + dot_latency + 1``: the WMEM read
+      with the HLINK register, the operand registers, the lane tree, the accumulator).
+    * PPU only: it enters the PPU then, and its result is written into the result queue
+      ``requant_latency`` cycles later and is on ``o`` after another ``queue_latency``
+      (:attr:`latency`, 17 cycles from ``hlink_i`` to ``o``).
+    * RCU + PPU: it enters the RCU at ``max(head, factor usable, previous RCU entry + 1)`` (one
+      RCU: outputs parked for the factor enter one per cycle), its result follows ``2 *
+      requant_latency`` cycles later.
+    * An output waits behind earlier ones; one that skips the RCU also waits for the RCU to be
+      empty, so results never overtake.
+
+    In the terms of ``golden.rdxe.gemv_cycles``: cycle 0 is the first chunk meeting its WMEM
+    row at VAC 0's lane tree (the source drives VAC 0's ``hlink_i`` at cycle ``-row_latency``);
+    then VAC ``v``'s lane tree takes chunk ``j`` of pass ``p`` at cycle ``p C + j + v``, output
+    ``o``'s accumulator is final at ``a_o`` and its result leaves the PPU at ``a_o + requant``:
+    the model's figures exactly. The model has no term for the WMEM read, so counted from the
+    source every figure is ``row_latency`` cycles later; a vector engine computing an RC factor
+    from the chunk stream taps it at the same point. An RC factor on ``rc`` at cycle ``t`` is
+    usable at ``t + 1`` (the factor queue's head register is the model's broadcast register).
+    ``golden.rdxe.rmsnorm_gemv_cycles`` lets every parked accumulator enter the RCU at
+    ``rc_ready``; here they enter one per cycle, so a VAC parking several outputs that finish
+    back to back ends up to ``hold - 1`` cycles later than that formula.
+
+    Bad input: HLINK chunks without a ``first`` before their ``last``, ``rcu`` outputs without
+    ``rc_last`` at the end of an operation, or activations beyond ``golden.rdxe.MAX_INPUTS``
+    give wrong results (the accumulator wraps at 32 bits); credit violations set ``overrun``.
+    """
+
+    def __init__(self, cfg: VacConfig):
+        self.cfg = _check(cfg)
+        super().__init__({
+            "hlink_i": In(stream.Signature(hlink_layout(cfg))),
+            "hlink_o": Out(stream.Signature(hlink_layout(cfg))),
+            "wmem": In(stream.Signature(wmem_layout(cfg))),
+            "ppu": In(stream.Signature(ppu_layout(cfg))),
+            "rc": In(stream.Signature(rc_layout(cfg))),
+            "o": Out(stream.Signature(result_layout(cfg))),
+            "credit": Out(1),
+            "overrun": Out(1),
+        })
+
+    # --- latencies, read off the shared units ---------------------------------------------------
+
+    def _dot(self) -> IntDot:
+        return IntDot(self.cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS, acc_bits=ACC_BITS)
+
+    def _ppu(self) -> Requantizer:
+        return Requantizer(ACC_BITS, CODE_BITS, clamp=self.cfg.clamp, mult_bits=self.cfg.mult_bits)
+
+    def _rcu(self) -> Requantizer:
+        return Requantizer(ACC_BITS, ACC_BITS, clamp="full", mult_bits=self.cfg.rc_mant_bits,
+                           mult_signed=False)
+
+    @property
+    def dot_latency(self) -> int:
+        """Cycles of the lane tree: ``1 + log2(lanes)`` (``golden.rdxe.Latency.dot``)."""
+        return _latency(self._dot())
+
+    @property
+    def requant_latency(self) -> int:
+        """Cycles of the PPU and of the RCU (``golden.rdxe.Latency.requant``)."""
+        return _latency(self._ppu())
+
+    @property
+    def row_latency(self) -> int:
+        """Cycles from a chunk on ``hlink_i`` to the lane tree's input, where it meets its WMEM
+        row: the HLINK register (the synchronous WMEM read) and ``operand_stages``."""
+        return 1 + self.cfg.operand_stages
+
+    @property
+    def acc_latency(self) -> int:
+        """Cycles from an output's last chunk on ``hlink_i`` to its final accumulator at the head
+        of the hold queue: :attr:`row_latency`, the lane tree and the accumulator."""
+        return self.row_latency + self.dot_latency + 1
+
+    @property
+    def queue_latency(self) -> int:
+        """Cycles from a result leaving the PPU to ``o.valid`` (the result queue)."""
+        return _QUEUE_LATENCY
+
+    @property
+    def latency(self) -> int:
+        """Cycles from a PPU-only output's last chunk on ``hlink_i`` to its result on ``o``, with
+        nothing ahead of it."""
+        return self.acc_latency + self.requant_latency + self.queue_latency
+
+    @property
+    def credits(self) -> int:
+        """Credits a source starts with: ``queue_depth``."""
+        return self.cfg.queue_depth
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        depth = cfg.queue_depth
+        link_i, link_o = self.hlink_i.payload, self.hlink_o.payload
+
+        # ---- HLINK register; the WMEM row is read in the same cycle --------------------------
+        m.d.sync += [self.hlink_o.valid.eq(self.hlink_i.valid), link_o.eq(link_i)]
+        m.d.comb += [self.hlink_i.ready.eq(1), self.rc.ready.eq(1)]
+        m.submodules.wmem = wmem = Memory(shape=data.ArrayLayout(signed(CODE_BITS), cfg.lanes),
+                                          depth=cfg.wmem_depth, init=[])
+        w_wr = wmem.write_port()
+        w_rd = wmem.read_port()
+        m.d.comb += [w_wr.addr.eq(self.wmem.payload.addr), w_wr.data.eq(self.wmem.payload.data),
+                     w_wr.en.eq(self.wmem.valid), self.wmem.ready.eq(1),
+                     w_rd.addr.eq(link_i.row), w_rd.en.eq(self.hlink_i.valid)]
+        # The block RAM's clock-to-output (5.8 ns on ECP5) leaves no time for a multiplier
+        # behind it: the row is registered again (and the chunk waits for it); further stages
+        # give the placer room to reach distant DSP sites (VacConfig.operand_stages).
+        stages = cfg.operand_stages
+        row = delay(m, w_rd.data.as_value(), stages, name="row")
+        chunk = data.View(hlink_layout(cfg), delay(m, link_o.as_value(), stages, name="chunk"))
+        chunk_valid = delay(m, self.hlink_o.valid, stages, name="chunk_valid", reset=True)
+
+        # ---- lane tree and INT32 accumulator ----------------------------------------------------
+        m.submodules.dot = dot = self._dot()
+        m.d.comb += [dot.i.valid.eq(chunk_valid), dot.i.payload.a.eq(chunk.data),
+                     dot.i.payload.b.eq(row)]
+        lat = dot.latency
+        first = delay(m, chunk.first, lat, name="first")
+        last = delay(m, chunk.last, lat, name="last")
+        rcu_sel = delay(m, chunk.rcu, lat, name="rcu_sel")
+        rc_last = delay(m, chunk.rc_last, lat, name="rc_last")
+        acc = Signal(signed(ACC_BITS))
+        acc_sum = Signal(signed(ACC_BITS))
+        # Exact for every GEMV within golden.rdxe.MAX_INPUTS (|acc| <= 2**30): no saturation.
+        m.d.comb += acc_sum.eq(Mux(first, 0, acc) + dot.o.payload.y)
+        with m.If(dot.o.valid):
+            m.d.sync += acc.eq(acc_sum)
+
+        # ---- PPU table: read so that the entry arrives with the final sum --------------------
+        # Read two cycles ahead and registered once: like the WMEM, the block RAM's output
+        # is too slow to feed the hold queue's head directly.
+        entry_layout = data.StructLayout({"m": signed(cfg.mult_bits),
+                                          "shift": SHIFT_BITS})
+        m.submodules.ppu_table = table = Memory(shape=entry_layout, depth=cfg.ppu_depth, init=[])
+        t_wr = table.write_port()
+        t_rd = table.read_port()
+        lead = stages + lat - 2                    # from hlink_o to the table read
+        m.d.comb += [t_wr.addr.eq(self.ppu.payload.addr), t_wr.data.m.eq(self.ppu.payload.m),
+                     t_wr.data.shift.eq(self.ppu.payload.shift), t_wr.en.eq(self.ppu.valid),
+                     self.ppu.ready.eq(1),
+                     t_rd.addr.eq(delay(m, link_o.out, lead, name="out"))]
+        entry = data.View(entry_layout, delay(m, t_rd.data.as_value(), 1, name="entry"))
+
+        # ---- hold queue: finished accumulators; its head register is the accumulator register ----
+        hold_layout = data.StructLayout({"acc": signed(ACC_BITS), "m": signed(cfg.mult_bits),
+                                         "shift": SHIFT_BITS, "rcu": 1, "rc_last": 1})
+        hold = _HeadQueue(m, hold_layout, depth, name="hold")
+        m.d.comb += [hold.w_en.eq(dot.o.valid & last), hold.w_data.acc.eq(acc_sum),
+                     hold.w_data.m.eq(entry.m), hold.w_data.shift.eq(entry.shift),
+                     hold.w_data.rcu.eq(rcu_sel), hold.w_data.rc_last.eq(rc_last)]
+        head = hold.head
+
+        # ---- RC factor queue: its head register is the broadcast register ---------------------
+        factors = _HeadQueue(m, rc_layout(cfg), depth, name="factors")
+        m.d.comb += [factors.w_en.eq(self.rc.valid), factors.w_data.eq(self.rc.payload)]
+        factor = factors.head
+
+        with m.If(hold.lost | factors.lost):
+            m.d.sync += self.overrun.eq(1)
+
+        # ---- issue, in order: to the RCU (with a factor) or straight to the PPU ---------------
+        queue = ResultQueue(m, self.o, depth=depth, name="results")
+        m.submodules.rcu = rcu = self._rcu()
+        m.submodules.ppu = ppu = self._ppu()
+        in_rcu = Signal(range(rcu.latency + 1))     # items in the RCU, its output included
+        to_rcu = Signal()
+        to_ppu = Signal()
+        m.d.comb += [
+            to_rcu.eq(hold.valid & head.rcu & factors.valid & queue.can_issue),
+            # A PPU-only output must not overtake (or collide with) the RCU's outputs.
+            to_ppu.eq(hold.valid & ~head.rcu & (in_rcu == 0) & queue.can_issue),
+            hold.pop.eq(to_rcu | to_ppu),
+            factors.pop.eq(to_rcu & head.rc_last),
+            queue.issue.eq(to_rcu | to_ppu),
+            rcu.i.valid.eq(to_rcu), rcu.i.payload.x.eq(head.acc),
+            rcu.i.payload.m.eq(factor.m), rcu.i.payload.shift.eq(factor.shift),
+        ]
+        m.d.sync += in_rcu.eq(in_rcu + to_rcu - rcu.o.valid)
+        ppu_m = delay(m, head.m, rcu.latency, name="ppu_m")
+        ppu_shift = delay(m, head.shift, rcu.latency, name="ppu_shift")
+        m.d.comb += [
+            ppu.i.valid.eq(rcu.o.valid | to_ppu),
+            ppu.i.payload.x.eq(Mux(rcu.o.valid, rcu.o.payload.y, head.acc)),
+            ppu.i.payload.m.eq(Mux(rcu.o.valid, ppu_m, head.m)),
+            ppu.i.payload.shift.eq(Mux(rcu.o.valid, ppu_shift, head.shift)),
+            queue.w_en.eq(ppu.o.valid), queue.w_data.eq(ppu.o.payload.y),
+            self.credit.eq(self.o.valid & self.o.ready),
+        ]
+        return m
+
+
+class _HeadQueue:
+    """A queue whose head is a register, so that what reads the head (a multiplier) starts from a
+    flip-flop, not from the queue's distributed RAM.
+
+    An item written at cycle ``t`` into an empty queue is the head at ``t + 1``, exactly like a
+    plain register; behind other items it waits its turn. ``depth`` places in all: the head
+    register and a ``SyncFIFO`` of ``depth - 1``.
+
+    Members (Signals): ``w_en``, ``w_data`` (in): write; ``valid``, ``head`` (out, registered):
+    the head; ``pop`` (in): the head is taken this cycle (only while ``valid``); ``lost`` (out):
+    a write found no place and was dropped.
+    """
+
+    def __init__(self, m: Module, layout: data.StructLayout, depth: int, *, name: str):
+        self.w_en = Signal(name=f"{name}_w_en")
+        self.w_data = Signal(layout, name=f"{name}_w_data")
+        self.pop = Signal(name=f"{name}_pop")
+        self.valid = Signal(name=f"{name}_valid")
+        self.head = Signal(layout, name=f"{name}_head")
+        self.lost = Signal(name=f"{name}_lost")
+        m.submodules[name] = fifo = SyncFIFO(width=layout.size, depth=depth - 1)
+        load = ~self.valid | self.pop              # the head register takes the next item
+        bypass = load & ~fifo.r_rdy                # ... straight from the write port
+        m.d.comb += [fifo.w_en.eq(self.w_en & ~bypass), fifo.w_data.eq(self.w_data),
+                     fifo.r_en.eq(load), self.lost.eq(fifo.w_en & ~fifo.w_rdy)]
+        with m.If(load):
+            m.d.sync += [self.valid.eq(fifo.r_rdy | self.w_en),
+                         self.head.eq(Mux(fifo.r_rdy, fifo.r_data, self.w_data))]
+
+
+class HlinkSource(wiring.Component):
+    """Feed a ring of VACs from a back-pressured chunk stream, starting an output only with a
+    credit of every VAC.
+
+    Keeps one counter per VAC, starting at the VACs' ``queue_depth``: a chunk flagged ``first``
+    passes only when every counter is above zero and takes one from each; a ``credit`` pulse
+    of VAC ``v`` gives one back. Other chunks pass freely, so an output's chunks are never held
+    up once it has started. This is the source-side half of the VAC's flow control
+    (:class:`Vac`): however ``o`` is back-pressured, no VAC owes more results than it can hold.
+
+    Parameters
+    ----------
+    cfg : VacConfig
+        The VACs' configuration (all VACs of a ring share it).
+    vacs : int
+        VACs on the ring, 1 to 64.
+
+    Members
+    -------
+    i : In(stream.Signature(hlink_layout(cfg)))
+        Chunks in ring order (the activation-reuse buffer or token buffer).
+    o : Out(stream.Signature(hlink_layout(cfg)))
+        To VAC 0's ``hlink_i``; combinational from ``i`` (latency 0); ``o.ready`` is ignored
+        (a VAC is always ready).
+    credit : In(vacs)
+        Bit ``v``: VAC ``v``'s ``credit``.
+
+    Throughput: one chunk per cycle while credits last. The credits return a full ring trip
+    after an output starts (``v + latency + 1`` cycles for VAC ``v``), so a source that starts an
+    output every ``C`` cycles never waits when ``queue_depth * C`` covers that trip.
+    """
+
+    def __init__(self, cfg: VacConfig, *, vacs: int):
+        self.cfg = _check(cfg)
+        self.vacs = integer(vacs, "VAC count", 1, MAX_VACS)
+        super().__init__({
+            "i": In(stream.Signature(hlink_layout(cfg))),
+            "o": Out(stream.Signature(hlink_layout(cfg))),
+            "credit": In(vacs),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        depth = self.cfg.queue_depth
+        counts = [Signal(range(depth + 1), init=depth, name=f"credits{v}")
+                  for v in range(self.vacs)]
+        room = Cat(c != 0 for c in counts).all()
+        first = self.i.payload.first
+        m.d.comb += [self.i.ready.eq(~first | room),
+                     self.o.valid.eq(self.i.valid & self.i.ready),
+                     self.o.payload.eq(self.i.payload)]
+        start = self.o.valid & first
+        for v, count in enumerate(counts):
+            m.d.sync += count.eq(count - start + self.credit[v])
+        return m

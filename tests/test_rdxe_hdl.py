@@ -1,0 +1,606 @@
+"""In-process tests of the rDXE VAC RTL (Amaranth simulator): parameters, results, HLINK, timing.
+
+A test ring (:class:`Ring`) holds an :class:`~hdl.rdxe.vac.HlinkSource` and ``N`` chained VACs.
+Its loads (WMEM rows of ``golden.rdxe.wmem_image``, PPU table entries) go first; then the chunk
+stream, with random idle cycles, and the result streams, with random back-pressure
+(:func:`tests.stream_sim.run_streams`). RC factors come from ``golden.rdxe.to_rc`` and enter
+after their operation's first pass has left the source, as the vector engine's would. Expected
+results come from ``golden.rdxe.gemv`` (plain) and ``ppu(rcu(accumulate(...)))`` (fused); the
+cycle of every result from ``golden.rdxe.Latency`` and ``gemv_cycles`` / ``rmsnorm_gemv_cycles``,
+with cycle 0 where the first chunk meets its WMEM row (``Vac.row_latency`` after the source).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from amaranth import Module, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from golden import rdxe as golden
+from golden.arith.float import from_float
+from hdl.arith.format import FP32
+from hdl.rdxe import HlinkSource, Vac, VacConfig, hlink_layout, rc_layout, result_layout
+from hdl.validate import index_bits
+
+from .stream_sim import _set, run_streams
+
+SMALL = dict(lanes=4, wmem_depth=64, ppu_depth=16, queue_depth=4)
+
+
+# --- parameters ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"lanes": 12}, ValueError, "Lane count must be a power of two between 1 and 64, not 12"),
+    ({"lanes": 4.0}, TypeError, "Lane count must be an integer power of two between 1 and 64, "
+                                "not 4.0"),
+    ({"wmem_depth": 0}, ValueError, "WMEM depth must be between 1 and 1048576, not 0"),
+    ({"ppu_depth": 1 << 21}, ValueError,
+     "PPU table depth must be between 1 and 1048576, not 2097152"),
+    ({"mult_bits": 40}, ValueError, "PPU multiplier width must be between 2 and 32, not 40"),
+    ({"clamp": "wide"}, ValueError, "Clamp must be 'symmetric' or 'full', not 'wide'"),
+    ({"rc_bits": 12}, ValueError, "RC factor width must be between 16 and 30, not 12"),
+    ({"queue_depth": 2}, ValueError, "Result queue depth must be between 3 and 1024, not 2"),
+    ({"queue_depth": True}, TypeError,
+     "Result queue depth must be an integer between 3 and 1024, not True"),
+    ({"operand_stages": 0}, ValueError,
+     "Operand register stages must be between 1 and 8, not 0"),
+])
+def test_parameter_errors(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        VacConfig(**kwargs)
+
+
+def test_component_argument_errors():
+    with pytest.raises(TypeError, match="VAC configuration must be a VacConfig, not 16"):
+        Vac(16)
+    with pytest.raises(ValueError, match="VAC count must be between 1 and 64, not 65"):
+        HlinkSource(VacConfig(), vacs=65)
+
+
+def test_shared_parameters_match_golden():
+    """The names, defaults and messages that VacConfig shares with golden.rdxe.RdxeParams."""
+    cfg, params = VacConfig(), golden.RdxeParams()
+    for name in ("lanes", "wmem_depth", "mult_bits", "clamp", "rc_bits"):
+        assert getattr(cfg, name) == getattr(params, name)
+    assert (cfg.rc_mant_bits, cfg.out_limits, cfg.ppu_depth) == \
+        (params.rc_mant_bits, params.out_limits, params.wmem_depth)
+    for kwargs in ({"lanes": 12}, {"wmem_depth": 0}, {"mult_bits": 40}, {"clamp": "wide"},
+                   {"rc_bits": 12}):
+        with pytest.raises(ValueError) as ours:
+            VacConfig(**kwargs)
+        with pytest.raises(ValueError) as theirs:
+            golden.RdxeParams(**kwargs)
+        assert str(ours.value) == str(theirs.value)
+
+
+def test_latencies_match_golden():
+    lat = golden.Latency()
+    for lanes in (1, 4, 16, 64):
+        vac = Vac(VacConfig(lanes=lanes))
+        assert vac.dot_latency == lat.dot(lanes)
+        assert vac.requant_latency == lat.requant
+        assert vac.acc_latency == vac.row_latency + lat.dot(lanes) + lat.accumulate
+    assert (Vac(VacConfig()).row_latency, Vac(VacConfig()).latency) == (5, 17)
+    assert Vac(VacConfig(operand_stages=1)).latency == 14
+
+
+# --- the test ring -------------------------------------------------------------------------------
+
+class Ring(wiring.Component):
+    """An HlinkSource and ``vacs`` chained VACs, with routed loads and a gated RC broadcast.
+
+    ``wmem`` and ``ppu`` loads name their VAC; ``i`` is held back until ``loads`` of them have
+    been taken. ``i`` carries the HLINK payload and a ``release`` flag, which the plan sets on
+    the last chunk of a fused operation's first pass (the whole input: the vector engine can
+    compute the factor from it); ``rc`` is taken only after a release not yet answered by a
+    factor.
+    """
+
+    def __init__(self, cfg: VacConfig, vacs: int, loads: int):
+        self.cfg, self.vacs, self.loads = cfg, vacs, loads
+        sel = index_bits(vacs)
+        members = {
+            "wmem": In(stream.Signature(data.StructLayout({
+                "vac": sel, "addr": cfg.row_bits,
+                "data": data.ArrayLayout(signed(8), cfg.lanes)}))),
+            "ppu": In(stream.Signature(data.StructLayout({
+                "vac": sel, "addr": cfg.out_bits, "m": signed(cfg.mult_bits), "shift": 6}))),
+            "rc": In(stream.Signature(rc_layout(cfg))),
+            "i": In(stream.Signature(data.StructLayout({"link": hlink_layout(cfg),
+                                                        "release": 1}))),
+            "overrun": Out(vacs),
+        }
+        for v in range(vacs):
+            members[f"o{v}"] = Out(stream.Signature(result_layout(cfg)))
+        super().__init__(members)
+        self.units = [Vac(cfg) for _ in range(vacs)]
+        self.source = HlinkSource(cfg, vacs=vacs)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.source = src = self.source
+        loaded = Signal(range(self.loads + 1))
+        ready = loaded == self.loads
+        taken = (self.wmem.valid & self.wmem.ready) + (self.ppu.valid & self.ppu.ready)
+        m.d.sync += loaded.eq(loaded + taken)
+        m.d.comb += [self.wmem.ready.eq(1), self.ppu.ready.eq(1),
+                     src.i.valid.eq(self.i.valid & ready), src.i.payload.eq(self.i.payload.link),
+                     self.i.ready.eq(src.i.ready & ready)]
+        ends = Signal(range(64))
+        rc_take = self.rc.valid & self.rc.ready
+        m.d.comb += self.rc.ready.eq(ends != 0)
+        release = self.i.valid & self.i.ready & self.i.payload.release
+        m.d.sync += ends.eq(ends + release - rc_take)
+        upstream = src.o
+        for v, vac in enumerate(self.units):
+            m.submodules[f"vac{v}"] = vac
+            wiring.connect(m, upstream, vac.hlink_i)
+            upstream = vac.hlink_o
+            mine_w = self.wmem.payload.vac == v
+            mine_p = self.ppu.payload.vac == v
+            m.d.comb += [
+                vac.wmem.valid.eq(self.wmem.valid & mine_w),
+                vac.wmem.payload.addr.eq(self.wmem.payload.addr),
+                vac.wmem.payload.data.eq(self.wmem.payload.data),
+                vac.ppu.valid.eq(self.ppu.valid & mine_p),
+                vac.ppu.payload.addr.eq(self.ppu.payload.addr),
+                vac.ppu.payload.m.eq(self.ppu.payload.m),
+                vac.ppu.payload.shift.eq(self.ppu.payload.shift),
+                vac.rc.valid.eq(rc_take), vac.rc.payload.eq(self.rc.payload),
+                src.credit[v].eq(vac.credit), self.overrun[v].eq(vac.overrun),
+            ]
+            wiring.connect(m, vac.o, wiring.flipped(getattr(self, f"o{v}")))
+        m.d.comb += upstream.ready.eq(1)
+        return m
+
+
+# --- operations: stimulus and expected results ----------------------------------------------------
+
+def _params(cfg: VacConfig, vacs: int, **extra) -> golden.RdxeParams:
+    return golden.RdxeParams(lanes=cfg.lanes, vacs=vacs, kv_cols=cfg.lanes, mult_bits=cfg.mult_bits,
+                             clamp=cfg.clamp, rc_bits=cfg.rc_bits, wmem_depth=1 << 20,
+                             head_dim=cfg.lanes * max(1, 64 // cfg.lanes), kv_rows=1 << 10,
+                             **extra)
+
+
+@dataclass
+class Op:
+    """One GEMV: ``W`` (M, K), ``x`` (K,), PPU ``m``/``shift`` per output; ``rc`` (an
+    RCFactor) for the fused mode or None."""
+
+    W: np.ndarray
+    x: np.ndarray
+    m: np.ndarray
+    shift: np.ndarray
+    rc: golden.RCFactor | None = None
+
+    def expected(self, params) -> np.ndarray:
+        if self.rc is None:
+            return golden.gemv(self.W, self.x, self.m, self.shift, params)
+        acc = golden.accumulate(self.W, self.x)
+        return golden.ppu(golden.rcu(acc, self.rc), self.m, self.shift, params)
+
+
+class Plan:
+    """Lay operations out in the WMEM and PPU tables and build loads, chunks and expectations."""
+
+    def __init__(self, cfg: VacConfig, vacs: int, ops: list[Op]):
+        self.cfg, self.vacs, self.ops = cfg, vacs, ops
+        params = _params(cfg, vacs)
+        L, N = cfg.lanes, vacs
+        self.wmem, self.ppu, self.chunks, self.rc = [], [], [], []
+        self.expect = [[] for _ in range(N)]
+        row, out = 0, 0
+        for op in ops:
+            M, K = op.W.shape
+            C, P = -(-K // L), -(-M // N)
+            image = golden.wmem_image(op.W, params)
+            for v in range(N):
+                for r in range(P * C):
+                    self.wmem.append({"vac": v, "addr": row + r,
+                                      "data": [int(b) for b in image[v, r]]})
+            ref = op.expected(params)
+            m = np.broadcast_to(op.m, (M,))
+            shift = np.broadcast_to(op.shift, (M,))
+            for o in range(P * N):
+                p, v = divmod(o, N)
+                # Padding outputs (zero weights) get PPU (0, 0): their result is 0.
+                mo, so = (int(m[o]), int(shift[o])) if o < M else (0, 0)
+                self.ppu.append({"vac": v, "addr": out + p, "m": mo, "shift": so})
+                self.expect[v].append(int(ref[o]) if o < M else 0)
+            xp = np.zeros(C * L, np.int64)
+            xp[:K] = op.x
+            fused = op.rc is not None
+            for p in range(P):
+                for j in range(C):
+                    self.chunks.append({"release": int(fused and p == 0 and j == C - 1),
+                                        "link": {
+                        "data": [int(b) for b in xp[j * L:(j + 1) * L]], "row": row + p * C + j,
+                        "first": int(j == 0), "last": int(j == C - 1), "out": out + p,
+                        "rcu": int(fused), "rc_last": int(fused and p == P - 1)}})
+            if fused:
+                self.rc.append({"m": int(op.rc.m), "shift": int(op.rc.shift)})
+            row += P * C
+            out += P
+        assert row <= cfg.wmem_depth and out <= cfg.ppu_depth, (row, out)
+
+    def ring(self) -> Ring:
+        return Ring(self.cfg, self.vacs, len(self.wmem) + len(self.ppu))
+
+    def run(self, *, seed: int, idle: float = 0.3, stall: float = 0.3):
+        ring = self.ring()
+        inputs = {"wmem": self.wmem, "ppu": self.ppu, "i": self.chunks, "rc": self.rc}
+        outputs = {f"o{v}": ["y"] for v in range(self.vacs)}
+        counts = [len(e) for e in self.expect]
+        received, cycles = run_streams(
+            ring, inputs, outputs, seed=seed, idle=idle, stall=stall, max_cycles=20_000,
+            done=lambda rec: all(len(rec[f"o{v}"]) >= counts[v] for v in range(self.vacs)))
+        for v in range(self.vacs):
+            got = [r["y"] for r in received[f"o{v}"]]
+            assert got == self.expect[v], f"VAC {v}: expected {self.expect[v]}, got {got}"
+        return cycles
+
+
+def _rc(value: float, frac: int, params) -> golden.RCFactor:
+    bits = np.uint32(from_float(np.float64(value), FP32))
+    return golden.to_rc(bits, frac, params)
+
+
+def _random_op(rng, cfg, vacs, M, K, *, fused=False, frac=4) -> Op:
+    W = rng.integers(-128, 128, (M, K))
+    x = rng.integers(-128, 128, K)
+    lo, hi = -(1 << (cfg.mult_bits - 1)), 1 << (cfg.mult_bits - 1)
+    m = rng.integers(1, min(hi, 1 << 16), M) * rng.choice([-1, 1], M)
+    m = np.clip(m, lo, hi - 1)
+    shift = rng.integers(10, 26, M)
+    rc = None
+    if fused:
+        rc = _rc(2.0 ** rng.uniform(-8, 3), frac, _params(cfg, vacs))
+    return Op(W, x, m, shift, rc)
+
+
+# --- results against the golden model ------------------------------------------------------------
+
+@pytest.mark.parametrize("vacs, shape, seed", [(1, (3, 9), 0), (3, (7, 10), 1), (2, (4, 3), 2)])
+def test_plain_gemv_matches_golden(vacs, shape, seed):
+    cfg = VacConfig(**SMALL)
+    rng = np.random.default_rng(seed)
+    Plan(cfg, vacs, [_random_op(rng, cfg, vacs, *shape)]).run(seed=seed)
+
+
+def test_fused_and_plain_operations_interleaved():
+    """Fused (RCU + PPU), plain, fused and plain again: one-chunk outputs right behind fused ones
+    must wait for the RCU to empty; two factors in flight; random RC factors from to_rc."""
+    cfg = VacConfig(**SMALL)
+    rng = np.random.default_rng(5)
+    ops = [_random_op(rng, cfg, 3, 7, 10, fused=True), _random_op(rng, cfg, 3, 6, 3),
+           _random_op(rng, cfg, 3, 5, 4, fused=True, frac=7), _random_op(rng, cfg, 3, 4, 1)]
+    Plan(cfg, 3, ops).run(seed=5)
+
+
+def test_corner_cases():
+    """INT8 -128 everywhere (clamp 'full'), shifts 0 and 63, extreme multipliers, RC factors 0
+    (flushed), +inf (saturated), a power of two and a tie-rounding significand."""
+    cfg = VacConfig(**{**SMALL, "clamp": "full"})
+    params = _params(cfg, 2)
+    full = np.full((4, 8), -128)
+    xs = np.full(8, -128)
+    m_ext = np.array([-(1 << 31), (1 << 31) - 1, 1, -1])
+    ops = [
+        Op(full, xs, m_ext, np.array([63, 63, 0, 0])),             # acc = 2**17
+        Op(full, xs, np.array([1, -1, 3, -3]), np.array([17, 17, 18, 18])),
+        Op(full, -xs - 1, m_ext, np.array([62, 31, 63, 1])),       # acc = -128 * 127 * 8
+        Op(full, xs, np.array([1, 1, -1, 7]), np.array([0, 20, 25, 30]),
+           _rc(0.0, 4, params)),                                   # flushed: (0, 63)
+        Op(full, xs, np.array([1, 1, -1, 1]), np.array([31, 40, 32, 63]),
+           _rc(math.inf, 4, params)),                              # saturated: (2**19 - 1, 0)
+        Op(full, xs, np.array([1, 3, -5, 1]), np.array([22, 23, 24, 0]),
+           _rc(0.125, 4, params)),                                 # exact: m = 2**18
+        Op(full, -xs - 1, np.array([1, 3, -5, 1]), np.array([12, 13, 14, 63]),
+           _rc(1 + 3 * 2.0 ** -20, 7, params)),                    # significand tie
+    ]
+    assert int(ops[3].rc.m) == 0 and int(ops[3].rc.shift) == 63
+    assert int(ops[4].rc.m) == (1 << 19) - 1 and int(ops[4].rc.shift) == 0
+    plan = Plan(cfg, 2, ops)
+    assert {v for e in plan.expect for v in e} >= {-128, 127, 0}
+    plan.run(seed=9)
+
+
+def test_back_pressure_with_three_credits():
+    """The smallest queue: the source waits for credits, the ring never drops a result."""
+    cfg = VacConfig(**{**SMALL, "queue_depth": 3})
+    rng = np.random.default_rng(3)
+    ops = [_random_op(rng, cfg, 3, 9, 4), _random_op(rng, cfg, 3, 6, 2, fused=True)]
+    Plan(cfg, 3, ops).run(seed=3, idle=0.1, stall=0.7)
+
+
+def test_accumulator_near_int32_limits():
+    """K = MAX_INPUTS = 2**16 inputs of -128 x -128 (acc = 2**30) and -128 x 127 (acc = -127 *
+    2**23), at 16 lanes: 4096 chunks per output, every chunk meeting the one WMEM row. The
+    second goes through a saturated RC factor, so the RCU clamps at -2**31."""
+    cfg = VacConfig(lanes=16, wmem_depth=4, ppu_depth=4, clamp="full", queue_depth=3)
+    params = _params(cfg, 1)
+    K = golden.MAX_INPUTS
+    W = np.full((1, K), -128)
+    ops = [Op(W, np.full(K, -128), np.array([1]), np.array([24])),
+           Op(W, np.full(K, 127), np.array([1]), np.array([31]), _rc(math.inf, 4, params))]
+    accs = [int(golden.accumulate(op.W, op.x)[0]) for op in ops]
+    assert accs == [1 << 30, -127 << 23]
+    expect = [int(op.expected(params)[0]) for op in ops]
+    assert expect == [64, -1]
+    C = K // cfg.lanes
+    chunks = []
+    for index, op in enumerate(ops):
+        fused = op.rc is not None
+        for j in range(C):
+            chunks.append({"release": int(fused and j == C - 1), "link": {
+                "data": [int(op.x[0])] * cfg.lanes, "row": 0, "first": int(j == 0),
+                "last": int(j == C - 1), "out": index, "rcu": int(fused),
+                "rc_last": int(fused)}})
+    inputs = {
+        "wmem": [{"vac": 0, "addr": 0, "data": [-128] * cfg.lanes}],
+        "ppu": [{"vac": 0, "addr": i, "m": int(op.m[0]), "shift": int(op.shift[0])}
+                for i, op in enumerate(ops)],
+        "i": chunks,
+        "rc": [{"m": int(ops[1].rc.m), "shift": int(ops[1].rc.shift)}],
+    }
+    received, _ = run_streams(Ring(cfg, 1, 3), inputs, {"o0": ["y"]}, seed=4, idle=0.02,
+                              stall=0.5, done=lambda rec: len(rec["o0"]) >= 2)
+    assert [r["y"] for r in received["o0"]] == expect
+
+
+# --- HLINK forwarding and timing ----------------------------------------------------------------
+
+def _drive(plan: Plan, *, idle: float = 0.0, rc_at: int | None = None, seed: int = 0):
+    """Run ``plan`` with every output always ready: the loads first, then the chunks (with
+    ``idle`` chance of a gap), the first on VAC 0's ``hlink_i`` at model cycle ``-row_latency``
+    (cycle 0: it meets its WMEM row at VAC 0's lane tree). ``rc_at``: the model cycle at which
+    the (single) RC factor is on ``rc``.
+
+    Returns ``(results, links)``: per VAC the list of ``(model cycle, y)`` of its ``o``
+    transfers; per cycle and VAC the ``(valid, payload)`` of ``hlink_i`` and ``hlink_o``.
+    """
+    ring = plan.ring()
+    rng = random.Random(seed)
+    N = plan.vacs
+    results = [[] for _ in range(N)]
+    links = []
+    counts = [len(e) for e in plan.expect]
+
+    async def bench(ctx):
+        loads = max(len(plan.wmem), len(plan.ppu))
+        for k in range(loads):
+            for name in ("wmem", "ppu"):
+                items = getattr(plan, name)
+                port = getattr(ring, name)
+                ctx.set(port.valid, int(k < len(items)))
+                if k < len(items):
+                    _set(ctx, port.payload, items[k])
+            await ctx.tick()
+        for name in ("wmem", "ppu"):
+            ctx.set(getattr(ring, name).valid, 0)
+        await ctx.tick()
+        for v in range(N):
+            ctx.set(getattr(ring, f"o{v}").ready, 1)
+        sent, cycle = 0, -ring.units[0].row_latency
+        while any(len(results[v]) < counts[v] for v in range(N)):
+            assert cycle < 5000, "timing run did not finish"
+            offer = sent < len(plan.chunks) and (sent == 0 or rng.random() >= idle)
+            ctx.set(ring.i.valid, int(offer))
+            if offer:
+                _set(ctx, ring.i.payload, plan.chunks[sent])
+                assert ctx.get(ring.i.ready), f"cycle {cycle}: the source stalled"
+            ctx.set(ring.rc.valid, int(rc_at is not None and cycle == rc_at))
+            if rc_at is not None and cycle == rc_at:
+                _set(ctx, ring.rc.payload, plan.rc[0])
+                assert ctx.get(ring.rc.ready), f"cycle {cycle}: RC factor refused"
+            for v in range(N):
+                port = getattr(ring, f"o{v}")
+                if ctx.get(port.valid):
+                    results[v].append((cycle, ctx.get(port.payload.y)))
+            links.append([(ctx.get(u.hlink_i.valid), ctx.get(u.hlink_i.payload.as_value()),
+                           ctx.get(u.hlink_o.valid), ctx.get(u.hlink_o.payload.as_value()))
+                          for u in ring.units])
+            sent += int(offer)
+            cycle += 1
+            await ctx.tick()
+
+    sim = Simulator(ring)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    for v in range(N):
+        assert [y for _, y in results[v]] == plan.expect[v], f"VAC {v}"
+    return results, links
+
+
+def test_hlink_forwards_every_chunk_one_cycle_later():
+    cfg = VacConfig(**SMALL)
+    rng = np.random.default_rng(8)
+    plan = Plan(cfg, 4, [_random_op(rng, cfg, 4, 8, 11), _random_op(rng, cfg, 4, 3, 5)])
+    _, links = _drive(plan, idle=0.4, seed=8)
+    chunks = 0
+    for t in range(1, len(links)):
+        for v in range(plan.vacs):
+            valid_i, payload_i = links[t - 1][v][:2]
+            valid_o, payload_o = links[t][v][2:]
+            assert valid_o == valid_i, f"cycle {t}, VAC {v}: hlink_o.valid {valid_o}"
+            if valid_i:
+                assert payload_o == payload_i, f"cycle {t}, VAC {v}: hlink_o.payload"
+            if v + 1 < plan.vacs:
+                assert links[t][v + 1][:2] == links[t][v][2:], f"cycle {t}: ring {v} -> {v + 1}"
+        chunks += links[t][plan.vacs - 1][2]
+    assert chunks == len(plan.chunks)
+
+
+def _acc_ready(o: int, N: int, C: int, lanes: int, lat=golden.Latency()) -> int:
+    """The cycle model's a_o: chunk j of pass p at VAC v at p*C + j + v, then dot + accumulate."""
+    p, v = divmod(o, N)
+    return p * C + C - 1 + v + lat.dot(lanes) + lat.accumulate
+
+
+@pytest.mark.parametrize("lanes, vacs, M, K, stages", [(4, 4, 16, 12, 4), (4, 3, 7, 4, 1),
+                                                       (16, 2, 5, 40, 2)])
+def test_plain_timing_matches_cycle_model(lanes, vacs, M, K, stages):
+    cfg = VacConfig(lanes=lanes, wmem_depth=64, ppu_depth=16, queue_depth=32,
+                    operand_stages=stages)
+    params = _params(cfg, vacs)
+    lat = golden.Latency()
+    queue = Vac(cfg).queue_latency
+    rng = np.random.default_rng(M)
+    plan = Plan(cfg, vacs, [_random_op(rng, cfg, vacs, M, K)])
+    results, _ = _drive(plan)
+    C = -(-K // lanes)
+    leave = {}
+    for v in range(vacs):
+        for p, (cycle, _) in enumerate(results[v]):
+            o = p * vacs + v
+            want = _acc_ready(o, vacs, C, lanes) + lat.requant + queue
+            assert cycle == want, f"output {o}: result on o at {cycle}, model {want}"
+            if o < M:
+                leave[o] = cycle - queue
+    assert max(leave.values()) + 1 == golden.gemv_cycles(M, K, params).total
+
+
+def _fused_issue(a: list[int], rc_ready: int) -> list[int]:
+    """RCU entry cycles of one VAC's outputs: in order, one per cycle, none before the factor."""
+    s = []
+    for a_k in a:
+        s.append(max(a_k, rc_ready, s[-1] + 1 if s else 0))
+    return s
+
+
+@pytest.mark.parametrize("M, K", [(8, 160), (16, 4)])
+def test_fused_timing_against_cycle_model(M, K):
+    """The RC factor on ``rc`` one cycle before golden's rc_ready. Each VAC's RCU takes one
+    accumulator per cycle, so outputs parked for the factor leave one per cycle: K = 160 parks
+    at most one per VAC, K = 4 (one chunk per output) parks all four; both end on golden's
+    rmsnorm_gemv_cycles (51 cycles for the second)."""
+    lanes, vacs = 4, 4
+    cfg = VacConfig(lanes=lanes, wmem_depth=128, ppu_depth=16, queue_depth=32)
+    params = _params(cfg, vacs)
+    lat = golden.Latency()
+    queue = Vac(cfg).queue_latency
+    rng = np.random.default_rng(K)
+    plan = Plan(cfg, vacs, [_random_op(rng, cfg, vacs, M, K, fused=True)])
+    model = golden.rmsnorm_gemv_cycles(M, K, params)
+    results, _ = _drive(plan, rc_at=model.rc_ready - 1)
+    C = -(-K // lanes)
+    last = 0
+    for v in range(vacs):
+        outs = [p * vacs + v for p in range(len(results[v]))]
+        entry = _fused_issue([_acc_ready(o, vacs, C, lanes) for o in outs], model.rc_ready)
+        for o, s, (cycle, _) in zip(outs, entry, results[v]):
+            want = s + 2 * lat.requant + queue
+            assert cycle == want, f"output {o}: result on o at {cycle}, expected {want}"
+            if o < M:
+                last = max(last, cycle - queue)
+    assert last + 1 == model.total
+    if K == 4:
+        assert (model.total, model.hold) == (51, 4)
+
+
+# --- flow control ---------------------------------------------------------------------------------
+
+def _bench(dut, body):
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(body)
+    sim.run()
+
+
+def test_hlink_source_keeps_credits_per_vac():
+    """Three credits per VAC: the fourth output waits until every VAC has returned one; chunks
+    of a started output and non-first chunks always pass."""
+    cfg = VacConfig(**{**SMALL, "queue_depth": 3})
+    src = HlinkSource(cfg, vacs=2)
+    seen = []
+
+    async def body(ctx):
+        ctx.set(src.i.valid, 1)
+        for step in range(3):
+            ctx.set(src.i.payload.first, 1)
+            assert ctx.get(src.i.ready) and ctx.get(src.o.valid), f"start {step}"
+            await ctx.tick()
+        assert not ctx.get(src.i.ready) and not ctx.get(src.o.valid), "no credit left"
+        ctx.set(src.i.payload.first, 0)
+        assert ctx.get(src.i.ready) and ctx.get(src.o.valid), "a non-first chunk passes"
+        ctx.set(src.i.payload.first, 1)
+        ctx.set(src.credit, 0b01)                  # VAC 0 returns one: not enough
+        await ctx.tick()
+        ctx.set(src.credit, 0)
+        assert not ctx.get(src.i.ready)
+        ctx.set(src.credit, 0b10)                  # now VAC 1 too
+        await ctx.tick()
+        ctx.set(src.credit, 0)
+        seen.append(ctx.get(src.i.ready))
+        await ctx.tick()
+        seen.append(ctx.get(src.i.ready))
+
+    _bench(src, body)
+    assert seen == [1, 0]
+
+
+@pytest.mark.parametrize("what, count", [("outputs", 6), ("outputs", 7), ("factors", 3),
+                                         ("factors", 4)])
+def test_overrun_flags_a_source_without_credits(what, count):
+    """A VAC driven past its credits loses a result and says so. With three credits and ``o``
+    never ready, six one-chunk outputs still fit (three in the result queue, three in the hold
+    queue), the seventh does not; three RC factors with none used fit, the fourth does not."""
+    cfg = VacConfig(**{**SMALL, "queue_depth": 3})
+    vac = Vac(cfg)
+    flags = []
+
+    async def body(ctx):
+        ctx.set(vac.o.ready, 0)
+        port = vac.hlink_i if what == "outputs" else vac.rc
+        for name in ("first", "last"):
+            ctx.set(vac.hlink_i.payload[name], 1)
+        for k in range(count + 12):
+            ctx.set(port.valid, int(k < count))
+            flags.append(ctx.get(vac.overrun))
+            await ctx.tick()
+        flags.append(ctx.get(vac.overrun))
+
+    _bench(vac, body)
+    assert flags[0] == 0 and flags[-1] == int(count > (6 if what == "outputs" else 3))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_paper_tile_by_hand(fused):
+    """golden's hand numbers: 16 x 16 on 16 VACs of 16 lanes. VAC 15 gets the chunk at cycle 15,
+    lane tree 5, accumulator 1, PPU 4: the last result leaves the PPU at 25 (26 cycles). Fused:
+    the factor reaches the RCUs at 41, RCU and PPU 8: the last result at 49 (50 cycles)."""
+    cfg = VacConfig(lanes=16, wmem_depth=4, ppu_depth=4, queue_depth=8)
+    params = _params(cfg, 16)
+    rng = np.random.default_rng(16)
+    plan = Plan(cfg, 16, [_random_op(rng, cfg, 16, 16, 16, fused=fused)])
+    model = (golden.rmsnorm_gemv_cycles if fused else golden.gemv_cycles)(16, 16, params)
+    results, _ = _drive(plan, rc_at=model.rc_ready - 1 if fused else None)
+    last = max(cycle for r in results for cycle, _ in r) - Vac(cfg).queue_latency
+    assert (last + 1, model.total) == ((50, 50) if fused else (26, 26))
+
+
+def test_full_rate_needs_one_ring_trip_of_credits():
+    """One-chunk outputs back to back on 4 VACs: VAC 3's credit comes back ``3 + latency + 1``
+    cycles after its output started (HlinkSource), so that many credits run the ring at full
+    rate with ``o`` always ready, and one fewer makes the source wait."""
+    lanes, vacs = 4, 4
+    trip = vacs - 1 + Vac(VacConfig(lanes=lanes)).latency + 1
+    rng = np.random.default_rng(12)
+    op = _random_op(rng, VacConfig(lanes=lanes), vacs, 4 * trip, 3)
+    for depth, stalls in ((trip, False), (trip - 1, True)):
+        cfg = VacConfig(lanes=lanes, wmem_depth=64, ppu_depth=64, queue_depth=depth)
+        plan = Plan(cfg, vacs, [op])
+        if stalls:
+            with pytest.raises(AssertionError, match="the source stalled"):
+                _drive(plan)
+        else:
+            _drive(plan)
