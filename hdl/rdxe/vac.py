@@ -121,9 +121,8 @@ class Vac(wiring.Component):
     source every figure is ``row_latency`` cycles later; a vector engine computing an RC factor
     from the chunk stream taps it at the same point. An RC factor on ``rc`` at cycle ``t`` is
     usable at ``t + 1`` (the factor queue's head register is the model's broadcast register).
-    ``golden.rdxe.rmsnorm_gemv_cycles`` lets every parked accumulator enter the RCU at
-    ``rc_ready``; here they enter one per cycle, so a VAC parking several outputs that finish
-    back to back ends up to ``hold - 1`` cycles later than that formula.
+    Parked accumulators enter the RCU one per cycle in output order, from the factor on, as
+    ``golden.rdxe.rmsnorm_gemv_cycles`` counts them.
 
     Bad input: HLINK chunks without a ``first`` before their ``last``, ``rcu`` outputs without
     ``rc_last`` at the end of an operation, or activations beyond ``golden.rdxe.MAX_INPUTS``
@@ -353,9 +352,10 @@ class HlinkSource(wiring.Component):
     credit : In(vacs)
         Bit ``v``: VAC ``v``'s ``credit``.
 
-    Throughput: one chunk per cycle while credits last. The credits return a full ring trip
-    after an output starts (``v + latency + 1`` cycles for VAC ``v``), so a source that starts an
-    output every ``C`` cycles never waits when ``queue_depth * C`` covers that trip.
+    Throughput: one chunk per cycle while credits last. A credit returns a full ring trip after
+    its output starts: ``C - 1 + v + latency + 1`` cycles for VAC ``v`` and an output of ``C``
+    chunks, so a source that starts an output every ``C`` cycles never waits when
+    ``queue_depth * C`` covers that trip.
     """
 
     def __init__(self, cfg: VacConfig, *, vacs: int):

@@ -1,0 +1,1 @@
+"""cocotb testbench of the rDXE blocks (``cocotb_tests.rdxe.tb``)."""

@@ -1,0 +1,28 @@
+"""Run the rDXE VAC's testbench under Icarus and Verilator."""
+
+import pytest
+
+from memwall import registry
+
+from .launcher import SIMULATORS, case_id, run_block
+
+#: (block, preset, overrides, cocotb tests). The small preset (4 lanes, 4 credits) one test per
+#: case; then the corners of the other parameters: the 'full' clamp (outputs reach -128), the
+#: fewest credits (3), one operand stage, a 16-bit PPU multiplier and a 16-bit RC factor (a
+#: 10-bit significand).
+CASES = [
+    ("rdxe-vac", "small", {}, ["plain_random"]),
+    ("rdxe-vac", "small", {}, ["fused_random"]),
+    ("rdxe-vac", "small", {}, ["backpressure", "full_rate"]),
+    ("rdxe-vac", "small", {"clamp": "full", "queue_depth": "3", "operand_stages": "1",
+                           "mult_bits": "16", "rc_bits": "16"},
+     ["fused_random", "backpressure"]),
+]
+
+
+@pytest.mark.parametrize("simulator", SIMULATORS)
+@pytest.mark.parametrize("case", CASES, ids=[f"{case_id(*c)}-{'+'.join(c[3])}" for c in CASES])
+def test_rdxe(case, simulator):
+    block, preset, overrides, tests = case
+    run_block(block, registry.get(block).parameters(preset, overrides), simulator,
+              testcase=tests)
