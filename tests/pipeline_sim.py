@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+from amaranth.lib import data
 from amaranth.sim import Simulator
 
 __all__ = ["PipelineRun", "run_pipeline"]
@@ -47,7 +48,8 @@ def _set(ctx, payload, name: str, value):
 def run_pipeline(component, items: Sequence[dict], *, idle: float = 0.3, seed: int = 0,
                  output: str = "y") -> PipelineRun:
     """Feed ``items`` (dicts of payload fields) through ``component`` and collect ``o.payload``
-    field ``output``; fails if outputs stop coming."""
+    field ``output`` (a list of lane values for an array field); fails if outputs stop
+    coming."""
     rng = random.Random(seed)
     run = PipelineRun([], [], [])
 
@@ -66,7 +68,12 @@ def run_pipeline(component, items: Sequence[dict], *, idle: float = 0.3, seed: i
             await ctx.tick()
             cycle += 1
             if ctx.get(component.o.valid):
-                run.outputs.append(int(ctx.get(component.o.payload[output])))
+                field = component.o.payload[output]
+                if isinstance(field.shape(), data.ArrayLayout):   # an array field: every lane
+                    run.outputs.append([int(ctx.get(field[k]))
+                                        for k in range(field.shape().length)])
+                else:
+                    run.outputs.append(int(ctx.get(field)))
                 run.out_cycles.append(cycle)
 
     sim = Simulator(component)

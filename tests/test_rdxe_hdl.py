@@ -25,10 +25,14 @@ from amaranth.sim import Simulator
 
 from golden import rdxe as golden
 from golden.arith.float import from_float
+from golden.arith.requant import requantize
 from hdl.arith.format import FP32
-from hdl.rdxe import HlinkSource, Vac, VacConfig, hlink_layout, rc_layout, result_layout
+from hdl.rdxe import (HlinkSource, Vac, VacConfig, VeConfig, hlink_layout, rc_layout,
+                      result_layout)
+from hdl.rdxe.ve import Activations, Normalizer, RcUnit
 from hdl.validate import index_bits
 
+from .pipeline_sim import run_pipeline
 from .stream_sim import _set, run_streams
 
 SMALL = dict(lanes=4, wmem_depth=64, ppu_depth=16, queue_depth=4)
@@ -604,3 +608,223 @@ def test_full_rate_needs_one_ring_trip_of_credits():
                 _drive(plan)
         else:
             _drive(plan)
+
+
+# --- the vector engine (VE) ----------------------------------------------------------------------
+
+
+
+def _ve_params(cfg: VeConfig) -> golden.RdxeParams:
+    return golden.RdxeParams(lanes=cfg.lanes, vacs=1, kv_cols=cfg.lanes, head_dim=cfg.lanes,
+                             kv_rows=2 * cfg.lanes, rc_bits=cfg.rc_bits, clamp=cfg.clamp,
+                             norm_frac=cfg.norm_frac, prob_frac=cfg.prob_frac)
+
+
+def _fp32(value: float) -> int:
+    return int(from_float(np.float64(value), FP32))
+
+
+def _run_rc_unit(cfg: VeConfig, ops, *, idle: float, seed: int):
+    """Feed ``ops`` (``(kind, chunks, seq, inv_k, eps)``) through an RcUnit with random gaps
+    between chunks; return the factors with the cycle each came, and the cycle of each last
+    chunk."""
+    unit = RcUnit(cfg)
+    rng = random.Random(seed)
+    got, lasts = [], []
+    consts = [(op[3], op[4]) for op in ops if op[0] == "rms"]
+
+    async def bench(ctx):
+        cycle, taken = 0, 0
+        for kind, chunks, seq, _, _ in ops:
+            for j, chunk in enumerate(chunks):
+                while rng.random() < idle:
+                    ctx.set(unit.tap.valid, 0)
+                    taken = await _step(ctx, cycle, taken)
+                    cycle += 1
+                ctx.set(unit.tap.valid, 1)
+                _set(ctx, unit.tap.payload, {"data": [int(v) for v in chunk],
+                                             "first": int(j == 0),
+                                             "last": int(j == len(chunks) - 1),
+                                             "softmax": int(kind == "softmax"), "seq": seq})
+                if j == len(chunks) - 1:
+                    lasts.append(cycle)
+                taken = await _step(ctx, cycle, taken)
+                cycle += 1
+        ctx.set(unit.tap.valid, 0)
+        for _ in range(unit.latency + 4):
+            taken = await _step(ctx, cycle, taken)
+            cycle += 1
+
+    async def _step(ctx, cycle, taken):
+        # The constants queue: the next RMSNorm operation's, always there.
+        if taken < len(consts):
+            ctx.set(unit.consts.valid, 1)
+            _set(ctx, unit.consts.payload, {"inv_k": consts[taken][0], "eps": consts[taken][1]})
+        else:
+            ctx.set(unit.consts.valid, 0)
+        popped = ctx.get(unit.consts.ready) and taken < len(consts)
+        if ctx.get(unit.rc.valid):
+            got.append((cycle, ctx.get(unit.rc.payload.m), ctx.get(unit.rc.payload.shift),
+                        ctx.get(unit.rc.payload.seq)))
+        await ctx.tick()
+        return taken + int(bool(popped))
+
+    _bench(unit, bench)
+    return unit, got, lasts
+
+
+def _chunks(values, lanes):
+    padded = np.zeros(-(-len(values) // lanes) * lanes, np.int64)
+    padded[:len(values)] = values
+    return padded.reshape(-1, lanes)
+
+
+def test_rc_unit_matches_golden_and_its_latency():
+    """RMSNorm factors (random inputs, an all-zero input with eps 0 and with eps, a power-of-two
+    factor, a lone -128, partial last chunks) and softmax factors (random activations, 127
+    alone, equal ones) interleaved: golden.rdxe.rms_rc and softmax_rc bit for bit, in order, each
+    ``latency`` cycles after its last chunk."""
+    cfg = VeConfig(lanes=4)
+    params = _ve_params(cfg)
+    rng = np.random.default_rng(21)
+    ops, want = [], []
+
+    def rms(x, eps, seq=0):
+        K = len(x)
+        inv_k = _fp32(1.0 / K)
+        ops.append(("rms", _chunks(x, cfg.lanes), seq, inv_k, int(eps)))
+        rc = golden.rms_rc(np.asarray(x), eps, params)[3]
+        want.append((int(rc.m), int(rc.shift), seq))
+
+    def softmax(p, seq=0):
+        ops.append(("softmax", _chunks(p, cfg.lanes), seq, 0, 0))
+        rc = golden.softmax_rc(np.asarray(p), params)[2]
+        want.append((int(rc.m), int(rc.shift), seq))
+
+    eps = golden.eps_code(1e-5, 0.05)
+    for n in range(6):
+        rms(rng.integers(-128, 128, int(rng.integers(1, 23))), eps, seq=n % 2)
+        softmax(rng.integers(0, 128, int(rng.integers(1, 23))), seq=(n + 1) % 2)
+    rms(np.zeros(7, np.int64), np.uint32(0))          # rsqrt(+0) = +inf: saturated
+    rms(np.zeros(5, np.int64), eps)
+    rms(np.array([8, -8, 8, -8, 8, -8, 8, -8]), np.uint32(0))   # rc = 1/8: m = 2**18
+    rms(np.array([-128]), eps)
+    softmax(np.array([127]))
+    softmax(np.full(9, 127))
+    for n in range(3):                                   # one-chunk operations back to back
+        rms(rng.integers(-128, 128, 3), eps)
+        softmax(rng.integers(0, 128, 2))
+    assert (want[12][0], want[12][1]) == ((1 << 19) - 1, 0)
+    assert want[14][0] == 1 << 18
+    unit, got, lasts = _run_rc_unit(cfg, ops, idle=0.3, seed=21)
+    assert [(m_, s, q) for _, m_, s, q in got] == want
+    assert [c for c, *_ in got] == [t + unit.latency for t in lasts]
+    lat = golden.Latency()
+    assert unit.latency == (lat.dot(4) + lat.accumulate + lat.int_to_float + lat.fmul + lat.fadd
+                            + lat.rsqrt + lat.requant)
+
+
+def test_rc_unit_back_to_back_at_16_lanes():
+    cfg = VeConfig(lanes=16, norm_frac=3, prob_frac=6, rc_bits=20)
+    params = _ve_params(cfg)
+    rng = np.random.default_rng(22)
+    ops, want = [], []
+    for n in range(8):
+        if n % 2:
+            p = rng.integers(0, 128, int(rng.integers(1, 40)))
+            ops.append(("softmax", _chunks(p, 16), 1, 0, 0))
+            rc = golden.softmax_rc(p, params)[2]
+        else:
+            x = rng.integers(-128, 128, int(rng.integers(1, 40)))
+            ops.append(("rms", _chunks(x, 16), 0, _fp32(1.0 / len(x)), 0x3F000000))
+            rc = golden.rms_rc(x, np.uint32(0x3F000000), params)[3]
+        want.append((int(rc.m), int(rc.shift), ops[-1][2]))
+    _, got, _ = _run_rc_unit(cfg, ops, idle=0.0, seed=22)
+    assert [(m_, s, q) for _, m_, s, q in got] == want
+
+
+def _write_scores(ctx, unit, scores, *, first_word=0):
+    """Write ``scores`` (INT8) as GBUS words starting at word ``first_word``, one per cycle."""
+    words = -(-len(scores) // 4)
+    for w in range(words):
+        part = list(scores[4 * w:4 * w + 4])
+        keep = (1 << len(part)) - 1
+        part += [0] * (4 - len(part))
+        ctx.set(unit.scores.valid, 1)
+        _set(ctx, unit.scores.payload, {"word": first_word + w, "data": [int(v) for v in part],
+                                        "keep": keep, "first": int(w == 0)})
+        yield
+    ctx.set(unit.scores.valid, 0)
+
+
+@pytest.mark.parametrize("lanes, T, seed", [(4, 13, 0), (8, 33, 1), (16, 16, 2)])
+def test_activations_match_golden(lanes, T, seed):
+    """Scores written back as GBUS words (the stale bytes of an earlier, longer head must not
+    count), then every row read with random gaps: golden.rdxe.softmax_activations bit for bit,
+    ``latency`` cycles after each request, lanes past the tokens 0; the maximum's own score
+    gives 127."""
+    cfg = VeConfig(lanes=lanes, score_rows=16)
+    unit = Activations(cfg)
+    rng = np.random.default_rng(seed)
+    heads = [np.clip(rng.normal(0, 40, T + 9).round(), -128, 127).astype(np.int64) + 0,
+             np.clip(rng.normal(-60, 20, T).round(), -128, 127).astype(np.int64)]
+    heads[0][3] = 127                      # the stale head holds a larger maximum
+    scale = golden.log2_scale(0.07)
+    rows = -(-T // lanes)
+    got, req_cycles, p_cycles = [], [], []
+    pyrng = random.Random(seed)
+
+    async def bench(ctx):
+        cycle = 0
+
+        async def step():
+            nonlocal cycle
+            await ctx.tick()
+            cycle += 1
+            if ctx.get(unit.p.valid):
+                got.append([ctx.get(unit.p.payload.data[k]) for k in range(lanes)])
+                p_cycles.append(cycle)
+
+        for s in heads:
+            for _ in _write_scores(ctx, unit, s):
+                await step()
+        for r in range(rows):
+            while pyrng.random() < 0.3:
+                ctx.set(unit.req.valid, 0)
+                await step()
+            ctx.set(unit.req.valid, 1)
+            _set(ctx, unit.req.payload, {"row": r, "count": min(lanes, T - r * lanes),
+                                         "scale": int(scale)})
+            req_cycles.append(cycle)
+            await step()
+        ctx.set(unit.req.valid, 0)
+        for _ in range(unit.latency + 2):
+            await step()
+        assert ctx.get(unit.max) == heads[1].max()
+
+    _bench(unit, bench)
+    mx, _, p = golden.softmax_activations(heads[1], scale)
+    want = np.zeros(rows * lanes, np.int64)
+    want[:T] = p
+    assert np.array_equal(np.array(got).ravel(), want)
+    assert 127 in want
+    assert [c - r for c, r in zip(p_cycles, req_cycles)] == [unit.latency] * rows
+    lat = golden.Latency()
+    assert unit.exp_latency == lat.int_to_float + lat.fmul + lat.exp2 + lat.requant
+
+
+def test_normalizer_matches_requantize():
+    cfg = VeConfig(lanes=4, clamp="full")
+    params = _ve_params(cfg)
+    rng = np.random.default_rng(5)
+    items, want = [], []
+    for n in range(40):
+        x = rng.integers(-128, 128, 4) if n % 2 else rng.integers(0, 128, 4)
+        rc = golden.to_rc(np.uint32(_fp32(2.0 ** rng.uniform(-9, 4))), int(rng.integers(0, 8)),
+                          params)
+        items.append({"data": [int(v) for v in x], "m": int(rc.m), "shift": int(rc.shift)})
+        want.append(requantize(x, rc.m, rc.shift, out_bits=8, clamp="full").tolist())
+    unit = Normalizer(cfg)
+    run = run_pipeline(unit, items, seed=5, output="data")
+    assert [[int(v) for v in y] for y in run.outputs] == want
+    assert set(run.delays) == {unit.latency}

@@ -22,7 +22,8 @@ Every cycle outside reset a watcher checks that ``hlink_o`` is ``hlink_i`` of th
 every input stream is ready and that ``overrun`` stays 0. At the end every credit must be back.
 
 Tests: ``plain_random`` (random GEMVs, single and multi-chunk outputs, partial last chunks,
-WMEM and PPU regions reused while other operations are in flight), ``fused_random`` (fused and
+WMEM, KV-cache and PPU regions reused while other operations are in flight; every third
+operation takes its weights from the KV cache, written as two byte-enabled halves per row), ``fused_random`` (fused and
 plain operations interleaved, random RC factors, factors 0, +inf, an exact power of two and a
 rounding tie, INT8 corner values and extreme PPU multipliers and shifts), ``backpressure`` (short
 outputs, ``o`` stalled for long stretches and RC factors up to 150 cycles late, then fused
@@ -108,6 +109,7 @@ class VacModel:
         self.params = golden_params(cfg)
         self.entry_delay = entry_delay
         self.wmem: dict[int, list] = collections.defaultdict(list)     # row -> [(cycle, data)]
+        self.kv: dict[int, list] = collections.defaultdict(list)       # row -> [(cycle, data)]
         self.table: dict[int, list] = collections.defaultdict(list)    # entry -> [(cycle, m, sh)]
         self.factors: list[golden.RCFactor] = []
         self.open: _Output | None = None
@@ -120,6 +122,15 @@ class VacModel:
     def wmem_write(self, item: dict, cycle: int):
         data = [_signed(item[f"data.{k}"], 8) for k in range(self.cfg.lanes)]
         self.wmem[item["addr"]].append((cycle, data))
+
+    def kv_write(self, item: dict, cycle: int):
+        """A KV-cache write: the lanes whose ``en`` bit is set take ``data``, the rest keep the
+        row as it was before this cycle."""
+        row = list(_history(self.kv[item["addr"]], cycle + 1, [0] * self.cfg.lanes))
+        for k in range(self.cfg.lanes):
+            if item["en"] >> k & 1:
+                row[k] = _signed(item[f"data.{k}"], 8)
+        self.kv[item["addr"]].append((cycle, row))
 
     def ppu_write(self, item: dict, cycle: int):
         m = _signed(item["m"], self.cfg.mult_bits)
@@ -139,8 +150,9 @@ class VacModel:
         elif self.open is None:
             raise AssertionError(f"cycle {cycle}: hlink_i: a chunk with no first chunk before it")
         out = self.open
-        # The row as it was in this cycle (the VAC's WMEM starts all zero).
-        out.w += _history(self.wmem[item["row"]], cycle, [0] * self.cfg.lanes)
+        # The row as it was in this cycle (the VAC's memories start all zero).
+        memory = self.kv if item["kv"] else self.wmem
+        out.w += _history(memory[item["row"]], cycle, [0] * self.cfg.lanes)
         out.x += [_signed(item[f"data.{k}"], 8) for k in range(self.cfg.lanes)]
         if not item["last"]:
             return
@@ -282,7 +294,8 @@ class CreditSource:
 class Op:
     """One GEMV for the VAC: ``W`` (M, K) and ``x`` (K,) INT8, PPU ``m`` / ``shift`` per output,
     and for the fused mode the real factor ``rc`` (and its fraction bits ``frac``) that the
-    vector-engine stand-in converts with ``golden.rdxe.to_rc``."""
+    vector-engine stand-in converts with ``golden.rdxe.to_rc``. With ``kv`` the weights are
+    KV-cache rows (written as two byte-enabled halves) instead of WMEM rows."""
 
     W: np.ndarray
     x: np.ndarray
@@ -290,6 +303,7 @@ class Op:
     shift: np.ndarray
     rc: float | None = None
     frac: int = 4
+    kv: bool = False
 
 
 class VacTB(BlockTB):
@@ -303,7 +317,7 @@ class VacTB(BlockTB):
     """
 
     def __init__(self, dut, *, rc_delay=(0, 60), **kwargs):
-        super().__init__(dut, inputs=("wmem", "ppu", "rc"), outputs=("o",), **kwargs)
+        super().__init__(dut, inputs=("wmem", "kv", "ppu", "rc"), outputs=("o",), **kwargs)
         self.vac = self.component
         self.cfg = cfg = self.component.cfg
         self.rc_delay = rc_delay
@@ -318,10 +332,11 @@ class VacTB(BlockTB):
             lambda item, cycle: self._on_input("hlink_i", item, cycle), dut.rst)
         self.output_monitors["o"].callback = self._on_result
         # Stimulus bookkeeping: where the next operation goes, and who last used each place.
-        self._row = self._entry = 0
+        self._row = self._kv_row = self._entry = 0
         self._row_reader = [0] * cfg.wmem_depth     # chunks to be taken before a row is reused
+        self._kv_reader = [0] * max(cfg.kv_rows, 1)
         self._entry_user = [0] * cfg.ppu_depth      # results to be out before an entry is reused
-        self._loads = {"wmem": 0, "ppu": 0}
+        self._loads = {"wmem": 0, "kv": 0, "ppu": 0}
         self._outputs = 0
         self._factors: collections.deque = collections.deque()
         self._factor_wake, self._factors_idle = Event(), Event()
@@ -335,7 +350,8 @@ class VacTB(BlockTB):
 
     def model(self, stream, item):
         cycle = self.counter.cycle
-        handler = {"wmem": self.vmodel.wmem_write, "ppu": self.vmodel.ppu_write,
+        handler = {"wmem": self.vmodel.wmem_write, "kv": self.vmodel.kv_write,
+                   "ppu": self.vmodel.ppu_write,
                    "rc": self.vmodel.rc_factor, "hlink_i": self.vmodel.chunk}[stream]
         handler(item, cycle)
         return {"o": self.vmodel.ready(cycle)}
@@ -362,7 +378,7 @@ class VacTB(BlockTB):
                 continue
             bits = {name: self._bit(name) for name in (
                 "hlink_i__valid", "hlink_o__valid", "hlink_i__ready", "wmem__ready",
-                "ppu__ready", "rc__ready", "o__valid", "o__ready", "credit", "overrun")}
+                "ppu__ready", "kv__ready", "rc__ready", "o__valid", "o__ready", "credit", "overrun")}
             valid_o = bits["hlink_o__valid"]
             if valid_o != before[0]:
                 raise AssertionError(f"cycle {cycle}: hlink_o__valid is {valid_o}, hlink_i__valid "
@@ -376,7 +392,8 @@ class VacTB(BlockTB):
                 self.forwarded += 1
             before = (bits["hlink_i__valid"], int(dut.hlink_i__payload.value)
                       if bits["hlink_i__valid"] else 0)
-            for name in ("hlink_i__ready", "wmem__ready", "ppu__ready", "rc__ready"):
+            for name in ("hlink_i__ready", "wmem__ready", "kv__ready", "ppu__ready",
+                         "rc__ready"):
                 if not bits[name]:
                     raise AssertionError(f"cycle {cycle}: {name} is 0; the VAC is always ready")
             taken = bits["o__valid"] & bits["o__ready"]
@@ -416,12 +433,14 @@ class VacTB(BlockTB):
         cfg, L = self.cfg, self.cfg.lanes
         M, K = op.W.shape
         C = -(-K // L)
-        if M * C > cfg.wmem_depth or M > cfg.ppu_depth:
-            raise ValueError(f"a {M} x {K} GEMV does not fit {cfg.wmem_depth} WMEM rows and "
+        depth = cfg.kv_rows if op.kv else cfg.wmem_depth
+        if M * C > depth or M > cfg.ppu_depth:
+            raise ValueError(f"a {M} x {K} GEMV does not fit {depth} rows and "
                              f"{cfg.ppu_depth} PPU entries")
-        r0 = self._place(M * C, cfg.wmem_depth, "_row")
+        r0 = self._place(M * C, depth, "_kv_row" if op.kv else "_row")
+        readers = self._kv_reader if op.kv else self._row_reader
         e0 = self._place(M, cfg.ppu_depth, "_entry")
-        await self.source.wait_sent(max(self._row_reader[r0:r0 + M * C]))
+        await self.source.wait_sent(max(readers[r0:r0 + M * C]))
         matched = self.scoreboards["o"]
         need = max(self._entry_user[e0:e0 + M])
         while matched.matched < need:
@@ -434,16 +453,28 @@ class VacTB(BlockTB):
                  **{f"data.{k}": _unsigned(Wp[p, j * L + k], 8) for k in range(L)}}
                 for p in range(M) for j in range(C)]
         self.rng.shuffle(rows)
+        memory = "wmem"
+        if op.kv:
+            # Each row as two writes with complementary random byte enables, in random order;
+            # the lanes a write does not enable carry random bytes, which must not land.
+            memory, halves = "kv", []
+            for row in rows:
+                en = self.rng.getrandbits(L)
+                for mask in (en, ~en & ((1 << L) - 1)):
+                    halves.append({**row, "en": mask, **{
+                        f"data.{k}": self.rng.getrandbits(8) for k in range(L)
+                        if not mask >> k & 1}})
+            self.rng.shuffle(halves)
+            rows = halves
         entries = [{"addr": e0 + p, "m": _unsigned(op.m[p], cfg.mult_bits),
                     "shift": int(op.shift[p])} for p in range(M)]
         self.rng.shuffle(entries)
-        self.send("wmem", rows)
+        self.send(memory, rows)
         self.send("ppu", entries)
-        self._loads["wmem"] += len(rows)
+        self._loads[memory] += len(rows)
         self._loads["ppu"] += len(entries)
         loads = dict(self._loads)
-        self.source.gate(lambda: self.drivers["wmem"].sent >= loads["wmem"]
-                         and self.drivers["ppu"].sent >= loads["ppu"])
+        self.source.gate(lambda: all(self.drivers[n].sent >= loads[n] for n in loads))
         fused = op.rc is not None
         factor = self.rc_code(op.rc, op.frac) if fused else None
         for p in range(M):
@@ -452,9 +483,10 @@ class VacTB(BlockTB):
                 seq = self.source.send(
                     {"row": r0 + p * C + j, "first": int(j == 0), "last": int(j == C - 1),
                      "out": e0 + p, "rcu": int(fused), "rc_last": int(fused and p == M - 1),
+                     "kv": int(op.kv),
                      **{f"data.{k}": _unsigned(xp[j * L + k], 8) for k in range(L)}},
                     after=(lambda cycle, f=factor: self._release(f, cycle)) if release else None)
-                self._row_reader[r0 + p * C + j] = seq + 1
+                readers[r0 + p * C + j] = seq + 1
             self._outputs += 1
             self._entry_user[e0 + p] = self._outputs
 
@@ -519,14 +551,17 @@ class VacTB(BlockTB):
             m[o], shift[o] = max(1, min(mo, hi)) * rng.choice([-1, 1]), s
         return m, shift
 
-    def random_op(self, rng, M: int, K: int, *, rc: float | None = None, frac: int = 4) -> Op:
+    def random_op(self, rng, M: int, K: int, *, rc: float | None = None, frac: int = 4,
+                  kv: bool = False) -> Op:
         """Uniform INT8 weights and activations; a PPU scale that spreads the results over the
-        INT8 range (the accumulator's spread is about 5500 sqrt(K))."""
+        INT8 range (the accumulator's spread is about 5500 sqrt(K)). ``kv``: the weights are
+        KV-cache rows, if the operation fits the KV cache."""
         W = rng.integers(-128, 128, (M, K))
         x = rng.integers(-128, 128, K)
         gain = 1.0 if rc is None else max(rc, 2.0 ** -20) * 2.0 ** frac
         m, shift = self.ppu_scale(rng, M, 60.0 / (5500.0 * math.sqrt(K) * gain))
-        return Op(W, x, m, shift, rc, frac)
+        kv = kv and M * -(-K // self.cfg.lanes) <= self.cfg.kv_rows
+        return Op(W, x, m, shift, rc, frac, kv)
 
     def shapes(self, rng, count: int, *, max_chunks: int = 4) -> list[tuple[int, int]]:
         """Random (M, K) that fit: K from 1 to ``max_chunks`` chunks (often not a whole
@@ -551,8 +586,8 @@ async def plain_random(dut):
     tb = _tb(dut)
     await tb.reset()
     rng = tb.np_rng()
-    for M, K in tb.shapes(rng, 100):
-        await tb.queue_op(tb.random_op(rng, M, K))
+    for n, (M, K) in enumerate(tb.shapes(rng, 100)):
+        await tb.queue_op(tb.random_op(rng, M, K, kv=n % 3 == 1))
     await tb.finish()
 
 
@@ -568,7 +603,7 @@ async def fused_random(dut):
     for n, (M, K) in enumerate(tb.shapes(rng, 80)):
         fused = n % 3 != 2
         await tb.queue_op(tb.random_op(rng, M, K, rc=2.0 ** rng.uniform(-8, 3) if fused else
-                                       None, frac=int(rng.choice([4, 7]))))
+                                       None, frac=int(rng.choice([4, 7])), kv=n % 4 == 1))
     L = cfg.lanes
     lo, hi = -(1 << (cfg.mult_bits - 1)), (1 << (cfg.mult_bits - 1)) - 1
     K = 2 * L

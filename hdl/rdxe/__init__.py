@@ -1,9 +1,12 @@
-"""rDXE decoder execution tile (issue 5). First increment: the vector-accumulate core (VAC) with
-its post-processing unit (PPU) and recompute unit (RCU), and the credit-keeping HLINK source that
-feeds a ring of VACs. The golden model is ``golden/rdxe.py`` (docs/rdxe_models.md)."""
+"""rDXE decoder execution tile (issue 5): the vector-accumulate core (VAC) with its PPU, RCU and
+KV cache, the credit-keeping HLINK source, the vector engine (VE) of VRC and the DXT that
+assembles them. The golden model is ``golden/rdxe.py`` (docs/rdxe_models.md)."""
 
-from .spec import VacConfig, hlink_layout, ppu_layout, rc_layout, result_layout, wmem_layout
+from .spec import (GBUS_BYTES, VacConfig, VeConfig, hlink_layout, kv_layout, ppu_layout,
+                   rc_layout, result_layout, wmem_layout)
 from .vac import MAX_VACS, HlinkSource, Vac
+from .ve import Activations, Normalizer, RcUnit
 
-__all__ = ["VacConfig", "Vac", "HlinkSource", "MAX_VACS", "hlink_layout", "rc_layout",
-           "wmem_layout", "ppu_layout", "result_layout"]
+__all__ = ["VacConfig", "VeConfig", "Vac", "HlinkSource", "RcUnit", "Activations", "Normalizer",
+           "MAX_VACS", "GBUS_BYTES", "hlink_layout", "rc_layout", "wmem_layout", "ppu_layout",
+           "kv_layout", "result_layout"]

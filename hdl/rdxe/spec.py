@@ -29,7 +29,7 @@ from amaranth.lib import data
 from ..arith.requant import CLAMPS, SHIFT_BITS
 from ..validate import index_bits, integer, power_of_two
 
-__all__ = ["VacConfig", "hlink_layout", "rc_layout", "wmem_layout", "ppu_layout",
+__all__ = ["VacConfig", "hlink_layout", "rc_layout", "wmem_layout", "ppu_layout", "kv_layout",
            "result_layout", "MAX_LANES", "MAX_DEPTH", "MAX_QUEUE", "MAX_OPERAND_STAGES", "ACC_BITS",
            "CODE_BITS"]
 
@@ -45,6 +45,32 @@ MAX_OPERAND_STAGES = 8
 ACC_BITS = 32
 #: Width of weights, activations and outputs (INT8).
 CODE_BITS = 8
+
+
+def check_config(cfg, kind: type, what: str):
+    """Return ``cfg`` if it is a ``kind``: "VAC configuration must be a VacConfig, not 16"."""
+    if not isinstance(cfg, kind):
+        raise TypeError(f"{what} configuration must be a {kind.__name__}, not {cfg!r}")
+    return cfg
+
+
+def check_rc_clamp(rc_bits, clamp) -> None:
+    """Check the RC factor width (16 to 30) and the INT8 clamp name shared by the VAC, the VE
+    and ``golden.rdxe.RdxeParams``."""
+    integer(rc_bits, "RC factor width", 16, 30)
+    if clamp not in CLAMPS:
+        raise ValueError(f"Clamp must be 'symmetric' or 'full', not {clamp!r}")
+
+
+def kv_rows_check(value) -> int:
+    """Return ``value`` if it is 0 (no KV cache) or a power of two from 2 to 2**20."""
+    if not isinstance(value, int) or isinstance(value, bool) or not (
+            value == 0 or (2 <= value <= MAX_DEPTH and value & (value - 1) == 0)):
+        error = ValueError if isinstance(value, int) and not isinstance(value, bool) \
+            else TypeError
+        raise error(f"KV-cache row count must be 0 or a power of two between 2 and {MAX_DEPTH}, "
+                    f"not {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -68,6 +94,11 @@ class VacConfig:
     rc_bits : int
         Width of the RC factor: 16 to 30 (25): a ``rc_bits - 6``-bit significand and a 6-bit
         shift.
+    kv_rows : int
+        KV-cache rows of ``lanes`` bytes: 0 (no KV cache) or a power of two from 2 to 2**20
+        (512: 8 KB at 16 lanes). K lives in the first half and V in the second
+        (docs/rdxe_models.md section 6); a chunk flagged ``kv`` meets a KV-cache row instead of a
+        WMEM row.
     queue_depth : int
         Results a VAC may owe, 3 to 1024 (32): the depth of its result queue and of its hold
         queue, and the credits a source starts with (:class:`~hdl.rdxe.vac.HlinkSource`). At
@@ -91,6 +122,7 @@ class VacConfig:
     mult_bits: int = 32
     clamp: str = "symmetric"
     rc_bits: int = 25
+    kv_rows: int = 512
     queue_depth: int = 32
     operand_stages: int = 4
 
@@ -101,9 +133,8 @@ class VacConfig:
             object.__setattr__(self, "ppu_depth", self.wmem_depth)
         integer(self.ppu_depth, "PPU table depth", 1, MAX_DEPTH)
         integer(self.mult_bits, "PPU multiplier width", 2, 32)
-        if self.clamp not in CLAMPS:
-            raise ValueError(f"Clamp must be 'symmetric' or 'full', not {self.clamp!r}")
-        integer(self.rc_bits, "RC factor width", 16, 30)
+        check_rc_clamp(self.rc_bits, self.clamp)
+        kv_rows_check(self.kv_rows)
         integer(self.queue_depth, "Result queue depth", 3, MAX_QUEUE)
         integer(self.operand_stages, "Operand register stages", 1, MAX_OPERAND_STAGES)
 
@@ -114,7 +145,12 @@ class VacConfig:
 
     @property
     def row_bits(self) -> int:
-        return index_bits(self.wmem_depth)
+        """Width of an HLINK row address: it names a WMEM row or a KV-cache row."""
+        return index_bits(max(self.wmem_depth, self.kv_rows))
+
+    @property
+    def kv_row_bits(self) -> int:
+        return index_bits(max(self.kv_rows, 1))
 
     @property
     def out_bits(self) -> int:
@@ -128,7 +164,8 @@ class VacConfig:
     def kwargs(self) -> dict:
         return {"lanes": self.lanes, "wmem_depth": self.wmem_depth, "ppu_depth": self.ppu_depth,
                 "mult_bits": self.mult_bits, "clamp": self.clamp, "rc_bits": self.rc_bits,
-                "queue_depth": self.queue_depth, "operand_stages": self.operand_stages}
+                "kv_rows": self.kv_rows, "queue_depth": self.queue_depth,
+                "operand_stages": self.operand_stages}
 
 
 def hlink_layout(cfg: VacConfig) -> data.StructLayout:
@@ -136,7 +173,8 @@ def hlink_layout(cfg: VacConfig) -> data.StructLayout:
 
     ``data``: ``lanes`` INT8 activations (lane ``k`` is input ``j * lanes + k`` of chunk ``j``).
     ``row``: the WMEM row the chunk meets (``golden.rdxe.wmem_image``: ``p * C + j`` in pass
-    ``p``). ``first``: the output's first chunk (the accumulator starts from 0). ``last``: its
+    ``p``), or with ``kv`` the KV-cache row (Q.K^T and P.V against the cache). ``first``: the
+    output's first chunk (the accumulator starts from 0). ``last``: its
     last chunk (the accumulator is final). Read with ``last`` only: ``out``, the output's PPU
     table entry; ``rcu``, the output goes through the RCU before the PPU (fused RMSNorm or
     softmax) instead of straight to the PPU; ``rc_last``, with ``rcu``: the output is the last
@@ -150,6 +188,7 @@ def hlink_layout(cfg: VacConfig) -> data.StructLayout:
         "out": unsigned(cfg.out_bits),
         "rcu": 1,
         "rc_last": 1,
+        "kv": 1,
     })
 
 
@@ -173,6 +212,84 @@ def ppu_layout(cfg: VacConfig) -> data.StructLayout:
                               "shift": unsigned(SHIFT_BITS)})
 
 
+def kv_layout(cfg: VacConfig) -> data.StructLayout:
+    """Payload of a KV-cache write: row ``addr`` gets lane ``k`` of ``data`` wherever ``en`` bit
+    ``k`` is set (byte enables); the other bytes of the row keep their value."""
+    return data.StructLayout({"addr": unsigned(cfg.kv_row_bits),
+                              "data": data.ArrayLayout(signed(CODE_BITS), cfg.lanes),
+                              "en": unsigned(cfg.lanes)})
+
+
 def result_layout(cfg: VacConfig) -> data.StructLayout:
     """Payload of ``o``: one INT8 output ``y`` in the ``clamp`` range."""
     return data.StructLayout({"y": signed(CODE_BITS)})
+
+
+#: Bytes per GBUS transfer: the DXT's 32-bit global bus (paper Sec. III).
+GBUS_BYTES = 4
+
+
+@dataclass(frozen=True)
+class VeConfig:
+    """Check and hold the parameters of the vector engine (VE): the VRC half in each DXT.
+
+    Parameters
+    ----------
+    lanes : int
+        Activations per chunk, the VACs' lane count: a power of two from 4 to 64 (one GBUS word of
+        4 scores must fit a chunk).
+    rc_bits : int
+        Width of the RC factor, 16 to 30 (25), as the VACs'.
+    norm_frac, prob_frac : int
+        Fraction bits ``F`` the RC factor keeps for RMSNorm (4) and softmax (7), 0 to 7
+        (``golden.rdxe.RdxeParams``).
+    clamp : str
+        INT8 range of the sequential mode's normalized activations: ``"symmetric"`` or
+        ``"full"``, the VACs' PPU clamp.
+    score_rows : int
+        Rows of ``lanes`` INT8 scores in the score buffer: 1 to 2**16 (64). One head's Q.K^T
+        writes at most ``score_rows * lanes`` scores.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A message naming the parameter, the allowed values and the value given.
+    """
+
+    lanes: int = 16
+    rc_bits: int = 25
+    norm_frac: int = 4
+    prob_frac: int = 7
+    clamp: str = "symmetric"
+    score_rows: int = 64
+
+    def __post_init__(self):
+        power_of_two(self.lanes, "VE lane count", GBUS_BYTES, MAX_LANES)
+        check_rc_clamp(self.rc_bits, self.clamp)
+        integer(self.norm_frac, "RMSNorm fraction bits", 0, 7)
+        integer(self.prob_frac, "Probability fraction bits", 0, 7)
+        integer(self.score_rows, "Score buffer rows", 1, 1 << 16)
+
+    @property
+    def rc_mant_bits(self) -> int:
+        return self.rc_bits - SHIFT_BITS
+
+    @property
+    def score_words(self) -> int:
+        """GBUS words the score buffer holds."""
+        return self.score_rows * self.lanes // GBUS_BYTES
+
+
+def ve_tap_layout(cfg: VeConfig) -> data.StructLayout:
+    """Payload of the VE's tap: one chunk of the stream the VACs consume (``data``), the first and
+    last chunk of an operation's input, which sum it feeds (``softmax``: ``sum p``, else ``sum
+    x**2``) and whether the factor is for the sequential mode (``seq``) rather than the RCUs."""
+    return data.StructLayout({"data": data.ArrayLayout(signed(CODE_BITS), cfg.lanes),
+                              "first": 1, "last": 1, "softmax": 1, "seq": 1})
+
+
+def ve_rc_layout(cfg: VeConfig) -> data.StructLayout:
+    """Payload of the VE's RC factor output: :func:`rc_layout`'s ``m`` and ``shift`` and the
+    ``seq`` tag of the operation it belongs to."""
+    return data.StructLayout({"m": unsigned(cfg.rc_mant_bits), "shift": unsigned(SHIFT_BITS),
+                              "seq": 1})

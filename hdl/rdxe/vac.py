@@ -13,8 +13,8 @@ from ..arith.requant import SHIFT_BITS, Requantizer
 from ..arith.tree import delay
 from ..pipeline import ResultQueue
 from ..validate import integer
-from .spec import (ACC_BITS, CODE_BITS, VacConfig, hlink_layout, ppu_layout, rc_layout,
-                   result_layout, wmem_layout)
+from .spec import (ACC_BITS, CODE_BITS, VacConfig, check_config, hlink_layout, kv_layout, ppu_layout,
+                   rc_layout, result_layout, wmem_layout)
 
 __all__ = ["Vac", "HlinkSource", "MAX_VACS"]
 
@@ -25,14 +25,31 @@ _QUEUE_LATENCY = 2
 
 
 def _check(cfg) -> VacConfig:
-    if not isinstance(cfg, VacConfig):
-        raise TypeError(f"VAC configuration must be a VacConfig, not {cfg!r}")
-    return cfg
+    return check_config(cfg, VacConfig, "VAC")
 
 
-def _latency(unit) -> int:
-    unit._MustUse__used = True            # built to read its latency, never elaborated
+def unit_latency(unit) -> int:
+    """Return the latency of a shared unit built only to read it (never elaborated)."""
+    unit._MustUse__used = True
     return unit.latency
+
+
+def dot_accumulator(m: Module, dot: IntDot, flags: dict) -> tuple[Signal, dict]:
+    """Add an INT32 accumulator behind a lane tree: the tree's sum of each chunk adds to the
+    accumulator, which restarts with a chunk flagged ``first``.
+
+    ``flags`` (``first`` among them) belong to the tree's input; they come back delayed to its
+    output. Returns ``(total, delayed)``: ``total``, combinational, is the accumulator including
+    the chunk leaving the tree this cycle (registered into the accumulator when
+    ``dot.o.valid``).
+    """
+    delayed = {name: delay(m, value, dot.latency, name=name) for name, value in flags.items()}
+    acc = Signal(signed(ACC_BITS), name="acc")
+    total = Signal(signed(ACC_BITS), name="acc_sum")
+    m.d.comb += total.eq(Mux(delayed["first"], 0, acc) + dot.o.payload.y)
+    with m.If(dot.o.valid):
+        m.d.sync += acc.eq(total)
+    return total, delayed
 
 
 class Vac(wiring.Component):
@@ -80,6 +97,11 @@ class Vac(wiring.Component):
     wmem : In(stream.Signature(wmem_layout(cfg)))
         WMEM loads, one row per transfer; always ready. A load of the row being read in the
         same cycle does not change what that read returns.
+    kv : In(stream.Signature(kv_layout(cfg)))
+        KV-cache writes, one row per transfer with byte enables (``en`` bit ``k`` writes lane
+        ``k``); always ready; same read rule as ``wmem``. A chunk flagged ``kv`` meets the
+        KV-cache row ``row`` instead of the WMEM row. Ignored without a KV cache (``kv_rows``
+        0).
     ppu : In(stream.Signature(ppu_layout(cfg)))
         PPU table loads, one entry per transfer; always ready. An output's entry is read
         ``acc_latency - 3`` cycles after its last chunk was on ``hlink_i``.
@@ -131,10 +153,13 @@ class Vac(wiring.Component):
 
     def __init__(self, cfg: VacConfig):
         self.cfg = _check(cfg)
+        #: The PPU's output valid (a result enters the result queue): for cycle measurements.
+        self.result_valid = Signal()
         super().__init__({
             "hlink_i": In(stream.Signature(hlink_layout(cfg))),
             "hlink_o": Out(stream.Signature(hlink_layout(cfg))),
             "wmem": In(stream.Signature(wmem_layout(cfg))),
+            "kv": In(stream.Signature(kv_layout(cfg))),
             "ppu": In(stream.Signature(ppu_layout(cfg))),
             "rc": In(stream.Signature(rc_layout(cfg))),
             "o": Out(stream.Signature(result_layout(cfg))),
@@ -157,12 +182,12 @@ class Vac(wiring.Component):
     @property
     def dot_latency(self) -> int:
         """Cycles of the lane tree: ``1 + log2(lanes)`` (``golden.rdxe.Latency.dot``)."""
-        return _latency(self._dot())
+        return unit_latency(self._dot())
 
     @property
     def requant_latency(self) -> int:
         """Cycles of the PPU and of the RCU (``golden.rdxe.Latency.requant``)."""
-        return _latency(self._ppu())
+        return unit_latency(self._ppu())
 
     @property
     def row_latency(self) -> int:
@@ -201,18 +226,30 @@ class Vac(wiring.Component):
         # ---- HLINK register; the WMEM row is read in the same cycle --------------------------
         m.d.sync += [self.hlink_o.valid.eq(self.hlink_i.valid), link_o.eq(link_i)]
         m.d.comb += [self.hlink_i.ready.eq(1), self.rc.ready.eq(1)]
-        m.submodules.wmem = wmem = Memory(shape=data.ArrayLayout(signed(CODE_BITS), cfg.lanes),
-                                          depth=cfg.wmem_depth, init=[])
+        row_shape = data.ArrayLayout(signed(CODE_BITS), cfg.lanes)
+        m.submodules.wmem = wmem = Memory(shape=row_shape, depth=cfg.wmem_depth, init=[])
         w_wr = wmem.write_port()
         w_rd = wmem.read_port()
         m.d.comb += [w_wr.addr.eq(self.wmem.payload.addr), w_wr.data.eq(self.wmem.payload.data),
-                     w_wr.en.eq(self.wmem.valid), self.wmem.ready.eq(1),
-                     w_rd.addr.eq(link_i.row), w_rd.en.eq(self.hlink_i.valid)]
+                     w_wr.en.eq(self.wmem.valid), self.wmem.ready.eq(1), self.kv.ready.eq(1),
+                     w_rd.addr.eq(link_i.row), w_rd.en.eq(self.hlink_i.valid & ~link_i.kv)]
+        operand = w_rd.data.as_value()
+        if cfg.kv_rows:
+            # The KV cache: byte-enabled writes (iWuR), one full row read per cycle.
+            m.submodules.kv_cache = kv_cache = Memory(shape=row_shape, depth=cfg.kv_rows,
+                                                      init=[])
+            k_wr = kv_cache.write_port(granularity=1)
+            k_rd = kv_cache.read_port()
+            m.d.comb += [k_wr.addr.eq(self.kv.payload.addr), k_wr.data.eq(self.kv.payload.data),
+                         k_wr.en.eq(Mux(self.kv.valid, self.kv.payload.en, 0)),
+                         k_rd.addr.eq(link_i.row), k_rd.en.eq(self.hlink_i.valid & link_i.kv)]
+            # hlink_o is the chunk registered with the read: its kv bit picks the row.
+            operand = Mux(link_o.kv, k_rd.data.as_value(), operand)
         # The block RAM's clock-to-output (5.8 ns on ECP5) leaves no time for a multiplier
         # behind it: the row is registered again (and the chunk waits for it); further stages
         # give the placer room to reach distant DSP sites (VacConfig.operand_stages).
         stages = cfg.operand_stages
-        row = delay(m, w_rd.data.as_value(), stages, name="row")
+        row = delay(m, operand, stages, name="row")
         chunk = data.View(hlink_layout(cfg), delay(m, link_o.as_value(), stages, name="chunk"))
         chunk_valid = delay(m, self.hlink_o.valid, stages, name="chunk_valid", reset=True)
 
@@ -221,16 +258,11 @@ class Vac(wiring.Component):
         m.d.comb += [dot.i.valid.eq(chunk_valid), dot.i.payload.a.eq(chunk.data),
                      dot.i.payload.b.eq(row)]
         lat = dot.latency
-        first = delay(m, chunk.first, lat, name="first")
-        last = delay(m, chunk.last, lat, name="last")
-        rcu_sel = delay(m, chunk.rcu, lat, name="rcu_sel")
-        rc_last = delay(m, chunk.rc_last, lat, name="rc_last")
-        acc = Signal(signed(ACC_BITS))
-        acc_sum = Signal(signed(ACC_BITS))
         # Exact for every GEMV within golden.rdxe.MAX_INPUTS (|acc| <= 2**30): no saturation.
-        m.d.comb += acc_sum.eq(Mux(first, 0, acc) + dot.o.payload.y)
-        with m.If(dot.o.valid):
-            m.d.sync += acc.eq(acc_sum)
+        acc_sum, flags = dot_accumulator(m, dot, {"first": chunk.first, "last": chunk.last,
+                                                  "rcu_sel": chunk.rcu,
+                                                  "rc_last": chunk.rc_last})
+        last, rcu_sel, rc_last = flags["last"], flags["rcu_sel"], flags["rc_last"]
 
         # ---- PPU table: read so that the entry arrives with the final sum --------------------
         # Read two cycles ahead and registered once: like the WMEM, the block RAM's output
@@ -290,6 +322,7 @@ class Vac(wiring.Component):
             ppu.i.payload.m.eq(Mux(rcu.o.valid, ppu_m, head.m)),
             ppu.i.payload.shift.eq(Mux(rcu.o.valid, ppu_shift, head.shift)),
             queue.w_en.eq(ppu.o.valid), queue.w_data.eq(ppu.o.payload.y),
+            self.result_valid.eq(ppu.o.valid),
             self.credit.eq(self.o.valid & self.o.ready),
         ]
         return m

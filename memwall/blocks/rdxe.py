@@ -12,8 +12,9 @@ from ..registry import Block, SynthSettings, register
 
 @dataclass(frozen=True)
 class VacParams(BlockParams):
-    """Lanes, WMEM and PPU table depths, PPU multiplier width, clamp, RC factor width, result queue
-    depth and operand register stages of one VAC: the fields of :class:`hdl.rdxe.VacConfig`.
+    """Lanes, WMEM and PPU table depths, PPU multiplier width, clamp, RC factor width, KV-cache
+    rows, result queue depth and operand register stages of one VAC: the fields of
+    :class:`hdl.rdxe.VacConfig`.
 
     Checked by :class:`hdl.rdxe.VacConfig` (the registry builds the component); ``ppu_depth`` None
     means ``wmem_depth``.
@@ -25,6 +26,7 @@ class VacParams(BlockParams):
     mult_bits: int = 32
     clamp: str = "symmetric"
     rc_bits: int = 25
+    kv_rows: int = 512
     queue_depth: int = 32
     operand_stages: int = 4
 
@@ -37,7 +39,7 @@ _PRESETS = {
     # fit several at a time, and 4 credits cover a credit's round trip (16 cycles for a one-chunk
     # output) only for outputs of 5 chunks or more, so the source runs out of credits whenever
     # outputs are short: the flow control is exercised.
-    "small": VacParams(lanes=4, wmem_depth=64, ppu_depth=16, queue_depth=4),
+    "small": VacParams(lanes=4, wmem_depth=64, ppu_depth=16, kv_rows=32, queue_depth=4),
     # VacConfig's defaults: 16 lanes, 16 KB WMEM, 32 credits (more than one ring trip, so
     # one-chunk outputs run at full rate), 4 operand stages.
     "default": VacParams(),

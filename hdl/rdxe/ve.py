@@ -1,0 +1,412 @@
+"""The rDXE vector engine (VE): the half of VRC that computes the RC factors, the softmax
+activations and the sequential mode's normalization, all from the shared numeric units.
+
+Three units, each fully pipelined and always ready (the DXT, :mod:`hdl.rdxe.dxt`, schedules
+them); every arithmetic step is a shared unit of :mod:`hdl.arith` whose golden twin
+``golden.rdxe`` uses (docs/rdxe_models.md sections 3.2 to 3.4):
+
+* :class:`RcUnit`: from the chunks the VACs consume, ``S = sum x**2`` (RMSNorm) or ``P = sum p``
+  (softmax) with an :class:`~hdl.arith.idot.IntDot` and an INT32 accumulator, then
+  ``rsqrt(fmac(fp32(S), fp32(1/K), eps))`` (:class:`~hdl.arith.convert.IntToFloat`,
+  :class:`~hdl.arith.fpmac.FloatMAC`, :class:`~hdl.arith.recip.RSqrt`) or ``reciprocal(fp32(P))``
+  (:class:`~hdl.arith.recip.Reciprocal`), and the conversion to the 25-bit RC factor ``(m,
+  shift)`` in a :class:`~hdl.arith.requant.Requantizer` (``golden.rdxe.to_rc``).
+* :class:`Activations`: the score buffer with the running maximum of the INT8 scores written back
+  by Q.K^T, and ``lanes`` copies of ``p = RNE(127 * exp2(fp32(s - max) * c))``
+  (:class:`~hdl.arith.convert.IntToFloat`, :class:`~hdl.arith.fpmul.FloatMultiplier`,
+  :class:`~hdl.arith.exp2.Exp2`, a :class:`~hdl.arith.requant.Requantizer`):
+  ``golden.rdxe.softmax_activations``.
+* :class:`Normalizer`: ``lanes`` requantizers that scale activations by an RC factor, the
+  sequential mode's ``x_n = requantize(x, m, shift)``.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..arith.convert import IntToFloat
+from ..arith.exp2 import Exp2
+from ..arith.format import BF16, FP32
+from ..arith.fpmac import FloatMAC
+from ..arith.fpmul import FloatMultiplier
+from ..arith.idot import IntDot
+from ..arith.recip import Reciprocal, RSqrt
+from ..arith.requant import SHIFT_BITS, Requantizer
+from ..arith.tree import delay
+from ..validate import index_bits
+from .spec import (ACC_BITS, CODE_BITS, GBUS_BYTES, VeConfig, check_config, ve_rc_layout,
+                   ve_tap_layout)
+from .vac import dot_accumulator, unit_latency
+
+__all__ = ["RcUnit", "Activations", "Normalizer", "P_ONE"]
+
+#: INT8 activation of exp(0) = 1 (``golden.rdxe.P_ONE``).
+P_ONE = 127
+#: Largest requantizer shift.
+_SHIFT_MAX = (1 << SHIFT_BITS) - 1
+
+
+def _check(cfg) -> VeConfig:
+    return check_config(cfg, VeConfig, "VE")
+
+
+def _fp32_fields(m: Module, bits, name: str):
+    """Split an fp32 code of a non-negative value: ``(sig, exp, inf)`` with ``sig`` the 24-bit
+    significand of a normal value (0 for a zero or subnormal), ``exp`` its biased exponent field
+    and ``inf`` set for +inf."""
+    field = bits[FP32.man_bits:FP32.man_bits + FP32.exp_bits]
+    normal = (field != 0) & (field != FP32.exp_max_field)
+    sig = Signal(FP32.precision + 1, name=f"{name}_sig")          # as a signed 25-bit operand
+    m.d.comb += sig.eq(Mux(normal, Cat(bits[:FP32.man_bits], Const(1, 1)), 0))
+    return sig, field, field == FP32.exp_max_field
+
+
+class _ToRc:
+    """The RC conversion ``golden.rdxe.to_rc`` of an fp32 code ``r >= 0`` with ``frac`` fraction
+    bits kept: the significand rounded half to even to ``b = rc_bits - 6`` bits in a shared
+    Requantizer (``requantize(sig, 1, 24 - b)``), then, at its output and without a register,
+    the carry renormalization, the shift ``(b - 1) - e - frac`` and the saturation and flush.
+
+    Members (Signals): ``valid``, ``m``, ``shift`` and every ``tags`` entry, ``latency``
+    (the Requantizer's) cycles after the input.
+    """
+
+    def __init__(self, m: Module, cfg: VeConfig, valid, bits, frac, tags: dict):
+        b = cfg.rc_mant_bits
+        self.latency = 0
+        sig, field, inf = _fp32_fields(m, bits, "to_rc")
+        width = max(FP32.precision + 1, b + 2)
+        m.submodules.to_rc = rq = Requantizer(width, b + 2, clamp="full", mult_bits=2)
+        m.d.comb += [rq.i.valid.eq(valid), rq.i.payload.x.eq(sig), rq.i.payload.m.eq(1),
+                     rq.i.payload.shift.eq(FP32.precision - b)]
+        self.latency = rq.latency
+        # e + 127 = field: shift = (b - 1) - (field - 127) - frac, before the carry.
+        base = Signal(signed(11), name="to_rc_base")
+        m.d.comb += base.eq((b - 1 + FP32.bias) - field - frac)
+        lat = rq.latency
+        base = delay(m, base, lat, name="to_rc_base_d")
+        zero = delay(m, sig == 0, lat, name="to_rc_zero")
+        inf = delay(m, inf, lat, name="to_rc_inf")
+        self.tags = {k: delay(m, v, lat, name=f"to_rc_{k}") for k, v in tags.items()}
+        y = rq.o.payload.y
+        carry = y == (1 << b)
+        shift = Signal(signed(12), name="to_rc_shift")
+        m.d.comb += shift.eq(base - carry)
+        big = inf | (~zero & (shift < 0))
+        tiny = (zero & ~inf) | (~zero & (shift > _SHIFT_MAX))
+        self.valid = rq.o.valid
+        self.m = Signal(b, name="to_rc_m")
+        self.shift = Signal(SHIFT_BITS, name="to_rc_shift_out")
+        m.d.comb += [
+            self.m.eq(Mux(big, (1 << b) - 1, Mux(tiny, 0, Mux(carry, 1 << (b - 1), y[:b])))),
+            self.shift.eq(Mux(big, 0, Mux(tiny, _SHIFT_MAX, shift[:SHIFT_BITS]))),
+        ]
+
+
+class RcUnit(wiring.Component):
+    """Compute the RC factor of each operation from the chunks the VACs consume.
+
+    RMSNorm (``softmax`` clear on the tap): ``S = sum x**2`` over the operation's chunks (an
+    ``IntDot(x, x)`` and an INT32 accumulator, exact), ``v = fmac(fp32(S), inv_k, eps)``,
+    ``r = rsqrt(v)``, ``(m, shift) = to_rc(r, norm_frac)`` (``golden.rdxe.rms_rc``). Softmax
+    (``softmax`` set): ``P = sum p`` (the same IntDot with ones), ``r = reciprocal(fp32(P))``,
+    ``(m, shift) = to_rc(r, prob_frac)`` (``golden.rdxe.softmax_rc``). The reciprocal's result
+    waits in registers until the RMSNorm path would be done, so that both paths take the same
+    time and the factors leave in the order the operations' inputs came: one converter serves
+    both, and the VACs take the factors in order.
+
+    Parameters
+    ----------
+    cfg : VeConfig
+
+    Members
+    -------
+    tap : In(stream.Signature(ve_tap_layout(cfg), always_ready=True))
+        The chunks, ``first`` and ``last`` marking an operation's input (one chunk may be both).
+    consts : In(stream.Signature(StructLayout({"inv_k": 32, "eps": 32})))
+        fp32 ``fp32(1/K)`` and ``eps_q`` of each RMSNorm operation, in order; taken
+        (``ready``) when its sum reaches the multiply-add, ``1 + dot_latency + int_to_float``
+        cycles after its last chunk. It must be valid then (the DXT queues it when the operation
+        starts).
+    rc : Out(stream.Signature(ve_rc_layout(cfg), always_ready=True))
+        One factor per operation, :attr:`latency` cycles after its last chunk, with the
+        operation's ``seq`` tag.
+
+    Latency (defaults): ``dot 5 + accumulate 1 + int_to_float 3 + fmac 11 + rsqrt 16 +
+    requant 4 = 40`` cycles at 16 lanes (``golden.rdxe.Latency``); one chunk per cycle.
+    """
+
+    def __init__(self, cfg: VeConfig):
+        self.cfg = _check(cfg)
+        super().__init__({
+            "tap": In(stream.Signature(ve_tap_layout(cfg), always_ready=True)),
+            "consts": In(stream.Signature(data.StructLayout({"inv_k": 32, "eps": 32}))),
+            "rc": Out(stream.Signature(ve_rc_layout(cfg), always_ready=True)),
+        })
+
+    def _units(self):
+        return (IntDot(self.cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS, acc_bits=ACC_BITS),
+                IntToFloat(ACC_BITS, FP32), FloatMAC(FP32, FP32), RSqrt(), Reciprocal(),
+                Requantizer(max(FP32.precision + 1, self.cfg.rc_mant_bits + 2),
+                            self.cfg.rc_mant_bits + 2, clamp="full", mult_bits=2))
+
+    @property
+    def latencies(self) -> dict:
+        """Latencies of the shared units: ``dot``, ``int_to_float``, ``fmac``, ``rsqrt``,
+        ``reciprocal``, ``requant``."""
+        names = ("dot", "int_to_float", "fmac", "rsqrt", "reciprocal", "requant")
+        return dict(zip(names, (unit_latency(u) for u in self._units())))
+
+    @property
+    def latency(self) -> int:
+        """Cycles from an operation's last chunk on ``tap`` to its factor on ``rc``."""
+        lat = self.latencies
+        return (lat["dot"] + 1 + lat["int_to_float"] + max(lat["fmac"] + lat["rsqrt"],
+                                                            lat["reciprocal"]) + lat["requant"])
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        tap = self.tap.payload
+        m.submodules.dot = dot = IntDot(cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS,
+                                        acc_bits=ACC_BITS)
+        m.d.comb += dot.i.valid.eq(self.tap.valid)
+        for k in range(cfg.lanes):
+            m.d.comb += [dot.i.payload.a[k].eq(tap.data[k]),
+                         dot.i.payload.b[k].eq(Mux(tap.softmax, 1, tap.data[k]))]
+        # The INT32 accumulator (S < 2**30, P < 2**23: exact); registered, it feeds the
+        # conversion.
+        total, flags = dot_accumulator(m, dot, {"first": tap.first, "last": tap.last,
+                                                "softmax": tap.softmax, "seq": tap.seq})
+        done, sum_final = Signal(), Signal(signed(ACC_BITS))
+        done_softmax, done_seq = Signal(), Signal()
+        m.d.sync += [done.eq(dot.o.valid & flags["last"]), sum_final.eq(total),
+                     done_softmax.eq(flags["softmax"]), done_seq.eq(flags["seq"])]
+
+        m.submodules.to_float = to_float = IntToFloat(ACC_BITS, FP32)
+        m.d.comb += [to_float.i.valid.eq(done), to_float.i.payload.x.eq(sum_final)]
+        softmax = delay(m, done_softmax, to_float.latency, name="softmax_f")
+        seq = delay(m, done_seq, to_float.latency, name="seq_f")
+        value = to_float.o.payload.y
+
+        # RMSNorm: v = fmac(S, 1/K, eps), r = rsqrt(v).
+        m.submodules.fmac = fmac = FloatMAC(FP32, FP32)
+        m.submodules.rsqrt = rsqrt = RSqrt()
+        rms = to_float.o.valid & ~softmax
+        m.d.comb += [fmac.i.valid.eq(rms), fmac.i.payload.a.eq(value),
+                     fmac.i.payload.b.eq(self.consts.payload.inv_k),
+                     fmac.i.payload.c.eq(self.consts.payload.eps), self.consts.ready.eq(rms),
+                     rsqrt.i.valid.eq(fmac.o.valid), rsqrt.i.payload.x.eq(fmac.o.payload.y)]
+        rms_lat = fmac.latency + rsqrt.latency
+        rms_seq = delay(m, seq, rms_lat, name="rms_seq")
+
+        # Softmax: r = reciprocal(P), held back to the RMSNorm path's latency.
+        m.submodules.recip = recip = Reciprocal()
+        m.d.comb += [recip.i.valid.eq(to_float.o.valid & softmax), recip.i.payload.x.eq(value)]
+        pad = rms_lat - recip.latency
+        sm_valid = delay(m, recip.o.valid, pad, name="recip_valid", reset=True)
+        sm_value = delay(m, recip.o.payload.y, pad, name="recip_y")
+        sm_seq = delay(m, seq, recip.latency + pad, name="sm_seq")
+
+        r = Signal(32)
+        m.d.comb += r.eq(Mux(sm_valid, sm_value, rsqrt.o.payload.y))
+        frac = Mux(sm_valid, cfg.prob_frac, cfg.norm_frac)
+        conv = _ToRc(m, cfg, rsqrt.o.valid | sm_valid, r, frac,
+                     {"seq": Mux(sm_valid, sm_seq, rms_seq)})
+        m.d.comb += [self.rc.valid.eq(conv.valid), self.rc.payload.m.eq(conv.m),
+                     self.rc.payload.shift.eq(conv.shift),
+                     self.rc.payload.seq.eq(conv.tags["seq"])]
+        return m
+
+
+def score_write_layout(cfg: VeConfig) -> data.StructLayout:
+    """Payload of a score write-back: GBUS word ``word`` (scores ``4 word .. 4 word + 3``), its
+    INT8 ``data``, the ``keep`` mask of the scores that exist, and ``first``, the first word of a
+    Q.K^T (the running maximum restarts)."""
+    return data.StructLayout({"word": unsigned(index_bits(cfg.score_words)),
+                              "data": data.ArrayLayout(signed(CODE_BITS), GBUS_BYTES),
+                              "keep": GBUS_BYTES, "first": 1})
+
+
+def act_request_layout(cfg: VeConfig) -> data.StructLayout:
+    """Payload of an activation request: score buffer ``row``, ``count`` (1 to ``lanes``) of its
+    scores that are tokens (the rest give 0), and ``scale``, the fp32 ``log2(e)`` times one score
+    step (``golden.rdxe.log2_scale``)."""
+    return data.StructLayout({"row": unsigned(index_bits(cfg.score_rows)),
+                              "count": unsigned((cfg.lanes).bit_length()), "scale": 32})
+
+
+def chunk_layout(cfg: VeConfig) -> data.StructLayout:
+    return data.StructLayout({"data": data.ArrayLayout(signed(CODE_BITS), cfg.lanes)})
+
+
+class Activations(wiring.Component):
+    """Keep the INT8 scores of one head with their running maximum, and turn a row of them into
+    the softmax activations ``p = RNE(127 * exp2(fp32(s - max) * scale))``.
+
+    Parameters
+    ----------
+    cfg : VeConfig
+
+    Members
+    -------
+    scores : In(stream.Signature(score_write_layout(cfg), always_ready=True))
+        Score write-back, one GBUS word per transfer, stored with byte enables into the row of
+        ``lanes`` scores holding it; the running maximum of the kept scores restarts with a
+        ``first`` word. Usable by a request from the next cycle on.
+    req : In(stream.Signature(act_request_layout(cfg), always_ready=True))
+        A row to turn into activations.
+    p : Out(stream.Signature(chunk_layout(cfg), always_ready=True))
+        ``lanes`` INT8 activations in [0, 127] (the maximum's score gives 127; lanes at and past
+        ``count`` give 0), :attr:`latency` cycles after the request:
+        ``golden.rdxe.softmax_activations`` bit for bit.
+    max : Out(signed(8))
+        The running maximum.
+
+    Latency (defaults): the score read 1, then ``int_to_float 3 + fmul 5 + exp2 7 + requant 4``:
+    20 cycles; one row per cycle. ``s - max`` is an integer in [-255, 0], exact in bf16, so the
+    conversion is to bf16 and the multiply bf16 x fp32 -> fp32: the same single rounding as
+    ``golden.rdxe``'s fp32 x fp32 with a narrower multiplier.
+    """
+
+    def __init__(self, cfg: VeConfig):
+        self.cfg = _check(cfg)
+        super().__init__({
+            "scores": In(stream.Signature(score_write_layout(cfg), always_ready=True)),
+            "req": In(stream.Signature(act_request_layout(cfg), always_ready=True)),
+            "p": Out(stream.Signature(chunk_layout(cfg), always_ready=True)),
+            "max": Out(signed(CODE_BITS)),
+        })
+
+    def _units(self):
+        return (IntToFloat(CODE_BITS + 1, BF16), FloatMultiplier(BF16, FP32, FP32), Exp2(),
+                Requantizer(FP32.precision + 1, CODE_BITS, clamp="symmetric",
+                            mult_bits=CODE_BITS))
+
+    @property
+    def exp_latency(self) -> int:
+        """Cycles from the score read's data to the activation: ``int_to_float + fmul + exp2 +
+        requant`` (``E`` of golden.rdxe)."""
+        return sum(unit_latency(u) for u in self._units())
+
+    @property
+    def latency(self) -> int:
+        """Cycles from a request to its activations: the score read and :attr:`exp_latency`."""
+        return 1 + self.exp_latency
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        L = cfg.lanes
+        per_row = L // GBUS_BYTES
+
+        # ---- score buffer and running maximum ----------------------------------------------
+        m.submodules.buffer = buf = Memory(shape=data.ArrayLayout(signed(CODE_BITS), L),
+                                           depth=cfg.score_rows, init=[])
+        wr = buf.write_port(granularity=1)
+        w = self.scores.payload
+        offset = w.word[:(per_row - 1).bit_length()] if per_row > 1 else Const(0, 1)
+        m.d.comb += wr.addr.eq(w.word >> (per_row - 1).bit_length())
+        for k in range(L):
+            m.d.comb += wr.data[k].eq(w.data[k % GBUS_BYTES])
+        en = Signal(L)
+        m.d.comb += [en.eq(w.keep << (offset * GBUS_BYTES)),
+                     wr.en.eq(Mux(self.scores.valid, en, 0))]
+        word_max = Const(-128, signed(CODE_BITS))
+        for k in range(GBUS_BYTES):
+            value = Mux(w.keep[k], w.data[k], -128)
+            word_max = Mux(value > word_max, value, word_max)
+        running = Signal(signed(CODE_BITS), init=-128)
+        with m.If(self.scores.valid):
+            m.d.sync += running.eq(Mux(w.first | (word_max > running), word_max, running))
+        m.d.comb += self.max.eq(running)
+
+        # ---- activations: lanes copies of the exp path --------------------------------------
+        rd = buf.read_port()
+        req = self.req.payload
+        m.d.comb += [rd.addr.eq(req.row), rd.en.eq(self.req.valid)]
+        valid = delay(m, self.req.valid, 1, name="read_valid", reset=True)
+        count = delay(m, req.count, 1, name="count")
+        scale = delay(m, req.scale, 1, name="scale")
+        units = self._units()
+        for u in units:
+            u._MustUse__used = True
+        i2f_lat = units[0].latency
+        scale = delay(m, scale, i2f_lat, name="scale_f")
+        keep_lat = sum(u.latency for u in units)
+        for k in range(L):
+            to_float = IntToFloat(CODE_BITS + 1, BF16)
+            mul = FloatMultiplier(BF16, FP32, FP32)
+            exp = Exp2()
+            quant = Requantizer(FP32.precision + 1, CODE_BITS, clamp="symmetric",
+                                mult_bits=CODE_BITS)
+            m.submodules[f"to_float{k}"] = to_float
+            m.submodules[f"mul{k}"] = mul
+            m.submodules[f"exp{k}"] = exp
+            m.submodules[f"quant{k}"] = quant
+            diff = Signal(signed(CODE_BITS + 1), name=f"diff{k}")
+            m.d.comb += [diff.eq(rd.data[k] - running),
+                         to_float.i.valid.eq(valid), to_float.i.payload.x.eq(diff),
+                         mul.i.valid.eq(to_float.o.valid), mul.i.payload.a.eq(to_float.o.payload.y),
+                         mul.i.payload.b.eq(scale),
+                         exp.i.valid.eq(mul.o.valid), exp.i.payload.x.eq(mul.o.payload.y)]
+            # p = RNE(127 * e) = requantize(sig, 127, 23 - exp), the shift capped at 63.
+            sig, field, _ = _fp32_fields(m, exp.o.payload.y, f"exp{k}")
+            shift = Signal(SHIFT_BITS, name=f"pshift{k}")
+            m.d.comb += [shift.eq(Mux(field < FP32.bias + FP32.man_bits - _SHIFT_MAX, _SHIFT_MAX,
+                                      (FP32.bias + FP32.man_bits - field)[:SHIFT_BITS])),
+                         quant.i.valid.eq(exp.o.valid), quant.i.payload.x.eq(sig),
+                         quant.i.payload.m.eq(P_ONE), quant.i.payload.shift.eq(shift)]
+            live = delay(m, k < count, keep_lat, name=f"live{k}")
+            m.d.comb += self.p.payload.data[k].eq(Mux(live, quant.o.payload.y, 0))
+        m.d.comb += self.p.valid.eq(delay(m, valid, keep_lat, name="p_valid", reset=True))
+        return m
+
+
+def normalize_layout(cfg: VeConfig) -> data.StructLayout:
+    return data.StructLayout({"data": data.ArrayLayout(signed(CODE_BITS), cfg.lanes),
+                              "m": unsigned(cfg.rc_mant_bits), "shift": unsigned(SHIFT_BITS)})
+
+
+class Normalizer(wiring.Component):
+    """Scale a chunk of INT8 activations by an RC factor: ``requantize(x, m, shift)`` to INT8 in
+    the ``clamp`` range, per lane (the sequential mode's normalization: ``golden.rdxe``'s
+    ``x_n`` and ``probs``).
+
+    Members
+    -------
+    i : In(stream.Signature(normalize_layout(cfg), always_ready=True))
+    o : Out(stream.Signature(chunk_layout(cfg), always_ready=True))
+        ``latency`` (the Requantizer's, 4) cycles later.
+    """
+
+    def __init__(self, cfg: VeConfig):
+        self.cfg = _check(cfg)
+        super().__init__({
+            "i": In(stream.Signature(normalize_layout(cfg), always_ready=True)),
+            "o": Out(stream.Signature(chunk_layout(cfg), always_ready=True)),
+        })
+
+    def _unit(self):
+        return Requantizer(CODE_BITS, CODE_BITS, clamp=self.cfg.clamp,
+                           mult_bits=self.cfg.rc_mant_bits, mult_signed=False)
+
+    @property
+    def latency(self) -> int:
+        return unit_latency(self._unit())
+
+    def elaborate(self, platform):
+        m = Module()
+        for k in range(self.cfg.lanes):
+            m.submodules[f"lane{k}"] = unit = self._unit()
+            m.d.comb += [unit.i.valid.eq(self.i.valid),
+                         unit.i.payload.x.eq(self.i.payload.data[k]),
+                         unit.i.payload.m.eq(self.i.payload.m),
+                         unit.i.payload.shift.eq(self.i.payload.shift),
+                         self.o.payload.data[k].eq(unit.o.payload.y)]
+            if k == 0:
+                m.d.comb += self.o.valid.eq(unit.o.valid)
+        return m
