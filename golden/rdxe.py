@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hdl.arith.format import FP32
+from hdl.rdxe.spec import KVGeometry
 from hdl.validate import integer, one_of, power_of_two
 
 from .arith.float import fmac, fmul, from_float, int_to_float, to_float
@@ -63,7 +64,7 @@ __all__ = [
     "gemv_reference", "rmsnorm_gemv_reference", "softmax_pv_reference",
     "rmsnorm_error_bound", "softmax_error_bound", "mode_gap_bound",
     "gemv_cycles", "rmsnorm_gemv_cycles", "qk_cycles", "softmax_pv_cycles", "kv_read_cycles",
-    "kv_write_cycles",
+    "kv_write_cycles", "layout_cycles",
 ]
 
 #: KV-cache layouts: "iwur" (the design) and "baseline" (K column-wise, V row-wise).
@@ -111,6 +112,10 @@ class RdxeParams:
         Head dimension ``d``: a multiple of ``lanes`` from ``lanes`` to 1024 (64).
     group_size : int
         GQA group size ``G`` (query heads per KV head): 1 to 64 (1: MHA).
+    kv_groups : int
+        KV groups one DXT's caches hold: 1 to 64 (1). Group ``g`` has rows ``g * group_rows ..
+        (g + 1) * group_rows - 1`` of the K half and as many of the V half of every VAC's cache
+        (``group_rows = kv_rows / 2 // kv_groups``); query head ``h`` reads group ``h // G``.
     mult_bits : int
         Width of the PPU's signed multipliers: 2 to 32 (32).
     clamp : str
@@ -139,6 +144,7 @@ class RdxeParams:
     kv_cols: int = 16
     head_dim: int = 64
     group_size: int = 1
+    kv_groups: int = 1
     mult_bits: int = 32
     clamp: str = "symmetric"
     rc_bits: int = 25
@@ -156,17 +162,14 @@ class RdxeParams:
             raise ValueError(f"Head dimension must be a multiple of the lane count "
                              f"{self.lanes}, not {self.head_dim}")
         integer(self.group_size, "GQA group size", 1, 64)
+        integer(self.kv_groups, "KV group count", 1, 64)
         integer(self.mult_bits, "PPU multiplier width", 2, 32)
         if self.clamp not in _CLAMPS:
             raise ValueError(f"Clamp must be 'symmetric' or 'full', not {self.clamp!r}")
         integer(self.rc_bits, "RC factor width", 16, 30)
         integer(self.norm_frac, "RMSNorm fraction bits", 0, 7)
         integer(self.prob_frac, "Probability fraction bits", 0, 7)
-        need = 2 * max(self.key_rows, self.value_rows)
-        if self.kv_rows < need:
-            raise ValueError(f"KV-cache row count must be at least {need} to hold one token "
-                             f"({self.key_rows} key rows and {self.value_rows} value rows per "
-                             f"half), not {self.kv_rows}")
+        self.kv.check()
 
     @property
     def rc_mant_bits(self) -> int:
@@ -174,20 +177,19 @@ class RdxeParams:
         return self.rc_bits - 6
 
     @property
-    def key_rows(self) -> int:
-        """KV-cache rows per key (iWuR): ``head_dim / lanes``."""
-        return self.head_dim // self.lanes
+    def kv(self) -> KVGeometry:
+        """The iWuR cache's shape (shared with hdl.rdxe.DxtConfig)."""
+        return KVGeometry(self.lanes, self.vacs, self.head_dim, self.kv_rows, self.kv_groups)
 
-    @property
-    def value_rows(self) -> int:
-        """V channels per VAC, ``ceil(head_dim / vacs)``: iWuR V rows per block of ``lanes``
-        tokens."""
-        return -(-self.head_dim // self.vacs)
-
-    @property
-    def half_rows(self) -> int:
-        """Rows of each KV-cache region (K first, then V): ``kv_rows / 2``."""
-        return self.kv_rows // 2
+    key_rows = property(lambda self: self.kv.key_rows,
+                        doc="KV-cache rows per key (iWuR): ``head_dim / lanes``.")
+    value_rows = property(lambda self: self.kv.value_rows,
+                          doc="V channels per VAC, ``ceil(head_dim / vacs)``: iWuR V rows per "
+                              "block of ``lanes`` tokens.")
+    half_rows = property(lambda self: self.kv.half_rows,
+                         doc="Rows of each KV-cache region (K first, then V): ``kv_rows / 2``.")
+    group_rows = property(lambda self: self.kv.group_rows,
+                          doc="Rows of each KV group in each half: ``kv_rows / 2 // kv_groups``.")
 
     @property
     def out_limits(self) -> tuple[int, int]:
@@ -725,10 +727,12 @@ def kv_groups(heads: int, group_size: int) -> np.ndarray:
     return np.arange(heads, dtype=np.int64) // group_size
 
 
-def kv_address(kind: str, token, channel, params: RdxeParams, layout: str = "iwur"
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def kv_address(kind: str, token, channel, params: RdxeParams, layout: str = "iwur",
+               group: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return ``(vac, row, col)`` of byte ``channel`` of token ``token``'s key (``kind="k"``) or
-    value (``"v"``); arrays broadcast. Rows count from 0 for K and from ``kv_rows / 2`` for V.
+    value (``"v"``) in KV group ``group``; arrays broadcast. Rows count from ``group *
+    group_rows`` for K and from ``kv_rows / 2 + group * group_rows`` for V (below: ``group``
+    0).
 
     iWuR: key of token ``t`` in VAC ``t mod N``, slot ``j = t // N``, row ``j * (d / lanes) +
     i // lanes``, column ``i mod lanes`` (one key per ``d / lanes`` rows); value channel ``e`` in
@@ -742,14 +746,16 @@ def kv_address(kind: str, token, channel, params: RdxeParams, layout: str = "iwu
     layout = _layout(layout)
     if kind not in ("k", "v"):
         raise ValueError(f"KV kind must be 'k' or 'v', not {kind!r}")
+    group = _int(group, "KV group", 0, params.kv_groups - 1)
     t, ch = np.broadcast_arrays(np.asarray(token, np.int64), np.asarray(channel, np.int64))
     N, L, d, c = params.vacs, params.lanes, params.head_dim, params.value_rows
+    offset = group * params.group_rows
     if kind == "k":
         vac, slot = t % N, t // N
         if layout == "iwur":
-            return vac, slot * params.key_rows + ch // L, ch % L
-        return vac, (slot // L) * d + ch, slot % L
-    vac, u, base = ch % N, ch // N, params.half_rows
+            return vac, offset + slot * params.key_rows + ch // L, ch % L
+        return vac, offset + (slot // L) * d + ch, slot % L
+    vac, u, base = ch % N, ch // N, params.half_rows + offset
     if layout == "iwur":
         return vac, base + (t // L) * c + u, t % L
     per_token = -(-c // L)
@@ -760,15 +766,16 @@ def kv_capacity(params: RdxeParams, layout: str = "iwur") -> int:
     """Return the tokens one KV group's caches hold: the first token whose key or value would
     fall past its half of a cache.
 
-    iWuR: ``min(N * (kv_rows/2 // (d/lanes)), lanes * (kv_rows/2 // ceil(d/N)))``. Baseline:
-    ``min(N * lanes * (kv_rows/2 // d), kv_rows/2 // ceil(ceil(d/N) / lanes))``.
+    iWuR: ``min(N * (group_rows // (d/lanes)), lanes * (group_rows // ceil(d/N)))``. Baseline:
+    ``min(N * lanes * (group_rows // d), group_rows // ceil(ceil(d/N) / lanes))``
+    (``group_rows = kv_rows / 2`` with one KV group).
     """
     params = _params(params)
     layout = _layout(layout)
     N, L, d, c, half = params.vacs, params.lanes, params.head_dim, params.value_rows, \
-        params.half_rows
+        params.group_rows
     if layout == "iwur":
-        return min(N * (half // params.key_rows), L * (half // c))
+        return params.kv.capacity
     return min(N * L * (half // d), half // -(-c // L))
 
 
@@ -795,11 +802,12 @@ class KVImage:
     responses: np.ndarray
     tokens: int
     layout: str
+    group: int = 0
 
 
-def kv_image(K, V, params: RdxeParams, layout: str = "iwur") -> KVImage:
-    """Write tokens ``0, 1, ...`` (rows of ``K`` and ``V``, ``(T, d)`` INT8) in order into one KV
-    group's caches and return the storage image.
+def kv_image(K, V, params: RdxeParams, layout: str = "iwur", group: int = 0) -> KVImage:
+    """Write tokens ``0, 1, ...`` (rows of ``K`` and ``V``, ``(T, d)`` INT8) in order into KV
+    group ``group`` of the caches and return the storage image (the other groups' rows 0).
 
     iWuR write protocol (the image does not depend on its timing): the key bytes of token ``t``
     are broadcast over the GBUS, ``GBUS_BYTES`` channels per transfer (channel ``i`` driven by its
@@ -823,10 +831,10 @@ def kv_image(K, V, params: RdxeParams, layout: str = "iwur") -> KVImage:
     written = np.zeros(data.shape, bool)
     t, ch = np.meshgrid(np.arange(stored), np.arange(d), indexing="ij")
     for kind, src in (("k", K), ("v", V)):
-        vac, row, col = kv_address(kind, t, ch, params, layout)
+        vac, row, col = kv_address(kind, t, ch, params, layout, group)
         data[vac, row, col] = src[:stored]
         written[vac, row, col] = True
-    return KVImage(data, written, np.arange(writes) < stored, stored, layout)
+    return KVImage(data, written, np.arange(writes) < stored, stored, layout, group)
 
 
 def kv_read(image: KVImage, params: RdxeParams) -> tuple[np.ndarray, np.ndarray]:
@@ -836,7 +844,7 @@ def kv_read(image: KVImage, params: RdxeParams) -> tuple[np.ndarray, np.ndarray]
     t, ch = np.meshgrid(np.arange(image.tokens), np.arange(params.head_dim), indexing="ij")
     out = []
     for kind in ("k", "v"):
-        vac, row, col = kv_address(kind, t, ch, params, image.layout)
+        vac, row, col = kv_address(kind, t, ch, params, image.layout, image.group)
         out.append(image.data[vac, row, col].astype(np.int64))
     return out[0], out[1]
 
@@ -942,7 +950,12 @@ def attention_cached(q, images, *, score_m, score_shift, scale, m, shift, params
     R = params.key_rows
     slots = -(-T // N)
     blocks = -(-T // L)
-    data = np.stack([i.data for i in images]).astype(np.int64)[group]       # (H, N, rows, L)
+    # Each image's group rows, moved to the start of each half: (H, N, rows, L).
+    gr = params.group_rows
+    data = np.stack([np.concatenate([i.data[:, i.group * gr:(i.group + 1) * gr],
+                                     i.data[:, half + i.group * gr:half + (i.group + 1) * gr]],
+                                    axis=1) for i in images]).astype(np.int64)[group]
+    half = gr
     # Q.K^T: per VAC, slot j's R rows are one key; token t = j * N + v.
     keys = data[:, :, :slots * R].reshape(len(group), N, slots, d)
     acc_vac = np.einsum("hvjd,hd->hvj", keys, q)                            # (H, N, slots)
@@ -1111,11 +1124,15 @@ def mode_gap_bound(W, a, rc: RCFactor, m, shift, params: RdxeParams) -> np.ndarr
 @dataclass(frozen=True)
 class Latency:
     """Latencies in cycles of the shared units the DXT is built from (their default pipeline
-    depths in hdl/arith) and of the DXT's own registers.
+    depths in hdl/arith) and of the DXT's own registers and queues.
 
     ``dot(lanes) = 1 + log2(lanes)`` is the ``IntDot`` latency (products, then one register per
     tree level); ``accumulate`` the INT32 accumulator register; ``broadcast`` the RC factor's
-    register on its way to every RCU.
+    register on its way to every RCU (the head of each VAC's factor queue). The DXT's own:
+    ``score_read`` (the VE's score buffer), ``queue`` (a buffered FIFO: the chunk queue in front
+    of HLINK, and each VAC's result queue in front of the GBUS), ``row`` (a VAC's operand path,
+    ``hdl.rdxe.Vac.row_latency = 1 + operand_stages``), ``wait`` (the sequencer seeing the
+    sequential mode's factor) and ``response`` (the response queue).
     """
 
     requant: int = 4
@@ -1127,9 +1144,40 @@ class Latency:
     reciprocal: int = 12
     accumulate: int = 1
     broadcast: int = 1
+    score_read: int = 1
+    queue: int = 2
+    row: int = 5
+    wait: int = 1
+    response: int = 2
 
     def dot(self, lanes: int) -> int:
         return 1 + (lanes.bit_length() - 1)
+
+    @property
+    def activation(self) -> int:
+        """``E``: the VE's exp path from a score to its activation, ``int_to_float + fmul +
+        exp2 + requant``."""
+        return self.int_to_float + self.fmul + self.exp2 + self.requant
+
+    @property
+    def request(self) -> int:
+        """A request's issue to its chunk in the chunk queue: ``score_read + E`` (every request
+        takes the activation path's time, so chunks stay in order)."""
+        return self.score_read + self.activation
+
+    @property
+    def lead(self) -> int:
+        """An operation's first request issued to its cycle 0 (its first chunk meeting its row at
+        VAC 0's lane tree): ``request + queue + row``."""
+        return self.request + self.queue + self.row
+
+    @property
+    def factor(self) -> int:
+        """A sum's final accumulator to its RC factor in the VE's converter: ``int_to_float +
+        max(fmul + fadd + rsqrt, reciprocal) + requant`` (the reciprocal waits for the RMSNorm
+        path, so factors leave in order)."""
+        return (self.int_to_float + max(self.fmul + self.fadd + self.rsqrt, self.reciprocal)
+                + self.requant)
 
 
 @dataclass(frozen=True)
@@ -1139,7 +1187,9 @@ class Cycles:
     Attributes
     ----------
     total : int
-        Cycles from the first input chunk (cycle 0) to the last result (inclusive).
+        Cycles from cycle 0 (the first chunk meeting its row at VAC 0's lane tree) to the last
+        result leaving a PPU (inclusive); for Q.K^T, to its last GBUS word (the write-back is
+        part of it).
     macs : int
         Useful multiply-accumulates.
     utilization : float
@@ -1147,7 +1197,12 @@ class Cycles:
     rc_ready : int or None
         Cycle at which the RC factor reaches the RCUs (VRC operations).
     hold : int
-        Finished accumulators a VAC holds while waiting for the RC factor (fused mode).
+        Finished accumulators VAC 0 holds while waiting for the RC factor (fused mode).
+    done : int
+        Cycles from cycle 0 to the operation's last GBUS word (inclusive): the results leave
+        the VACs four per cycle in output order. The DXT's response follows ``response`` cycles
+        later, and the operation's first request went out ``Latency.lead`` cycles before cycle
+        0.
     """
 
     total: int
@@ -1155,6 +1210,7 @@ class Cycles:
     utilization: float
     rc_ready: int | None = None
     hold: int = 0
+    done: int = 0
 
 
 def _pos(value, what: str) -> int:
@@ -1162,10 +1218,23 @@ def _pos(value, what: str) -> int:
 
 
 def _acc_ready(outputs: int, inputs: int, params: RdxeParams, lat: Latency) -> np.ndarray:
-    """Cycle at which each output's accumulator holds its final value (first chunk at cycle 0)."""
+    """Cycle at which each output's accumulator holds its final value (first chunk at cycle 0),
+    for every output of every pass: the last pass's padding outputs (past ``outputs``) are
+    computed too, by the VACs that have no real output left."""
     N, C = params.vacs, -(-inputs // params.lanes)
-    o = np.arange(outputs, dtype=np.int64)
+    o = np.arange(-(-outputs // N) * N, dtype=np.int64)
     return (o // N) * C + (C - 1) + (o % N) + lat.dot(params.lanes) + lat.accumulate
+
+
+def _gbus(results: np.ndarray, lat: Latency) -> int:
+    """``done`` of results leaving the PPUs at ``results`` (every output of every pass, in output
+    order): a result is on its VAC's ``o`` ``queue`` cycles later; GBUS word ``w`` (outputs ``4w
+    .. 4w + 3``) moves at ``g_w = max(its results there, g_(w-1) + 1)``; ``done = g_last + 1``."""
+    words = -(-len(results) // GBUS_BYTES)
+    padded = np.full(words * GBUS_BYTES, -1, np.int64)
+    padded[:len(results)] = results + lat.queue
+    ready = padded.reshape(words, GBUS_BYTES).max(axis=1)
+    return int((ready + np.arange(words)[::-1]).max()) + 1   # g_last = max_w (R_w + W - 1 - w)
 
 
 def _cycles(total: int, outputs: int, inputs: int, params: RdxeParams, **extra) -> Cycles:
@@ -1177,42 +1246,65 @@ def gemv_cycles(outputs: int, inputs: int, params: RdxeParams, lat: Latency = La
                 ) -> Cycles:
     """Cycles of a plain GEMV of ``outputs`` x ``inputs`` on one DXT.
 
-    Model: ``C = ceil(inputs / lanes)`` chunks per output; the activation-reuse buffer streams the
+    Model: ``C = ceil(inputs / lanes)`` chunks per output; the token buffer streams the
     ``ceil(outputs / N)`` passes back to back, one lanes-wide chunk per cycle over HLINK; VAC
     ``v`` sees chunk ``j`` of pass ``p`` at cycle ``p*C + j + v`` (one cycle per HLINK hop) with
-    its WMEM row; output ``o`` (VAC ``o mod N``, pass ``o // N``) has its accumulator at
-    ``a_o = (o//N)*C + C - 1 + o mod N + dot + accumulate`` and its INT8 result ``requant``
-    cycles later. ``total = max_o a_o + requant + 1``.
+    its WMEM row; output ``o`` (VAC ``o mod N``, pass ``o // N``; the last pass's padding
+    outputs included) has its accumulator at ``a_o = (o//N)*C + C - 1 + o mod N + dot +
+    accumulate`` and its INT8 result ``requant`` cycles later. ``total = max_o a_o + requant +
+    1``; ``done`` adds the GBUS (:func:`_gbus`).
     """
     params = _params(params)
-    ready = _acc_ready(_pos(outputs, "Output count"), _pos(inputs, "Input length"), params, lat)
-    return _cycles(ready.max() + lat.requant + 1, outputs, inputs, params)
+    outputs, inputs = _pos(outputs, "Output count"), _pos(inputs, "Input length")
+    results = _acc_ready(outputs, inputs, params, lat) + lat.requant
+    return _cycles(results.max() + 1, outputs, inputs, params, done=_gbus(results, lat))
 
 
-def _fused(outputs: int, inputs: int, params: RdxeParams, lat: Latency, start: int,
-           rc_ready: int) -> Cycles:
-    ready = start + _acc_ready(outputs, inputs, params, lat)
-    first_vac = ready[::params.vacs]
-    hold = int(np.count_nonzero(first_vac < rc_ready))
+def _rc_ready(inputs: int, params: RdxeParams, lat: Latency) -> int:
+    """The RC factor at the RCUs: the VE's sum taps chunk ``j`` at cycle ``j`` (where VAC 0's
+    lane tree meets it), then ``dot + accumulate``, :attr:`Latency.factor` and the broadcast
+    register."""
+    C = -(-inputs // params.lanes)
+    return C - 1 + lat.dot(params.lanes) + lat.accumulate + lat.factor + lat.broadcast
+
+
+def _fused(outputs: int, inputs: int, params: RdxeParams, lat: Latency, rc_ready: int
+           ) -> Cycles:
+    ready = _acc_ready(outputs, inputs, params, lat)
+    N = params.vacs
+    hold = int(np.count_nonzero(ready[::N] < rc_ready))
     # Each VAC's RCU takes one accumulator per cycle, in output order and not before the factor:
     # s_k = max(a_k, rc_ready, s_(k-1) + 1) over the VAC's outputs o = v, v + N, ...
-    last = 0
-    for v in range(min(params.vacs, outputs)):
+    entry = np.zeros_like(ready)
+    for v in range(N):
         s = -1
-        for a in ready[v::params.vacs]:
-            s = max(int(a), rc_ready, s + 1)
-        last = max(last, s)
-    total = last + 2 * lat.requant + 1
-    return _cycles(total, outputs, inputs, params, rc_ready=rc_ready, hold=hold)
+        for index in range(v, len(ready), N):
+            s = max(int(ready[index]), rc_ready, s + 1)
+            entry[index] = s
+    results = entry + 2 * lat.requant
+    return _cycles(results.max() + 1, outputs, inputs, params, rc_ready=rc_ready, hold=hold,
+                   done=_gbus(results, lat))
+
+
+def _sequential(plain: Cycles, inputs: int, params: RdxeParams, lat: Latency, rc_ready: int
+                ) -> Cycles:
+    """The sequential mode: the sum's pass (not on HLINK) gives the factor at ``rc_ready``; the
+    sequencer sees it ``wait`` cycles later and normalizes the ``C`` chunks in the token buffer
+    (one read per cycle), then issues the plain GEMV, whose cycle 0 comes ``lead`` cycles after
+    its first request."""
+    C = -(-inputs // params.lanes)
+    start = rc_ready + lat.wait + C + lat.lead
+    return _cycles(start + plain.total, plain.macs // inputs, inputs, params, rc_ready=rc_ready,
+                   done=start + plain.done)
 
 
 def rmsnorm_gemv_cycles(outputs: int, inputs: int, params: RdxeParams, *, mode: str = "fused",
                         lat: Latency = Latency()) -> Cycles:
     """Cycles of an RMSNorm-GEMV, fused or sequential.
 
-    The VE taps the input stream (chunk ``j`` at cycle ``j``): ``IntDot(x, x)`` and its
-    accumulator, ``int_to_float``, ``fmac`` (``fmul + fadd``), ``rsqrt``, the RC conversion (a
-    requantizer) and the broadcast register::
+    The VE's sum ``IntDot(x, x)`` takes chunk ``j`` at cycle ``j``, where VAC 0's lane tree meets
+    it; then its accumulator, ``int_to_float``, ``fmac`` (``fmul + fadd``), ``rsqrt``, the RC
+    conversion (a requantizer) and the broadcast register::
 
         rc_ready = C - 1 + dot + accumulate + int_to_float + fmul + fadd + rsqrt + requant
                    + broadcast
@@ -1221,21 +1313,17 @@ def rmsnorm_gemv_cycles(outputs: int, inputs: int, params: RdxeParams, *, mode: 
     then RCU and PPU. Each VAC's RCU takes one accumulator per cycle in output order, so VAC
     ``v``'s outputs enter it at ``s_k = max(a_k, rc_ready, s_(k-1) + 1)`` and ``total = max_v
     s_last + 2 * requant + 1`` (``max(max_o a_o, rc_ready) + 2 * requant + 1`` when no VAC holds
-    more than one finished accumulator at ``rc_ready``). Sequential: after
-    ``rc_ready`` the VE's ``lanes`` requantizers normalize the ``C`` chunks into the
-    activation-reuse buffer (``C + requant`` cycles), then the plain GEMV runs: ``total =
-    rc_ready + C + requant + gemv_cycles(...).total``.
+    more than one finished accumulator at ``rc_ready``). Sequential: ``x`` fills the token
+    buffer while the VE sums it (cycle 0 is its first chunk at the sum), and ``total = rc_ready
+    + wait + C + lead + gemv_cycles(...).total`` (:func:`_sequential`).
     """
     params = _params(params)
     mode = _mode(mode)
     outputs, inputs = _pos(outputs, "Output count"), _pos(inputs, "Input length")
-    C = -(-inputs // params.lanes)
-    rc_ready = (C - 1 + lat.dot(params.lanes) + lat.accumulate + lat.int_to_float + lat.fmul +
-                lat.fadd + lat.rsqrt + lat.requant + lat.broadcast)
+    rc_ready = _rc_ready(inputs, params, lat)
     if mode == "fused":
-        return _fused(outputs, inputs, params, lat, 0, rc_ready)
-    total = rc_ready + C + lat.requant + gemv_cycles(outputs, inputs, params, lat).total
-    return _cycles(total, outputs, inputs, params, rc_ready=rc_ready)
+        return _fused(outputs, inputs, params, lat, rc_ready)
+    return _sequential(gemv_cycles(outputs, inputs, params, lat), inputs, params, lat, rc_ready)
 
 
 def softmax_pv_cycles(tokens: int, params: RdxeParams, *, mode: str = "fused",
@@ -1243,31 +1331,26 @@ def softmax_pv_cycles(tokens: int, params: RdxeParams, *, mode: str = "fused",
     """Cycles of one head's softmax-P.V (``head_dim`` outputs, ``tokens`` inputs).
 
     The INT8 scores and their maximum are in the VE (:func:`qk_cycles`). The VE reads ``lanes``
-    scores per cycle and produces ``lanes`` activations per cycle through ``lanes`` copies of
-    ``int_to_float``, ``fmul``, ``exp2`` and a requantizer: ``E = int_to_float + fmul + exp2 +
-    requant`` cycles after the read. ``sum p`` goes through ``IntDot`` and an accumulator, then
-    ``int_to_float``, ``reciprocal``, the RC conversion and the broadcast::
+    scores per cycle and makes ``lanes`` activations per cycle through ``lanes`` copies of
+    ``int_to_float``, ``fmul``, ``exp2`` and a requantizer (``E = Latency.activation``); like
+    every request, an activation reaches VAC 0's lane tree ``lead`` cycles after its request, at
+    cycle ``j`` for chunk ``j``, where the VE's ``sum p`` (the RMSNorm sum's IntDot, with ones)
+    takes it. The factor ``reciprocal(P)`` leaves the converter with the RMSNorm path's latency,
+    so ``rc_ready`` is RMSNorm's formula with ``C = ceil(tokens / lanes)``.
 
-        rc_ready = E + C - 1 + dot + accumulate + int_to_float + reciprocal + requant + broadcast
-
-    Fused: the activations enter HLINK as they are made (and fill the activation-reuse buffer for
-    the later passes): the P.V GEMV starts at cycle ``E``; ``total = max(E + max_o a_o, rc_ready)
-    + 2 * requant + 1``. Sequential: the activations only fill the buffer; after ``rc_ready`` the
-    VE normalizes them (``C + requant`` cycles), then the plain GEMV: ``total = rc_ready + C +
-    requant + gemv_cycles(head_dim, tokens).total``.
+    Fused: the activations are the P.V GEMV's first pass (and fill the token buffer for the
+    later ones): :func:`gemv_cycles` with the RCU schedule of :func:`rmsnorm_gemv_cycles`.
+    Sequential: the activations fill the token buffer while the VE sums them; ``total =
+    rc_ready + wait + C + lead + gemv_cycles(head_dim, tokens).total``.
     """
     params = _params(params)
     mode = _mode(mode)
     tokens = _int(tokens, "Token count", 1, MAX_TOKENS)
-    C = -(-tokens // params.lanes)
-    E = lat.int_to_float + lat.fmul + lat.exp2 + lat.requant
-    rc_ready = (E + C - 1 + lat.dot(params.lanes) + lat.accumulate + lat.int_to_float +
-                lat.reciprocal + lat.requant + lat.broadcast)
+    rc_ready = _rc_ready(tokens, params, lat)
     d = params.head_dim
     if mode == "fused":
-        return _fused(d, tokens, params, lat, E, rc_ready)
-    total = rc_ready + C + lat.requant + gemv_cycles(d, tokens, params, lat).total
-    return _cycles(total, d, tokens, params, rc_ready=rc_ready)
+        return _fused(d, tokens, params, lat, rc_ready)
+    return _sequential(gemv_cycles(d, tokens, params, lat), tokens, params, lat, rc_ready)
 
 
 def qk_cycles(tokens: int, params: RdxeParams, lat: Latency = Latency()) -> Cycles:
@@ -1275,20 +1358,17 @@ def qk_cycles(tokens: int, params: RdxeParams, lat: Latency = Latency()) -> Cycl
 
     A GEMV with ``tokens`` outputs and ``head_dim`` inputs: token ``t`` on VAC ``t mod N`` (its
     owner), one key row per cycle, the query re-streamed every pass; the score leaves the PPU at
-    ``r_t = a_t + requant``. The GBUS moves ``GBUS_BYTES`` scores per transfer in token order,
-    one transfer per cycle: transfer ``w`` happens at ``g_w = max(max r_t over its scores,
-    g_(w-1) + 1)``, and the VE updates the running maximum as it stores them. ``total = g_last +
-    1``.
+    ``r_t = a_t + requant`` and is on the VAC's ``o`` ``queue`` cycles later. The GBUS moves
+    ``GBUS_BYTES`` scores per transfer in token order, one transfer per cycle: transfer ``w``
+    happens at ``g_w = max(max r_t + queue over its scores, g_(w-1) + 1)`` (the last pass's
+    padding tokens included), and the VE stores the scores and updates the running maximum as
+    they come. ``total = done = g_last + 1``.
     """
     params = _params(params)
     tokens = _int(tokens, "Token count", 1, MAX_TOKENS)
-    r = _acc_ready(tokens, params.head_dim, params, lat) + lat.requant
-    words = -(-tokens // GBUS_BYTES)
-    padded = np.full(words * GBUS_BYTES, -1, np.int64)
-    padded[:tokens] = r
-    ready = padded.reshape(words, GBUS_BYTES).max(axis=1)
-    last = int((ready + np.arange(words)[::-1]).max())      # g_last = max_w (R_w + W - 1 - w)
-    return _cycles(last + 1, tokens, params.head_dim, params)
+    results = _acc_ready(tokens, params.head_dim, params, lat) + lat.requant
+    done = _gbus(results, lat)
+    return _cycles(done, tokens, params.head_dim, params, done=done)
 
 
 @dataclass(frozen=True)
@@ -1315,20 +1395,25 @@ def kv_read_cycles(tokens: int, op: str, params: RdxeParams, layout: str = "iwur
                    ) -> ReadCycles:
     """KV-cache row reads of one head's ``op`` (``"qk"`` or ``"pv"``) over ``tokens`` tokens.
 
-    Model: the VAC's MAC takes one lanes-wide chunk of one output's operand per cycle (a chunk
-    of a key for Q.K^T; ``lanes`` tokens of one value channel for P.V); a row read feeds the chunk
-    of that cycle only (no transpose buffer). ``T_v = ceil((tokens - v) / N)`` tokens and ``c_v``
-    value channels belong to VAC ``v``. Reads per VAC:
+    Model: each VAC reads every cache row holding operands of its outputs once, and uses all of
+    them. For iWuR a row is one operand chunk as the MAC takes it (a chunk of a key for Q.K^T;
+    ``lanes`` tokens of one value channel for P.V). The baseline (K column-wise, V row-wise) is
+    given an operand staging buffer in every VAC so that it too uses each row it reads in full:
+    a ``d x lanes`` transpose buffer turns ``d`` K rows (one channel of ``lanes`` slots each)
+    into ``lanes`` keys, and a V row (one token's channels of that VAC) feeds one byte to each of
+    its ``c_v`` channels' chunks. ``T_v = ceil((tokens - v) / N)`` tokens and ``c_v`` value
+    channels belong to VAC ``v``. Reads per VAC:
 
-    ========  =====================  ===================
-    op        iWuR                   baseline
-    ========  =====================  ===================
-    qk        ``T_v * d / lanes``    ``T_v * d``
-    pv        ``c_v * ceil(T/lanes)``  ``c_v * T``
-    ========  =====================  ===================
+    ========  =========================  ==================================
+    op        iWuR                       baseline
+    ========  =========================  ==================================
+    qk        ``T_v * d / lanes``        ``ceil(T_v / lanes) * d``
+    pv        ``c_v * ceil(T / lanes)``  ``T * ceil(c_v / lanes)``
+    ========  =========================  ==================================
 
-    (a baseline chunk touches one row per byte). Useful bytes: ``T_v * d`` (qk) and ``c_v * T``
-    (pv) in both layouts.
+    Useful bytes: ``T_v * d`` (qk) and ``c_v * T`` (pv) in both layouts. So Q.K^T reads the same
+    (the baseline pays a transpose buffer), and P.V reads ``lanes / c`` times more rows in the
+    baseline (a V row holds ``c`` of its ``lanes`` bytes; 4 at the defaults).
     """
     params = _params(params)
     layout = _layout(layout)
@@ -1340,13 +1425,40 @@ def kv_read_cycles(tokens: int, op: str, params: RdxeParams, layout: str = "iwur
     if op == "qk":
         per_vac = np.maximum(0, -(-(tokens - v) // N))
         useful = per_vac * d
-        reads = per_vac * (params.key_rows if layout == "iwur" else d)
+        reads = per_vac * params.key_rows if layout == "iwur" else -(-per_vac // L) * d
     else:
         per_vac = np.array([len(range(i, d, N)) for i in range(N)], np.int64)
         useful = per_vac * tokens
-        reads = per_vac * (-(-tokens // L) if layout == "iwur" else tokens)
+        reads = per_vac * -(-tokens // L) if layout == "iwur" else tokens * -(-per_vac // L)
     cycles = int(reads.max())
     return ReadCycles(reads, cycles, float(useful.sum()) / (N * L * cycles))
+
+
+def layout_cycles(tokens: int, op: str, params: RdxeParams, layout: str = "iwur", *,
+                  mode: str = "fused", lat: Latency = Latency()) -> int:
+    """Cycles of one head's Q.K^T (``op="qk"``) or softmax-P.V (``"pv"``, ``mode``) with the KV
+    cache in ``layout``.
+
+    iWuR: :func:`qk_cycles` / :func:`softmax_pv_cycles` (the DXT built). Baseline (modelled, not
+    built): the same plus the extra read-port cycles of :func:`kv_read_cycles` (a VAC's chunk
+    stream waits for its reads), and for Q.K^T the ``d`` reads that fill the transpose buffer
+    before the first key can go (iWuR reads ``d / lanes`` rows before it).
+    """
+    params = _params(params)
+    layout = _layout(layout)
+    if op == "qk":
+        iwur = qk_cycles(tokens, params, lat).total
+    elif op == "pv":
+        iwur = softmax_pv_cycles(tokens, params, mode=mode, lat=lat).total
+    else:
+        raise ValueError(f"Operation must be 'qk' or 'pv', not {op!r}")
+    if layout == "iwur":
+        return iwur
+    extra = (kv_read_cycles(tokens, op, params, "baseline").cycles -
+             kv_read_cycles(tokens, op, params).cycles)
+    if op == "qk":
+        extra += params.head_dim - params.key_rows
+    return iwur + max(0, extra)
 
 
 def kv_write_cycles(params: RdxeParams, layout: str = "iwur") -> dict[str, int]:

@@ -42,8 +42,11 @@ def _get(ctx, view, fields):
 
 def run_streams(component, inputs: Mapping[str, Sequence], outputs: Mapping[str, Sequence[str]],
                 *, done, idle: float = 0.3, stall: float = 0.3, seed: int = 0,
-                max_cycles: int = 200_000):
+                max_cycles: int = 200_000, finish=None):
     """Run ``component`` until ``done(received)`` is true; return ``(received, cycles)``.
+
+    ``finish``, if given, is awaited with the simulator context once ``done`` holds (to read
+    memories or state at the end of the run).
 
     ``inputs`` maps a stream name to its payloads; ``outputs`` maps a stream name to the payload
     fields to record. ``received`` maps each output stream to a list of dicts. The run fails
@@ -89,6 +92,8 @@ def run_streams(component, inputs: Mapping[str, Sequence], outputs: Mapping[str,
             for name, value in delivered.items():
                 received[name].append(value)
         state["cycles"] = cycle
+        if finish is not None:
+            await finish(ctx)
 
     sim = Simulator(component)
     sim.add_clock(1e-8)

@@ -429,23 +429,28 @@ def test_iwur_rows_are_operand_chunks():
 
 
 def count_reads(tokens, op, params, layout):
-    """Independent read count: for each VAC, each output's chunks in MAC order, the distinct
-    rows holding each chunk's bytes (a read feeds one chunk)."""
+    """Independent read count: for each VAC, the distinct rows holding the operands of its
+    outputs (each read once; for iWuR also once per chunk: a row is one chunk)."""
     N, L, d = params.vacs, params.lanes, params.head_dim
-    reads = np.zeros(N, int)
+    rows = [set() for _ in range(N)]
+    chunks = [0] * N
     if op == "qk":                                      # output t: key t, chunks of channels
         for t in range(tokens):
             for j in range(0, d, L):
                 ch = np.arange(j, j + L)
                 vac, row, _ = R.kv_address("k", t, ch, params, layout)
-                reads[t % N] += len(set(row.tolist()))
+                rows[t % N] |= set(row.tolist())
+                chunks[t % N] += len(set(row.tolist()))
     else:                                               # output e: channel e, chunks of tokens
         for e in range(d):
             for j in range(0, tokens, L):
                 t = np.arange(j, min(j + L, tokens))
                 vac, row, _ = R.kv_address("v", t, e, params, layout)
-                reads[e % N] += len(set(row.tolist()))
-    return reads
+                rows[e % N] |= set(row.tolist())
+                chunks[e % N] += len(set(row.tolist()))
+    if layout == "iwur":
+        assert chunks == [len(r) for r in rows]
+    return np.array([len(r) for r in rows])
 
 
 @pytest.mark.parametrize("tokens", [1, 15, 16, 17, 100])
@@ -466,10 +471,14 @@ def test_read_cycles_by_hand():
     qk = R.kv_read_cycles(1024, "qk", DEFAULT)
     pv = R.kv_read_cycles(1024, "pv", DEFAULT)
     assert (qk.cycles, qk.utilization, pv.cycles, pv.utilization) == (256, 1.0, 256, 1.0)
-    # Baseline: one row per byte: 64 x 64 and 4 x 1024, 1/16 of each port.
+    # Baseline with staging buffers: Q.K^T 4 blocks of 16 slots x 64 channel rows, the same 256;
+    # P.V one row per token, 4 of its 16 bytes used: 1024 reads, a quarter of each port.
     qk = R.kv_read_cycles(1024, "qk", DEFAULT, "baseline")
     pv = R.kv_read_cycles(1024, "pv", DEFAULT, "baseline")
-    assert (qk.cycles, qk.utilization, pv.cycles, pv.utilization) == (4096, 1 / 16, 4096, 1 / 16)
+    assert (qk.cycles, qk.utilization, pv.cycles, pv.utilization) == (256, 1.0, 1024, 0.25)
+    assert R.layout_cycles(1024, "pv", DEFAULT, "baseline") == \
+        R.softmax_pv_cycles(1024, DEFAULT).total + 1024 - 256
+    assert R.layout_cycles(1024, "qk", DEFAULT, "baseline") == R.qk_cycles(1024, DEFAULT).total + 60
     # 17 tokens: P.V reads 2 blocks, the second holding 1 token: 17 / 32 of the bytes read.
     assert R.kv_read_cycles(17, "pv", DEFAULT).utilization == pytest.approx(17 / 32)
 
@@ -738,28 +747,46 @@ def test_latency_defaults_are_the_shared_units():
 
 
 def schedule(outputs, inputs, params, lat=R.Latency(), start=0):
-    """Independent per-chunk walk: chunk j of pass p reaches VAC v at start + p*C + j + v."""
+    """Independent per-chunk walk: chunk j of pass p reaches VAC v at start + p*C + j + v; every
+    VAC computes one output per pass (the last pass's padding outputs too)."""
     N, C = params.vacs, -(-inputs // params.lanes)
     ready = {}
-    for o in range(outputs):
+    for o in range(-(-outputs // N) * N):
         p, v = divmod(o, N)
         last = max(start + p * C + j + v for j in range(C))
         ready[o] = last + lat.dot(params.lanes) + lat.accumulate
     return ready
 
 
-def last_rcu_entry(ready, vacs, rc_ready):
+def rcu_entries(ready, vacs, rc_ready):
     """Cycle by cycle: each VAC's RCU takes its oldest finished accumulator, one per cycle, from
-    rc_ready on; returns the cycle the last one enters."""
-    pending = {v: sorted(r for o, r in ready.items() if o % vacs == v) for v in range(vacs)}
-    cycle, last = 0, 0
+    rc_ready on; returns the cycle each output enters."""
+    pending = {v: sorted((r, o) for o, r in ready.items() if o % vacs == v)
+               for v in range(vacs)}
+    cycle, entry = 0, {}
     while any(pending.values()):
         for queue in pending.values():
-            if queue and cycle >= rc_ready and queue[0] <= cycle:
-                queue.pop(0)
-                last = cycle
+            if queue and cycle >= rc_ready and queue[0][0] <= cycle:
+                entry[queue.pop(0)[1]] = cycle
         cycle += 1
-    return last
+    return entry
+
+
+def last_rcu_entry(ready, vacs, rc_ready):
+    return max(rcu_entries(ready, vacs, rc_ready).values())
+
+
+def gbus_done(results):
+    """Cycle by cycle: one GBUS word of 4 results (in output order) per cycle, once all its
+    results are on their VACs' o (2 cycles after the PPU); returns the cycle after the last."""
+    cycle = 0
+    outputs = sorted(results)
+    for first in range(0, len(outputs), 4):
+        word = outputs[first:first + 4]
+        while cycle < max(results[o] + 2 for o in word):
+            cycle += 1
+        cycle += 1
+    return cycle
 
 
 @pytest.mark.parametrize("outputs, inputs", [(1, 1), (16, 16), (17, 16), (40, 100), (300, 64),
@@ -769,16 +796,22 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
     ready = schedule(outputs, inputs, DEFAULT)
     got = R.gemv_cycles(outputs, inputs, DEFAULT)
     assert got.total == max(ready.values()) + lat.requant + 1
+    assert got.done == gbus_done({o: r + lat.requant for o, r in ready.items()})
     assert got.macs == outputs * inputs
     # Fused: the RC factor is ready when the VE's chain over the C chunks is done.
     C = -(-inputs // 16)
     rc_ready = C - 1 + 5 + 1 + 3 + 5 + 6 + 16 + 4 + 1
     fused = R.rmsnorm_gemv_cycles(outputs, inputs, DEFAULT)
     assert fused.rc_ready == rc_ready
-    assert fused.total == last_rcu_entry(ready, 16, rc_ready) + 8 + 1
+    entries = rcu_entries(ready, 16, rc_ready)
+    assert fused.total == max(entries.values()) + 8 + 1
+    assert fused.done == gbus_done({o: e + 8 for o, e in entries.items()})
     assert fused.hold == sum(1 for o, r in ready.items() if o % 16 == 0 and r < rc_ready)
+    # Sequential: the factor, the sequencer's wait 1, C normalizing reads, the GEMV's lead 27
+    # (request 20, chunk queue 2, operand path 5), then the plain GEMV.
     seq = R.rmsnorm_gemv_cycles(outputs, inputs, DEFAULT, mode="sequential")
-    assert seq.total == rc_ready + C + 4 + got.total
+    assert seq.total == rc_ready + 1 + C + 27 + got.total
+    assert seq.done == rc_ready + 1 + C + 27 + got.done
 
 
 def test_gemv_cycles_by_hand():
@@ -806,26 +839,25 @@ def test_long_gemv_utilization_and_fused_overhead():
 
 @pytest.mark.parametrize("tokens", [1, 16, 100, 1024])
 def test_softmax_pv_cycles_match_schedule(tokens):
-    E = 3 + 5 + 7 + 4
+    # The activations reach VAC 0 and the VE's sum at cycle j; the reciprocal waits for the
+    # RMSNorm path (fmac 11 + rsqrt 16 = 27 > 12), so rc_ready is RMSNorm's formula.
     C = -(-tokens // 16)
-    rc_ready = E + C - 1 + 5 + 1 + 3 + 12 + 4 + 1
-    ready = schedule(64, tokens, DEFAULT, start=E)
+    rc_ready = C - 1 + 5 + 1 + 3 + 27 + 4 + 1
+    ready = schedule(64, tokens, DEFAULT)
     fused = R.softmax_pv_cycles(tokens, DEFAULT)
     assert fused.rc_ready == rc_ready
     assert fused.total == last_rcu_entry(ready, 16, rc_ready) + 8 + 1
     seq = R.softmax_pv_cycles(tokens, DEFAULT, mode="sequential")
-    assert seq.total == rc_ready + C + 4 + R.gemv_cycles(64, tokens, DEFAULT).total
+    assert seq.total == rc_ready + 1 + C + 27 + R.gemv_cycles(64, tokens, DEFAULT).total
     assert seq.total > fused.total
+    assert R.Latency().lead == 1 + 19 + 2 + 5
 
 
 @pytest.mark.parametrize("tokens", [1, 5, 64, 100, 1024])
 def test_qk_cycles_match_a_cycle_by_cycle_bus(tokens):
     ready = schedule(tokens, 64, DEFAULT)
-    cycle, words = 0, [range(i, min(i + 4, tokens)) for i in range(0, tokens, 4)]
-    for word in words:                    # one transfer per cycle, in token order
-        cycle = max(cycle, max(ready[t] + 4 for t in word))
-        cycle += 1
-    assert R.qk_cycles(tokens, DEFAULT).total == cycle
+    got = R.qk_cycles(tokens, DEFAULT)
+    assert got.total == got.done == gbus_done({t: r + 4 for t, r in ready.items()})
 
 
 # --- argument errors ----------------------------------------------------------------------------

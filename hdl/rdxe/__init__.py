@@ -2,11 +2,14 @@
 KV cache, the credit-keeping HLINK source, the vector engine (VE) of VRC and the DXT that
 assembles them. The golden model is ``golden/rdxe.py`` (docs/rdxe_models.md)."""
 
-from .spec import (GBUS_BYTES, VacConfig, VeConfig, hlink_layout, kv_layout, ppu_layout,
-                   rc_layout, result_layout, wmem_layout)
+from .dxt import Dxt
+from .spec import (DESTS, GBUS_BYTES, OPS, DxtConfig, KVGeometry, VacConfig, VeConfig,
+                   command_layout, hlink_layout, kv_layout, ppu_layout, rc_layout,
+                   response_layout, result_layout, wmem_layout, word_layout)
 from .vac import MAX_VACS, HlinkSource, Vac
 from .ve import Activations, Normalizer, RcUnit
 
-__all__ = ["VacConfig", "VeConfig", "Vac", "HlinkSource", "RcUnit", "Activations", "Normalizer",
-           "MAX_VACS", "GBUS_BYTES", "hlink_layout", "rc_layout", "wmem_layout", "ppu_layout",
-           "kv_layout", "result_layout"]
+__all__ = ["VacConfig", "VeConfig", "DxtConfig", "KVGeometry", "Vac", "HlinkSource", "RcUnit",
+           "Activations", "Normalizer", "Dxt", "MAX_VACS", "GBUS_BYTES", "OPS", "DESTS",
+           "hlink_layout", "rc_layout", "wmem_layout", "ppu_layout", "kv_layout",
+           "result_layout", "command_layout", "word_layout", "response_layout"]

@@ -293,3 +293,201 @@ def ve_rc_layout(cfg: VeConfig) -> data.StructLayout:
     ``seq`` tag of the operation it belongs to."""
     return data.StructLayout({"m": unsigned(cfg.rc_mant_bits), "shift": unsigned(SHIFT_BITS),
                               "seq": 1})
+
+
+#: Operations of the DXT's command stream.
+OPS = ("gemv", "rmsnorm", "qk", "pv")
+#: Where a GEMV's results go: the result stream, the KV cache as a key, or as a value.
+DESTS = ("out", "key", "value")
+
+
+@dataclass(frozen=True)
+class KVGeometry:
+    """The iWuR KV cache's shape: a pure description shared by the DXT and ``golden.rdxe``.
+
+    Every VAC's cache has ``kv_rows`` rows of ``lanes`` bytes, K in the first half and V in the
+    second; KV group ``g`` has rows ``g * group_rows .. (g + 1) * group_rows - 1`` of each half.
+    A key takes ``key_rows = head_dim / lanes`` rows of its owner VAC ``t mod N``; a block of
+    ``lanes`` tokens takes ``value_rows = ceil(head_dim / vacs)`` rows of each VAC (one per
+    value channel it owns).
+    """
+
+    lanes: int
+    vacs: int
+    head_dim: int
+    kv_rows: int
+    kv_groups: int = 1
+
+    @property
+    def key_rows(self) -> int:
+        """KV-cache rows per key: ``head_dim / lanes``."""
+        return self.head_dim // self.lanes
+
+    @property
+    def value_rows(self) -> int:
+        """Value channels per VAC, ``ceil(head_dim / vacs)``: V rows per block of ``lanes``
+        tokens."""
+        return -(-self.head_dim // self.vacs)
+
+    @property
+    def half_rows(self) -> int:
+        """Rows of each KV-cache region (K first, then V): ``kv_rows / 2``."""
+        return self.kv_rows // 2
+
+    @property
+    def group_rows(self) -> int:
+        """Rows of each KV group in each half: ``kv_rows / 2 // kv_groups``."""
+        return self.half_rows // self.kv_groups
+
+    @property
+    def capacity(self) -> int:
+        """Tokens each KV group holds: ``min(N * (group_rows // key_rows), lanes * (group_rows
+        // value_rows))``."""
+        return min(self.vacs * (self.group_rows // self.key_rows),
+                   self.lanes * (self.group_rows // self.value_rows))
+
+    def check(self) -> None:
+        """Check that each half holds one token of each group; the message names the need."""
+        need = 2 * max(self.key_rows, self.value_rows) * self.kv_groups
+        if self.kv_rows < need:
+            each = "" if self.kv_groups == 1 else f" of each of {self.kv_groups} KV groups"
+            raise ValueError(f"KV-cache row count must be at least {need} to hold one token"
+                             f"{each} ({self.key_rows} key rows and {self.value_rows} value "
+                             f"rows per half), not {self.kv_rows}")
+
+
+@dataclass(frozen=True)
+class DxtConfig(VacConfig):
+    """Check and hold the parameters of one decoder execution tile (DXT).
+
+    The fields of :class:`VacConfig` (``lanes`` to ``operand_stages``) apply to every VAC; the
+    tile adds:
+
+    Parameters
+    ----------
+    vacs : int
+        VACs on HLINK, ``N``: a power of two from 4 to 64 (16). At least 4: a GBUS word of 4
+        results comes from 4 different VACs.
+    head_dim : int
+        Head dimension ``d``: a multiple of ``lanes`` from ``lanes`` to 1024 (64).
+    group_size : int
+        GQA group size ``G``, query heads per KV group: 1 to 64 (1).
+    kv_groups : int
+        KV groups the tile's caches hold: 1 to 64 (1). Query head ``h`` (of ``G * kv_groups``)
+        reads group ``h // G``. Each group gets ``kv_rows / 2 // kv_groups`` rows of the K half
+        and as many of the V half of every VAC's cache (:class:`KVGeometry`).
+    norm_frac, prob_frac : int
+        Fraction bits the RC factors keep for RMSNorm and softmax, 0 to 7 (4, 7).
+    max_inputs : int
+        Longest GEMV input ``K`` the token buffer holds: 1 to 65536 (4096).
+
+    ``lanes`` must be 4 or more here (a GBUS word is 4 bytes of one KV-cache row) and
+    ``kv_rows`` a power of two (the tile needs a KV cache).
+
+    Raises
+    ------
+    TypeError, ValueError
+        A message naming the parameter, the allowed values and the value given.
+    """
+
+    vacs: int = 16
+    head_dim: int = 64
+    group_size: int = 1
+    kv_groups: int = 1
+    norm_frac: int = 4
+    prob_frac: int = 7
+    max_inputs: int = 4096
+
+    def __post_init__(self):
+        super().__post_init__()
+        power_of_two(self.lanes, "Lane count", GBUS_BYTES, MAX_LANES)
+        power_of_two(self.vacs, "VAC count", GBUS_BYTES, 64)
+        if self.kv_rows == 0:
+            raise ValueError("KV-cache row count must be a power of two between 2 and "
+                             f"{MAX_DEPTH}, not 0")
+        integer(self.head_dim, "Head dimension", self.lanes, 1024)
+        if self.head_dim % self.lanes:
+            raise ValueError(f"Head dimension must be a multiple of the lane count "
+                             f"{self.lanes}, not {self.head_dim}")
+        integer(self.group_size, "GQA group size", 1, 64)
+        integer(self.kv_groups, "KV group count", 1, 64)
+        integer(self.norm_frac, "RMSNorm fraction bits", 0, 7)
+        integer(self.prob_frac, "Probability fraction bits", 0, 7)
+        integer(self.max_inputs, "Token buffer length", 1, 1 << 16)
+        self.kv.check()
+
+    def vac_config(self) -> VacConfig:
+        return VacConfig(**VacConfig.kwargs(self))
+
+    def ve_config(self) -> VeConfig:
+        return VeConfig(lanes=self.lanes, rc_bits=self.rc_bits, norm_frac=self.norm_frac,
+                        prob_frac=self.prob_frac, clamp=self.clamp,
+                        score_rows=-(-self.capacity // self.lanes))
+
+    @property
+    def kv(self) -> KVGeometry:
+        return KVGeometry(self.lanes, self.vacs, self.head_dim, self.kv_rows, self.kv_groups)
+
+    key_rows = property(lambda self: self.kv.key_rows)
+    value_rows = property(lambda self: self.kv.value_rows)
+    group_rows = property(lambda self: self.kv.group_rows)
+    capacity = property(lambda self: self.kv.capacity)
+
+    @property
+    def heads(self) -> int:
+        """Query heads: ``group_size * kv_groups``."""
+        return self.group_size * self.kv_groups
+
+    @property
+    def chunks(self) -> int:
+        """Chunks each half of the token buffer holds: the longest GEMV input and the longest
+        P.V (one activation per token)."""
+        return max(-(-self.max_inputs // self.lanes), -(-self.capacity // self.lanes))
+
+    @property
+    def max_outputs(self) -> int:
+        """Most outputs of one GEMV: one PPU entry per pass and VAC."""
+        return self.vacs * self.ppu_depth
+
+
+def command_layout(cfg: DxtConfig) -> data.StructLayout:
+    """Payload of a DXT command (``cmd``).
+
+    ``op``: index into :data:`OPS`. ``seq``: the sequential mode (RMSNorm, P.V) instead of the
+    fused one. ``dest``: index into :data:`DESTS` (GEMV and RMSNorm). ``outputs``, ``chunks``:
+    ``M`` and ``C = ceil(K / lanes)`` of a GEMV. ``row``: its first WMEM row (output ``o`` on
+    VAC ``o mod N`` in pass ``p = o // N`` reads rows ``row + p C .. row + p C + C - 1``).
+    ``entry``: the first PPU entry (pass ``p`` uses ``entry + p``; Q.K^T uses ``entry`` for
+    every score). ``head``: the query head (Q.K^T, P.V) or the KV group a key or value goes to.
+    ``tokens``: the token a key or value belongs to, or ``T``, the tokens of Q.K^T and P.V.
+    ``inv_k``, ``eps``: fp32 ``fp32(1/K)`` and the RMSNorm epsilon ``eps_q``. ``scale``: fp32
+    ``log2(e)`` times one score step (P.V).
+    """
+    return data.StructLayout({
+        "op": unsigned(2), "seq": 1, "dest": unsigned(2),
+        "outputs": unsigned(index_bits(cfg.max_outputs + 1)),
+        "chunks": unsigned(index_bits(cfg.chunks + 1)),
+        "row": unsigned(index_bits(cfg.wmem_depth)),
+        "entry": unsigned(index_bits(cfg.ppu_depth)),
+        "head": unsigned(index_bits(max(cfg.heads, cfg.kv_groups))),
+        "tokens": unsigned(index_bits(cfg.capacity + 1)),
+        "inv_k": 32, "eps": 32, "scale": 32,
+    })
+
+
+def chunk_layout(lanes: int) -> data.StructLayout:
+    """Payload of a token chunk (``x``): ``lanes`` INT8 activations."""
+    return data.StructLayout({"data": data.ArrayLayout(signed(CODE_BITS), lanes)})
+
+
+def word_layout() -> data.StructLayout:
+    """Payload of the DXT's results (``o``): one GBUS word of up to 4 INT8 results in output
+    order, ``keep`` marking those that exist, ``last`` the operation's last word."""
+    return data.StructLayout({"data": data.ArrayLayout(signed(CODE_BITS), GBUS_BYTES),
+                              "keep": GBUS_BYTES, "last": 1})
+
+
+def response_layout() -> data.StructLayout:
+    """Payload of a command's response (``resp``): ``error`` set when the command was refused
+    (a key or value past the KV cache's capacity, or a bad operand) and did nothing."""
+    return data.StructLayout({"error": 1})

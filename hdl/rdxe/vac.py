@@ -238,6 +238,7 @@ class Vac(wiring.Component):
             # The KV cache: byte-enabled writes (iWuR), one full row read per cycle.
             m.submodules.kv_cache = kv_cache = Memory(shape=row_shape, depth=cfg.kv_rows,
                                                       init=[])
+            self.kv_memory = kv_cache            # for reading the cache back in simulation
             k_wr = kv_cache.write_port(granularity=1)
             k_rd = kv_cache.read_port()
             m.d.comb += [k_wr.addr.eq(self.kv.payload.addr), k_wr.data.eq(self.kv.payload.data),

@@ -37,8 +37,8 @@ from ..arith.recip import Reciprocal, RSqrt
 from ..arith.requant import SHIFT_BITS, Requantizer
 from ..arith.tree import delay
 from ..validate import index_bits
-from .spec import (ACC_BITS, CODE_BITS, GBUS_BYTES, VeConfig, check_config, ve_rc_layout,
-                   ve_tap_layout)
+from .spec import (ACC_BITS, CODE_BITS, GBUS_BYTES, VeConfig, check_config, chunk_layout,
+                   ve_rc_layout, ve_tap_layout)
 from .vac import dot_accumulator, unit_latency
 
 __all__ = ["RcUnit", "Activations", "Normalizer", "P_ONE"]
@@ -239,10 +239,6 @@ def act_request_layout(cfg: VeConfig) -> data.StructLayout:
                               "count": unsigned((cfg.lanes).bit_length()), "scale": 32})
 
 
-def chunk_layout(cfg: VeConfig) -> data.StructLayout:
-    return data.StructLayout({"data": data.ArrayLayout(signed(CODE_BITS), cfg.lanes)})
-
-
 class Activations(wiring.Component):
     """Keep the INT8 scores of one head with their running maximum, and turn a row of them into
     the softmax activations ``p = RNE(127 * exp2(fp32(s - max) * scale))``.
@@ -259,7 +255,7 @@ class Activations(wiring.Component):
         ``first`` word. Usable by a request from the next cycle on.
     req : In(stream.Signature(act_request_layout(cfg), always_ready=True))
         A row to turn into activations.
-    p : Out(stream.Signature(chunk_layout(cfg), always_ready=True))
+    p : Out(stream.Signature(chunk_layout(cfg.lanes), always_ready=True))
         ``lanes`` INT8 activations in [0, 127] (the maximum's score gives 127; lanes at and past
         ``count`` give 0), :attr:`latency` cycles after the request:
         ``golden.rdxe.softmax_activations`` bit for bit.
@@ -277,7 +273,7 @@ class Activations(wiring.Component):
         super().__init__({
             "scores": In(stream.Signature(score_write_layout(cfg), always_ready=True)),
             "req": In(stream.Signature(act_request_layout(cfg), always_ready=True)),
-            "p": Out(stream.Signature(chunk_layout(cfg), always_ready=True)),
+            "p": Out(stream.Signature(chunk_layout(cfg.lanes), always_ready=True)),
             "max": Out(signed(CODE_BITS)),
         })
 
@@ -379,7 +375,7 @@ class Normalizer(wiring.Component):
     Members
     -------
     i : In(stream.Signature(normalize_layout(cfg), always_ready=True))
-    o : Out(stream.Signature(chunk_layout(cfg), always_ready=True))
+    o : Out(stream.Signature(chunk_layout(cfg.lanes), always_ready=True))
         ``latency`` (the Requantizer's, 4) cycles later.
     """
 
@@ -387,7 +383,7 @@ class Normalizer(wiring.Component):
         self.cfg = _check(cfg)
         super().__init__({
             "i": In(stream.Signature(normalize_layout(cfg), always_ready=True)),
-            "o": Out(stream.Signature(chunk_layout(cfg), always_ready=True)),
+            "o": Out(stream.Signature(chunk_layout(cfg.lanes), always_ready=True)),
         })
 
     def _unit(self):
