@@ -1,4 +1,4 @@
-"""Run the in-flash GEMV PE's testbench under Icarus and Verilator."""
+"""Run the in-flash PE's testbench (GEMV, Logit, Attend) under Icarus and Verilator."""
 
 import pytest
 
@@ -7,15 +7,18 @@ from memwall import registry
 from .launcher import SIMULATORS, case_id, run_block
 
 ALL = ["random_gemvs", "corner_cases", "refused", "full_rate"]
+#: Logit and Attend on KV pages (the small preset).
+ATTENTION = ["random_attention", "attention_refused", "attention_full_rate"]
 #: (block, preset, overrides, cocotb tests). The small preset is read-bound (tR 40 cycles, a
 #: page in 16 transfers and 16 fp16 beats); F = 1 with tR = 20 cycles is compute-bound; one byte
 #: per cycle is transfer-bound (64 cycles a page); F = 16 with 16-byte words and 128-byte pages.
 CASES = [
-    ("inflash", "small", {}, ALL),
+    ("inflash", "small", {}, ALL + ATTENTION),
     ("inflash", "small", {"fmacs": "1", "tR_us": "0.05"}, ["random_gemvs", "full_rate"]),
-    ("inflash", "small", {"transfer_bytes": "1", "fmacs": "4"}, ["random_gemvs", "full_rate"]),
+    ("inflash", "small", {"transfer_bytes": "1", "fmacs": "4"},
+     ["random_gemvs", "full_rate", "attention_full_rate"]),
     ("inflash", "small", {"fmacs": "16", "transfer_bytes": "16", "page_bytes": "128"},
-     ["random_gemvs", "corner_cases", "full_rate"]),
+     ["random_gemvs", "corner_cases", "full_rate", "attention_full_rate"]),
 ]
 
 

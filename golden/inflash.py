@@ -1053,8 +1053,11 @@ def attention_timing(geometry: FlashGeometry, layout: KVLayout, seq_len: int, *,
 
     Page ``k`` of :func:`kv_page_sequence` holds ``n_k`` of the group's entries; it transfers
     those, ``ceil(n_k * entry_bytes / W)`` cycles, and computes ``n_k * c`` cycles with
-    ``c = ceil(group * d / F)`` (each element serves ``group`` query heads); float Attend needs
-    ``c >= acc_loop``, the loop of one accumulator, so ``c = max(c, acc_loop)`` there.
+    ``c = group * ceil(d / F)``: each entry serves ``group`` query heads, and a beat holds
+    ``F`` elements of one head's dot product or update, the entry cut into beats like a GEMV row
+    (docs/inflash_models.md sections 5.5 and 8; the last beat padded when ``F`` does not divide
+    ``d``). Float Attend needs ``c >= acc_loop``, the loop of one accumulator, so
+    ``c = max(c, acc_loop)`` there.
     """
     if not isinstance(geometry, FlashGeometry):
         raise TypeError(f"Geometry must be a FlashGeometry, not {type(geometry).__name__}")
@@ -1069,7 +1072,7 @@ def attention_timing(geometry: FlashGeometry, layout: KVLayout, seq_len: int, *,
     page, _ = kv_address(layout, layer, head, np.arange(t), kind)
     _, counts = np.unique(page, return_counts=True)
     transfer = -(-counts * layout.entry_bytes // geometry.transfer_bytes)
-    per_token = -(-group * layout.head_dim // geometry.fmacs)
+    per_token = group * -(-layout.head_dim // geometry.fmacs)
     if op == "attend" and layout.kv_format != "int8":
         per_token = max(per_token, acc_loop)
     return page_pipeline(geometry.tR_cycles, transfer, counts * per_token,

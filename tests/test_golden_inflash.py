@@ -729,6 +729,18 @@ def test_attention_timing_and_the_papers_sizing():
     assert (naive.pages, naive.total) == (100, 100 * 1600 + 64)
 
 
+def test_attention_beats_hold_one_head():
+    # A beat is F elements of one head's vector (a GEMV row): d = 8 on 16 lanes is one padded
+    # beat per head, so 2 query heads take 2 cycles per token (not ceil(2 * 8 / 16) = 1), and
+    # d = 5 on 2 lanes takes 3 beats per head (the last padded), 9 for 3 heads (not 8).
+    small = fl.KVLayout(layers=1, kv_heads=1, head_dim=8, page_bytes=128)
+    geo = fl.FlashGeometry(page_bytes=128, transfer_bytes=16, fmacs=16)
+    assert fl.attention_timing(geo, small, 8, group=2).compute.tolist() == [16]
+    odd = fl.KVLayout(layers=1, kv_heads=1, head_dim=5, page_bytes=128)
+    geo = fl.FlashGeometry(page_bytes=128, fmacs=2)
+    assert fl.attention_timing(geo, odd, 4, group=3).compute.tolist() == [4 * 9]
+
+
 # --- read disturb ---------------------------------------------------------------------------------
 
 

@@ -1,11 +1,17 @@
-"""In-process tests of the in-flash GEMV RTL (Amaranth simulator): parameters, gearbox, PE.
+"""In-process tests of the in-flash PE's RTL (Amaranth simulator): parameters, gearbox, GEMV,
+Logit and Attend.
 
 The expected values come from the golden layer: the page images from
-:func:`golden.inflash.weight_pages`, the beats from the weight codes and the rule of
-docs/inflash_models.md section 5.5 (rows cut into beats of ``F``, the last one padded with ``-0``),
-the outputs from :func:`golden.inflash.gemv`. Page data are fed as one stream of words in read
-order (the PE reads pages strictly in order); the page reads the PE issues are recorded and
-checked. The cocotb testbench (cocotb_tests/inflash) adds the flash plane's timing.
+:func:`golden.inflash.weight_pages` and :func:`golden.inflash.kv_pages`, the beats from the
+weight codes and the rule of docs/inflash_models.md section 5.5 (rows cut into beats of ``F``,
+the last one padded with ``-0``), the outputs from :func:`golden.inflash.gemv`,
+:func:`golden.inflash.logit_pages` and :func:`golden.inflash.attend_pages`, the page reads of
+attention from :func:`golden.inflash.kv_address` (counted by
+:func:`golden.inflash.kv_pages_read`). Page data are fed as one stream of words in read order
+(the PE reads pages strictly in order); the page reads the PE issues are recorded and checked.
+The timing tests run the PE against the flash plane's model (cocotb_tests/inflash/plane.py) and
+compare it with :func:`golden.inflash.attention_timing`; the cocotb testbench adds the plane to
+every test.
 """
 
 from __future__ import annotations
@@ -13,14 +19,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from amaranth.sim import Simulator
+
+from cocotb_tests.inflash.plane import PlaneModel, kv_reads, read_bytes
 from golden import inflash as golden
 from golden.arith.float import from_float, int_to_float
 from hdl.arith.format import BF16, FP16
-from hdl.inflash import FlashGeometry, Gearbox, InflashPE, Mode, PEConfig
+from hdl.inflash import FlashGeometry, Gearbox, InflashPE, Mapping, Mode, Op, PEConfig
 from memwall import registry
 from memwall.params import ParameterError
 
-from .stream_sim import run_streams
+from .stream_sim import _get, _set, run_streams
 
 GEOMETRY = dict(page_bytes=64, transfer_bytes=4, fmacs=2, pages_per_block=8, blocks=8)
 MAX = dict(max_rows=64, max_cols=64, group_size=16)
@@ -47,6 +56,12 @@ def _pe(**overrides) -> InflashPE:
     ({"max_rows": 4.0}, TypeError, "Maximum row count must be an integer power of two"),
     ({"group_size": 48}, ValueError,
      "Group size must be a power of two between 16 and 1024, not 48"),
+    ({"max_query_heads": 0}, ValueError,
+     "Maximum query heads per KV head must be between 1 and 64, not 0"),
+    ({"max_query_heads": 65}, ValueError,
+     "Maximum query heads per KV head must be between 1 and 64, not 65"),
+    ({"max_query_heads": 2.0}, TypeError,
+     "Maximum query heads per KV head must be an integer between 1 and 64, not 2.0"),
 ])
 def test_parameter_errors(kwargs, error, message):
     with pytest.raises(error, match=message):
@@ -97,15 +112,26 @@ def _x(mode: str, cols: int, rng) -> np.ndarray:
 
 def _words(pages: np.ndarray, size: int, W: int) -> list[dict]:
     """The page stream the plane sends: each page's used bytes, ``W`` per word, ``last`` per
-    page; the last page stops at the word holding the stream's last byte."""
+    page; the last page stops at the word holding the stream's last byte. ``bytes``: the
+    stream's bytes in the word (what the PE gives its gearbox)."""
     out = []
     P = pages.shape[1]
     for k, page in enumerate(pages):
         used = min(P, size - k * P)
         n = -(-used // W)
-        out += [{"data": [int(b) for b in page[j * W:(j + 1) * W]], "last": int(j == n - 1)}
-                for j in range(n)]
+        out += [{"data": [int(b) for b in page[j * W:(j + 1) * W]], "last": int(j == n - 1),
+                 "bytes": min(W, used - j * W)} for j in range(n)]
     return out
+
+
+def _plane_words(words: list[dict]) -> list[dict]:
+    """The ``rd_data`` payloads of page words (without the gearbox's ``bytes``)."""
+    return [{"data": w["data"], "last": w["last"]} for w in words]
+
+
+def _gearbox_words(words: list[dict]) -> list[dict]:
+    """The gearbox's ``i`` payloads of page words (without the plane's ``last``)."""
+    return [{"data": w["data"], "bytes": w["bytes"]} for w in words]
 
 
 def _x_beats(x: np.ndarray, F: int) -> list[dict]:
@@ -128,31 +154,45 @@ class _Job:
         self.words = _words(self.pages, self.size, cfg.transfer_bytes)
 
     def cmd(self) -> dict:
-        return {"mode": Mode[self.mode.upper()], "rows": self.rows, "cols": self.cols,
-                "page": self.page}
+        return {"op": Op.GEMV, "mode": Mode[self.mode.upper()], "rows": self.rows,
+                "cols": self.cols, "page": self.page}
+
+    def x_beats(self, F: int) -> list[dict]:
+        return _x_beats(self.x, F)
 
     def reads(self, P: int) -> list[dict]:
         n = len(self.pages)
-        return [{"page": self.page + k, "bytes": min(P, self.size - k * P)} for k in range(n)]
+        sizes = [min(P, self.size - k * P) for k in range(n)]
+        return [{"page": self.page + k, "column": 0, "bytes": b, "run": b, "stride": b}
+                for k, b in enumerate(sizes)]
 
     def y(self) -> list[int]:
         y = golden.gemv(self.weights, self.x)
         return [int(v) & 0xFFFFFFFF for v in y]
 
+    def outputs(self) -> list[tuple[int, int, int]]:
+        y = self.y()
+        return [(v, int(i == len(y) - 1), 0) for i, v in enumerate(y)]
+
+
+_READ_FIELDS = ["page", "column", "bytes", "run", "stride"]
+
 
 def _run(pe: InflashPE, jobs, refused=(), *, seed=0, idle=0.3, stall=0.3):
-    """Run ``jobs`` (and refused commands after them) through ``pe``; check every output."""
+    """Run ``jobs`` (GEMV or attention; then refused commands, or ``None`` in ``jobs`` for a
+    refused command in place) through ``pe``; check every output and every page read."""
     cfg = pe.cfg
-    inputs = {"cmd": [j.cmd() for j in jobs] + list(refused),
-              "x": [b for j in jobs for b in _x_beats(j.x, cfg.fmacs)],
-              "rd_data": [w for j in jobs for w in j.words]}
-    want_y = [(v, int(i == j.rows - 1), 0) for j in jobs for i, v in enumerate(j.y())]
-    want_y += [(0, 1, 1)] * len(refused)
-    want_reads = [r for j in jobs for r in j.reads(cfg.page_bytes)]
+    jobs = list(jobs) + list(refused)
+    inputs = {"cmd": [j if isinstance(j, dict) else j.cmd() for j in jobs],
+              "x": [b for j in jobs if not isinstance(j, dict) for b in j.x_beats(cfg.fmacs)],
+              "rd_data": [w for j in jobs if not isinstance(j, dict)
+                          for w in _plane_words(j.words)]}
+    want_y = [o for j in jobs for o in ([(0, 1, 1)] if isinstance(j, dict) else j.outputs())]
+    want_reads = [r for j in jobs if not isinstance(j, dict) for r in j.reads(cfg.page_bytes)]
     got, cycles = run_streams(pe, inputs, {"y": ["value", "last", "error"],
-                                           "rd_cmd": ["page", "bytes"]},
+                                           "rd_cmd": _READ_FIELDS},
                               done=lambda r: len(r["y"]) >= len(want_y), seed=seed, idle=idle,
-                              stall=stall)
+                              stall=stall, max_cycles=30_000)
     assert got["rd_cmd"] == want_reads
     got_y = [(o["value"], o["last"], o["error"]) for o in got["y"]]
     for index, (g, w) in enumerate(zip(got_y, want_y)):
@@ -220,7 +260,7 @@ def test_gearbox_beats_match_the_layout(fmacs, transfer, mode, rows, cols):
     want = [b for j in jobs for b in _expected_beats(j.weights, fmacs)]
     inputs = {"job": [{"mode": Mode[j.mode.upper()], "rows": j.rows, "cols": j.cols,
                        "bytes": j.size} for j in jobs],
-              "i": [w for j in jobs for w in j.words]}
+              "i": [w for j in jobs for w in _gearbox_words(j.words)]}
     got, _ = run_streams(Gearbox(cfg), inputs, {"o": fields},
                          done=lambda r: len(r["o"]) >= len(want), seed=fmacs)
     assert len(got["o"]) == len(want)
@@ -236,7 +276,7 @@ def test_gearbox_takes_a_word_and_gives_a_beat_every_cycle():
     assert want == len(job.words) == 64
     got, cycles = run_streams(Gearbox(cfg), {"job": [{"mode": 0, "rows": 8, "cols": 16,
                                                       "bytes": 256}],
-                                             "i": job.words},
+                                             "i": _gearbox_words(job.words)},
                               {"o": ["final"]}, done=lambda r: len(r["o"]) >= want,
                               idle=0.0, stall=0.0)
     # Cycle 0 takes the job, cycle 1 the first word, cycle 2 gives the first beat.
@@ -269,7 +309,8 @@ def test_pe_w4a16_matches_golden(fmacs, transfer):
             _Job(cfg, "w4a16", 3, 16, 0, rng), _Job(cfg, "w4a16", 5, 48, 1, rng),
             _Job(cfg, "fp16", 2, 5, 9, rng), _Job(cfg, "w4a16", 2, 64, 12, rng),
             _Job(cfg, "w8a8", 2, 7, 20, rng), _Job(cfg, "w4a16", 1, 32, 63, rng)]
-    _run(pe, jobs, [{"mode": Mode.W4A16, "rows": 1, "cols": 24, "page": 0}], seed=fmacs)
+    _run(pe, jobs, [{"op": Op.GEMV, "mode": Mode.W4A16, "rows": 1, "cols": 24, "page": 0}],
+         seed=fmacs)
 
 
 def test_int4_codes_convert_like_golden():
@@ -290,7 +331,8 @@ def test_pe_mixes_modes_and_refuses_bad_commands():
                {"mode": Mode.W8A8, "rows": 65, "cols": 4, "page": 0},       # above max_rows
                {"mode": Mode.FP16, "rows": 1, "cols": 65, "page": 0},       # above max_cols
                {"mode": Mode.W4A16, "rows": 1, "cols": 12, "page": 0},      # cols % g
-               {"mode": Mode.FP16, "rows": 2, "cols": 32, "page": 63}]      # past the last page
+               {"mode": Mode.FP16, "rows": 2, "cols": 32, "page": 63},      # past the last page
+               {"op": 3, "mode": Mode.FP16, "rows": 1, "cols": 4, "page": 0}]   # no such op
     _run(pe, jobs, refused, seed=4)
 
 
@@ -330,12 +372,311 @@ def test_full_rate_latency():
     pe = _pe()
     job = _Job(pe.cfg, "fp16", 16, 2, 0, np.random.default_rng(5))   # one page, 16 rows
     got, cycles = run_streams(pe, {"cmd": [job.cmd()], "x": _x_beats(job.x, 2),
-                                   "rd_data": job.words},
-                              {"y": ["value"]}, done=lambda r: len(r["y"]) >= 16,
-                              idle=0.0, stall=0.0)
+                                   "rd_data": _plane_words(job.words)},
+                              {"y": ["value"], "rd_cmd": ["page"]},
+                              done=lambda r: len(r["y"]) >= 16, idle=0.0, stall=0.0)
     assert [o["value"] for o in got["y"]] == job.y()
     # Cycle 0 takes the command, 1 sizes it, 2 checks it (the gearbox takes the job), x arrives
     # in cycle 3; the 16 words are offered from cycle 0 and the gearbox takes them from cycle 3,
     # one per cycle, the last in cycle 18 (16 rows of one beat, one beat per word).
     last_word = 3 + len(job.words) - 1
     assert cycles == last_word + pe.latency + 1
+
+
+# --- attention: Logit and Attend on KV pages ---------------------------------------------------
+
+#: KV layouts of the small preset (64-byte pages): 16-byte fp16 entries (``T_p = 4``) with
+#: ``S = 2 L H = 8`` entries per token (naive: one token per page), and 8-byte entries with
+#: ``S = 2`` (naive: four tokens of a head share a page, read as a gather).
+_LAYOUT = dict(layers=2, kv_heads=2, head_dim=8)
+_SHARED = dict(layers=1, kv_heads=1, head_dim=4)
+_KV_FMT = {"fp16": FP16, "bf16": BF16}
+
+
+class _Attention:
+    """One Logit or Attend command on a random KV cache laid out from page ``base``."""
+
+    def __init__(self, cfg: PEConfig, op: str, fmt: str, G: int, T: int, rng, *,
+                 layout=None, mapping="page", layer=1, head=1, base=0, q=None, p=None,
+                 keys=None, values=None):
+        self.op, self.fmt, self.G, self.T, self.base = op, fmt, G, T, base
+        self.layer, self.head = layer, head
+        kw = layout or _LAYOUT
+        self.layout = golden.KVLayout(kw["layers"], kw["kv_heads"], kw["head_dim"], fmt,
+                                      page_bytes=cfg.page_bytes, mapping=mapping)
+        L, H, d = self.layout.layers, self.layout.kv_heads, self.layout.head_dim
+        self.kind = golden.K if op == "logit" else golden.V
+        shape = (T, L, H, d)
+        if fmt == "int8":
+            keys = rng.integers(-128, 128, shape) if keys is None else keys
+            values = rng.integers(-128, 128, shape) if values is None else values
+            a = rng.integers(-128, 128, (G, d if op == "logit" else T))
+        else:
+            f = _KV_FMT[fmt]
+            keys = from_float(rng.standard_normal(shape), f) if keys is None else keys
+            values = from_float(rng.standard_normal(shape), f) if values is None else values
+            a = from_float(rng.standard_normal((G, d)) if op == "logit" else
+                           rng.uniform(0, 0.5, (G, T)), f)
+        self.q = q if q is not None else (a if op == "logit" else None)
+        self.p = p if p is not None else (a if op == "attend" else None)
+        self.pages = golden.kv_pages(self.layout, keys, values)
+        self._reads = kv_reads(self.layout, T, layer, head, self.kind, base)
+        W = cfg.transfer_bytes
+        self.words = []
+        for r in self._reads:
+            data = read_bytes(self.pages[r["page"] - base], r["column"], r["bytes"], r["run"],
+                              r["stride"])
+            n = -(-len(data) // W)
+            padded = np.full(n * W, golden.ERASED, np.uint8)
+            padded[:len(data)] = data
+            self.words += [{"data": [int(b) for b in padded[k * W:(k + 1) * W]],
+                            "last": int(k == n - 1)} for k in range(n)]
+
+    def cmd(self) -> dict:
+        mode = {"fp16": Mode.FP16, "bf16": Mode.BF16, "int8": Mode.W8A8}[self.fmt]
+        return {"op": Op.LOGIT if self.op == "logit" else Op.ATTEND, "mode": mode,
+                "page": self.base, "tokens": self.T, "head_dim": self.layout.head_dim,
+                "query_heads": self.G, "mapping": Mapping[self.layout.mapping.upper()],
+                "layers": self.layout.layers, "kv_heads": self.layout.kv_heads,
+                "layer": self.layer, "head": self.head}
+
+    def x_beats(self, F: int) -> list[dict]:
+        """Logit: each head's query vector in ``ceil(d / F)`` beats; Attend: per token
+        ``ceil(G / F)`` beats of ``p[:, t]``. Unused lanes hold a NaN (ignored)."""
+        if self.op == "logit":
+            return [b for h in range(self.G) for b in _x_beats(self.q[h], F)]
+        return [b for t in range(self.T) for b in _x_beats(self.p[:, t], F)]
+
+    def reads(self, P: int) -> list[dict]:
+        return self._reads
+
+    def outputs(self) -> list[tuple[int, int, int]]:
+        if self.op == "logit":
+            y = golden.logit_pages(self.layout, self.pages, self.q, self.layer, self.head,
+                                   self.T).T      # token by token, the heads of a token
+        else:
+            y = golden.attend_pages(self.layout, self.pages, self.p, self.layer, self.head,
+                                    self.T)       # head by head
+        y = [int(v) & 0xFFFFFFFF for v in y.reshape(-1)]
+        return [(v, int(i == len(y) - 1), 0) for i, v in enumerate(y)]
+
+
+def test_accumulator_loop_is_the_golden_one():
+    assert _pe().acc_loop == golden.ACC_LOOP
+
+
+@pytest.mark.parametrize("op", ["logit", "attend"])
+@pytest.mark.parametrize("G", [1, 2, 4])
+def test_attention_matches_golden(op, G):
+    """MHA and GQA, fp16 and bf16, with idle cycles and back-pressure: 12 tokens fill three
+    pages exactly, 9 tokens of another head end on a partial page (in each format), then the
+    naive mapping."""
+    pe = _pe()
+    rng = np.random.default_rng(100 + 10 * G + (op == "attend"))
+    jobs = [_Attention(pe.cfg, op, "fp16", G, 12, rng, layer=1, head=1, base=3),
+            _Attention(pe.cfg, op, "bf16", G, 9, rng, layer=0, head=0, base=20),
+            _Attention(pe.cfg, op, "bf16", G, 12, rng, layer=0, head=1, base=30),
+            _Attention(pe.cfg, op, "fp16", G, 9, rng, layer=1, head=0, base=10),
+            _Attention(pe.cfg, op, "fp16", G, 5, rng, layer=1, head=0, base=40, mapping="naive")]
+    _run(pe, jobs, seed=G)
+
+
+@pytest.mark.parametrize("op", ["logit", "attend"])
+def test_attention_int8_odd_shapes_and_gathers(op):
+    """int8 KV (exact int32), three query heads over F = 2 lanes, a head dimension F does not
+    divide, 6-byte entries that straddle 4-byte words; and the naive mapping with four tokens
+    of the head per page (gathered reads)."""
+    pe = _pe()
+    rng = np.random.default_rng(7)
+    odd = dict(layers=2, kv_heads=3, head_dim=5)
+    jobs = [_Attention(pe.cfg, op, "int8", 3, 11, rng, layout=odd, layer=1, head=2),
+            _Attention(pe.cfg, op, "fp16", 3, 7, rng, layout=dict(odd, head_dim=3), layer=0,
+                       head=1, base=30, mapping="naive"),
+            _Attention(pe.cfg, op, "bf16", 2, 13, rng, layout=_SHARED, layer=0, head=0,
+                       base=10, mapping="naive")]
+    _run(pe, jobs, seed=11)
+
+
+def test_page_level_mapping_reads_fewer_pages():
+    """The same Logit and Attend under both mappings, on a layout with one token of the head
+    per naive page and one with four: the PE reads exactly kv_pages_read pages of each (checked
+    read by read in _run), and the naive mapping needs the golden's extra reads."""
+    pe = _pe()
+    jobs = []
+    for index, (layout, T, op) in enumerate([(_LAYOUT, 13, "logit"), (_SHARED, 19, "attend")]):
+        counts = {}
+        for mapping in golden.MAPPINGS:
+            job = _Attention(pe.cfg, op, "fp16", 2, T, np.random.default_rng(T), layout=layout,
+                             layer=0, head=0, mapping=mapping, base=32 * index)
+            kind = job.kind
+            counts[mapping] = len(job.reads(pe.cfg.page_bytes))
+            assert counts[mapping] == golden.kv_pages_read(job.layout, T, kind=kind)
+            jobs.append(job)
+        page_level = golden.KVLayout(**layout, page_bytes=64)
+        extra = golden.kv_pages_read(page_level.with_mapping("naive"), T, kind=kind) \
+            - golden.kv_pages_read(page_level, T, kind=kind)
+        assert counts["naive"] - counts["page"] == extra > 0
+    _run(pe, jobs, seed=13)
+
+
+def test_attend_accumulator_loop():
+    """No idle cycles: an accumulator is revisited every max(G ceil(d / F), acc_loop) cycles:
+    11 through the bypass from the MAC's output (G = 1, d = 22), 12 through the memory's
+    transparent port (G = 2, d = 12), and shorter groups wait for the loop (d = 2, 6). The
+    token order of every sum is the golden's."""
+    pe = _pe()
+    jobs = [_Attention(pe.cfg, "attend", "fp16", G, 9, np.random.default_rng(d),
+                       layout=dict(layers=1, kv_heads=2, head_dim=d), layer=0, head=1,
+                       base=8 * index)
+            for index, (G, d) in enumerate([(1, 2), (1, 22), (2, 12), (2, 6)])]
+    _run(pe, jobs, idle=0.0, stall=0.0)
+
+
+def test_attend_order_pins_and_signed_zeros():
+    """Token-order pins of docs/inflash_models.md section 8: products 1, 2**-24, 2**-24,
+    2**-24 sum to exactly 1.0 (a tree would give 1 + 2**-23); -0 products only give -0."""
+    pe = _pe()
+    one, tiny, nzero = 0x3C00, 0x0C00, 0x8000              # 1.0, 2**-12, -0
+    layout = dict(layers=1, kv_heads=1, head_dim=2)
+    values = np.zeros((4, 1, 1, 2), np.uint16)
+    values[:, 0, 0, 0] = [one, tiny, tiny, tiny]
+    values[:, 0, 0, 1] = nzero
+    p = np.array([[one, tiny, tiny, tiny], [one, nzero, one, one]], np.uint16)
+    job = _Attention(pe.cfg, "attend", "fp16", 2, 4, np.random.default_rng(0), layout=layout,
+                     layer=0, head=0, p=p, values=values)
+    # (h, e) = (0, 0): 1.0; (0, 1): -0 products only, -0; (1, 0): 1 + 2**-11;
+    # (1, 1): -0 + -0 + +0 + -0 = +0.
+    assert [v for v, _, _ in job.outputs()] == [0x3F800000, 0x80000000, 0x3F801000, 0]
+    _run(pe, [job], seed=5)
+
+
+def test_attention_between_gemvs_and_refusals():
+    """Operations back to back on every path (results in command order: an Attend's results
+    leave after the earlier rows, and later commands wait for them), and each attention
+    refusal rule answers one error word in order."""
+    pe = _pe()
+    cfg = pe.cfg
+    rng = np.random.default_rng(21)
+    good = _Attention(cfg, "logit", "fp16", 1, 4, rng).cmd()
+
+    def bad(**fields):
+        return {**good, **fields}
+
+    jobs = [_Job(cfg, "fp16", 3, 5, 50, rng),
+            _Attention(cfg, "attend", "fp16", 2, 6, rng, base=0),
+            _Attention(cfg, "attend", "bf16", 1, 3, rng, base=20),
+            _Job(cfg, "w8a8", 2, 9, 40, rng),
+            _Attention(cfg, "logit", "int8", 4, 5, rng, base=30),
+            bad(mode=Mode.W4A16),                               # no w4a16 KV
+            _Attention(cfg, "logit", "bf16", 2, 5, rng, base=10),
+            _Job(cfg, "w4a16", 2, 32, 60, rng),
+            bad(tokens=0), bad(tokens=golden.MAX_TOKENS + 1),
+            bad(query_heads=0), bad(query_heads=cfg.max_query_heads + 1),
+            bad(head_dim=0), bad(head_dim=cfg.max_head_dim + 1),
+            bad(query_heads=8, head_dim=16),                    # 8 x 8 beats > 32 x words
+            bad(layers=0), bad(kv_heads=0), bad(layers=1025), bad(kv_heads=1025),
+            bad(layer=2), bad(head=2),
+            bad(tokens=200, page=20),                           # page-level walk past page 63
+            bad(tokens=8, mapping=Mapping.NAIVE, page=60),      # naive walk past page 63
+            _Attention(cfg, "attend", "int8", 3, 4, rng, base=5),
+            _Job(cfg, "bf16", 2, 3, 0, rng)]
+    _run(pe, jobs, seed=21)
+
+
+def test_entry_larger_than_a_page_is_refused():
+    """A 64-byte page holds no 33-element fp16 entry (a PE with 128 columns); 64 int8 fill
+    it."""
+    pe = _pe(max_cols=128)
+    good = _Attention(pe.cfg, "logit", "fp16", 1, 2, np.random.default_rng(0)).cmd()
+    job = _Attention(pe.cfg, "logit", "int8", 1, 3, np.random.default_rng(1),
+                     layout=dict(layers=1, kv_heads=1, head_dim=64), layer=0, head=0)
+    _run(pe, [{**good, "head_dim": 33}, job])
+
+
+# --- attention timing against the plane ----------------------------------------------------
+
+def _run_on_plane(pe: InflashPE, job, geometry: FlashGeometry, *, max_cycles=20_000):
+    """Run one command with no idle cycles and no back-pressure against the flash plane's
+    model; return the plane and the cycle of every ``y`` transfer."""
+    plane = PlaneModel(geometry)
+    plane.program(job.base, job.pages)
+    W = geometry.transfer_bytes
+    inputs = {"cmd": [job.cmd()], "x": job.x_beats(geometry.fmacs)}
+    n_out = len(job.outputs())
+    outputs = []
+
+    async def bench(ctx):
+        sent = {name: 0 for name in inputs}
+        for cycle in range(max_cycles):
+            if len(outputs) >= n_out:
+                return
+            for name, items in inputs.items():
+                port = getattr(pe, name)
+                ctx.set(port.valid, int(sent[name] < len(items)))
+                if sent[name] < len(items):
+                    _set(ctx, port.payload, items[sent[name]])
+            ready, word = plane.outputs()
+            ctx.set(pe.rd_cmd.ready, int(ready))
+            ctx.set(pe.rd_data.valid, int(word is not None))
+            if word is not None:
+                _set(ctx, pe.rd_data.payload, {"data": [word[f"data.{j}"] for j in range(W)],
+                                               "last": word["last"]})
+            ctx.set(pe.y.ready, 1)
+            taken = {n: sent[n] < len(inputs[n]) and ctx.get(getattr(pe, n).ready)
+                     for n in inputs}
+            read = _get(ctx, pe.rd_cmd.payload, _READ_FIELDS) \
+                if ready and ctx.get(pe.rd_cmd.valid) else None
+            word_taken = word is not None and bool(ctx.get(pe.rd_data.ready))
+            if ctx.get(pe.y.valid):
+                outputs.append(cycle)
+            await ctx.tick()
+            plane.tick(read, word_taken)
+            for name, ok in taken.items():
+                sent[name] += int(bool(ok))
+        raise AssertionError(f"{n_out} outputs expected, {len(outputs)} after {max_cycles} "
+                             f"cycles")
+
+    sim = Simulator(pe)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return plane, outputs
+
+
+@pytest.mark.parametrize("op, G, geo", [
+    ("logit", 1, {}), ("logit", 2, {}), ("logit", 4, {}),  # compute per page 16, 32, 64;
+    ("attend", 1, {}), ("attend", 4, {}),                   # 44 (the loop minimum), 64
+    ("attend", 2, {"fmacs": 1, "tR_us": 0.05}),             # compute-bound, F = 1
+    # transfer-bound (64 words a page, a beat in 8 words): the page's compute trails its words
+    ("logit", 1, {"fmacs": 4, "transfer_bytes": 1}),
+    ("logit", 4, {"fmacs": 4, "transfer_bytes": 1}),
+    ("attend", 2, {"fmacs": 4, "transfer_bytes": 1}),
+    # read-bound with F = 16 (a beat in 2 words), 128-byte pages of 8 entries
+    ("logit", 2, {"fmacs": 16, "transfer_bytes": 16, "page_bytes": 128}),
+    ("attend", 1, {"fmacs": 16, "transfer_bytes": 16, "page_bytes": 128}),
+])
+def test_attention_timing(op, G, geo):
+    """No idle, no back-pressure, the plane's tR: the pages read are the walk's, the first
+    streams tR after its read, and the total equals golden.inflash.attention_timing with
+    pe_latency from the PE, cycle for cycle (40 tokens), in read-, compute- and
+    transfer-bound planes."""
+    geometry = FlashGeometry(**{**GEOMETRY, "tR_us": 0.1, "blocks": 16, **geo})
+    pe = InflashPE(geometry=geometry, **MAX)
+    job = _Attention(pe.cfg, op, "fp16", G, 40, np.random.default_rng(G), layer=1, head=0)
+    plane, outputs = _run_on_plane(pe, job, geometry, max_cycles=4_000)
+    mode, cmd_op = Mode.FP16, Op.LOGIT if op == "logit" else Op.ATTEND
+    timing = golden.attention_timing(geometry, job.layout, 40, op=op, group=G, layer=1, head=0)
+    latency = pe.pe_latency(mode, cmd_op, query_heads=G, head_dim=8,
+                            last_page=(timing.transfer[-1], timing.compute[-1]))
+    t0 = plane.read_start[0]
+    assert plane.read_pages == [r["page"] for r in job.reads(geometry.page_bytes)]
+    assert len(plane.read_pages) == timing.pages == golden.kv_pages_read(job.layout, 40,
+                                                                         layer=1, kind=job.kind)
+    assert plane.stream_start[0] - t0 == timing.tR
+    assert outputs[-1] - t0 + 1 == timing.total + latency, \
+        f"{op} G={G}: {outputs[-1] - t0 + 1} cycles, attention_timing {timing.total} + {latency}"
+
+
+def test_attention_latency_needs_the_last_page():
+    with pytest.raises(ValueError, match="The latency of LOGIT needs last_page"):
+        _pe().pe_latency(Mode.FP16, Op.LOGIT, query_heads=1, head_dim=8)

@@ -1,4 +1,4 @@
-"""A behavioural NAND flash plane for the in-flash PE's testbench: pages, tR, the page stream.
+"""A behavioural NAND flash plane for the in-flash PE's testbenches: pages, tR, the page stream.
 
 The plane answers the PE's ``rd_cmd`` / ``rd_data`` ports (docs/inflash.md, section 3) with the
 two-register pipeline of docs/inflash_models.md section 6:
@@ -10,14 +10,19 @@ two-register pipeline of docs/inflash_models.md section 6:
 * The data register moves into the cache register (in no time) as soon as it is full and the
   cache register is free, that is the previous page's last word has been transferred. The data
   register is then free again, so the next read is taken in that same cycle: the flash "cache
-  read". The cache register streams the command's ``bytes`` (``ceil(bytes / W)`` words,
-  ``last`` on the final one) at one word per cycle, holding a word until the PE takes it.
+  read". The cache register streams the command's ``bytes`` (:func:`read_bytes`: runs of ``run``
+  bytes, ``stride`` apart from ``column``, the flash's "change read column"; ``ceil(bytes / W)``
+  words, ``last`` on the final one) at one word per cycle, holding a word until the PE takes it.
 * Every read adds one to its block's read counter (read disturb: ``block_reads``).
 
 Pages not programmed read as erased (``0xFF``). Programming is immediate here (``tP`` belongs to
-the KV page writer, a later increment). Timing discipline as in cocotb_tests/streams.py: drive
-after the rising edge, sample the handshakes in the read-only phase; cycle numbers are those of
-the shared :class:`~cocotb_tests.streams.CycleCounter`.
+the KV page writer, a later increment).
+
+:class:`PlaneModel` is the plane as a plain cycle-stepped model; :class:`FlashPlane` drives it
+from a cocotb testbench, and the in-process timing test (tests/test_inflash_hdl.py) from an
+Amaranth one. Timing discipline as in cocotb_tests/streams.py: drive after the rising edge,
+sample the handshakes in the read-only phase; cycle numbers are those of the shared
+:class:`~cocotb_tests.streams.CycleCounter`.
 """
 
 from __future__ import annotations
@@ -28,27 +33,64 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from golden.inflash import ERASED
+from golden.inflash import ERASED, KVLayout, kv_address, kv_page_sequence
 from hdl.inflash.spec import FlashGeometry
 
 from ..streams import CycleCounter, PayloadCodec
 
-__all__ = ["FlashPlane"]
+__all__ = ["read_bytes", "read_words", "kv_reads", "PlaneModel", "FlashPlane"]
 
 
-class FlashPlane:
-    """Serve page reads from a dict of page images with the plane's busy times.
+def read_bytes(image: np.ndarray, column: int, nbytes: int, run: int, stride: int) -> np.ndarray:
+    """Return the ``nbytes`` bytes a read streams from a page image: runs of ``run`` bytes, run
+    ``j`` from byte ``column + j stride`` (``rd_cmd``, docs/inflash.md section 3)."""
+    k = np.arange(nbytes)
+    index = column + (k // run) * stride + k % run
+    if nbytes < 1 or run < 1 or int(index.max()) >= len(image):
+        raise ValueError(f"read of {nbytes} bytes (column {column}, run {run}, stride {stride}) "
+                         f"leaves the {len(image)}-byte page")
+    return np.asarray(image, np.uint8)[index]
+
+
+def read_words(data: np.ndarray, W: int) -> list[dict]:
+    """Cut a read's bytes into ``W``-byte words (``data.j``, ``last``); the bytes past the end
+    of the last word are erased (the PE drops them)."""
+    n = -(-len(data) // W)
+    padded = np.full(n * W, ERASED, np.uint8)
+    padded[:len(data)] = data
+    return [{**{f"data.{j}": int(padded[k * W + j]) for j in range(W)}, "last": int(k == n - 1)}
+            for k in range(n)]
+
+
+def kv_reads(layout: KVLayout, seq_len: int, layer: int, head: int, kind: int,
+             base: int) -> list[dict]:
+    """The page reads of a Logit (``kind`` K) or Attend (V) under the contract
+    (docs/inflash.md, section 3): one per page of :func:`golden.inflash.kv_page_sequence`, in
+    token order, streaming the head's entries of the page: contiguous (``run = stride =
+    bytes``) or gathered (``run`` an entry, ``stride`` the distance between them)."""
+    page, offset = kv_address(layout, layer, head, np.arange(seq_len), kind)
+    e, out = layout.entry_bytes, []
+    for p in kv_page_sequence(layout, seq_len, layer=layer, head=head, kind=kind):
+        o = offset[page == p]
+        gather = len(o) > 1 and int(o[1] - o[0]) != e
+        run, stride = (e, int(o[1] - o[0])) if gather else (len(o) * e, len(o) * e)
+        out.append({"page": base + int(p), "column": int(o[0]), "bytes": len(o) * e,
+                    "run": run, "stride": stride})
+    return out
+
+
+class PlaneModel:
+    """The plane as a cycle-stepped model, independent of the simulator.
+
+    Each cycle: :meth:`outputs` gives ``rd_cmd.ready`` and the word offered on ``rd_data`` (or
+    ``None``); after the clock edge, :meth:`tick` takes the handshakes of that cycle (the read
+    command taken, if any, and whether the word was taken) and moves to the next cycle.
 
     Parameters
     ----------
-    dut : cocotb handle with ``rd_cmd__*`` and ``rd_data__*`` ports.
     geometry : FlashGeometry
         Page size, transfer width, ``tR`` (through ``tR_cycles``), pages per block, blocks.
-    counter : CycleCounter
-        The testbench's cycle counter (the plane keeps its own in step with it).
-    cmd_codec, data_codec : PayloadCodec
-        Of ``rd_cmd__payload`` and ``rd_data__payload``.
-    rng : random.Random
+    rng : random.Random, optional
     gaps : float
         Probability of an idle cycle before each word (a slow ECC decoder); 0 for timing runs.
 
@@ -63,13 +105,11 @@ class FlashPlane:
         Reads per block (``int64``, ``geometry.blocks`` entries).
     """
 
-    def __init__(self, dut, geometry: FlashGeometry, counter: CycleCounter,
-                 cmd_codec: PayloadCodec, data_codec: PayloadCodec, rng: random.Random,
+    def __init__(self, geometry: FlashGeometry, rng: random.Random | None = None,
                  gaps: float = 0.0):
         if not 0.0 <= gaps < 1.0:
             raise ValueError(f"gap probability must be in [0, 1), not {gaps}")
-        self.dut, self.geometry, self.counter = dut, geometry, counter
-        self.cmd_codec, self.data_codec, self.rng, self.gaps = cmd_codec, data_codec, rng, gaps
+        self.geometry, self.rng, self.gaps = geometry, rng or random.Random(0), gaps
         self.tR = geometry.tR_cycles
         self.W = geometry.transfer_bytes
         self.pages: dict[int, np.ndarray] = {}
@@ -78,14 +118,12 @@ class FlashPlane:
         self.stream_start: list[int] = []
         self.stream_end: list[int] = []
         self.block_counts = np.zeros(geometry.blocks, np.int64)
-        self._array = None          # (page, bytes, cycle the data register fills)
-        self._data = None           # (image, bytes): the data register
+        self.now = 0
+        self._array = None          # (read fields, cycle the data register fills)
+        self._data = None           # read fields: the data register
         self._cache = None          # list of words (dicts) being streamed
         self._word = 0
         self._gap = False
-        dut.rd_cmd__ready.value = 0
-        dut.rd_data__valid.value = 0
-        cocotb.start_soon(self._run())
 
     def program(self, first: int, images: np.ndarray):
         """Write page images (``uint8 (n, page_bytes)``) at pages ``first, first + 1, ...``."""
@@ -99,67 +137,108 @@ class FlashPlane:
         for k, image in enumerate(images):
             self.pages[first + k] = image.copy()
 
-    def _words(self, image: np.ndarray, nbytes: int) -> list[int]:
-        n = -(-nbytes // self.W)
-        return [self.data_codec.pack({**{f"data.{j}": int(image[k * self.W + j])
-                                         for j in range(self.W)}, "last": int(k == n - 1)})
-                for k in range(n)]
+    def image(self, page: int) -> np.ndarray:
+        return self.pages.get(page, np.full(self.geometry.page_bytes, ERASED, np.uint8))
+
+    def check(self, read: dict):
+        """Fail on a read outside the plane or its page (``read``: the ``rd_cmd`` fields)."""
+        P = self.geometry.page_bytes
+        if not 0 <= read["page"] < self.geometry.pages or not 1 <= read["bytes"] <= P:
+            raise AssertionError(f"cycle {self.now}: rd_cmd asks for page {read['page']}, "
+                                 f"{read['bytes']} bytes: outside the plane")
+        read_bytes(np.zeros(P, np.uint8), read["column"], read["bytes"], read["run"],
+                   read["stride"])
+
+    def outputs(self) -> tuple[bool, dict | None]:
+        """``(rd_cmd.ready, the word on rd_data or None)`` of the current cycle."""
+        ready = self._array is None and self._data is None
+        offer = self._cache is not None and not self._gap
+        return ready, (self._cache[self._word] if offer else None)
+
+    def tick(self, read: dict | None, word_taken: bool):
+        """Apply the handshakes of the current cycle (``read``: the ``rd_cmd`` fields taken, or
+        ``None``) and step to the next cycle."""
+        cycle = self.now
+        self.now += 1
+        if read is not None:
+            self.check(read)
+            self._array = (read, cycle + self.tR)
+            self.read_pages.append(read["page"])
+            self.read_start.append(cycle)
+            self.block_counts[read["page"] // self.geometry.pages_per_block] += 1
+        if word_taken:
+            self._word += 1
+            self._gap = self.gaps > 0 and self.rng.random() < self.gaps
+            if self._word == len(self._cache):
+                self._cache = None
+                self.stream_end.append(cycle)
+        # The array finishes; the data register moves into a free cache register.
+        if self._array is not None and self.now >= self._array[1]:
+            self._data = self._array[0]
+            self._array = None
+        if self._data is not None and self._cache is None:
+            f = self._data
+            data = read_bytes(self.image(f["page"]), f["column"], f["bytes"], f["run"],
+                              f["stride"])
+            self._cache = read_words(data, self.W)
+            self._word = 0
+            self._data = None
+            self.stream_start.append(self.now)
+        elif self._gap and self._cache is not None:
+            self._gap = self.rng.random() < self.gaps
+
+
+class FlashPlane(PlaneModel):
+    """Serve a cocotb design's page reads with :class:`PlaneModel`.
+
+    Parameters
+    ----------
+    dut : cocotb handle with ``rd_cmd__*`` and ``rd_data__*`` ports.
+    geometry : FlashGeometry
+    counter : CycleCounter
+        The testbench's cycle counter (the plane keeps its own in step with it).
+    cmd_codec, data_codec : PayloadCodec
+        Of ``rd_cmd__payload`` and ``rd_data__payload``.
+    rng : random.Random
+    gaps : float
+        As in :class:`PlaneModel`.
+    """
+
+    def __init__(self, dut, geometry: FlashGeometry, counter: CycleCounter,
+                 cmd_codec: PayloadCodec, data_codec: PayloadCodec, rng: random.Random,
+                 gaps: float = 0.0):
+        super().__init__(geometry, rng, gaps)
+        self.dut, self.counter = dut, counter
+        self.cmd_codec, self.data_codec = cmd_codec, data_codec
+        dut.rd_cmd__ready.value = 0
+        dut.rd_data__valid.value = 0
+        cocotb.start_soon(self._run())
 
     async def _run(self):
-        now = 0
-        cmd_taken = word_taken = None
+        read = None
+        word_taken = False
         while True:
             await RisingEdge(self.dut.clk)
-            now += 1
             if str(self.dut.rst.value) != "0":
-                cmd_taken = word_taken = None
+                read, word_taken = None, False
+                self.now += 1
                 self.dut.rd_cmd__ready.value = 0
                 self.dut.rd_data__valid.value = 0
                 await ReadOnly()
                 continue
             # The handshakes of the last cycle take effect.
-            if cmd_taken is not None:
-                page, nbytes, cycle = cmd_taken
-                self._array = (page, nbytes, cycle + self.tR)
-                self.read_pages.append(page)
-                self.read_start.append(cycle)
-                self.block_counts[page // self.geometry.pages_per_block] += 1
-            if word_taken is not None:
-                self._word += 1
-                self._gap = self.gaps > 0 and self.rng.random() < self.gaps
-                if self._word == len(self._cache):
-                    self._cache = None
-                    self.stream_end.append(word_taken)
-            # The array finishes; the data register moves into a free cache register.
-            if self._array is not None and now >= self._array[2]:
-                page, nbytes, _ = self._array
-                image = self.pages.get(page, np.full(self.geometry.page_bytes, ERASED, np.uint8))
-                self._data = (image, nbytes)
-                self._array = None
-            if self._data is not None and self._cache is None:
-                self._cache = self._words(*self._data)
-                self._word = 0
-                self._data = None
-                self.stream_start.append(now)
-            elif self._gap and self._cache is not None:
-                self._gap = self.rng.random() < self.gaps
-            ready = self._array is None and self._data is None
-            offer = self._cache is not None and not self._gap
+            self.tick(read, word_taken)
+            ready, word = self.outputs()
             self.dut.rd_cmd__ready.value = int(ready)
-            self.dut.rd_data__valid.value = int(offer)
-            if offer:
-                self.dut.rd_data__payload.value = self._cache[self._word]
+            self.dut.rd_data__valid.value = int(word is not None)
+            if word is not None:
+                self.dut.rd_data__payload.value = self.data_codec.pack(word)
             await ReadOnly()
-            assert self.counter.cycle == now, \
-                f"plane cycle {now} is out of step with the counter ({self.counter.cycle})"
-            cmd_taken = word_taken = None
+            assert self.counter.cycle == self.now, \
+                f"plane cycle {self.now} is out of step with the counter ({self.counter.cycle})"
+            read, word_taken = None, False
             if ready and self.dut.rd_cmd__valid.value.is_resolvable and \
                     int(self.dut.rd_cmd__valid.value):
-                fields = self.cmd_codec.unpack(int(self.dut.rd_cmd__payload.value))
-                if not 0 <= fields["page"] < self.geometry.pages or \
-                        not 1 <= fields["bytes"] <= self.geometry.page_bytes:
-                    raise AssertionError(f"cycle {now}: rd_cmd asks for page {fields['page']}, "
-                                         f"{fields['bytes']} bytes: outside the plane")
-                cmd_taken = (fields["page"], fields["bytes"], now)
-            if offer and int(self.dut.rd_data__ready.value):
-                word_taken = now
+                read = self.cmd_codec.unpack(int(self.dut.rd_cmd__payload.value))
+            if word is not None and int(self.dut.rd_data__ready.value):
+                word_taken = True

@@ -1,25 +1,36 @@
-"""cocotb testbench of the KVNAND in-flash GEMV PE (``inflash``) on a behavioural flash plane.
+"""cocotb testbench of the KVNAND in-flash PE (``inflash``) on a behavioural flash plane: GEMV
+on weight pages, Logit and Attend on KV pages.
 
 The design's ``rd_cmd`` / ``rd_data`` ports are answered by :class:`~.plane.FlashPlane` (tR,
 two-register page pipeline, page stream at ``transfer_bytes`` per cycle, per-block read
 counters). ``cmd`` and ``x`` are driven with random idle cycles, ``y`` is back-pressured at
 random, and the plane inserts random gaps in the page stream.
 
-The model is fed by the monitors. A command seen on ``cmd`` opens a GEMV and expects its page
-reads on ``rd_cmd`` (pages ``page .. page + n - 1``, the last one short:
-:func:`golden.inflash.page_count`, :func:`golden.inflash.stream_bytes`). The ``x`` beats and the
-page words the design actually took (the ``rd_data`` monitor) fill that GEMV's vector and byte
-stream; as soon as a row's bytes and the whole vector are in, the row's output is
-:func:`golden.inflash.gemv` of that row, queued on ``y``. A command the contract refuses expects
-one ``error`` word. The stimulus only programs pages and sends commands and ``x``.
+The model is fed by the monitors. A command seen on ``cmd`` opens a GEMV or an attention
+command and expects its page reads on ``rd_cmd``: GEMV, pages ``page .. page + n - 1``, the
+last one short (:func:`golden.inflash.page_count`, :func:`golden.inflash.stream_bytes`);
+Logit and Attend, the pages of the head's walk with the head's entries of each
+(:func:`golden.inflash.kv_address`, :func:`kv_reads`). The ``x`` beats and the bytes of the page
+reads the design actually took (the ``rd_data`` monitor, each read cut to its size) fill that
+command's vector (the query vectors, the attention weights) and byte stream. As soon as a row's
+bytes and the whole vector are in, the row's output is :func:`golden.inflash.gemv` of that row;
+a token's entry gives its ``G`` Logit scores (:func:`golden.inflash.logit`); the last token's
+entry and weights give the Attend sums (:func:`golden.inflash.attend`). A command the contract
+refuses expects one ``error`` word. The stimulus only programs pages and sends commands and
+``x``.
 
 Tests: ``random_gemvs`` (every implemented mode; shapes that fill pages exactly and shapes that
 do not, rows straddling pages, odd columns), ``corner_cases`` (special values, one element, the
 plane's last page, the longest row, modes back to back), ``refused`` (every refusal rule between
 good commands), ``full_rate`` (one GEMV per mode with no idle cycles, no back-pressure and no
-gaps: page period and total cycles against :func:`golden.inflash.gemv_timing`). Every test ends
-by comparing the plane's per-block read counters with :func:`golden.inflash.block_reads` of the
-pages the commands name.
+gaps: page period and total cycles against :func:`golden.inflash.gemv_timing`);
+``random_attention`` (Logit and Attend, MHA and GQA, fp16, bf16 and int8, page-level and naive
+mappings, sequences that fill pages exactly and not, between GEMVs), ``attention_refused``
+(every attention refusal rule), ``attention_full_rate`` (Logit and Attend with no idle cycles:
+pages, period and total against :func:`golden.inflash.attention_timing`, and the page reads of
+both mappings against :func:`golden.inflash.kv_pages_read`). Every test ends by comparing the
+plane's per-block read counters with :func:`golden.inflash.block_reads` of the pages the
+commands name.
 """
 
 from __future__ import annotations
@@ -35,15 +46,18 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from golden import inflash as golden
 from golden.arith.float import from_float
 from hdl.arith.format import BF16, FP16
-from hdl.inflash.spec import IMPLEMENTED_MODES, Mode
+from hdl.inflash.spec import (ATTENTION_MODES, IMPLEMENTED_MODES, MAX_KV_HEADS, MAX_LAYERS,
+                              MAX_TOKENS, Mapping, Mode, Op)
 
 from ..streams import PayloadCodec, Scoreboard, StreamMonitor
 from ..tb import BlockTB, select_tb
-from .plane import FlashPlane
+from .plane import FlashPlane, kv_reads
 
 #: Environment variables of the ``full_rate`` shape (benchmarks sweep them).
 ENV_ROWS, ENV_COLS = "MEMWALL_INFLASH_ROWS", "MEMWALL_INFLASH_COLS"
 _FMT = {"fp16": FP16, "bf16": BF16, "w4a16": FP16}
+#: KV formats of Logit and Attend by ``Mode`` code.
+_KV_FORMAT = {Mode.FP16: "fp16", Mode.BF16: "bf16", Mode.W8A8: "int8"}
 
 
 class _Gemv:
@@ -70,8 +84,9 @@ class _Gemv:
     def reads(self, page_bytes: int) -> list[dict]:
         """The page reads the contract asks for."""
         n = -(-self.size // page_bytes)
-        return [{"page": self.cmd["page"] + k, "bytes": min(page_bytes, self.size - k * page_bytes)}
-                for k in range(n)]
+        sizes = [min(page_bytes, self.size - k * page_bytes) for k in range(n)]
+        return [{"page": self.cmd["page"] + k, "column": 0, "bytes": b, "run": b, "stride": b}
+                for k, b in enumerate(sizes)]
 
     def outputs(self) -> list[dict]:
         """The outputs whose inputs are all in and that were not queued yet."""
@@ -112,11 +127,111 @@ class _Gemv:
         return self.done_rows == (1 if self.refused else self.rows)
 
 
+class _Attention:
+    """One Logit or Attend command as the monitors saw it, and what it still needs."""
+
+    def __init__(self, tb: "InflashTB", cmd: dict):
+        cfg = tb.component.cfg
+        self.cmd, self.F = cmd, cfg.fmacs
+        self.op = Op(cmd["op"])
+        self.refused = is_refused(cfg, cmd)
+        self.x: list[int] = []
+        self.data = bytearray()
+        self.done = 0                       # outputs queued: tokens (Logit), 0 or 1 (Attend)
+        if self.refused:
+            self.x_beats = self.size = 0
+            return
+        self.fmt = _KV_FORMAT[Mode(cmd["mode"])]
+        self.T, self.G, self.d = cmd["tokens"], cmd["query_heads"], cmd["head_dim"]
+        self.layout = golden.KVLayout(cmd["layers"], cmd["kv_heads"], self.d, self.fmt,
+                                      page_bytes=cfg.page_bytes,
+                                      mapping=golden.MAPPINGS[cmd["mapping"]])
+        self.kind = golden.K if self.op == Op.LOGIT else golden.V
+        self.nb = -(-self.d // self.F)
+        self.pb = -(-self.G // self.F)
+        self.x_beats = self.G * self.nb if self.op == Op.LOGIT else self.T * self.pb
+        self.entry = self.layout.entry_bytes
+        self.size = self.T * self.entry
+
+    def reads(self, page_bytes: int) -> list[dict]:
+        if self.refused:
+            return []
+        return kv_reads(self.layout, self.T, self.cmd["layer"], self.cmd["head"], self.kind,
+                        self.cmd["page"])
+
+    def _codes(self, raw: list[int]) -> np.ndarray:
+        arr = np.array(raw, np.int64)
+        if self.fmt == "int8":
+            arr &= 0xFF
+            return np.where(arr >= 128, arr - 256, arr)
+        return arr.astype(np.uint16)
+
+    def _entries(self, first: int, last: int) -> np.ndarray:
+        stream = np.frombuffer(bytes(self.data[first * self.entry:last * self.entry]), np.uint8)
+        if self.fmt == "int8":
+            return stream.view(np.int8).reshape(-1, self.d)
+        return stream.view("<u2").reshape(-1, self.d)
+
+    def outputs(self) -> list[dict]:
+        """The outputs whose inputs are all in and that were not queued yet."""
+        if self.refused:
+            self.done = 1
+            return [{"value": 0, "last": 1, "error": 1}]
+        if len(self.x) < self.x_beats * self.F:
+            return []
+        tokens = min(self.T, len(self.data) // self.entry)
+        if self.op == Op.LOGIT:
+            if tokens <= self.done:
+                return []
+            q = np.stack([self._codes(self.x[h * self.nb * self.F:h * self.nb * self.F + self.d])
+                          for h in range(self.G)])
+            scores = golden.logit(q, self._entries(self.done, tokens), self.fmt).T
+            out = [{"value": int(v) & 0xFFFFFFFF, "error": 0,
+                    "last": int(self.done + t == self.T - 1 and h == self.G - 1)}
+                   for t, row in enumerate(scores) for h, v in enumerate(row)]
+            self.done = tokens
+            return out
+        if tokens < self.T or self.done:
+            return []
+        p = np.stack([self._codes(self.x[t * self.pb * self.F:t * self.pb * self.F + self.G])
+                      for t in range(self.T)], axis=1)
+        sums = golden.attend(p, self._entries(0, self.T), self.fmt).reshape(-1)
+        self.done = 1
+        return [{"value": int(v) & 0xFFFFFFFF, "error": 0, "last": int(i == len(sums) - 1)}
+                for i, v in enumerate(sums)]
+
+    @property
+    def complete(self) -> bool:
+        return self.done == (1 if self.refused or self.op == Op.ATTEND else self.T)
+
+
+def attention_is_refused(cfg, cmd: dict) -> bool:
+    """The refusal rules of Logit and Attend (docs/inflash.md section 3)."""
+    T, G, d = cmd["tokens"], cmd["query_heads"], cmd["head_dim"]
+    L, H, layer, head = cmd["layers"], cmd["kv_heads"], cmd["layer"], cmd["head"]
+    if cmd["mode"] not in ATTENTION_MODES or not 1 <= T <= MAX_TOKENS \
+            or not 1 <= G <= cfg.max_query_heads or not 1 <= d <= cfg.max_head_dim \
+            or d * (1 if cmd["mode"] == Mode.W8A8 else 2) > cfg.page_bytes \
+            or G * -(-d // cfg.fmacs) > cfg.max_beats \
+            or not 1 <= L <= MAX_LAYERS or not 1 <= H <= MAX_KV_HEADS \
+            or not layer < L or not head < H:
+        return True
+    layout = golden.KVLayout(L, H, d, _KV_FORMAT[Mode(cmd["mode"])], page_bytes=cfg.page_bytes,
+                             mapping=golden.MAPPINGS[cmd["mapping"]])
+    kind = golden.K if cmd["op"] == Op.LOGIT else golden.V
+    last, _ = golden.kv_address(layout, layer, head, T - 1, kind)
+    return cmd["page"] + int(last) >= cfg.geometry.pages
+
+
 def is_refused(cfg, cmd: dict) -> bool:
     """The contract's refusal rules (docs/inflash.md section 3)."""
+    if cmd["op"] in (Op.LOGIT, Op.ATTEND):
+        return attention_is_refused(cfg, cmd)
+    if cmd["op"] != Op.GEMV:
+        return True
     rows, cols = cmd["rows"], cmd["cols"]
-    if cmd["mode"] not in IMPLEMENTED_MODES or not 1 <= rows <= cfg.max_rows \
-            or not 1 <= cols <= cfg.max_cols:
+    if cmd["mode"] not in IMPLEMENTED_MODES \
+            or not 1 <= rows <= cfg.max_rows or not 1 <= cols <= cfg.max_cols:
         return True
     mode = Mode(cmd["mode"]).name.lower()
     if mode == "w4a16" and cols % cfg.group_size:
@@ -140,18 +255,20 @@ class InflashTB(BlockTB):
         self.read_board = Scoreboard("rd_cmd__payload", self.log)
         self.scoreboards["rd_cmd"] = self.read_board
         self.output_monitors["rd_cmd"] = StreamMonitor(dut, "rd_cmd", dut.clk, codecs["rd_cmd"],
-                                                       self.counter, self.read_board.got,
-                                                       dut.rst)
+                                                       self.counter, self._on_read, dut.rst)
         self.data_monitor = StreamMonitor(dut, "rd_data", dut.clk, codecs["rd_data"],
                                           self.counter, self._on_data, dut.rst)
-        self.gemvs: collections.deque[_Gemv] = collections.deque()
+        self.gemvs: collections.deque = collections.deque()    # open commands, in order
         self.named_pages: list[int] = []          # pages the accepted commands name, in order
+        self.read_sizes: collections.deque[int] = collections.deque()   # reads taken
+        self.read_left = 0                        # bytes of the streaming read still to come
 
     # --- model --------------------------------------------------------------------------------
 
     def model(self, stream, item):
         if stream == "cmd":
-            gemv = _Gemv(self, item)
+            attention = item["op"] in (Op.LOGIT, Op.ATTEND)
+            gemv = _Attention(self, item) if attention else _Gemv(self, item)
             self.gemvs.append(gemv)
             for read in gemv.reads(self.cfg.page_bytes):
                 self.read_board.expect(read)
@@ -161,9 +278,22 @@ class InflashTB(BlockTB):
             gemv.x.extend(item[f"data.{i}"] for i in range(self.F))
         return {"y": self._ready_outputs()}
 
+    def _on_read(self, item, cycle):
+        self.read_sizes.append(item["bytes"])
+        self.read_board.got(item, cycle)
+
     def _on_data(self, item, cycle):
+        """A page word: its bytes that belong to the read (a read's last word may hold fewer
+        than ``W``) go to the command's stream."""
+        if self.read_left == 0:
+            assert self.read_sizes, f"cycle {cycle}: a page word before any read was issued"
+            self.read_left = self.read_sizes.popleft()
+        n = min(self.read_left, self.geometry.transfer_bytes)
+        self.read_left -= n
+        assert bool(item["last"]) == (self.read_left == 0), \
+            f"cycle {cycle}: rd_data.last is {item['last']} with {self.read_left} bytes to come"
         gemv = self._open(lambda g: len(g.data) < g.size, "a page word", cycle)
-        gemv.data.extend(item[f"data.{j}"] for j in range(self.geometry.transfer_bytes))
+        gemv.data.extend(item[f"data.{j}"] for j in range(n))
         for expected in self._ready_outputs():
             self.scoreboards["y"].expect(expected)
 
@@ -195,8 +325,8 @@ class InflashTB(BlockTB):
             elif self.counter.cycle - last_progress > stall_cycles:
                 g = self.gemvs[0]
                 raise AssertionError(f"cycle {self.counter.cycle}: no page word for "
-                                     f"{stall_cycles} cycles; the oldest open GEMV {g.cmd} has "
-                                     f"{len(g.data)} of {g.size} bytes and {len(g.x)} x "
+                                     f"{stall_cycles} cycles; the oldest open command {g.cmd} "
+                                     f"has {len(g.data)} of {g.size} bytes and {len(g.x)} x "
                                      f"elements")
             await RisingEdge(self.clk)
         await super().drain(stall_cycles)
@@ -234,9 +364,52 @@ class InflashTB(BlockTB):
         w = weights if weights is not None else self.weights(mode, rows, cols)
         xv = np.asarray(x if x is not None else self.vector(mode, cols), np.int64)
         self.plane.program(page, golden.weight_pages(w, page_bytes=self.cfg.page_bytes))
-        self.send("cmd", [{"mode": Mode[mode.upper()], "rows": rows, "cols": cols,
-                           "page": page}])
+        self.send("cmd", [{"op": Op.GEMV, "mode": Mode[mode.upper()], "rows": rows,
+                           "cols": cols, "page": page}])
         self.send_x(xv)
+        return page
+
+    def kv_cache(self, layout: golden.KVLayout, seq_len: int, scale_bits: int = 4):
+        """Random keys and values ``(T, L, H, d)`` of ``layout``'s format."""
+        rng = np.random.default_rng(self.rng.getrandbits(32))
+        shape = (seq_len, layout.layers, layout.kv_heads, layout.head_dim)
+        if layout.kv_format == "int8":
+            return rng.integers(-128, 128, shape), rng.integers(-128, 128, shape)
+        fmt = _KV_FMT_CODES[layout.kv_format]
+        return tuple(from_float(rng.standard_normal(shape) * 2.0 ** rng.integers(
+            -scale_bits, scale_bits + 1, shape), fmt) for _ in range(2))
+
+    def attention(self, op: str, fmt: str, query_heads: int, seq_len: int, *, layers: int,
+                  kv_heads: int, head_dim: int, layer: int, head: int, mapping: str = "page",
+                  page: int | None = None, keys=None, values=None, a=None) -> int:
+        """Program a KV cache (random unless ``keys`` and ``values`` are given) at ``page``
+        (random if not given), send a Logit or Attend command and its ``x`` (the query vectors
+        ``a`` (G, d), or the attention weights ``a`` (G, T); random if not given); return the
+        first page."""
+        layout = golden.KVLayout(layers, kv_heads, head_dim, fmt,
+                                 page_bytes=self.cfg.page_bytes, mapping=mapping)
+        if keys is None:
+            keys, values = self.kv_cache(layout, seq_len)
+        images = golden.kv_pages(layout, keys, values)
+        if page is None:
+            page = self.rng.randrange(self.geometry.pages - len(images) + 1)
+        self.plane.program(page, images)
+        rng = np.random.default_rng(self.rng.getrandbits(32))
+        shape = (query_heads, head_dim if op == "logit" else seq_len)
+        if a is None and fmt == "int8":
+            a = rng.integers(-128, 128, shape)
+        elif a is None:
+            a = from_float(rng.standard_normal(shape) if op == "logit" else
+                           rng.uniform(0, 1, shape), _KV_FMT_CODES[fmt])
+        a = np.asarray(a, np.int64)
+        mode = {"fp16": Mode.FP16, "bf16": Mode.BF16, "int8": Mode.W8A8}[fmt]
+        self.send("cmd", [{"op": Op.LOGIT if op == "logit" else Op.ATTEND, "mode": mode,
+                           "page": page, "tokens": seq_len, "head_dim": head_dim,
+                           "query_heads": query_heads, "mapping": Mapping[mapping.upper()],
+                           "layers": layers, "kv_heads": kv_heads, "layer": layer,
+                           "head": head}])
+        for row in (a if op == "logit" else a.T):      # per head, or per token
+            self.send_x(row)
         return page
 
     def send_x(self, x: np.ndarray):
@@ -246,9 +419,11 @@ class InflashTB(BlockTB):
         self.send("x", [{f"data.{i}": int(v) for i, v in enumerate(lanes[b:b + F])}
                         for b in range(0, len(lanes), F)])
 
-    def command(self, mode: int, rows: int, cols: int, page: int):
-        """Send a raw command (no pages, no x): for the refusal rules."""
-        self.send("cmd", [{"mode": mode, "rows": rows, "cols": cols, "page": page}])
+    def command(self, mode: int, rows: int = 1, cols: int = 1, page: int = 0, **fields):
+        """Send a raw command (no pages, no x): for the refusal rules. ``fields``: more
+        command fields (``op`` is GEMV unless given)."""
+        self.send("cmd", [{"op": Op.GEMV, "mode": mode, "rows": rows, "cols": cols,
+                           "page": page, **fields}])
 
     def check_block_reads(self):
         want = golden.block_reads(self.geometry, np.array(self.named_pages, np.int64))
@@ -257,6 +432,9 @@ class InflashTB(BlockTB):
             f"per-block reads {got.tolist()}, the commands name {want.tolist()}"
         assert self.plane.read_pages == self.named_pages, \
             f"pages read {self.plane.read_pages}, named {self.named_pages}"
+
+
+_KV_FMT_CODES = {"fp16": FP16, "bf16": BF16}
 
 
 def _tb(dut, **kwargs) -> InflashTB:
@@ -422,4 +600,166 @@ async def full_rate(dut):
               per_cycle=round(beats / fp16["total"], 4), latency=fp16["pe_latency"],
               latency_meaning="last page word to last y (inflash, fp16)",
               **{f"{m}_{k}": v for m, f in figures.items() for k, v in f.items()})
+    tb.check_block_reads()
+
+
+# --- attention -------------------------------------------------------------------------------
+
+def _attention_layouts(cfg) -> list[dict]:
+    """KV layouts for the plane's page size: a page of whole entries and a partial last page,
+    one head token per naive page (``S >= T_p``) and several (``S < T_p``, gathered reads)."""
+    d = max(1, min(cfg.max_head_dim, cfg.page_bytes // 8))      # at least 4 fp16 entries a page
+    return [dict(layers=2, kv_heads=2, head_dim=d),
+            dict(layers=1, kv_heads=1, head_dim=max(1, d // 2)),
+            dict(layers=2, kv_heads=3, head_dim=max(1, d - 3))]
+
+
+def _groups(cfg, head_dim: int) -> list[int]:
+    """MHA and GQA groups that the PE takes with this head dimension."""
+    nb = -(-head_dim // cfg.fmacs)
+    return [G for G in (1, 2, 4, 3) if G <= cfg.max_query_heads and G * nb <= cfg.max_beats]
+
+
+def _fits(tb, layout_kw: dict, fmt: str, seq_len: int, mapping: str) -> bool:
+    layout = golden.KVLayout(**layout_kw, kv_format=fmt, page_bytes=tb.cfg.page_bytes,
+                             mapping=mapping)
+    return golden.kv_page_count(layout, seq_len) <= tb.geometry.pages
+
+
+@cocotb.test()
+async def random_attention(dut):
+    """Logit and Attend, MHA and GQA, fp16, bf16 and int8, both mappings, sequences that fill
+    their pages exactly and not, between GEMVs; every result bit for bit."""
+    tb = _tb(dut)
+    await tb.reset()
+    cfg = tb.cfg
+    rng = tb.rng
+    for index, layout in enumerate(_attention_layouts(cfg)):
+        tp = cfg.page_bytes // (2 * layout["head_dim"])
+        for op in ("logit", "attend"):
+            for G in _groups(cfg, layout["head_dim"]):
+                fmt = ("fp16", "bf16", "int8")[(G + index) % 3]
+                mapping = golden.MAPPINGS[(G + index + (op == "attend")) % 2]
+                seq_len = rng.choice([2 * tp, 2 * tp + 1, tp - 1 if tp > 1 else 3])
+                if not _fits(tb, layout, fmt, seq_len, mapping):
+                    continue
+                layer = rng.randrange(layout["layers"])
+                head = rng.randrange(layout["kv_heads"])
+                tb.attention(op, fmt, G, seq_len, layer=layer, head=head, mapping=mapping,
+                             **layout)
+        tb.gemv(("fp16", "w8a8", "bf16")[index], 3, 5)
+    await tb.drain()
+    tb.check_block_reads()
+
+
+@cocotb.test()
+async def attention_refused(dut):
+    """Every attention refusal rule answers one error word, in order, between commands that
+    still work."""
+    tb = _tb(dut)
+    await tb.reset()
+    cfg = tb.cfg
+    layout = _attention_layouts(cfg)[0]
+    good = dict(op=Op.LOGIT, page=0, tokens=4, head_dim=layout["head_dim"], query_heads=1,
+                mapping=Mapping.PAGE, layers=layout["layers"], kv_heads=layout["kv_heads"],
+                layer=0, head=0)
+    tb.attention("attend", "fp16", 2, 5, layer=1, head=0, **layout)
+    # G ceil(d / F) beats of query vectors above the x buffer's max_cols / F words: the
+    # largest group with the smallest head dimension that overflows (each d fits a page).
+    G = cfg.max_query_heads
+    wide = [d for d in range(1, cfg.max_head_dim + 1)
+            if G * -(-d // cfg.fmacs) > cfg.max_beats and 2 * d <= cfg.page_bytes]
+    rules = [
+        (Mode.W4A16, {}),                                        # no w4a16 KV
+        (Mode.FP16, {"op": 3}),                                  # no such operation
+        (Mode.FP16, {"tokens": 0}), (Mode.BF16, {"tokens": MAX_TOKENS + 1}),
+        (Mode.FP16, {"query_heads": 0}),
+        (Mode.FP16, {"query_heads": cfg.max_query_heads + 1}),
+        (Mode.FP16, {"head_dim": 0}), (Mode.FP16, {"head_dim": cfg.max_head_dim + 1}),
+        (Mode.W8A8, {"layers": 0}), (Mode.FP16, {"kv_heads": MAX_KV_HEADS + 1}),
+        (Mode.FP16, {"layer": layout["layers"]}), (Mode.FP16, {"head": layout["kv_heads"]}),
+        (Mode.FP16, {"tokens": 4 * tb.geometry.pages}),          # walk past the last page
+        (Mode.FP16, {"mapping": Mapping.NAIVE, "page": tb.geometry.pages - 1, "tokens": 2})]
+    if wide:
+        rules.append((Mode.FP16, {"query_heads": G, "head_dim": wide[0]}))
+    else:
+        tb.log.info("no head dimension overflows the x buffer with %d query heads", G)
+    for mode, fields in rules:
+        cmd = {**good, "mode": mode, **fields}
+        assert is_refused(cfg, cmd), f"the rule {fields} does not refuse {cmd}"
+        tb.command(**cmd)
+    tb.attention("logit", "bf16", 1, 3, layer=1, head=1, **layout)
+    tb.gemv("w8a8", 2, 9)
+    await tb.drain()
+    tb.check_block_reads()
+
+
+@cocotb.test()
+async def attention_full_rate(dut):
+    """Logit and Attend of one head group, MHA and GQA, with no idle cycles, no back-pressure
+    and no gaps: the pages read, the page period and the total cycles against
+    golden.inflash.attention_timing; the page-level mapping against the naive one."""
+    tb = _tb(dut, idle=0.0, backpressure=0.0, gaps=0.0)
+    await tb.reset()
+    await ClockCycles(tb.clk, 2)
+    cfg, geo = tb.cfg, tb.geometry
+    layout = _attention_layouts(cfg)[0]
+    d = layout["head_dim"]
+    tp = cfg.page_bytes // (2 * d)
+    seq_len = min(12 * tp, (geo.pages // (2 * layout["layers"] * layout["kv_heads"])) * tp)
+    figures = {}
+    for op in ("logit", "attend"):
+        for G in [G for G in _groups(cfg, d) if G != 3]:
+            for mapping in golden.MAPPINGS:
+                if mapping == "naive" and G > 1:
+                    continue
+                T = seq_len if mapping == "page" else min(seq_len, geo.pages // 2)
+                kv = golden.KVLayout(**layout, page_bytes=cfg.page_bytes, mapping=mapping)
+                if golden.kv_page_count(kv, T) > geo.pages:
+                    continue
+                first_read = len(tb.plane.read_start)
+                tb.attention(op, "fp16", G, T, layer=1, head=0, mapping=mapping, page=0,
+                             **layout)
+                await tb.drain()
+                cmd_op = Op.LOGIT if op == "logit" else Op.ATTEND
+                timing = golden.attention_timing(geo, kv, T, op=op, group=G, layer=1, head=0)
+                pe_latency = tb.component.pe_latency(
+                    Mode.FP16, cmd_op, query_heads=G, head_dim=d,
+                    last_page=(timing.transfer[-1], timing.compute[-1]))
+                timing = golden.attention_timing(geo, kv, T, op=op, group=G, layer=1, head=0,
+                                                 pe_latency=pe_latency)
+                reads = tb.plane.read_pages[first_read:]
+                kind = golden.K if op == "logit" else golden.V
+                assert len(reads) == timing.pages == golden.kv_pages_read(
+                    kv, T, layer=1, kind=kind), f"{op} {mapping}: {len(reads)} page reads"
+                starts = np.array(tb.plane.stream_start[first_read:])
+                t0 = tb.plane.read_start[first_read]
+                total = tb.output_monitors["y"].last_cycle - t0 + 1
+                period = float(np.mean(np.diff(starts[1:]))) if len(starts) > 2 else 0.0
+                model = timing.stream_start[1:]
+                model_period = float(np.mean(np.diff(model))) if len(model) > 1 else 0.0
+                name = f"{op}_G{G}_{mapping}"
+                figures[name] = {
+                    "tokens": T, "pages": timing.pages, "tR": timing.tR,
+                    "transfer": int(timing.transfer.max()), "compute": int(timing.compute.max()),
+                    "period": round(period, 2), "model_period": round(model_period, 2),
+                    "total": int(total), "model_total": timing.total,
+                    "excess": int(total - timing.total), "pe_latency": pe_latency}
+                tb.log.info("%s: page starts %s", name, (starts - t0).tolist())
+                assert starts[0] - t0 == timing.tR, \
+                    f"{name}: first page streamed {starts[0] - t0} cycles after its read"
+                # Where compute sets the pace, the K/V ring lets a page's words in up to two
+                # entries' compute early, so pages start early while the ring fills: over a
+                # short run the mean period is below the model's; the steady state and the
+                # total are the model's.
+                if len(starts) > 2:
+                    assert period <= 1.01 * model_period, \
+                        f"{name}: page period {period:.2f} cycles, model {model_period:.2f}"
+                assert total == timing.total, \
+                    f"{name}: {total} cycles, attention_timing {timing.total}"
+    logit = figures.get("logit_G1_page")
+    tb.report("attention_full_rate", **{f"{n}_{k}": v for n, f in figures.items()
+                                        for k, v in f.items()},
+              **({"pages_page_level": logit["pages"],
+                  "pages_naive": figures["logit_G1_naive"]["pages"]} if logit else {}))
     tb.check_block_reads()

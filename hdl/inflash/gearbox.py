@@ -6,7 +6,7 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .spec import SCALE_BYTES, Mode, PEConfig, beat_layout, job_layout, page_data_layout
+from .spec import SCALE_BYTES, Mode, PEConfig, beat_layout, job_layout, word_layout
 
 __all__ = ["Gearbox"]
 
@@ -25,8 +25,8 @@ class Gearbox(wiring.Component):
     record gives ``g / F`` beats of ``F`` codes (``F`` divides ``g``, so no padding), the first
     of which also carries the record's header (scale and offset): a header costs no beat, as in
     the golden cycle model. A beat that straddles two words, or two pages, waits for the
-    next word. The bytes after the matrix's last element in its last word (the erased tail) are
-    dropped when the last beat leaves.
+    next word. Only the first ``bytes`` bytes of a word enter the buffer: the rest of a read's
+    last word (the erased tail of a matrix, or the bytes after a read of K/V entries) is dropped.
 
     Parameters
     ----------
@@ -39,10 +39,10 @@ class Gearbox(wiring.Component):
         last beat has left. ``rows`` and ``cols`` must be at least 1 (w4a16: ``cols`` a
         multiple of ``group_size``) and ``bytes`` the stream length
         (``golden.inflash.stream_bytes``): the PE checks and computes them.
-    i : In(stream.Signature(page_data_layout(cfg)))
-        The matrices' page streams, one after the other, ``ceil(bytes / W)`` words each. A word
-        is taken only while the current matrix still needs one, so the next matrix's words may
-        follow at once. ``last`` is not needed (the gearbox counts bytes).
+    i : In(stream.Signature(word_layout(cfg)))
+        The matrices' page streams, one after the other, ``data`` with ``bytes`` of it valid
+        (``W`` but in the last word of a read). A word is taken only while the current matrix
+        still needs one, so the next matrix's words may follow at once.
     o : Out(stream.Signature(beat_layout(cfg)))
         Beats in stream order; ``valid`` does not depend on ``ready``.
 
@@ -57,7 +57,7 @@ class Gearbox(wiring.Component):
         self.cfg = cfg
         super().__init__({
             "job": In(stream.Signature(job_layout(cfg))),
-            "i": In(stream.Signature(page_data_layout(cfg))),
+            "i": In(stream.Signature(word_layout(cfg))),
             "o": Out(stream.Signature(beat_layout(cfg))),
         })
 
@@ -84,7 +84,7 @@ class Gearbox(wiring.Component):
         count = Signal(range(nib + 1))              # nibbles held; nibbles above are 0
         active = Signal()
         mode = Signal(2)
-        rows_left = Signal(cfg.rows_bits)
+        rows_left = Signal(max(cfg.rows_bits, cfg.tokens_bits))   # rows, or K/V entries
         beat = Signal(range(cfg.max_beats))
         last_beat = Signal(range(cfg.max_beats))    # ceil(cols / F) - 1
         last_elems = Signal(range(F + 1))           # elements of a row's last beat, 1 .. F
@@ -139,21 +139,24 @@ class Gearbox(wiring.Component):
         # ---- buffer update: drop the beat's nibbles, append the word after what is left --------
         m.d.comb += self.i.ready.eq(active & (left != 0) & (count <= nib - 2 * W))
         take = self.i.valid & self.i.ready
+        valid_bytes = self.i.payload.bytes
         with m.If(take):
-            m.d.sync += left.eq(Mux(left > W, left - W, 0))
+            m.d.sync += left.eq(Mux(left > valid_bytes, left - valid_bytes, 0))
         drop = Mux(fire, need, 0)
         kept = Signal(range(nib + 1))
         m.d.comb += kept.eq(count - drop)
         widest = 2 * self.widest
         shifted = Array(Cat(buf[4 * k:], Const(0, 4 * k)) for k in range(widest + 1))[drop]
-        word = self.i.payload.data.as_value()
+        # The bytes past the word's valid ones are cleared: the buffer holds 0 above ``count``.
+        keep = Array(Const((1 << 8 * v) - 1, 8 * W) for v in range(W + 1))[valid_bytes]
+        word = self.i.payload.data.as_value() & keep
         placed = Signal(4 * nib)
         with m.Switch(kept):
             for k in range(nib - 2 * W + 1):
                 with m.Case(k):
                     m.d.comb += placed.eq(Cat(Const(0, 4 * k), word))
         m.d.sync += [buf.eq(shifted | Mux(take, placed, 0)),
-                     count.eq(kept + Mux(take, 2 * W, 0))]
+                     count.eq(kept + Mux(take, valid_bytes << 1, 0))]
 
         with m.If(fire):
             m.d.sync += beat.eq(Mux(row_end, 0, beat + 1))

@@ -1,8 +1,10 @@
-"""The KVNAND flash plane and the GEMV PE's configuration: a pure description, no hardware.
+"""The KVNAND flash plane and the in-flash PE's configuration: a pure description, no hardware.
 
 Shared by the in-flash PE (``hdl/inflash``), its golden model (``golden/inflash.py``) and the
 testbench's flash-plane model. Flash busy times are given in microseconds with their datasheet
-names (``tR_us``, ``tP_us``) and become cycles only in :func:`busy_cycles`.
+names (``tR_us``, ``tP_us``) and become cycles only in :func:`busy_cycles`. The PE runs three
+operations (:class:`Op`): the GEMV on weight pages, and Logit and Attend on the KV pages of one
+(layer, KV head), whose page walk follows the mapping of ``golden.inflash.kv_address``.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from amaranth.lib import data
 
 from ..validate import index_bits, integer, power_of_two
 
-__all__ = ["MAX_FMACS", "busy_cycles", "FlashGeometry", "Mode", "IMPLEMENTED_MODES", "MAX_ROWS",
-           "MAX_COLS", "MAX_TRANSFER", "PEConfig", "command_layout", "x_layout", "read_layout",
-           "page_data_layout", "job_layout", "beat_layout", "y_layout"]
+__all__ = ["MAX_FMACS", "busy_cycles", "FlashGeometry", "Mode", "IMPLEMENTED_MODES", "Op",
+           "Mapping", "ATTENTION_MODES", "MAX_ROWS", "MAX_COLS", "MAX_TRANSFER", "MAX_TOKENS",
+           "MAX_LAYERS", "MAX_KV_HEADS", "MAX_QUERY_HEADS", "PEConfig", "command_layout",
+           "x_layout", "read_layout", "page_data_layout", "word_layout", "job_layout",
+           "beat_layout", "y_layout"]
 
 #: Largest FMAC (multiply lane) count of the PE (Table I of the paper: 16).
 MAX_FMACS = 16
@@ -163,6 +167,38 @@ class Mode(enum.IntEnum):
 
 #: Modes the PE computes; a command in any other mode is refused.
 IMPLEMENTED_MODES = (Mode.FP16, Mode.BF16, Mode.W8A8, Mode.W4A16)
+
+
+class Op(enum.IntEnum):
+    """Operation of a command (``cmd.op``).
+
+    ``GEMV``: ``y = W x`` on weight pages (``mode`` is the precision mode). ``LOGIT``: the scores
+    ``q_h . k_t`` of ``query_heads`` query heads against the K entries of one (layer, KV head)
+    (``golden.inflash.logit``). ``ATTEND``: ``sum_t p[h, t] v_t`` over the V entries of one
+    (layer, KV head) (``golden.inflash.attend``). For Logit and Attend ``mode`` is the KV
+    format: ``FP16``, ``BF16`` or ``W8A8`` (int8 KV, int32 results).
+    """
+
+    GEMV = 0
+    LOGIT = 1
+    ATTEND = 2
+
+
+class Mapping(enum.IntEnum):
+    """KV mapping of an attention command (``cmd.mapping``): ``golden.inflash.MAPPINGS``."""
+
+    PAGE = 0
+    NAIVE = 1
+
+
+#: KV formats of Logit and Attend, as ``Mode`` codes (``W8A8``: int8 KV).
+ATTENTION_MODES = (Mode.FP16, Mode.BF16, Mode.W8A8)
+#: Longest sequence of an attention command (``golden.inflash.MAX_TOKENS``).
+MAX_TOKENS = 1 << 24
+#: Largest layer and KV-head counts of a KV layout (``golden.inflash.KVLayout``).
+MAX_LAYERS = MAX_KV_HEADS = 1024
+#: Largest ``max_query_heads`` (query heads per KV head, the GQA group) of a PE.
+MAX_QUERY_HEADS = 64
 #: Group sizes of the w4a16 mode: powers of two in this range (at least the largest ``F``, so
 #: that a beat never straddles two groups).
 MIN_GROUP, MAX_GROUP = 16, 1024
@@ -188,6 +224,15 @@ class PEConfig:
     group_size : int
         ``g`` of the w4a16 mode, a power of two from 16 to 1024 (default 128): columns per
         (scale, offset) record. A w4a16 command whose ``cols`` it does not divide is refused.
+    max_query_heads : int
+        ``G_max``, the largest GQA group of Logit and Attend (query heads served by one KV
+        head), 1 to 64 (default 8, LLaMA2-70B's group). Sets the group counters and the ``p``
+        buffer of Attend (two tokens of ``ceil(G_max / F)`` words).
+
+    Attention sizes follow ``max_cols``: the ``G`` query vectors of a Logit sit in the ``x``
+    buffer and the ``G d`` accumulators of an Attend in a memory of ``max_cols`` fp32 words, so
+    ``G ceil(d / F) <= max_cols / F``; a two-entry K/V ring of ``max_cols`` elements bounds the
+    head dimension to ``max_head_dim = max_cols / 2``.
 
     Raises
     ------
@@ -199,6 +244,7 @@ class PEConfig:
     max_rows: int
     max_cols: int
     group_size: int = 128
+    max_query_heads: int = 8
 
     def __post_init__(self):
         if not isinstance(self.geometry, FlashGeometry):
@@ -208,6 +254,7 @@ class PEConfig:
         _pow2(self.max_rows, "Maximum row count", 1, MAX_ROWS)
         _pow2(self.max_cols, "Maximum column count", self.geometry.fmacs, MAX_COLS)
         _pow2(self.group_size, "Group size", MIN_GROUP, MAX_GROUP)
+        _int(self.max_query_heads, "Maximum query heads per KV head", 1, MAX_QUERY_HEADS)
 
     # --- derived sizes ---------------------------------------------------------------------
 
@@ -249,15 +296,67 @@ class PEConfig:
 
     @property
     def stream_bits(self) -> int:
-        """Width of a stream length in bytes (``2 max_rows max_cols``)."""
-        return (2 * self.max_rows * self.max_cols).bit_length()
+        """Width of a stream length in bytes: a GEMV's (``2 max_rows max_cols``) or an attention
+        command's (``MAX_TOKENS`` entries of at most a page)."""
+        return max(2 * self.max_rows * self.max_cols,
+                   MAX_TOKENS * self.page_bytes).bit_length()
+
+    # --- attention sizes ---------------------------------------------------------------------
+
+    @property
+    def max_head_dim(self) -> int:
+        """Largest head dimension ``d`` of Logit and Attend: ``max_cols / 2`` (at least 1), so
+        that the K/V ring holds two entries in ``max_cols`` elements."""
+        return max(1, self.max_cols // 2)
+
+    @property
+    def slot_beats(self) -> int:
+        """Words of one K/V ring slot: ``ceil(max_head_dim / F)``."""
+        return -(-self.max_head_dim // self.fmacs)
+
+    @property
+    def p_beats(self) -> int:
+        """``x`` beats of one token's attention weights at ``G_max``: ``ceil(G_max / F)``."""
+        return -(-self.max_query_heads // self.fmacs)
+
+    @property
+    def x_depth(self) -> int:
+        """Words of the ``x`` buffer: a GEMV's ``max_cols / F``, or two tokens of Attend's
+        ``p`` if that is more."""
+        return max(self.max_beats, 2 * self.p_beats)
+
+    @property
+    def tokens_bits(self) -> int:
+        """Width of a token count (``0 .. 2 MAX_TOKENS - 1``: a count above the maximum is
+        seen)."""
+        return MAX_TOKENS.bit_length()
+
+    @property
+    def query_bits(self) -> int:
+        """Width of a query-head count (``G_max + 1`` is expressible, so it can be refused)."""
+        return (self.max_query_heads + 1).bit_length()
+
+    @property
+    def layout_bits(self) -> int:
+        """Width of the layer and KV-head counts and indices of an attention command."""
+        return max(MAX_LAYERS, MAX_KV_HEADS).bit_length()
 
 
 def command_layout(cfg: PEConfig) -> data.StructLayout:
-    """Payload of ``cmd``: one GEMV ``y = W x`` of ``rows x cols`` weights in ``mode``, whose
-    page stream starts at page ``page`` (docs/inflash_models.md section 4)."""
-    return data.StructLayout({"mode": 2, "rows": cfg.rows_bits, "cols": cfg.cols_bits,
-                              "page": cfg.page_bits})
+    """Payload of ``cmd``: one operation (``op``, :class:`Op`).
+
+    GEMV: ``y = W x`` of ``rows x cols`` weights in ``mode``, whose page stream starts at page
+    ``page`` (docs/inflash_models.md section 4). Logit and Attend: ``tokens`` (``T``) entries
+    of ``head_dim`` (``d``) elements in KV format ``mode``, for ``query_heads`` (``G``) query
+    heads, of KV head ``head`` in layer ``layer`` of a cache of ``layers`` layers and
+    ``kv_heads`` KV heads laid out with ``mapping`` (:class:`Mapping`) from page ``page`` on
+    (``golden.inflash.kv_address`` plus ``page``). Fields an operation does not use are
+    ignored."""
+    return data.StructLayout({
+        "op": 2, "mode": 2, "rows": cfg.rows_bits, "cols": cfg.cols_bits, "page": cfg.page_bits,
+        "tokens": cfg.tokens_bits, "head_dim": cfg.cols_bits, "query_heads": cfg.query_bits,
+        "mapping": 1, "layers": cfg.layout_bits, "kv_heads": cfg.layout_bits,
+        "layer": cfg.layout_bits, "head": cfg.layout_bits})
 
 
 def x_layout(cfg: PEConfig) -> data.StructLayout:
@@ -267,9 +366,16 @@ def x_layout(cfg: PEConfig) -> data.StructLayout:
 
 
 def read_layout(cfg: PEConfig) -> data.StructLayout:
-    """Payload of ``rd_cmd``: read page ``page`` and stream its first ``bytes`` bytes
-    (1 .. ``page_bytes``; fewer only for the last page of a matrix)."""
-    return data.StructLayout({"page": cfg.page_bits, "bytes": cfg.page_bytes.bit_length()})
+    """Payload of ``rd_cmd``: read page ``page`` and stream ``bytes`` bytes of it (1 ..
+    ``page_bytes``) taken as runs of ``run`` bytes, run ``j`` starting at byte
+    ``column + j stride`` of the page (the flash's "change read column"). A contiguous read has
+    ``run = stride = bytes``: a GEMV page (``column`` 0; fewer bytes only on the matrix's last
+    page) or the K/V entries of one page under the page-level mapping. A naive-mapping page
+    holding several entries of the head gathers them: ``run`` the entry, ``stride`` the
+    distance between them."""
+    width = cfg.page_bytes.bit_length()
+    return data.StructLayout({"page": cfg.page_bits, "column": index_bits(cfg.page_bytes),
+                              "bytes": width, "run": width, "stride": width})
 
 
 def page_data_layout(cfg: PEConfig) -> data.StructLayout:
@@ -278,11 +384,21 @@ def page_data_layout(cfg: PEConfig) -> data.StructLayout:
     return data.StructLayout({"data": data.ArrayLayout(8, cfg.transfer_bytes), "last": 1})
 
 
+def word_layout(cfg: PEConfig) -> data.StructLayout:
+    """Payload of the gearbox's ``i``: one page word, ``W`` bytes (byte ``j`` in ``data[j]``) of
+    which the first ``bytes`` (1 .. ``W``) belong to the stream; fewer than ``W`` only in the
+    last word of a read whose byte count ``W`` does not divide."""
+    return data.StructLayout({"data": data.ArrayLayout(8, cfg.transfer_bytes),
+                              "bytes": cfg.transfer_bytes.bit_length()})
+
+
 def job_layout(cfg: PEConfig) -> data.StructLayout:
     """Payload of the gearbox's ``job``: the mode and shape of the matrix whose stream follows,
-    and the stream's length in bytes (``golden.inflash.stream_bytes``)."""
-    return data.StructLayout({"mode": 2, "rows": cfg.rows_bits, "cols": cfg.cols_bits,
-                              "bytes": cfg.stream_bits})
+    and the stream's length in bytes (``golden.inflash.stream_bytes``). The K or V entries of an
+    attention command are a ``tokens x head_dim`` matrix in ``fp16``, ``bf16`` or ``w8a8``
+    (int8)."""
+    return data.StructLayout({"mode": 2, "rows": max(cfg.rows_bits, cfg.tokens_bits),
+                              "cols": cfg.cols_bits, "bytes": cfg.stream_bits})
 
 
 def beat_layout(cfg: PEConfig) -> data.StructLayout:
@@ -302,6 +418,7 @@ def beat_layout(cfg: PEConfig) -> data.StructLayout:
 
 
 def y_layout(cfg: PEConfig) -> data.StructLayout:
-    """Payload of ``y``: one output, an fp32 code (float modes) or an int32 (w8a8); ``last`` on
-    the GEMV's last row; ``error`` (with ``last`` and ``value = 0``) answers a refused command."""
+    """Payload of ``y``: one output, an fp32 code (float modes) or an int32 (w8a8, int8 KV);
+    ``last`` on the command's last output; ``error`` (with ``last`` and ``value = 0``) answers
+    a refused command."""
     return data.StructLayout({"value": 32, "last": 1, "error": 1})
