@@ -19,6 +19,8 @@ CASES = [
      ["random_gemvs", "full_rate", "attention_full_rate"]),
     ("inflash", "small", {"fmacs": "16", "transfer_bytes": "16", "page_bytes": "128"},
      ["random_gemvs", "corner_cases", "full_rate", "attention_full_rate"]),
+    # The PE and the KV page writer on one flash port (programs with tP busy).
+    ("inflash-unit", "small", {}, ["kv_write_read", "kv_overflow"]),
 ]
 
 

@@ -87,6 +87,7 @@ __all__ = [
     "weights_from_pages", "group_sums", "gemv", "gemv_reference", "gemv_bound",
     "PageTiming", "page_pipeline", "beats_per_page", "gemv_timing", "KVLayout", "kv_address",
     "kv_table", "kv_page_count", "kv_page_sequence", "kv_pages_read", "kv_pages", "kv_read",
+    "kv_entries", "KV_RECORD", "KVWrite", "kv_write",
     "logit", "attend", "logit_pages", "attend_pages", "logit_reference", "attend_reference",
     "logit_bound", "attend_bound", "attention_timing", "block_reads",
 ]
@@ -861,13 +862,10 @@ def _entry_bytes(codes: np.ndarray, kv_format: str) -> np.ndarray:
     return _le16(codes)
 
 
-def kv_pages(layout: KVLayout, keys, values) -> np.ndarray:
-    """Write a KV cache into page images (``np.uint8``, ``(kv_page_count, page_bytes)``).
-
-    ``keys``, ``values``: codes of shape ``(T, L, H, d)`` (fp16/bf16 bit patterns or int8
-    values). Each entry's elements are stored in order, 16-bit codes low byte first; unused bytes
-    are :data:`ERASED`.
-    """
+def kv_entries(layout: KVLayout, keys, values) -> tuple[int, np.ndarray]:
+    """Check ``keys`` and ``values`` (``(T, L, H, d)`` codes); return ``T`` and the entries'
+    bytes in generation order (token, layer, K then V, head), ``(T S, entry_bytes)`` ``uint8``:
+    what the KV page writer takes."""
     k = _array(keys, "Keys", 4, "(tokens, layers, KV heads, head dimension)", layout.kv_format)
     v = _array(values, "Values", 4, "(tokens, layers, KV heads, head dimension)",
                layout.kv_format)
@@ -879,14 +877,122 @@ def kv_pages(layout: KVLayout, keys, values) -> np.ndarray:
     if k.shape != v.shape:
         raise ValueError(f"Values must have the keys' shape {k.shape}, not {v.shape}")
     t = _seq(k.shape[0])
-    table = kv_table(layout, t)
     entries = np.stack([k, v], axis=2)                    # (T, L, 2, H, d): generation order
-    data = _entry_bytes(entries.reshape(-1, layout.head_dim), layout.kv_format)
-    n, size = kv_page_count(layout, t), layout.page_bytes
+    return t, _entry_bytes(entries.reshape(-1, layout.head_dim), layout.kv_format).reshape(
+        -1, layout.entry_bytes)
+
+
+def _place(layout: KVLayout, table: np.ndarray, data: np.ndarray, n: int) -> np.ndarray:
+    """Page images ``(n, page_bytes)`` holding the entries ``data`` at the slots of ``table``
+    (rows of :func:`kv_table`); every other byte erased."""
+    size = layout.page_bytes
     pages = np.full(n * size, ERASED, np.uint8)
     start = table["page"] * size + table["offset"]
     pages[start[:, None] + np.arange(layout.entry_bytes)[None, :]] = data
     return pages.reshape(n, size)
+
+
+def kv_pages(layout: KVLayout, keys, values) -> np.ndarray:
+    """Write a KV cache into page images (``np.uint8``, ``(kv_page_count, page_bytes)``).
+
+    ``keys``, ``values``: codes of shape ``(T, L, H, d)`` (fp16/bf16 bit patterns or int8
+    values). Each entry's elements are stored in order, 16-bit codes low byte first; unused bytes
+    are :data:`ERASED`.
+    """
+    t, data = kv_entries(layout, keys, values)
+    return _place(layout, kv_table(layout, t), data, kv_page_count(layout, t))
+
+
+#: Fields of a record of the KV writer's mapping table (:class:`KVWrite`).
+KV_RECORD = ("page", "layer", "kind", "head", "token", "entries")
+
+
+@dataclass(frozen=True, eq=False)
+class KVWrite:
+    """What the KV page writer does with one sequence (:func:`kv_write`).
+
+    Attributes
+    ----------
+    pages : np.ndarray
+        Pages programmed (relative to the sequence's first page), in program order (``int64``).
+    images : np.ndarray
+        Their images, ``uint8 (len(pages), page_bytes)``.
+    table : np.ndarray
+        The mapping table, one record per page programmed (fields :data:`KV_RECORD`,
+        ``int64``): the page, the (token, layer, kind, head) of its first entry in generation
+        order and its entry count. Page-level: the (layer, kind, head) stream and its tokens
+        ``token .. token + entries - 1``; naive: ``entries`` consecutive entries of the
+        generation order.
+    entries : int
+        Entries stored (in generation order; a whole number of tokens unless the sequence
+        ended inside one).
+    error : str or None
+        ``"buffer"``: the page-level mapping needs a page of buffer per (layer, K|V, head)
+        stream, ``S = 2 L H`` of them, more than ``slots``: nothing is stored. ``"pages"``: a
+        token's pages would pass the region (or the sequence :data:`MAX_TOKENS`): that token
+        and every later one are dropped; everything before it is stored.
+    """
+
+    pages: np.ndarray
+    images: np.ndarray
+    table: np.ndarray
+    entries: int
+    error: str | None
+
+
+def kv_write(layout: KVLayout, keys, values, *, pages: int, slots: int,
+             entries: int | None = None) -> KVWrite:
+    """Return what the KV page writer stores of one sequence (:class:`KVWrite`).
+
+    The writer takes the entries in generation order (token, layer, K then V, head) and places
+    each at :func:`kv_address`. It buffers whole pages: under the page-level mapping one page
+    per stream ``c = (2 layer + kind) H + head`` (``S`` buffer pages, all filling together),
+    under the naive mapping the page being filled. A page is programmed when its ``T_p``
+    entries are in; at sequence end the flush programs the partly filled pages (unused bytes
+    :data:`ERASED`). Pages are programmed in increasing page order, each once. A token is
+    stored only if all its pages lie inside the region of ``pages`` pages (checked when its
+    first entry arrives).
+
+    Parameters
+    ----------
+    layout : KVLayout
+    keys, values : array
+        ``(T, L, H, d)`` codes, as :func:`kv_pages` takes them.
+    pages : int
+        Pages of the region the sequence may use (1 to 2**40).
+    slots : int
+        Pages of the writer's KV buffer (1 to 2**20).
+    entries : int, optional
+        Entries the host sends, the first ones of the generation order (default all ``T S``):
+        a sequence may end inside a token.
+    """
+    t, data = kv_entries(layout, keys, values)
+    pages = _int(pages, "Region pages", 1, 1 << 40)
+    slots = _int(slots, "KV buffer pages", 1, 1 << 20)
+    s = layout.entries_per_token
+    sent = t * s if entries is None else _int(entries, "Entries sent", 0, t * s)
+    empty = np.zeros(0, dtype=[(name, np.int64) for name in KV_RECORD])
+    if layout.mapping == "page" and s > slots:
+        return KVWrite(np.zeros(0, np.int64), np.zeros((0, layout.page_bytes), np.uint8),
+                       empty, 0, "buffer")
+    tokens = -(-sent // s)                                # tokens begun
+    last, _ = kv_address(layout, layout.layers - 1, layout.kv_heads - 1,
+                         np.arange(min(tokens, MAX_TOKENS)), V)
+    fit = last < pages
+    admitted = int(np.argmin(fit)) if not fit.all() else len(fit)
+    stored = min(sent, admitted * s)
+    error = "pages" if admitted < tokens else None
+    if stored == 0:
+        return KVWrite(np.zeros(0, np.int64), np.zeros((0, layout.page_bytes), np.uint8),
+                       empty, 0, error)
+    table = kv_table(layout, admitted)[:stored]           # generation order
+    used, first, count = np.unique(table["page"], return_index=True, return_counts=True)
+    images = _place(layout, table, data[:stored], int(used[-1]) + 1)[used]
+    records = np.zeros(len(used), dtype=empty.dtype)
+    records["page"], records["entries"] = used, count
+    for name in ("layer", "kind", "head", "token"):
+        records[name] = table[name][first]
+    return KVWrite(used.astype(np.int64), images, records, stored, error)
 
 
 def kv_read(layout: KVLayout, pages, layer: int, head: int, kind, seq_len: int) -> np.ndarray:

@@ -547,6 +547,65 @@ def test_pages_read_formula_matches_the_sequence(layers, heads, d, page):
                        for t in range(1, 40))
 
 
+def _cache(t, layout=SMALL, seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (t, layout.layers, layout.kv_heads, layout.head_dim)
+    return rng.integers(0, 1 << 16, shape), rng.integers(0, 1 << 16, shape)
+
+
+def test_kv_write_by_hand():
+    # SMALL: T_p = 4, S = 8. Five tokens page-level: group 0 fills pages 0..7 with 4 tokens
+    # each; the flush programs pages 8..15 with token 4 alone.
+    keys, values = _cache(5)
+    w = fl.kv_write(SMALL, keys, values, pages=100, slots=8)
+    assert w.pages.tolist() == list(range(16)) and (w.entries, w.error) == (40, None)
+    assert w.table["entries"].tolist() == [4] * 8 + [1] * 8
+    # Page 14 is c = 6: layer 1, V, head 0, tokens from 4.
+    rec = w.table[14]
+    assert [int(rec[n]) for n in ("page", "layer", "kind", "head", "token")] == [14, 1, 1, 0, 4]
+    assert np.array_equal(w.images, fl.kv_pages(SMALL, keys, values))
+    # 7 buffer pages cannot hold 8 streams: nothing stored.
+    w = fl.kv_write(SMALL, keys, values, pages=100, slots=7)
+    assert (len(w.pages), w.entries, w.error) == (0, 0, "buffer")
+    # 12 pages: token 4 would need pages 8..15, so it is dropped; tokens 0..3 are stored.
+    w = fl.kv_write(SMALL, keys, values, pages=12, slots=8)
+    assert (w.pages.tolist(), w.entries, w.error) == (list(range(8)), 32, "pages")
+    # Naive, 9 pages: token t ends on page (8 t + 7) // 4 = 2 t + 1, so tokens 0..3 fit.
+    naive = SMALL.with_mapping("naive")
+    w = fl.kv_write(naive, keys, values, pages=9, slots=1)
+    assert (w.pages.tolist(), w.entries, w.error) == (list(range(8)), 32, "pages")
+    assert w.table["entries"].tolist() == [4] * 8
+    # Page 3 of naive starts at entry 12: token 1, c = 4 (layer 1, K, head 0).
+    assert [int(w.table[3][n]) for n in ("token", "layer", "kind", "head")] == [1, 1, 0, 0]
+    # A sequence ending inside token 2 (three of its entries): pages 0..7 of group 0, the
+    # first three streams with three tokens, the others with two.
+    w = fl.kv_write(SMALL, keys, values, pages=100, slots=8, entries=19)
+    assert w.pages.tolist() == list(range(8)) and w.entries == 19
+    assert w.table["entries"].tolist() == [3] * 3 + [2] * 5
+    # Ending inside token 4 (two entries): pages 8 and 9 hold one each.
+    w = fl.kv_write(SMALL, keys, values, pages=100, slots=8, entries=34)
+    assert w.pages.tolist() == list(range(10)) and w.table["entries"].tolist()[8:] == [1, 1]
+
+
+@pytest.mark.parametrize("mapping", fl.MAPPINGS)
+@pytest.mark.parametrize("t", [1, 3, 4, 9])
+def test_kv_write_stores_what_the_mapping_says(mapping, t):
+    """Every stored entry reads back through kv_read; pages rise, each programmed once; the
+    records count every entry once; with room enough nothing is dropped."""
+    layout = fl.KVLayout(layers=2, kv_heads=3, head_dim=3, page_bytes=32, mapping=mapping)
+    keys, values = _cache(t, layout, seed=t)
+    w = fl.kv_write(layout, keys, values, pages=1000, slots=12)
+    assert (w.entries, w.error) == (t * layout.entries_per_token, None)
+    assert (np.diff(w.pages) > 0).all() and w.table["entries"].sum() == w.entries
+    pages = np.full((int(w.pages[-1]) + 1, 32), fl.ERASED, np.uint8)
+    pages[w.pages] = w.images
+    assert np.array_equal(pages, fl.kv_pages(layout, keys, values))
+    for layer in range(2):
+        for head in range(3):
+            assert np.array_equal(fl.kv_read(layout, pages, layer, head, fl.V, t),
+                                  values[:, layer, head])
+
+
 @pytest.mark.parametrize("fmt", fl.KV_FORMATS)
 @pytest.mark.parametrize("mapping", fl.MAPPINGS)
 def test_kv_pages_round_trip(fmt, mapping):

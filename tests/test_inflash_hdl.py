@@ -21,11 +21,15 @@ import pytest
 
 from amaranth.sim import Simulator
 
+from cocotb_tests.inflash.kvstream import check_kv_write, kv_command, kv_words
 from cocotb_tests.inflash.plane import PlaneModel, kv_reads, read_bytes
 from golden import inflash as golden
 from golden.arith.float import from_float, int_to_float
 from hdl.arith.format import BF16, FP16
 from hdl.inflash import FlashGeometry, Gearbox, InflashPE, Mapping, Mode, Op, PEConfig
+from hdl.inflash.spec import WriteError
+from hdl.inflash.unit import InflashUnit
+from hdl.inflash.writer import KVWriter
 from memwall import registry
 from memwall.params import ParameterError
 
@@ -595,52 +599,68 @@ def test_entry_larger_than_a_page_is_refused():
 
 # --- attention timing against the plane ----------------------------------------------------
 
-def _run_on_plane(pe: InflashPE, job, geometry: FlashGeometry, *, max_cycles=20_000):
-    """Run one command with no idle cycles and no back-pressure against the flash plane's
-    model; return the plane and the cycle of every ``y`` transfer."""
-    plane = PlaneModel(geometry)
-    plane.program(job.base, job.pages)
-    W = geometry.transfer_bytes
-    inputs = {"cmd": [job.cmd()], "x": job.x_beats(geometry.fmacs)}
-    n_out = len(job.outputs())
-    outputs = []
+def _run_on_plane(dut, plane: PlaneModel, inputs: dict, outputs: dict, *, port="rd_cmd",
+                  after=None, done, idle=0.0, stall=0.0, seed=0, max_cycles=20_000):
+    """Run ``dut`` against the flash plane's model: ``inputs`` maps a stream to its payloads,
+    ``outputs`` a stream to the fields recorded; ``port`` is the plane's command port
+    (``rd_cmd`` of the PE, ``fl_cmd`` of the unit, with ``pg_data``); ``after`` maps an input
+    stream to a condition on what was received before it may start. Returns the received
+    ``(cycle, payload)`` pairs per output stream."""
+    import random
+    rng = random.Random(seed)
+    W = plane.geometry.transfer_bytes
+    fields = _READ_FIELDS + (["program"] if port == "fl_cmd" else [])
+    received = {name: [] for name in outputs}
+    after = after or {}
 
     async def bench(ctx):
         sent = {name: 0 for name in inputs}
         for cycle in range(max_cycles):
-            if len(outputs) >= n_out:
+            if done(received):
                 return
+            offers = {}
             for name, items in inputs.items():
-                port = getattr(pe, name)
-                ctx.set(port.valid, int(sent[name] < len(items)))
-                if sent[name] < len(items):
-                    _set(ctx, port.payload, items[sent[name]])
+                port_ = getattr(dut, name)
+                offer = (sent[name] < len(items) and after.get(name, lambda r: True)(received)
+                         and rng.random() >= idle)
+                ctx.set(port_.valid, int(offer))
+                if offer:
+                    _set(ctx, port_.payload, items[sent[name]])
+                offers[name] = offer
             ready, word = plane.outputs()
-            ctx.set(pe.rd_cmd.ready, int(ready))
-            ctx.set(pe.rd_data.valid, int(word is not None))
+            ctx.set(getattr(dut, port).ready, int(ready))
+            ctx.set(dut.rd_data.valid, int(word is not None))
             if word is not None:
-                _set(ctx, pe.rd_data.payload, {"data": [word[f"data.{j}"] for j in range(W)],
-                                               "last": word["last"]})
-            ctx.set(pe.y.ready, 1)
-            taken = {n: sent[n] < len(inputs[n]) and ctx.get(getattr(pe, n).ready)
-                     for n in inputs}
-            read = _get(ctx, pe.rd_cmd.payload, _READ_FIELDS) \
-                if ready and ctx.get(pe.rd_cmd.valid) else None
-            word_taken = word is not None and bool(ctx.get(pe.rd_data.ready))
-            if ctx.get(pe.y.valid):
-                outputs.append(cycle)
+                _set(ctx, dut.rd_data.payload, {"data": [word[f"data.{j}"] for j in range(W)],
+                                                "last": word["last"]})
+            loading = port == "fl_cmd" and plane.program_ready
+            if port == "fl_cmd":
+                ctx.set(dut.pg_data.ready, int(loading))
+            takes = {name: rng.random() >= stall for name in outputs}
+            for name, take in takes.items():
+                ctx.set(getattr(dut, name).ready, int(take))
+            taken = {n: offers[n] and ctx.get(getattr(dut, n).ready) for n in inputs}
+            read = _get(ctx, getattr(dut, port).payload, fields) \
+                if ready and ctx.get(getattr(dut, port).valid) else None
+            word_taken = word is not None and bool(ctx.get(dut.rd_data.ready))
+            program_word = _get(ctx, dut.pg_data.payload, ["data"])["data"] \
+                if loading and ctx.get(dut.pg_data.valid) else None
+            delivered = {n: _get(ctx, getattr(dut, n).payload, f) for n, f in outputs.items()
+                         if takes[n] and ctx.get(getattr(dut, n).valid)}
             await ctx.tick()
-            plane.tick(read, word_taken)
+            plane.tick(read, word_taken, program_word)
             for name, ok in taken.items():
                 sent[name] += int(bool(ok))
-        raise AssertionError(f"{n_out} outputs expected, {len(outputs)} after {max_cycles} "
-                             f"cycles")
+            for name, item in delivered.items():
+                received[name].append((cycle, item))
+        raise AssertionError(f"not done after {max_cycles} cycles: received "
+                             + ", ".join(f"{n} {len(v)}" for n, v in received.items()))
 
-    sim = Simulator(pe)
+    sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    return plane, outputs
+    return received
 
 
 @pytest.mark.parametrize("op, G, geo", [
@@ -663,7 +683,13 @@ def test_attention_timing(op, G, geo):
     geometry = FlashGeometry(**{**GEOMETRY, "tR_us": 0.1, "blocks": 16, **geo})
     pe = InflashPE(geometry=geometry, **MAX)
     job = _Attention(pe.cfg, op, "fp16", G, 40, np.random.default_rng(G), layer=1, head=0)
-    plane, outputs = _run_on_plane(pe, job, geometry, max_cycles=4_000)
+    plane = PlaneModel(geometry)
+    plane.program(job.base, job.pages)
+    n_out = len(job.outputs())
+    got = _run_on_plane(pe, plane, {"cmd": [job.cmd()], "x": job.x_beats(geometry.fmacs)},
+                        {"y": ["value"]}, done=lambda r: len(r["y"]) >= n_out,
+                        max_cycles=4_000)
+    outputs = [cycle for cycle, _ in got["y"]]
     mode, cmd_op = Mode.FP16, Op.LOGIT if op == "logit" else Op.ATTEND
     timing = golden.attention_timing(geometry, job.layout, 40, op=op, group=G, layer=1, head=0)
     latency = pe.pe_latency(mode, cmd_op, query_heads=G, head_dim=8,
@@ -680,3 +706,200 @@ def test_attention_timing(op, G, geo):
 def test_attention_latency_needs_the_last_page():
     with pytest.raises(ValueError, match="The latency of LOGIT needs last_page"):
         _pe().pe_latency(Mode.FP16, Op.LOGIT, query_heads=1, head_dim=8)
+
+
+# --- the KV page writer ----------------------------------------------------------------------
+
+_WRITER_GEOMETRY = FlashGeometry(**{**GEOMETRY, "blocks": 16})
+_RECORD_FIELDS = list(golden.KV_RECORD)
+
+
+def _kv_cache(layout: golden.KVLayout, T: int, rng):
+    shape = (T, layout.layers, layout.kv_heads, layout.head_dim)
+    if layout.kv_format == "int8":
+        return rng.integers(-128, 128, shape), rng.integers(-128, 128, shape)
+    fmt = _KV_FMT[layout.kv_format]
+    return tuple(from_float(rng.standard_normal(shape), fmt) for _ in range(2))
+
+
+class _Sequence:
+    """One sequence for the writer: a KV cache, its region, what the host sends."""
+
+    def __init__(self, layout: golden.KVLayout, T: int, rng, *, page: int, pages: int,
+                 entries: int | None = None, cut: int = 0, command: dict | None = None):
+        self.layout, self.page, self.pages = layout, page, pages
+        self.keys, self.values = _kv_cache(layout, T, rng)
+        self.entries, self.cut = entries, cut
+        self.command = command or kv_command(layout, page, pages)
+
+    def words(self, W: int) -> list[dict]:
+        return kv_words(self.layout, self.keys, self.values, W, entries=self.entries,
+                        cut=self.cut)
+
+    def golden(self, slots: int) -> golden.KVWrite:
+        return golden.kv_write(self.layout, self.keys, self.values, pages=self.pages,
+                               slots=slots, entries=self.entries)
+
+
+def _run_writer(writer: KVWriter, sequences, *, seed=0, idle=0.3, stall=0.3, refused=()):
+    """Run sequences through the writer alone; check programs, images, records and statuses
+    against golden.inflash.kv_write (``refused``: indices of sequences refused as LAYOUT)."""
+    W, P = writer.cfg.transfer_bytes, writer.cfg.page_bytes
+    inputs = {"cmd": [s.command for s in sequences],
+              "kv": [w for s in sequences for w in s.words(W)]}
+    got, _ = run_streams(writer, inputs, {"pg_cmd": ["page"], "pg_data": ["data", "last"],
+                                          "table": _RECORD_FIELDS,
+                                          "status": ["entries", "error"]},
+                         done=lambda r: len(r["status"]) >= len(sequences), seed=seed,
+                         idle=idle, stall=stall, max_cycles=60_000)
+    data = [b for w in got["pg_data"] for b in w["data"]]
+    assert len(data) == len(got["pg_cmd"]) * P
+    assert [w["last"] for w in got["pg_data"]] == \
+        [int((i + 1) % (P // W) == 0) for i in range(len(got["pg_data"]))]
+    images = np.array(data, np.uint8).reshape(-1, P)
+    programs = [c["page"] for c in got["pg_cmd"]]
+    at = 0
+    for index, s in enumerate(sequences):
+        status = got["status"][index]
+        if index in refused:
+            assert status == {"entries": 0, "error": WriteError.LAYOUT}, f"sequence {index}"
+            continue
+        want = s.golden(writer.cfg.slots)
+        n = len(want.pages)
+        check_kv_write(want, s.page, programs=programs[at:at + n], images=images[at:at + n],
+                       records=got["table"][at:at + n], status=status,
+                       where=f"sequence {index}: ")
+        at += n
+    assert at == len(programs), f"{len(programs) - at} programs too many"
+
+
+def _layout(mapping="page", fmt="fp16", **kw):
+    return golden.KVLayout(**{**_LAYOUT, **kw}, kv_format=fmt, page_bytes=64, mapping=mapping)
+
+
+def test_writer_parameter_errors():
+    with pytest.raises(ValueError, match="KV buffer pages must be between 1 and 4096, not 0"):
+        KVWriter(geometry=_WRITER_GEOMETRY, slots=0)
+    with pytest.raises(TypeError, match="Plane geometry must be a FlashGeometry"):
+        KVWriter(geometry=64, slots=2)
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "int8"])
+def test_writer_matches_golden(fmt):
+    """Page-level (S = 8 streams in 8 buffer pages) and naive (one and two buffer pages),
+    sequences that fill pages exactly and end on partial pages, entries of 8, 6 (straddling
+    4-byte words) and 5 bytes, idle cycles and back-pressure on every stream."""
+    writer = KVWriter(geometry=_WRITER_GEOMETRY, slots=8)
+    rng = np.random.default_rng(3)
+    seqs = [_Sequence(_layout("page", fmt), 8, rng, page=0, pages=40),          # two groups
+            _Sequence(_layout("page", fmt), 5, rng, page=40, pages=40),         # partial
+            _Sequence(_layout("naive", fmt), 5, rng, page=80, pages=20),
+            _Sequence(_layout("page", fmt, head_dim=3), 7, rng, page=100, pages=20),
+            _Sequence(_layout("naive", fmt, layers=1, kv_heads=1, head_dim=5), 9, rng,
+                      page=120, pages=8)]
+    _run_writer(writer, seqs, seed=len(fmt))
+    naive = KVWriter(geometry=_WRITER_GEOMETRY, slots=1)
+    _run_writer(naive, [_Sequence(_layout("naive", fmt), 6, rng, page=3, pages=30)], seed=2)
+
+
+def test_writer_programs_in_page_order_with_one_word_per_cycle():
+    """No idle, no back-pressure: each page's words leave one per cycle, pages in order."""
+    writer = KVWriter(geometry=_WRITER_GEOMETRY, slots=8)
+    seq = _Sequence(_layout(), 4, np.random.default_rng(1), page=7, pages=8)
+    _run_writer(writer, [seq], idle=0.0, stall=0.0)
+
+
+def test_writer_overflow_and_refusals():
+    """Out of buffer (S = 8 streams, 4 buffer pages: nothing stored), out of pages (the
+    stored tokens are programmed, the rest dropped), sequences ending inside a token and
+    inside an entry, refused layouts; each followed by a sequence that still works."""
+    writer = KVWriter(geometry=_WRITER_GEOMETRY, slots=4)
+    rng = np.random.default_rng(5)
+    small = _layout("page", layers=1, kv_heads=2)                     # S = 4
+    bad = kv_command(small, 0, 4)
+    seqs = [_Sequence(_layout(), 3, rng, page=0, pages=20),           # BUFFER: S = 8 > 4
+            _Sequence(small, 6, rng, page=0, pages=6),                # PAGES: group 1 needs 8
+            _Sequence(_layout("naive"), 5, rng, page=10, pages=7),    # PAGES at token 3
+            _Sequence(small, 3, rng, page=20, pages=8, entries=9),    # ends inside token 2
+            _Sequence(small, 3, rng, page=30, pages=8, entries=5, cut=3),   # inside an entry
+            _Sequence(small, 5, rng, page=60, pages=8, entries=18),   # inside token 4, group 1
+            _Sequence(small, 1, rng, page=40, pages=4, command={**bad, "head_dim": 0}),
+            _Sequence(small, 1, rng, page=40, pages=4, command={**bad, "head_dim": 33}),
+            _Sequence(small, 1, rng, page=40, pages=4, command={**bad, "mode": Mode.W4A16}),
+            _Sequence(small, 1, rng, page=40, pages=4, command={**bad, "layers": 0}),
+            _Sequence(small, 1, rng, page=40, pages=4, command={**bad, "kv_heads": 1025}),
+            _Sequence(small, 1, rng, page=40, pages=4, command={**bad, "pages": 0}),
+            _Sequence(small, 1, rng, page=40, pages=4, command={**bad, "page": 126}),
+            _Sequence(small, 4, rng, page=50, pages=8)]
+    want = [s.golden(4) for s in seqs[:6]]
+    assert want[0].error == "buffer" and want[0].entries == 0
+    assert want[1].error == "pages" and want[1].entries == 4 * 4
+    assert want[2].error == "pages" and want[2].entries == 3 * 8
+    assert (want[3].error, want[3].entries) == (None, 9)
+    assert want[5].table["entries"].tolist() == [4] * 4 + [1, 1]
+    _run_writer(writer, seqs, refused=range(6, 13), seed=7)
+
+
+def _unit_geometry() -> FlashGeometry:
+    """The small plane with tP = 0.5 us (200 cycles, 5 tR): programs cost time, tests stay
+    short."""
+    return FlashGeometry(**{**GEOMETRY, "tR_us": 0.1, "tP_us": 0.5, "blocks": 16})
+
+
+@pytest.mark.parametrize("fmt, G", [("fp16", 2), ("int8", 1)])
+def test_unit_reads_back_what_the_writer_wrote(fmt, G):
+    """Sequences written through the writer under both mappings (programs with tP busy on the
+    plane's shared port), then Logit and Attend on them, MHA and GQA: every result is the
+    golden's on the original K and V; the pages programmed, their images, the mapping table
+    and the statuses are kv_write's; the pages read are the walk's, the naive mapping reads
+    kv_pages_read's extra pages, and the per-block read counters are block_reads'."""
+    geometry = _unit_geometry()
+    unit = InflashUnit(geometry=geometry, **MAX, kv_slots=8)
+    cfg = unit.cfg
+    rng = np.random.default_rng(31 + G)
+    page_level = _Sequence(_layout("page", fmt), 9, rng, page=0, pages=32)
+    naive = _Sequence(_layout("naive", fmt), 9, rng, page=40, pages=24)
+    seqs = [page_level, naive]
+
+    def job(op, seq, layer, head, group=G):
+        return _Attention(cfg, op, fmt, group, 9, rng, layout=_LAYOUT,
+                          mapping=seq.layout.mapping, layer=layer, head=head, base=seq.page,
+                          keys=seq.keys, values=seq.values)
+
+    jobs = [job("logit", page_level, 1, 1), job("logit", naive, 1, 1),
+            job("attend", page_level, 0, 1), job("attend", naive, 1, 0, group=3)]
+    plane = PlaneModel(geometry)
+    n_out = sum(len(j.outputs()) for j in jobs)
+    got = _run_on_plane(
+        unit, plane,
+        {"kv_cmd": [s.command for s in seqs], "kv": [w for s in seqs for w in s.words(4)],
+         "cmd": [j.cmd() for j in jobs], "x": [b for j in jobs for b in j.x_beats(2)]},
+        {"y": ["value", "last", "error"], "kv_table": _RECORD_FIELDS,
+         "kv_status": ["entries", "error"]},
+        port="fl_cmd", after={"cmd": lambda r: len(r["kv_status"]) == len(seqs)},
+        done=lambda r: len(r["y"]) >= n_out, idle=0.2, stall=0.2, seed=G, max_cycles=40_000)
+    at = 0
+    for index, s in enumerate(seqs):
+        want = s.golden(8)
+        n = len(want.pages)
+        check_kv_write(want, s.page, programs=plane.program_pages[at:at + n],
+                       images=[plane.pages[s.page + int(p)] for p in want.pages],
+                       records=[r for _, r in got["kv_table"][at:at + n]],
+                       status=got["kv_status"][index][1], where=f"sequence {index}: ")
+        at += n
+    want_y = [o for j in jobs for o in j.outputs()]
+    assert [(y["value"], y["last"], y["error"]) for _, y in got["y"]] == want_y
+    reads = [r["page"] for j in jobs for r in j.reads(cfg.page_bytes)]
+    assert plane.read_pages == reads
+    assert np.array_equal(plane.block_counts, golden.block_reads(geometry, np.array(reads)))
+    counts = [sum(1 for p in plane.read_pages if s.page <= p < s.page + s.pages)
+              for s in seqs]
+    logit = [golden.kv_pages_read(s.layout, 9, layer=1, head=1) for s in seqs]
+    attend = [golden.kv_pages_read(page_level.layout, 9, layer=0, head=1, kind=golden.V),
+              golden.kv_pages_read(naive.layout, 9, layer=1, head=0, kind=golden.V)]
+    assert counts == [logit[0] + attend[0], logit[1] + attend[1]]
+    # Page-level: ceil(T / T_p) pages; naive: one page per token (S = 8 >= T_p).
+    assert logit == [-(-9 // page_level.layout.tokens_per_page), 9]
+    # Each program kept the plane busy for tP after its last word.
+    assert all(end - start >= geometry.tP_cycles
+               for start, end in zip(plane.program_start, plane.program_end))

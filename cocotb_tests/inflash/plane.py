@@ -14,9 +14,16 @@ two-register pipeline of docs/inflash_models.md section 6:
   bytes, ``stride`` apart from ``column``, the flash's "change read column"; ``ceil(bytes / W)``
   words, ``last`` on the final one) at one word per cycle, holding a word until the PE takes it.
 * Every read adds one to its block's read counter (read disturb: ``block_reads``).
+* A program command (``program`` set, from the shared ``fl_cmd`` port of
+  :class:`~hdl.inflash.unit.InflashUnit`) is taken under the same condition as a read. The
+  plane then takes the page's ``page_bytes / W`` words on ``pg_data`` into its data register,
+  and the array programs them for ``tP`` cycles (``FlashGeometry.tP_cycles``): a page whose last
+  word is taken in cycle ``c`` reads back from cycle ``c + tP``; no command is taken meanwhile.
+  A page is programmed once: programming a page that is not erased fails (NAND needs an erase
+  first).
 
-Pages not programmed read as erased (``0xFF``). Programming is immediate here (``tP`` belongs to
-the KV page writer, a later increment).
+Pages not programmed read as erased (``0xFF``). :meth:`PlaneModel.program` fills pages at once
+(the testbench's initial contents).
 
 :class:`PlaneModel` is the plane as a plain cycle-stepped model; :class:`FlashPlane` drives it
 from a cocotb testbench, and the in-process timing test (tests/test_inflash_hdl.py) from an
@@ -101,6 +108,9 @@ class PlaneModel:
     stream_start, stream_end : list of int
         Cycle each page entered the cache register (its first word is offered then) and cycle
         its last word was transferred.
+    program_pages, program_start, program_end : list of int
+        Page, cycle of the command and cycle the page was programmed (``tP`` after its last
+        data word) of every program command taken, in order.
     block_counts : np.ndarray
         Reads per block (``int64``, ``geometry.blocks`` entries).
     """
@@ -111,12 +121,18 @@ class PlaneModel:
             raise ValueError(f"gap probability must be in [0, 1), not {gaps}")
         self.geometry, self.rng, self.gaps = geometry, rng or random.Random(0), gaps
         self.tR = geometry.tR_cycles
+        self.tP = geometry.tP_cycles
         self.W = geometry.transfer_bytes
         self.pages: dict[int, np.ndarray] = {}
         self.read_pages: list[int] = []
         self.read_start: list[int] = []
         self.stream_start: list[int] = []
         self.stream_end: list[int] = []
+        self.program_pages: list[int] = []
+        self.program_start: list[int] = []
+        self.program_end: list[int] = []
+        self._written: set[int] = set()   # pages programmed through the port
+        self._loading = None        # (page, bytes so far): a program taking its data
         self.block_counts = np.zeros(geometry.blocks, np.int64)
         self.now = 0
         self._array = None          # (read fields, cycle the data register fills)
@@ -151,31 +167,69 @@ class PlaneModel:
 
     def outputs(self) -> tuple[bool, dict | None]:
         """``(rd_cmd.ready, the word on rd_data or None)`` of the current cycle."""
-        ready = self._array is None and self._data is None
+        ready = self._array is None and self._data is None and self._loading is None
         offer = self._cache is not None and not self._gap
         return ready, (self._cache[self._word] if offer else None)
 
-    def tick(self, read: dict | None, word_taken: bool):
-        """Apply the handshakes of the current cycle (``read``: the ``rd_cmd`` fields taken, or
-        ``None``) and step to the next cycle."""
+    @property
+    def idle(self) -> bool:
+        """No read or program is in the plane."""
+        return (self._array is None and self._data is None and self._loading is None
+                and self._cache is None)
+
+    @property
+    def program_ready(self) -> bool:
+        """``pg_data.ready`` of the current cycle: a program is taking its data."""
+        return self._loading is not None
+
+    def tick(self, read: dict | None, word_taken: bool, program_word: list[int] | None = None):
+        """Apply the handshakes of the current cycle (``read``: the command fields taken, a
+        read or a program, or ``None``; ``program_word``: the ``W`` bytes taken on
+        ``pg_data``, or ``None``) and step to the next cycle."""
         cycle = self.now
         self.now += 1
-        if read is not None:
+        if read is not None and read.get("program"):
+            page = read["page"]
+            if not 0 <= page < self.geometry.pages:
+                raise AssertionError(f"cycle {cycle}: program of page {page}: outside the plane")
+            if page in self._written or page in self.pages:
+                raise AssertionError(f"cycle {cycle}: program of page {page}, which is not "
+                                     f"erased")
+            self._loading = (page, [])
+            self.program_pages.append(page)
+            self.program_start.append(cycle)
+        elif read is not None:
             self.check(read)
             self._array = (read, cycle + self.tR)
             self.read_pages.append(read["page"])
             self.read_start.append(cycle)
             self.block_counts[read["page"] // self.geometry.pages_per_block] += 1
+        if program_word is not None:
+            if self._loading is None:
+                raise AssertionError(f"cycle {cycle}: a pg_data word without a program")
+            page, data = self._loading
+            data.extend(int(b) for b in program_word)
+            if len(data) == self.geometry.page_bytes:
+                self._loading = None
+                self._written.add(page)
+                self._array = ({"program": page, "image": np.array(data, np.uint8)},
+                               cycle + self.tP)
         if word_taken:
             self._word += 1
             self._gap = self.gaps > 0 and self.rng.random() < self.gaps
             if self._word == len(self._cache):
                 self._cache = None
                 self.stream_end.append(cycle)
-        # The array finishes; the data register moves into a free cache register.
+        # The array finishes: a program stores its page; a read fills the data register, which
+        # moves into a free cache register.
         if self._array is not None and self.now >= self._array[1]:
-            self._data = self._array[0]
+            done = self._array[0]
             self._array = None
+            if "image" in done:
+                self.pages[done["program"]] = done["image"]
+                self.program_end.append(self.now)
+            else:
+                self._data = done
         if self._data is not None and self._cache is None:
             f = self._data
             data = read_bytes(self.image(f["page"]), f["column"], f["bytes"], f["run"],
@@ -198,47 +252,66 @@ class FlashPlane(PlaneModel):
     counter : CycleCounter
         The testbench's cycle counter (the plane keeps its own in step with it).
     cmd_codec, data_codec : PayloadCodec
-        Of ``rd_cmd__payload`` and ``rd_data__payload``.
+        Of the command port's payload and ``rd_data__payload``.
     rng : random.Random
     gaps : float
         As in :class:`PlaneModel`.
+    cmd : str
+        The command port: ``rd_cmd`` (the PE's reads) or ``fl_cmd`` (reads and programs).
+    program_codec : PayloadCodec, optional
+        Of ``pg_data__payload``, when the design programs pages.
     """
 
     def __init__(self, dut, geometry: FlashGeometry, counter: CycleCounter,
                  cmd_codec: PayloadCodec, data_codec: PayloadCodec, rng: random.Random,
-                 gaps: float = 0.0):
+                 gaps: float = 0.0, *, cmd: str = "rd_cmd",
+                 program_codec: PayloadCodec | None = None):
         super().__init__(geometry, rng, gaps)
         self.dut, self.counter = dut, counter
-        self.cmd_codec, self.data_codec = cmd_codec, data_codec
-        dut.rd_cmd__ready.value = 0
+        self.cmd_codec, self.data_codec, self.program_codec = cmd_codec, data_codec, program_codec
+        self.cmd_valid = getattr(dut, f"{cmd}__valid")
+        self.cmd_ready = getattr(dut, f"{cmd}__ready")
+        self.cmd_payload = getattr(dut, f"{cmd}__payload")
+        self.cmd_ready.value = 0
         dut.rd_data__valid.value = 0
+        if program_codec is not None:
+            dut.pg_data__ready.value = 0
         cocotb.start_soon(self._run())
 
     async def _run(self):
         read = None
         word_taken = False
+        program_word = None
+        W = self.geometry.transfer_bytes
         while True:
             await RisingEdge(self.dut.clk)
             if str(self.dut.rst.value) != "0":
-                read, word_taken = None, False
+                read, word_taken, program_word = None, False, None
                 self.now += 1
-                self.dut.rd_cmd__ready.value = 0
+                self.cmd_ready.value = 0
                 self.dut.rd_data__valid.value = 0
+                if self.program_codec is not None:
+                    self.dut.pg_data__ready.value = 0
                 await ReadOnly()
                 continue
             # The handshakes of the last cycle take effect.
-            self.tick(read, word_taken)
+            self.tick(read, word_taken, program_word)
             ready, word = self.outputs()
-            self.dut.rd_cmd__ready.value = int(ready)
+            self.cmd_ready.value = int(ready)
             self.dut.rd_data__valid.value = int(word is not None)
             if word is not None:
                 self.dut.rd_data__payload.value = self.data_codec.pack(word)
+            loading = self.program_codec is not None and self.program_ready
+            if self.program_codec is not None:
+                self.dut.pg_data__ready.value = int(loading)
             await ReadOnly()
             assert self.counter.cycle == self.now, \
                 f"plane cycle {self.now} is out of step with the counter ({self.counter.cycle})"
-            read, word_taken = None, False
-            if ready and self.dut.rd_cmd__valid.value.is_resolvable and \
-                    int(self.dut.rd_cmd__valid.value):
-                read = self.cmd_codec.unpack(int(self.dut.rd_cmd__payload.value))
+            read, word_taken, program_word = None, False, None
+            if ready and self.cmd_valid.value.is_resolvable and int(self.cmd_valid.value):
+                read = self.cmd_codec.unpack(int(self.cmd_payload.value))
             if word is not None and int(self.dut.rd_data__ready.value):
                 word_taken = True
+            if loading and int(self.dut.pg_data__valid.value):
+                item = self.program_codec.unpack(int(self.dut.pg_data__payload.value))
+                program_word = [item[f"data.{j}"] for j in range(W)]

@@ -47,10 +47,11 @@ from golden import inflash as golden
 from golden.arith.float import from_float
 from hdl.arith.format import BF16, FP16
 from hdl.inflash.spec import (ATTENTION_MODES, IMPLEMENTED_MODES, MAX_KV_HEADS, MAX_LAYERS,
-                              MAX_TOKENS, Mapping, Mode, Op)
+                              MAX_TOKENS, Mapping, Mode, Op, WriteError)
 
-from ..streams import PayloadCodec, Scoreboard, StreamMonitor
+from ..streams import PayloadCodec, Scoreboard, StreamMonitor, StreamSink
 from ..tb import BlockTB, select_tb
+from .kvstream import check_kv_write, entries_of, kv_command, kv_words
 from .plane import FlashPlane, kv_reads
 
 #: Environment variables of the ``full_rate`` shape (benchmarks sweep them).
@@ -244,18 +245,24 @@ def is_refused(cfg, cmd: dict) -> bool:
 class InflashTB(BlockTB):
     """``cmd`` and ``x`` driven, ``y`` checked, the plane on ``rd_cmd`` / ``rd_data``."""
 
+    #: Input streams driven and the plane's command port.
+    INPUTS, COMMAND = ("cmd", "x"), "rd_cmd"
+
     def __init__(self, dut, *, gaps: float = 0.2, **kwargs):
-        super().__init__(dut, inputs=("cmd", "x"), outputs=("y",), **kwargs)
+        super().__init__(dut, inputs=self.INPUTS, outputs=("y",), **kwargs)
         cfg = self.component.cfg
         self.cfg, self.geometry = cfg, cfg.geometry
         self.F = cfg.fmacs
-        codecs = {p: PayloadCodec(self.ports[f"{p}__payload"]) for p in ("rd_cmd", "rd_data")}
-        self.plane = FlashPlane(dut, self.geometry, self.counter, codecs["rd_cmd"],
-                                codecs["rd_data"], self.rng, gaps)
-        self.read_board = Scoreboard("rd_cmd__payload", self.log)
-        self.scoreboards["rd_cmd"] = self.read_board
-        self.output_monitors["rd_cmd"] = StreamMonitor(dut, "rd_cmd", dut.clk, codecs["rd_cmd"],
-                                                       self.counter, self._on_read, dut.rst)
+        ports = [self.COMMAND, "rd_data"] + (["pg_data"] if self.COMMAND == "fl_cmd" else [])
+        codecs = {p: PayloadCodec(self.ports[f"{p}__payload"]) for p in ports}
+        self.plane = FlashPlane(dut, self.geometry, self.counter, codecs[self.COMMAND],
+                                codecs["rd_data"], self.rng, gaps, cmd=self.COMMAND,
+                                program_codec=codecs.get("pg_data"))
+        self.read_board = Scoreboard(f"{self.COMMAND}__payload", self.log)
+        self.scoreboards[self.COMMAND] = self.read_board
+        self.output_monitors[self.COMMAND] = StreamMonitor(
+            dut, self.COMMAND, dut.clk, codecs[self.COMMAND], self.counter, self._on_command,
+            dut.rst)
         self.data_monitor = StreamMonitor(dut, "rd_data", dut.clk, codecs["rd_data"],
                                           self.counter, self._on_data, dut.rst)
         self.gemvs: collections.deque = collections.deque()    # open commands, in order
@@ -278,7 +285,8 @@ class InflashTB(BlockTB):
             gemv.x.extend(item[f"data.{i}"] for i in range(self.F))
         return {"y": self._ready_outputs()}
 
-    def _on_read(self, item, cycle):
+    def _on_command(self, item, cycle):
+        """A read the plane took."""
         self.read_sizes.append(item["bytes"])
         self.read_board.got(item, cycle)
 
@@ -381,19 +389,21 @@ class InflashTB(BlockTB):
 
     def attention(self, op: str, fmt: str, query_heads: int, seq_len: int, *, layers: int,
                   kv_heads: int, head_dim: int, layer: int, head: int, mapping: str = "page",
-                  page: int | None = None, keys=None, values=None, a=None) -> int:
+                  page: int | None = None, keys=None, values=None, a=None,
+                  program: bool = True) -> int:
         """Program a KV cache (random unless ``keys`` and ``values`` are given) at ``page``
-        (random if not given), send a Logit or Attend command and its ``x`` (the query vectors
-        ``a`` (G, d), or the attention weights ``a`` (G, T); random if not given); return the
-        first page."""
+        (random if not given; ``program`` False: the cache is in flash already, written by the
+        design), send a Logit or Attend command and its ``x`` (the query vectors ``a`` (G, d),
+        or the attention weights ``a`` (G, T); random if not given); return the first page."""
         layout = golden.KVLayout(layers, kv_heads, head_dim, fmt,
                                  page_bytes=self.cfg.page_bytes, mapping=mapping)
-        if keys is None:
-            keys, values = self.kv_cache(layout, seq_len)
-        images = golden.kv_pages(layout, keys, values)
-        if page is None:
-            page = self.rng.randrange(self.geometry.pages - len(images) + 1)
-        self.plane.program(page, images)
+        if program:
+            if keys is None:
+                keys, values = self.kv_cache(layout, seq_len)
+            images = golden.kv_pages(layout, keys, values)
+            if page is None:
+                page = self.rng.randrange(self.geometry.pages - len(images) + 1)
+            self.plane.program(page, images)
         rng = np.random.default_rng(self.rng.getrandbits(32))
         shape = (query_heads, head_dim if op == "logit" else seq_len)
         if a is None and fmt == "int8":
@@ -437,8 +447,138 @@ class InflashTB(BlockTB):
 _KV_FMT_CODES = {"fp16": FP16, "bf16": BF16}
 
 
+def writer_refuses(cfg, cmd: dict) -> bool:
+    """The KV page writer's ``LAYOUT`` rule (``hdl.inflash.spec.WriteError``)."""
+    entry = cmd["head_dim"] * (1 if cmd["mode"] == Mode.W8A8 else 2)
+    return (cmd["mode"] not in ATTENTION_MODES or cmd["head_dim"] == 0
+            or entry > cfg.page_bytes or not 1 <= cmd["layers"] <= MAX_LAYERS
+            or not 1 <= cmd["kv_heads"] <= MAX_KV_HEADS or cmd["pages"] == 0
+            or cmd["page"] + cmd["pages"] > cfg.geometry.pages)
+
+
+class _KVSequence:
+    """One sequence on the writer as the monitors saw it: its command and words."""
+
+    def __init__(self, tb: "InflashUnitTB", cmd: dict):
+        self.cmd = cmd
+        self.words: list[dict] = []
+        self.closed = False
+        self.refused = writer_refuses(tb.cfg, cmd)
+        self.layout = None if self.refused else golden.KVLayout(
+            cmd["layers"], cmd["kv_heads"], cmd["head_dim"], _KV_FORMAT[Mode(cmd["mode"])],
+            page_bytes=tb.cfg.page_bytes, mapping=golden.MAPPINGS[cmd["mapping"]])
+
+
+class InflashUnitTB(InflashTB):
+    """The PE's streams as :class:`InflashTB`, the KV writer's ``kv_cmd`` and ``kv`` driven,
+    ``kv_table`` and ``kv_status`` back-pressured and checked per sequence, the plane on the
+    shared ``fl_cmd`` with ``pg_data``.
+
+    The writer's model is fed by the monitors: a sequence's command and the words the design
+    took; when its ``kv_status`` comes out, :func:`golden.inflash.kv_write` of those entries
+    gives the pages programmed (checked in order on ``fl_cmd``), the mapping-table records,
+    the status and, at :meth:`check_writes`, the page images the plane stored."""
+
+    INPUTS, COMMAND = ("cmd", "x", "kv_cmd", "kv"), "fl_cmd"
+
+    def __init__(self, dut, **kwargs):
+        super().__init__(dut, **kwargs)
+        backpressure = kwargs.get("backpressure", 0.3)
+        self.slots = self.params.kv_slots
+        self.sequences: collections.deque[_KVSequence] = collections.deque()
+        self.programs: list[int] = []             # pages programmed, in order
+        self.records: list[dict] = []
+        self.written: list[tuple[int, golden.KVWrite]] = []    # checked sequences
+        self.statuses = 0
+        for port, callback in (("kv_table", self._on_record), ("kv_status", self._on_status)):
+            codec = PayloadCodec(self.ports[f"{port}__payload"])
+            self.sinks[port] = StreamSink(dut, port, dut.clk, self.rng, backpressure)
+            self.output_monitors[port] = StreamMonitor(dut, port, dut.clk, codec, self.counter,
+                                                       callback, dut.rst)
+
+    def model(self, stream, item):
+        if stream == "kv_cmd":
+            self.sequences.append(_KVSequence(self, item))
+            return {}
+        if stream == "kv":
+            seq = next((s for s in self.sequences if not s.closed), None)
+            assert seq is not None, f"cycle {self.counter.cycle}: a kv word with no sequence"
+            seq.words.append({"data": [item[f"data.{j}"] for j in range(self.geometry
+                                                                       .transfer_bytes)]})
+            seq.closed = bool(item["last"])
+            return {}
+        return super().model(stream, item)
+
+    def _on_command(self, item, cycle):
+        if item["program"]:
+            self.programs.append(item["page"])
+        else:
+            super()._on_command(item, cycle)
+
+    def _on_record(self, item, cycle):
+        self.records.append(item)
+
+    def _on_status(self, item, cycle):
+        assert self.sequences and self.sequences[0].closed, \
+            f"cycle {cycle}: kv_status {item} before its sequence's last word"
+        seq = self.sequences.popleft()
+        self.statuses += 1
+        where = f"cycle {cycle}: sequence {self.statuses - 1} ({seq.cmd}): "
+        done = sum(len(w.pages) for _, w in self.written)
+        if seq.refused:
+            assert (item["entries"], item["error"]) == (0, WriteError.LAYOUT), \
+                f"{where}status {item}, expected a LAYOUT refusal"
+            assert len(self.programs) == done, f"{where}a refused sequence programmed pages"
+            return
+        keys, values, n = entries_of(seq.layout, seq.words, self.geometry.transfer_bytes)
+        want = golden.kv_write(seq.layout, keys, values, pages=seq.cmd["pages"],
+                               slots=self.slots, entries=n)
+        check_kv_write(want, seq.cmd["page"], programs=self.programs[done:], images=None,
+                       records=self.records[done:], status=item, where=where)
+        self.written.append((seq.cmd["page"], want))
+
+    def write_kv(self, layout: golden.KVLayout, page: int, pages: int, *, keys=None,
+                 values=None, seq_len: int = 1, entries: int | None = None, cut: int = 0,
+                 command: dict | None = None):
+        """Send one sequence to the writer (a random cache of ``seq_len`` tokens unless
+        ``keys`` and ``values`` are given); return ``(keys, values)``."""
+        if keys is None:
+            keys, values = self.kv_cache(layout, seq_len)
+        self.send("kv_cmd", [command or kv_command(layout, page, pages)])
+        words = kv_words(layout, keys, values, self.geometry.transfer_bytes, entries=entries,
+                         cut=cut)
+        self.send("kv", [{**{f"data.{j}": b for j, b in enumerate(w["data"])},
+                          "last": w["last"]} for w in words])
+        return keys, values
+
+    async def kv_done(self, stall_cycles: int = 100_000):
+        """Wait until every sequence sent has its ``kv_status``."""
+        for port in ("kv_cmd", "kv"):
+            await self.drivers[port].wait_idle()
+        start = self.counter.cycle
+        while self.sequences:
+            assert self.counter.cycle - start < stall_cycles, \
+                f"cycle {self.counter.cycle}: {len(self.sequences)} sequences without a status"
+            await RisingEdge(self.clk)
+
+    async def drain(self, stall_cycles: int = 10_000):
+        await self.kv_done()
+        await super().drain(stall_cycles)
+
+    async def check_writes(self):
+        """After the plane has finished its programs: every page a sequence wrote holds the
+        golden image."""
+        while not self.plane.idle:
+            await RisingEdge(self.clk)
+        for base, want in self.written:
+            for page, image in zip(want.pages, want.images):
+                got = self.plane.pages[base + int(page)]
+                assert np.array_equal(got, image), f"page {base + int(page)} holds {got}, " \
+                                                   f"expected {image}"
+
+
 def _tb(dut, **kwargs) -> InflashTB:
-    return select_tb(dut, {"inflash": InflashTB}, **kwargs)
+    return select_tb(dut, {"inflash": InflashTB, "inflash-unit": InflashUnitTB}, **kwargs)
 
 
 def _modes():
@@ -762,4 +902,87 @@ async def attention_full_rate(dut):
                                         for k, v in f.items()},
               **({"pages_page_level": logit["pages"],
                   "pages_naive": figures["logit_G1_naive"]["pages"]} if logit else {}))
+    tb.check_block_reads()
+
+
+# --- the KV page writer (inflash-unit) -----------------------------------------------------------
+
+def _kv_layout(cfg, mapping: str, fmt: str = "fp16", **kw) -> golden.KVLayout:
+    """The tests' KV layout: 2 layers of 2 KV heads (``S = 8`` streams), entries of a quarter
+    page at most (``T_p >= 4``)."""
+    kw = {**_attention_layouts(cfg)[0], **kw}
+    return golden.KVLayout(kw["layers"], kw["kv_heads"], kw["head_dim"], fmt,
+                           page_bytes=cfg.page_bytes, mapping=mapping)
+
+
+@cocotb.test()
+async def kv_write_read(dut):
+    """Sequences written through the KV page writer under both mappings and read back by Logit
+    and Attend, MHA and GQA, a GEMV sharing the flash port with the programs: the pages
+    programmed, their images, the mapping table and the statuses against
+    golden.inflash.kv_write; every result bit for bit; the naive mapping reads
+    golden.inflash.kv_pages_read's extra pages for the same Logit; per-block read counts."""
+    tb = _tb(dut)
+    await tb.reset()
+    cfg = tb.cfg
+    T = 9
+    layouts = {"page": _kv_layout(cfg, "page"), "naive": _kv_layout(cfg, "naive", "bf16"),
+               "int8": _kv_layout(cfg, "page", "int8")}
+    regions, at = {}, 0
+    for name, layout in layouts.items():
+        regions[name] = (at, golden.kv_page_count(layout, T))
+        at += regions[name][1]
+    for name, layout in layouts.items():
+        tb.write_kv(layout, *regions[name], seq_len=T)
+    # A GEMV on pages after the KV regions, its reads interleaved with the programs.
+    tb.gemv("fp16", 3, 5, page=at)
+    await tb.kv_done()
+    G = max(_groups(cfg, layouts["page"].head_dim)[:3])
+    reads = {}
+    for name, layout in layouts.items():
+        fmt = layout.kv_format
+        for op, group in (("logit", 1), ("attend", G)):
+            first = len(tb.plane.read_pages)
+            tb.attention(op, fmt, group, T, layers=layout.layers, kv_heads=layout.kv_heads,
+                         head_dim=layout.head_dim, layer=1, head=1, mapping=layout.mapping,
+                         page=regions[name][0], program=False)
+            await tb.drain()
+            reads[name, op] = len(tb.plane.read_pages) - first
+    await tb.check_writes()
+    tb.check_block_reads()
+    same = layouts["page"].with_mapping("naive")
+    extra = golden.kv_pages_read(same, T, layer=1, head=1) \
+        - golden.kv_pages_read(layouts["page"], T, layer=1, head=1)
+    assert reads["naive", "logit"] - reads["page", "logit"] == extra > 0, \
+        f"page reads {reads}, the naive mapping should need {extra} more"
+    tb.report("kv_write_read", programs=len(tb.programs), reads_page_level=reads["page", "logit"],
+              reads_naive=reads["naive", "logit"])
+
+
+@cocotb.test()
+async def kv_overflow(dut):
+    """Out of buffer (more streams than buffer pages: nothing stored), out of pages (the tokens
+    that fit are programmed, the rest dropped), a sequence ending inside a token, refused
+    layouts; a Logit after them reads what was stored."""
+    tb = _tb(dut)
+    await tb.reset()
+    cfg = tb.cfg
+    layout = _kv_layout(cfg, "page")
+    tp, S = layout.tokens_per_page, layout.entries_per_token
+    wide = _kv_layout(cfg, "page", kv_heads=-(-(tb.slots + 1) // 4))      # S > slots
+    assert wide.entries_per_token > tb.slots
+    tb.write_kv(wide, 0, 8 * wide.entries_per_token, seq_len=2)
+    tb.write_kv(layout, 0, S, seq_len=tp + 2)                              # one group fits
+    tb.write_kv(layout.with_mapping("naive"), S, 3, seq_len=4)              # a few tokens fit
+    tb.write_kv(layout, S + 3, S, seq_len=2, entries=S + 3)                 # ends in token 1
+    bad = kv_command(layout, 2 * S + 3, S)
+    for fields in ({"head_dim": 0}, {"mode": Mode.W4A16}, {"layers": 0},
+                   {"kv_heads": MAX_KV_HEADS + 1}, {"pages": 0},
+                   {"page": tb.geometry.pages - 1, "pages": 2}):
+        tb.write_kv(layout, 0, 1, seq_len=1, command={**bad, **fields})
+    await tb.kv_done()
+    tb.attention("logit", "fp16", 1, tp, layers=layout.layers, kv_heads=layout.kv_heads,
+                 head_dim=layout.head_dim, layer=1, head=0, page=0, program=False)
+    await tb.drain()
+    await tb.check_writes()
     tb.check_block_reads()

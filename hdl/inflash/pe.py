@@ -19,6 +19,7 @@ from ..arith.fpmul import FloatMultiplier
 from ..arith.idot import IntDot
 from ..arith.tree import delay, serial_tree, tree_levels, unit_combine
 from ..pipeline import ResultQueue
+from .divider import SerialDivider
 from .gearbox import Gearbox
 from .spec import (IMPLEMENTED_MODES, MAX_KV_HEADS, MAX_LAYERS, MAX_TOKENS, FlashGeometry,
                    Mapping, Mode, Op, PEConfig, command_layout, page_data_layout, read_layout,
@@ -41,36 +42,6 @@ _FLOAT, _INT, _W4, _LOGIT_FLOAT, _LOGIT_INT, _ATTEND = range(6)
 #: Reads a page stream may have outstanding: one in the array or the data register, one in the
 #: cache register (docs/inflash.md, section 3), one being taken; the FIFO of their sizes.
 _READS_IN_FLIGHT = 4
-
-
-class _SerialDivider:
-    """Divide unsigned integers, one quotient bit per cycle (restoring division).
-
-    Pulse ``start`` with ``dividend`` and ``divisor``; ``busy`` rises in the next cycle and
-    falls ``width`` cycles later, when ``quotient`` and ``remainder`` hold the result. A zero
-    divisor gives an all-ones quotient (the PE refuses such commands; the value is unused).
-    """
-
-    def __init__(self, m: Module, width: int, name: str):
-        self.start = Signal(name=f"{name}_start")
-        self.dividend = Signal(width, name=f"{name}_dividend")
-        self.divisor = Signal(width, name=f"{name}_divisor")
-        self.quotient = Signal(width, name=f"{name}_quotient")
-        self.remainder = Signal(width, name=f"{name}_remainder")
-        self.busy = Signal(name=f"{name}_busy")
-        divisor = Signal(width, name=f"{name}_divisor_reg")
-        count = Signal(range(width + 1), name=f"{name}_count")
-        with m.If(self.start):
-            m.d.sync += [self.quotient.eq(self.dividend), self.remainder.eq(0),
-                         divisor.eq(self.divisor), count.eq(width), self.busy.eq(1)]
-        with m.Elif(self.busy):
-            shifted = Cat(self.quotient[-1], self.remainder)
-            fits = shifted >= divisor
-            m.d.sync += [self.remainder.eq(Mux(fits, shifted - divisor, shifted)),
-                         self.quotient.eq(Cat(fits, self.quotient[:-1])),
-                         count.eq(count - 1)]
-            with m.If(count == 1):
-                m.d.sync += self.busy.eq(0)
 
 
 class InflashPE(wiring.Component):
@@ -348,7 +319,7 @@ class InflashPE(wiring.Component):
         mul_b = Signal(max(cfg.cols_bits + 1, wide, P.bit_length(), cfg.query_bits))
         product = Signal(len(mul_a) + len(mul_b))
         m.d.comb += product.eq(mul_a * mul_b)
-        div = _SerialDivider(m, div_bits, "walk_div")
+        div = SerialDivider(m, div_bits, "walk_div")
         tp = Signal(div_bits)                       # entries per page, T_p = P // entry
         page_used = Signal(P.bit_length() + 1)      # T_p entry: bytes of a full KV page
         stride = Signal(wide)                       # S = 2 L H, entries per token

@@ -23,7 +23,9 @@ __all__ = ["MAX_FMACS", "busy_cycles", "FlashGeometry", "Mode", "IMPLEMENTED_MOD
            "Mapping", "ATTENTION_MODES", "MAX_ROWS", "MAX_COLS", "MAX_TRANSFER", "MAX_TOKENS",
            "MAX_LAYERS", "MAX_KV_HEADS", "MAX_QUERY_HEADS", "PEConfig", "command_layout",
            "x_layout", "read_layout", "page_data_layout", "word_layout", "job_layout",
-           "beat_layout", "y_layout"]
+           "beat_layout", "y_layout", "MAX_KV_SLOTS", "WriteError", "WriterConfig",
+           "kv_open_layout", "kv_word_layout", "program_layout", "kv_record_layout",
+           "kv_status_layout", "flash_command_layout"]
 
 #: Largest FMAC (multiply lane) count of the PE (Table I of the paper: 16).
 MAX_FMACS = 16
@@ -207,7 +209,40 @@ SCALE_BYTES = 4
 
 
 @dataclass(frozen=True)
-class PEConfig:
+class _PlaneConfig:
+    """The plane a block of ``hdl/inflash`` serves: the checks and sizes the PE and the KV
+    writer share."""
+
+    geometry: FlashGeometry
+
+    def __post_init__(self):
+        if not isinstance(self.geometry, FlashGeometry):
+            raise TypeError(f"Plane geometry must be a FlashGeometry, not {self.geometry!r}")
+        _pow2(self.geometry.transfer_bytes, "Transfer width in bytes per cycle", 1,
+              MAX_TRANSFER)
+
+    @property
+    def transfer_bytes(self) -> int:
+        return self.geometry.transfer_bytes
+
+    @property
+    def page_bytes(self) -> int:
+        return self.geometry.page_bytes
+
+    @property
+    def page_bits(self) -> int:
+        """Width of a page address (``0 .. pages - 1``)."""
+        return index_bits(self.geometry.pages)
+
+    @property
+    def layout_bits(self) -> int:
+        """Width of the layer and KV-head counts and indices of a KV layout (up to 1024; one
+        above is seen, so that it can be refused)."""
+        return max(MAX_LAYERS, MAX_KV_HEADS).bit_length()
+
+
+@dataclass(frozen=True)
+class PEConfig(_PlaneConfig):
     """Check and hold the parameters of one in-flash GEMV PE.
 
     Parameters
@@ -247,10 +282,7 @@ class PEConfig:
     max_query_heads: int = 8
 
     def __post_init__(self):
-        if not isinstance(self.geometry, FlashGeometry):
-            raise TypeError(f"Plane geometry must be a FlashGeometry, not {self.geometry!r}")
-        _pow2(self.geometry.transfer_bytes, "Transfer width in bytes per cycle", 1,
-              MAX_TRANSFER)
+        super().__post_init__()
         _pow2(self.max_rows, "Maximum row count", 1, MAX_ROWS)
         _pow2(self.max_cols, "Maximum column count", self.geometry.fmacs, MAX_COLS)
         _pow2(self.group_size, "Group size", MIN_GROUP, MAX_GROUP)
@@ -261,14 +293,6 @@ class PEConfig:
     @property
     def fmacs(self) -> int:
         return self.geometry.fmacs
-
-    @property
-    def transfer_bytes(self) -> int:
-        return self.geometry.transfer_bytes
-
-    @property
-    def page_bytes(self) -> int:
-        return self.geometry.page_bytes
 
     @property
     def max_beats(self) -> int:
@@ -288,11 +312,6 @@ class PEConfig:
     @property
     def cols_bits(self) -> int:
         return self.max_cols.bit_length()
-
-    @property
-    def page_bits(self) -> int:
-        """Width of a page address (``0 .. pages - 1``)."""
-        return index_bits(self.geometry.pages)
 
     @property
     def stream_bits(self) -> int:
@@ -336,10 +355,6 @@ class PEConfig:
         """Width of a query-head count (``G_max + 1`` is expressible, so it can be refused)."""
         return (self.max_query_heads + 1).bit_length()
 
-    @property
-    def layout_bits(self) -> int:
-        """Width of the layer and KV-head counts and indices of an attention command."""
-        return max(MAX_LAYERS, MAX_KV_HEADS).bit_length()
 
 
 def command_layout(cfg: PEConfig) -> data.StructLayout:
@@ -422,3 +437,114 @@ def y_layout(cfg: PEConfig) -> data.StructLayout:
     ``last`` on the command's last output; ``error`` (with ``last`` and ``value = 0``) answers
     a refused command."""
     return data.StructLayout({"value": 32, "last": 1, "error": 1})
+
+
+# --- the KV page writer -------------------------------------------------------------------------
+
+
+#: Largest KV buffer of a writer, in pages.
+MAX_KV_SLOTS = 1 << 12
+
+
+class WriteError(enum.IntEnum):
+    """Outcome of a sequence on the KV page writer (``status.error``).
+
+    ``NONE``: every entry is stored. ``LAYOUT``: the sequence's command is refused (a format
+    other than fp16, bf16 or int8, a head dimension of 0 or an entry larger than a page, 0 or
+    more than 1024 layers or KV heads, an empty region or one past the plane); nothing is
+    stored. ``BUFFER``: the page-level mapping needs a buffer page per (layer, K|V, head)
+    stream, ``2 L H`` of them, more than the writer has; nothing is stored. ``PAGES``: a
+    token's pages would pass the region (or the sequence would pass ``MAX_TOKENS``): that token
+    and every later one are dropped, everything before is stored."""
+
+    NONE = 0
+    LAYOUT = 1
+    BUFFER = 2
+    PAGES = 3
+
+
+@dataclass(frozen=True)
+class WriterConfig(_PlaneConfig):
+    """Check and hold the parameters of one KV page writer.
+
+    Parameters
+    ----------
+    geometry : FlashGeometry
+        The plane: ``page_bytes`` (``P``), ``transfer_bytes`` (``W``, at most 64) and
+        ``pages``.
+    slots : int
+        Pages of the KV buffer, 1 to 4096. Paper (Table I): 8 KB per plane, two 4 KB pages.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the parameter, the allowed range and the value given.
+    """
+
+    geometry: FlashGeometry
+    slots: int
+
+    def __post_init__(self):
+        super().__post_init__()
+        _int(self.slots, "KV buffer pages", 1, MAX_KV_SLOTS)
+
+    @property
+    def region_bits(self) -> int:
+        """Width of a page count (``0 .. pages``) and of a relative page index."""
+        return self.geometry.pages.bit_length()
+
+    @property
+    def dim_bits(self) -> int:
+        """Width of a head dimension (``0 .. 2 page_bytes - 1``: one above a page is seen)."""
+        return self.page_bytes.bit_length() + 1
+
+    @property
+    def entry_count_bits(self) -> int:
+        """Width of an entry or token count of one sequence: at most ``pages`` pages of
+        ``page_bytes`` one-byte entries."""
+        return (self.geometry.pages * self.page_bytes).bit_length()
+
+
+def kv_open_layout(cfg: WriterConfig) -> data.StructLayout:
+    """Payload of the writer's ``cmd``: one sequence. The KV format ``mode`` (``Mode``: fp16,
+    bf16, ``W8A8`` for int8), the ``mapping`` (:class:`Mapping`), the layout ``layers``,
+    ``kv_heads``, ``head_dim`` (``golden.inflash.KVLayout``) and the region: pages ``page ..
+    page + pages - 1``, relative page 0 at ``page``."""
+    return data.StructLayout({
+        "mode": 2, "mapping": 1, "layers": cfg.layout_bits, "kv_heads": cfg.layout_bits,
+        "head_dim": cfg.dim_bits, "page": cfg.page_bits, "pages": cfg.region_bits})
+
+
+def kv_word_layout(cfg: WriterConfig) -> data.StructLayout:
+    """Payload of the writer's ``kv``: ``W`` bytes of a KV entry (byte ``j`` of word ``k`` is
+    entry byte ``k W + j``; 16-bit codes low byte first), ``ceil(e / W)`` words per entry,
+    the bytes of the last past the entry ignored; ``last`` on the sequence's final word."""
+    return data.StructLayout({"data": data.ArrayLayout(8, cfg.transfer_bytes), "last": 1})
+
+
+def program_layout(cfg: WriterConfig) -> data.StructLayout:
+    """Payload of ``pg_cmd``: program page ``page`` with the ``page_bytes / W`` words that
+    follow on ``pg_data``."""
+    return data.StructLayout({"page": cfg.page_bits})
+
+
+def kv_record_layout(cfg: WriterConfig) -> data.StructLayout:
+    """Payload of ``table``: one record of the mapping table per page programmed
+    (``golden.inflash.KV_RECORD``): the page, the (token, layer, kind, head) of its first
+    entry in generation order and its entry count."""
+    return data.StructLayout({
+        "page": cfg.page_bits, "layer": cfg.layout_bits, "kind": 1, "head": cfg.layout_bits,
+        "token": cfg.entry_count_bits, "entries": cfg.page_bytes.bit_length()})
+
+
+def kv_status_layout(cfg: WriterConfig) -> data.StructLayout:
+    """Payload of ``status``: the end of a sequence, after its last page is programmed: the
+    entries stored and the :class:`WriteError`."""
+    return data.StructLayout({"entries": cfg.entry_count_bits, "error": 2})
+
+
+def flash_command_layout(cfg) -> data.StructLayout:
+    """Payload of a plane's shared command port (``fl_cmd`` of
+    :class:`~hdl.inflash.unit.InflashUnit`): a read (:func:`read_layout`) or, with
+    ``program``, a program of ``page`` (the other fields 0)."""
+    return data.StructLayout({**dict(read_layout(cfg).members), "program": 1})

@@ -1,13 +1,15 @@
-"""Registry entry of the KVNAND in-flash GEMV PE with its page pipeline (issue 6)."""
+"""Registry entries of the KVNAND in-flash PE with its page pipeline (``inflash``) and of one
+plane's logic, the PE and the KV page writer on one flash port (``inflash-unit``) (issue 6)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from hdl.inflash import FlashGeometry, InflashPE
+from hdl.inflash.unit import InflashUnit
 
 from ..params import BlockParams
-from ..registry import Block, register
+from ..registry import Block, SynthSettings, register
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,20 @@ class InflashParams(BlockParams):
                              blocks=self.blocks)
 
 
+@dataclass(frozen=True)
+class InflashUnitParams(InflashParams):
+    """The PE's parameters and ``kv_slots``, the pages of the KV page writer's buffer
+    (checked by :class:`hdl.inflash.spec.WriterConfig`)."""
+
+    kv_slots: int = 2
+
+
 _PRESETS = {
     # 64-byte pages (32 fp16 elements, 16 beats at F = 2, 16 transfers), tR = 40 cycles:
     # read-bound like the paper's plane, a few hundred cycles per GEMV; 8 blocks of 8 pages.
-    "small": InflashParams(page_bytes=64, tR_us=0.1, pages_per_block=8, blocks=8, max_rows=64,
-                           max_cols=64, group_size=16),
+    # tP = 0.5 us (200 cycles, 5 tR) keeps page programs short in the tests.
+    "small": InflashParams(page_bytes=64, tR_us=0.1, tP_us=0.5, pages_per_block=8, blocks=8,
+                           max_rows=64, max_cols=64, group_size=16),
     # Table I of the paper with 2 FMACs (MHA sizing), rows and columns up to LLaMA-7B's 4096.
     "default": InflashParams(),
     # Table I: 16 FMACs (the GQA sizing).
@@ -52,11 +63,36 @@ _PRESETS = {
 register(Block(
     name="inflash",
     family="inflash",
-    summary="KVNAND in-flash GEMV PE: page pipeline, gearbox, fp16/bf16/w8a8/w4a16 GEMV",
+    summary="KVNAND in-flash PE: page pipeline, gearbox, fp16/bf16/w8a8/w4a16 GEMV, Logit and "
+            "Attend on KV pages",
     params=InflashParams,
     presets=_PRESETS,
     build=lambda p: InflashPE(geometry=p.geometry(), max_rows=p.max_rows, max_cols=p.max_cols,
                               group_size=p.group_size),
     golden="golden.inflash",
     testbench="cocotb_tests.inflash.tb",
+))
+
+
+def _unit(preset: InflashParams, kv_slots: int) -> InflashUnitParams:
+    return InflashUnitParams(**{**preset.as_dict(), "kv_slots": kv_slots})
+
+
+register(Block(
+    name="inflash-unit",
+    family="inflash",
+    summary="KVNAND plane logic: the in-flash PE and the KV page writer (page-level mapping, "
+            "flush, mapping table) on one flash port",
+    params=InflashUnitParams,
+    # small: 8 buffer pages, the S = 2 L H = 8 streams of the tests' layouts; default and
+    # paper: Table I's 8 KB per plane, two 4 KB pages (one (layer, head)'s K and V streams).
+    presets={"small": _unit(_PRESETS["small"], 8), "default": _unit(_PRESETS["default"], 2),
+             "paper": _unit(_PRESETS["paper"], 2)},
+    build=lambda p: InflashUnit(geometry=p.geometry(), max_rows=p.max_rows,
+                                max_cols=p.max_cols, group_size=p.group_size,
+                                kv_slots=p.kv_slots),
+    golden="golden.inflash",
+    testbench="cocotb_tests.inflash.tb",
+    # The PE's area and Fmax are the `inflash` entry's; the unit adds the writer's buffer.
+    synth=SynthSettings(targets=()),
 ))
