@@ -50,7 +50,7 @@ def bench_family(family: str, presets=("default", "paper"), *, simulator: str = 
                    "luts": None, "ffs": None, "dsps": None, "cells_by_type": {},
                    "fmax_mhz": None, "device": "", "note": "not synthesized (block settings)",
                    "parameters": params.as_dict()}
-            if target in block.synth.targets:
+            if target in block.synth.targets and preset in block.synth.presets:
                 progress(f"{tag}: synthesize for {target}")
                 text, _ = block.verilog(params)
                 synth = synthesize(text, block.top, target,

@@ -1,4 +1,4 @@
-"""Run the rDXE VAC's testbench under Icarus and Verilator."""
+"""Run the rDXE VAC's and DXT's testbenches under Icarus and Verilator."""
 
 import pytest
 
@@ -6,10 +6,12 @@ from memwall import registry
 
 from .launcher import SIMULATORS, case_id, run_block
 
-#: (block, preset, overrides, cocotb tests). The small preset (4 lanes, 4 credits) one test per
-#: case; then the corners of the other parameters: the 'full' clamp (outputs reach -128), the
-#: fewest credits (3), one operand stage, a 16-bit PPU multiplier and a 16-bit RC factor (a
-#: 10-bit significand).
+#: (block, preset, overrides, cocotb tests). The VAC: the small preset (4 lanes, 4 credits) one
+#: test per case; then the corners of the other parameters: the 'full' clamp (outputs reach
+#: -128), the fewest credits (3), one operand stage, a 16-bit PPU multiplier and a 16-bit RC
+#: factor (a 10-bit significand). The DXT: its small preset, one build (a Verilator build of the
+#: tile takes about a minute); its parameter corners are covered in process
+#: (tests/test_rdxe_dxt.py).
 CASES = [
     ("rdxe-vac", "small", {}, ["plain_random"]),
     ("rdxe-vac", "small", {}, ["fused_random"]),
@@ -17,6 +19,8 @@ CASES = [
     ("rdxe-vac", "small", {"clamp": "full", "queue_depth": "3", "operand_stages": "1",
                            "mult_bits": "16", "rc_bits": "16"},
      ["fused_random", "backpressure"]),
+    ("rdxe-dxt", "small", {}, ["random_ops", "attention_overflow", "backpressure",
+                               "full_rate"]),
 ]
 
 

@@ -488,12 +488,15 @@ class RmsNormTrace:
     out: np.ndarray
 
 
-def rms_rc(x, eps_q, params: RdxeParams) -> tuple[int, np.uint32, np.uint32, RCFactor]:
+def rms_rc(x, eps_q, params: RdxeParams, *, inv_k=None
+           ) -> tuple[int, np.uint32, np.uint32, RCFactor]:
     """Compute the RMSNorm RC factor of INT8 ``x`` as the VE does.
 
     ``S = sum x**2`` (exact integer), ``v = fmac(int_to_float(S), fp32(1/K), eps_q)`` (fp32
     multiply then fp32 add, two roundings), ``r = rsqrt(v)``, ``rc = to_rc(r, norm_frac)``.
-    ``fp32(1/K)`` is the float64 quotient rounded once (exact for ``K`` a power of two).
+    ``fp32(1/K)`` is the float64 quotient rounded once (exact for ``K`` a power of two); the
+    host gives it with the operation, and ``inv_k`` (an fp32 code) stands for it where ``x``
+    is zero-padded past ``K`` (the token chunks a DXT receives).
 
     Returns ``(S, v, r, rc)``.
     """
@@ -501,21 +504,21 @@ def rms_rc(x, eps_q, params: RdxeParams) -> tuple[int, np.uint32, np.uint32, RCF
     x = _int8(x, "Activations", 1, "(inputs,)")
     K = _int(x.shape[0], "Input length", 1, MAX_INPUTS)
     eps_q = _fp32_code(eps_q, "RMSNorm eps", zero=True)
+    inv_k = from_float(1.0 / K, FP32) if inv_k is None else _fp32_code(inv_k, "1/K", zero=False)
     S = int(dot(x, x))
-    variance = np.uint32(fmac(int_to_float(S, 32, FP32), from_float(1.0 / K, FP32), eps_q,
-                              FP32, FP32))
+    variance = np.uint32(fmac(int_to_float(S, 32, FP32), inv_k, eps_q, FP32, FP32))
     r = np.uint32(rsqrt(variance))
     return S, variance, r, to_rc(r, params.norm_frac, params)
 
 
 def rmsnorm_gemv_trace(W_g, x, m, shift, eps_q, params: RdxeParams, *,
-                       mode: str = "fused") -> RmsNormTrace:
+                       mode: str = "fused", inv_k=None) -> RmsNormTrace:
     """Compute :func:`rmsnorm_gemv` and return every intermediate value (:class:`RmsNormTrace`)."""
     params = _params(params)
     mode = _mode(mode)
     W_g = _int8(W_g, "Weights", 2, "(outputs, inputs)")
     _wmem_rows(W_g.shape, params)
-    S, variance, r, rc = rms_rc(x, eps_q, params)
+    S, variance, r, rc = rms_rc(x, eps_q, params, inv_k=inv_k)
     x = _int8(x, "Activations", 1, "(inputs,)")
     if mode == "fused":
         acc = accumulate(W_g, x)
@@ -530,8 +533,8 @@ def rmsnorm_gemv_trace(W_g, x, m, shift, eps_q, params: RdxeParams, *,
     return RmsNormTrace(S, variance, r, rc, x_norm, acc, y, out)
 
 
-def rmsnorm_gemv(W_g, x, m, shift, eps_q, params: RdxeParams, *, mode: str = "fused"
-                 ) -> np.ndarray:
+def rmsnorm_gemv(W_g, x, m, shift, eps_q, params: RdxeParams, *, mode: str = "fused",
+                 inv_k=None) -> np.ndarray:
     """Compute ``W_g @ RMSNorm(x)`` requantized to INT8, bit for bit, fused or sequential.
 
     Parameters
@@ -549,6 +552,8 @@ def rmsnorm_gemv(W_g, x, m, shift, eps_q, params: RdxeParams, *, mode: str = "fu
     mode : str
         ``"fused"``: ``PPU(RCU(W_g . x))``. ``"sequential"``: ``x_n = requantize(x, rc)`` to
         INT8 first, then ``PPU(W_g . x_n)``. Both use the RC factor of :func:`rms_rc`.
+    inv_k : int, optional
+        fp32 code of ``1/K`` for an ``x`` zero-padded past its ``K`` inputs (:func:`rms_rc`).
 
     Returns
     -------
@@ -561,7 +566,7 @@ def rmsnorm_gemv(W_g, x, m, shift, eps_q, params: RdxeParams, *, mode: str = "fu
         Bad arrays or codes, a GEMV larger than the WMEM, an unknown mode, a negative,
         subnormal, infinite or NaN ``eps_q``.
     """
-    return rmsnorm_gemv_trace(W_g, x, m, shift, eps_q, params, mode=mode).out
+    return rmsnorm_gemv_trace(W_g, x, m, shift, eps_q, params, mode=mode, inv_k=inv_k).out
 
 
 # --- softmax fused into P.V -----------------------------------------------------------------------
@@ -1132,7 +1137,9 @@ class Latency:
     ``score_read`` (the VE's score buffer), ``queue`` (a buffered FIFO: the chunk queue in front
     of HLINK, and each VAC's result queue in front of the GBUS), ``row`` (a VAC's operand path,
     ``hdl.rdxe.Vac.row_latency = 1 + operand_stages``), ``wait`` (the sequencer seeing the
-    sequential mode's factor) and ``response`` (the response queue).
+    sequential mode's factor), ``response`` (the response queue), ``word`` (the result stream's
+    register) and ``accept`` (the sequencer's decode: an operation that waits for nothing issues
+    its first request ``accept + 1`` cycles after the previous operation's last).
     """
 
     requant: int = 4
@@ -1149,6 +1156,8 @@ class Latency:
     row: int = 5
     wait: int = 1
     response: int = 2
+    word: int = 1
+    accept: int = 1
 
     def dot(self, lanes: int) -> int:
         return 1 + (lanes.bit_length() - 1)

@@ -39,10 +39,14 @@ class SynthSettings:
         Clock constraint handed to nextpnr.
     targets : tuple of str
         Targets ``memwall build`` runs (``generic``, ``ecp5``, ``ice40``).
+    presets : tuple of str
+        Presets ``memwall bench`` synthesizes (default: all); a preset too large for the
+        targets' largest device is left out.
     """
 
     freq_mhz: float = 100.0
     targets: tuple[str, ...] = ("ecp5",)
+    presets: tuple[str, ...] = PRESETS
 
 
 @dataclass(frozen=True)

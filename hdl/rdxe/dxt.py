@@ -114,6 +114,10 @@ class Dxt(wiring.Component):
         self.source = HlinkSource(vcfg, vacs=cfg.vacs)
         ve = cfg.ve_config()
         self.rc_unit, self.acts, self.norm = RcUnit(ve), Activations(ve), Normalizer(ve)
+        # Built here so that tests can watch them; a tile built only to be checked (the
+        # registry) elaborates none of them.
+        for unit in (*self.vacs, self.source, self.rc_unit, self.acts, self.norm):
+            unit._MustUse__used = True
         # For cycle measurements in simulation (not ports): a request issued (``start``: an
         # operation's first), and a GBUS word taken from the VACs.
         self.issue = Signal()
@@ -300,6 +304,21 @@ class Dxt(wiring.Component):
         m.d.comb += [acts.req.payload.row.eq(j), acts.req.payload.count.eq(act_count),
                      acts.req.payload.scale.eq(o_scale)]
 
+        def ready_to_start(on_half, qk, pv):
+            """An operation may issue: the requests of the one two back on its half have left
+            the delay line; a Q.K^T waits for the key and value writes before it, a P.V also for
+            the Q.K^Ts before it."""
+            return (inflight[on_half] == 0) & Mux(
+                qk, kv_pending == 0, Mux(pv, (kv_pending == 0) & (qk_pending == 0), 1))
+
+        def begin(seq_pv, seq_rms):
+            with m.If(seq_pv):
+                m.next = "ACTGEN"
+            with m.Elif(seq_rms):
+                m.next = "LOAD"
+            with m.Else():
+                m.next = "RUN"
+
         norm_read = Signal()
         with m.FSM(name="sequencer"):
             with m.State("IDLE"):
@@ -329,7 +348,11 @@ class Dxt(wiring.Component):
                     with m.Else():
                         m.d.comb += accepted.eq(1)
                         m.d.sync += half.eq(~half)
-                        m.next = "START"
+                        # Start at once unless a dependency or the half's last requests hold it.
+                        with m.If(~ready_to_start(~half, is_qk, is_pv)):
+                            m.next = "START"
+                        with m.Else():
+                            begin(cmd.seq & is_pv, cmd.seq & is_rms)
             with m.State("DRAIN"):
                 m.d.comb += x_take.eq(drain != 0)
                 with m.If(drain == 0):
@@ -337,15 +360,8 @@ class Dxt(wiring.Component):
                 with m.Elif(self.x.valid):
                     m.d.sync += drain.eq(drain - 1)
             with m.State("START"):
-                deps = Mux(o_kv & ~o_softmax, kv_pending == 0,
-                           Mux(o_softmax, (kv_pending == 0) & (qk_pending == 0), 1))
-                with m.If((inflight[half] == 0) & deps):
-                    with m.If(o_seq & o_softmax):
-                        m.next = "ACTGEN"
-                    with m.Elif(o_seq):
-                        m.next = "LOAD"
-                    with m.Else():
-                        m.next = "RUN"
+                with m.If(ready_to_start(half, o_kv & ~o_softmax, o_softmax)):
+                    begin(o_seq & o_softmax, o_seq & ~o_softmax)
             with m.State("LOAD"):
                 # Sequential RMSNorm: x into the token buffer and the VE's sum, not to HLINK.
                 request(act=0, link=False, hlink=0, tap=1)
@@ -447,7 +463,8 @@ class Dxt(wiring.Component):
         op = data.View(op_layout, ops.r_data)
         w = Signal(range(max(cfg.max_outputs, cfg.capacity) // GBUS_BYTES + N + 2))
         base_o = w << 2
-        slot_vac = (w & (N // GBUS_BYTES - 1)) << 2 if N > GBUS_BYTES else Const(0, 1)
+        # The word's first VAC: (4 w) mod N.
+        slot_vac = Cat(Const(0, 2), w[:log_n - 2]) if N > GBUS_BYTES else Const(0, 2)
         need = [base_o + k < op.total for k in range(GBUS_BYTES)]
         keep = [base_o + k < op.outputs for k in range(GBUS_BYTES)]
         valids = Array(vac.o.valid for vac in self.vacs)
@@ -490,7 +507,7 @@ class Dxt(wiring.Component):
         # KV-cache writes: a key over the GBUS to its owner, values into their own VAC.
         t = op.token
         key_row = op.group * cfg.group_rows + (t >> log_n) * R + (base_o >> log_l)
-        key_en = Cat(*word.keep) << (base_o & (L - 1))
+        key_en = Cat(*word.keep) << base_o[:log_l]          # shift amounts cut to their range
         value_row = (cfg.kv_rows // 2 + op.group * cfg.group_rows + (t >> log_l) * c +
                      (base_o >> log_n))
         for v, vac in enumerate(self.vacs):
@@ -501,7 +518,7 @@ class Dxt(wiring.Component):
             m.d.comb += [
                 vac.kv.valid.eq(fire & (mine_key | mine_value)),
                 vac.kv.payload.addr.eq(Mux(op.kind == _KEY, key_row, value_row)),
-                vac.kv.payload.en.eq(Mux(op.kind == _KEY, key_en, 1 << (t & (L - 1)))),
+                vac.kv.payload.en.eq(Mux(op.kind == _KEY, key_en, Const(1, L) << t[:log_l])),
             ]
             for lane in range(L):
                 m.d.comb += vac.kv.payload.data[lane].eq(

@@ -1,10 +1,10 @@
-"""Registry entry of the rDXE vector-accumulate core (issue 5, first increment: the VAC)."""
+"""Registry entries of the rDXE vector-accumulate core (VAC) and decoder execution tile (DXT)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hdl.rdxe import Vac, VacConfig
+from hdl.rdxe import Dxt, DxtConfig, Vac, VacConfig
 
 from ..params import BlockParams
 from ..registry import Block, SynthSettings, register
@@ -60,4 +60,42 @@ register(Block(
     golden="golden.rdxe",
     testbench="cocotb_tests.rdxe.tb",
     synth=SynthSettings(),
+))
+
+
+@dataclass(frozen=True)
+class DxtParams(BlockParams, DxtConfig):
+    """The fields of :class:`hdl.rdxe.DxtConfig` (the VAC's and the tile's), checked by it.
+    ``ppu_depth`` None means ``wmem_depth`` (resolved when the parameters are made)."""
+
+
+_DXT_PRESETS = {
+    # The fewest VACs (4, a GBUS word's worth) of 4 lanes, d = 16 (4 key rows, 4 value rows), 16
+    # tokens: Q.K^T, P.V and filling the cache take a few hundred cycles; 8 credits, short
+    # enough to run out on fused operations that park several accumulators per VAC.
+    "small": DxtParams(lanes=4, vacs=4, wmem_depth=160, ppu_depth=64, kv_rows=32,
+                       queue_depth=8, head_dim=16, max_inputs=64),
+    # The largest tile that fits the largest ECP5 (LFE5U-85F, 156 MULT18X18D): 4 VACs of 4 lanes
+    # use 48 of them (16 lanes, 4 each for the PPU's 32 x 32 and the RCU's 32 x 19), the VE the
+    # rest (per lane: the bf16 x fp32 multiply 4, exp2 1, the activation and normalizing
+    # requantizers 2 each; the RMSNorm/softmax factor path ~40). 4 VACs of 8 lanes need 175
+    # (measured). d = 64 and 2048 cache rows: 256 tokens per KV group.
+    "default": DxtParams(lanes=4, vacs=4, kv_rows=2048, head_dim=64, max_inputs=4096),
+    # The paper's DXT: 16 VACs of 16 multipliers (Sec. III), d = 64; 1024 cache rows hold the MT5
+    # evaluation's 960 + 64 tokens (2048 per group). Generated and linted, not synthesized: it
+    # needs about 500 DSP multipliers.
+    "paper": DxtParams(lanes=16, vacs=16, kv_rows=1024, head_dim=64, max_inputs=4096),
+}
+
+register(Block(
+    name="rdxe-dxt",
+    family="rdxe",
+    summary="rDXE decoder execution tile: N VACs on HLINK, VRC vector engine (fused and "
+            "sequential RMSNorm-GEMV and softmax-P.V), iWuR KV cache with GQA, GBUS",
+    params=DxtParams,
+    presets=_DXT_PRESETS,
+    build=lambda p: Dxt(p),
+    golden="golden.rdxe",
+    testbench="cocotb_tests.rdxe.dxt_tb",
+    synth=SynthSettings(presets=("default",)),
 ))
