@@ -1151,7 +1151,7 @@ class Latency:
     reciprocal: int = 12
     accumulate: int = 1
     broadcast: int = 1
-    score_read: int = 1
+    score_read: int = 2
     queue: int = 2
     row: int = 5
     wait: int = 1

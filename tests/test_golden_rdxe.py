@@ -807,11 +807,11 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
     assert fused.total == max(entries.values()) + 8 + 1
     assert fused.done == gbus_done({o: e + 8 for o, e in entries.items()})
     assert fused.hold == sum(1 for o, r in ready.items() if o % 16 == 0 and r < rc_ready)
-    # Sequential: the factor, the sequencer's wait 1, C normalizing reads, the GEMV's lead 27
-    # (request 20, chunk queue 2, operand path 5), then the plain GEMV.
+    # Sequential: the factor, the sequencer's wait 1, C normalizing reads, the GEMV's lead 28
+    # (request 21, chunk queue 2, operand path 5), then the plain GEMV.
     seq = R.rmsnorm_gemv_cycles(outputs, inputs, DEFAULT, mode="sequential")
-    assert seq.total == rc_ready + 1 + C + 27 + got.total
-    assert seq.done == rc_ready + 1 + C + 27 + got.done
+    assert seq.total == rc_ready + 1 + C + 28 + got.total
+    assert seq.done == rc_ready + 1 + C + 28 + got.done
 
 
 def test_gemv_cycles_by_hand():
@@ -848,9 +848,9 @@ def test_softmax_pv_cycles_match_schedule(tokens):
     assert fused.rc_ready == rc_ready
     assert fused.total == last_rcu_entry(ready, 16, rc_ready) + 8 + 1
     seq = R.softmax_pv_cycles(tokens, DEFAULT, mode="sequential")
-    assert seq.total == rc_ready + 1 + C + 27 + R.gemv_cycles(64, tokens, DEFAULT).total
+    assert seq.total == rc_ready + 1 + C + 28 + R.gemv_cycles(64, tokens, DEFAULT).total
     assert seq.total > fused.total
-    assert R.Latency().lead == 1 + 19 + 2 + 5
+    assert R.Latency().lead == 2 + 19 + 2 + 5
 
 
 @pytest.mark.parametrize("tokens", [1, 5, 64, 100, 1024])

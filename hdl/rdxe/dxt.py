@@ -91,7 +91,10 @@ class Dxt(wiring.Component):
     o : Out(stream.Signature(word_layout()))
     resp : Out(stream.Signature(response_layout()))
 
-    Timing: docs/rdxe.md section 4 and ``golden.rdxe``'s cycle model.
+    Timing: ``golden.rdxe``'s cycle model, exactly (docs/rdxe.md section 6): an operation's first
+    request goes out ``Latency.lead`` (28) cycles before its first chunk meets VAC 0's lane tree;
+    its last GBUS word ``done - 1`` cycles after that, its response ``response`` (2) cycles later;
+    one chunk per cycle into HLINK, one GBUS word of 4 results per cycle out.
     """
 
     def __init__(self, cfg: DxtConfig):
@@ -411,10 +414,12 @@ class Dxt(wiring.Component):
         m.d.comb += [self.x.ready.eq(x_take), acts.req.valid.eq(issue & req.act)]
 
         # ---- token buffer writes and reads ----------------------------------------------------
-        norm_j = delay(m, j, 1, name="norm_j")
-        norm_valid = delay(m, norm_read, 1, name="norm_valid", reset=True)
+        # The normalizer reads a chunk, registers it (a block RAM's clock-to-output leaves no
+        # time for a multiplier behind it), requantizes it and writes it back.
+        norm_j = delay(m, j, 2, name="norm_j")
+        norm_valid = delay(m, norm_read, 2, name="norm_valid", reset=True)
         norm_out_j = delay(m, norm_j, norm.latency, name="norm_out_j")
-        norm_half = delay(m, half, 1 + norm.latency, name="norm_half")
+        norm_half = delay(m, half, 2 + norm.latency, name="norm_half")
         act_write = req_f_valid & req_f.act & req_f.buf_write
         for h, (wr, rd) in enumerate(halves):
             mine_x = issue & ~req.act & (req.half == h) & x_take & self.x.valid
@@ -430,7 +435,8 @@ class Dxt(wiring.Component):
             ]
         read_half = delay(m, Mux(norm_read, half, req_e.half), 1, name="read_half")
         read_data = Mux(read_half, halves[1][1].data.as_value(), halves[0][1].data.as_value())
-        m.d.comb += [norm.i.valid.eq(norm_valid), norm.i.payload.data.eq(read_data),
+        m.d.comb += [norm.i.valid.eq(norm_valid),
+                     norm.i.payload.data.eq(delay(m, read_data, 1, name="norm_data")),
                      norm.i.payload.m.eq(norm_rc.m), norm.i.payload.shift.eq(norm_rc.shift)]
 
         # ---- into the chunk queue -----------------------------------------------------------------
@@ -463,10 +469,15 @@ class Dxt(wiring.Component):
         op = data.View(op_layout, ops.r_data)
         w = Signal(range(max(cfg.max_outputs, cfg.capacity) // GBUS_BYTES + N + 2))
         base_o = w << 2
+        # Outputs left from this word on (registers, so that no adder sits in front of the
+        # word's checks): all of them at the operation's first word.
+        rem_total, rem_out = Signal.like(op.total), Signal.like(op.outputs)
+        left_t = Mux(w == 0, op.total, rem_total)
+        left_o = Mux(w == 0, op.outputs, rem_out)
         # The word's first VAC: (4 w) mod N.
         slot_vac = Cat(Const(0, 2), w[:log_n - 2]) if N > GBUS_BYTES else Const(0, 2)
-        need = [base_o + k < op.total for k in range(GBUS_BYTES)]
-        keep = [base_o + k < op.outputs for k in range(GBUS_BYTES)]
+        need = [left_t > k for k in range(GBUS_BYTES)]
+        keep = [left_o > k for k in range(GBUS_BYTES)]
         valids = Array(vac.o.valid for vac in self.vacs)
         ys = Array(vac.o.payload.y for vac in self.vacs)
         ready_all = Const(1, 1)
@@ -474,9 +485,9 @@ class Dxt(wiring.Component):
         for k in range(GBUS_BYTES):
             ready_all = ready_all & (~need[k] | valids[slot_vac + k])
             m.d.comb += [word.data[k].eq(ys[slot_vac + k]), word.keep[k].eq(keep[k])]
-        last_word = base_o + GBUS_BYTES >= op.total
+        last_word = left_t <= GBUS_BYTES
         # Words of padding outputs only (past M in the last pass) are taken, not sent.
-        m.d.comb += word.last.eq(base_o + GBUS_BYTES >= op.outputs)
+        m.d.comb += word.last.eq(left_o <= GBUS_BYTES)
         out_free = ~self.o.valid | self.o.ready
         m.submodules.responses = resp = SyncFIFOBuffered(width=1, depth=_RESP_QUEUE)
         m.d.comb += [self.resp.valid.eq(resp.r_rdy), self.resp.payload.error.eq(resp.r_data),
@@ -488,11 +499,15 @@ class Dxt(wiring.Component):
         m.d.comb += self.gbus.eq(fire)
         refused = ops.r_rdy & op.refused & resp.w_rdy
         done = (fire & last_word) | refused
-        m.d.comb += [ops.r_en.eq(done), resp.w_en.eq(done), resp.w_data.eq(refused),
-                     kv_done.eq(fire & last_word & ((op.kind == _KEY) | (op.kind == _VALUE))),
-                     qk_done.eq(fire & last_word & (op.kind == _SCORE))]
+        m.d.comb += [ops.r_en.eq(done), resp.w_en.eq(done), resp.w_data.eq(refused)]
+        # The writes below land a cycle after the word, and the VE's maximum follows its last
+        # score two cycles later: so do the completions that release Q.K^T and P.V.
+        m.d.sync += kv_done.eq(fire & last_word & ((op.kind == _KEY) | (op.kind == _VALUE)))
+        m.d.comb += qk_done.eq(delay(m, fire & last_word & (op.kind == _SCORE), 3,
+                                     name="qk_done", reset=True))
         with m.If(fire):
-            m.d.sync += w.eq(Mux(last_word, 0, w + 1))
+            m.d.sync += [w.eq(Mux(last_word, 0, w + 1)), rem_total.eq(left_t - GBUS_BYTES),
+                         rem_out.eq(Mux(left_o > GBUS_BYTES, left_o - GBUS_BYTES, 0))]
         with m.If(fire & emits):
             m.d.sync += [self.o.valid.eq(1), self.o.payload.eq(word)]
         with m.Elif(self.o.ready):
@@ -500,11 +515,12 @@ class Dxt(wiring.Component):
         for v, vac in enumerate(self.vacs):
             in_word = (v >> 2) == (slot_vac >> 2) if N > GBUS_BYTES else Const(1, 1)
             m.d.comb += vac.o.ready.eq(fire & in_word & need[v & 3])
-        # Scores to the VE.
-        m.d.comb += [acts.scores.valid.eq(fire & (op.kind == _SCORE)),
+        # Scores to the VE, registered.
+        m.d.sync += [acts.scores.valid.eq(fire & (op.kind == _SCORE)),
                      acts.scores.payload.word.eq(w), acts.scores.payload.first.eq(w == 0),
                      acts.scores.payload.data.eq(word.data), acts.scores.payload.keep.eq(word.keep)]
-        # KV-cache writes: a key over the GBUS to its owner, values into their own VAC.
+        # KV-cache writes, registered: a key over the GBUS to its owner, values into their own
+        # VAC.
         t = op.token
         key_row = op.group * cfg.group_rows + (t >> log_n) * R + (base_o >> log_l)
         key_en = Cat(*word.keep) << base_o[:log_l]          # shift amounts cut to their range
@@ -515,12 +531,14 @@ class Dxt(wiring.Component):
             mine_key = (op.kind == _KEY) & ((t & (N - 1)) == v)
             in_word = (v >> 2) == (slot_vac >> 2) if N > GBUS_BYTES else Const(1, 1)
             mine_value = (op.kind == _VALUE) & in_word & keep[slot]
-            m.d.comb += [
+            bytes_ = Signal(data.ArrayLayout(signed(CODE_BITS), GBUS_BYTES), name=f"kv_word{v}")
+            m.d.sync += [
                 vac.kv.valid.eq(fire & (mine_key | mine_value)),
                 vac.kv.payload.addr.eq(Mux(op.kind == _KEY, key_row, value_row)),
                 vac.kv.payload.en.eq(Mux(op.kind == _KEY, key_en, Const(1, L) << t[:log_l])),
             ]
+            for k in range(GBUS_BYTES):
+                m.d.sync += bytes_[k].eq(Mux(op.kind == _KEY, word.data[k], vac.o.payload.y))
             for lane in range(L):
-                m.d.comb += vac.kv.payload.data[lane].eq(
-                    Mux(op.kind == _KEY, word.data[lane % GBUS_BYTES], vac.o.payload.y))
+                m.d.comb += vac.kv.payload.data[lane].eq(bytes_[lane % GBUS_BYTES])
         return m

@@ -233,7 +233,7 @@ class Vac(wiring.Component):
         m.d.comb += [w_wr.addr.eq(self.wmem.payload.addr), w_wr.data.eq(self.wmem.payload.data),
                      w_wr.en.eq(self.wmem.valid), self.wmem.ready.eq(1), self.kv.ready.eq(1),
                      w_rd.addr.eq(link_i.row), w_rd.en.eq(self.hlink_i.valid & ~link_i.kv)]
-        operand = w_rd.data.as_value()
+        operand = delay(m, w_rd.data.as_value(), 1, name="wmem_row")
         if cfg.kv_rows:
             # The KV cache: byte-enabled writes (iWuR), one full row read per cycle.
             m.submodules.kv_cache = kv_cache = Memory(shape=row_shape, depth=cfg.kv_rows,
@@ -244,13 +244,15 @@ class Vac(wiring.Component):
             m.d.comb += [k_wr.addr.eq(self.kv.payload.addr), k_wr.data.eq(self.kv.payload.data),
                          k_wr.en.eq(Mux(self.kv.valid, self.kv.payload.en, 0)),
                          k_rd.addr.eq(link_i.row), k_rd.en.eq(self.hlink_i.valid & link_i.kv)]
-            # hlink_o is the chunk registered with the read: its kv bit picks the row.
-            operand = Mux(link_o.kv, k_rd.data.as_value(), operand)
-        # The block RAM's clock-to-output (5.8 ns on ECP5) leaves no time for a multiplier
-        # behind it: the row is registered again (and the chunk waits for it); further stages
-        # give the placer room to reach distant DSP sites (VacConfig.operand_stages).
+            # Each memory's row is registered before the choice (a block RAM's clock-to-output,
+            # 5.8 ns on ECP5, leaves room for nothing behind it); the chunk's kv bit, registered
+            # with it, picks the row.
+            kv_row = delay(m, k_rd.data.as_value(), 1, name="kv_row")
+            operand = Mux(delay(m, link_o.kv, 1, name="kv_sel"), kv_row, operand)
+        # The row is registered (and the chunk waits for it) operand_stages times in all; the
+        # further stages give the placer room to reach distant DSP sites.
         stages = cfg.operand_stages
-        row = delay(m, operand, stages, name="row")
+        row = delay(m, operand, stages - 1, name="row")
         chunk = data.View(hlink_layout(cfg), delay(m, link_o.as_value(), stages, name="chunk"))
         chunk_valid = delay(m, self.hlink_o.valid, stages, name="chunk_valid", reset=True)
 

@@ -47,6 +47,8 @@ __all__ = ["RcUnit", "Activations", "Normalizer", "P_ONE"]
 P_ONE = 127
 #: Largest requantizer shift.
 _SHIFT_MAX = (1 << SHIFT_BITS) - 1
+#: Cycles of the score buffer's read: the synchronous read and a register behind it.
+_READ = 2
 
 
 def _check(cfg) -> VeConfig:
@@ -252,7 +254,7 @@ class Activations(wiring.Component):
     scores : In(stream.Signature(score_write_layout(cfg), always_ready=True))
         Score write-back, one GBUS word per transfer, stored with byte enables into the row of
         ``lanes`` scores holding it; the running maximum of the kept scores restarts with a
-        ``first`` word. Usable by a request from the next cycle on.
+        ``first`` word. Usable by a request two cycles later (the maximum lags the write by one).
     req : In(stream.Signature(act_request_layout(cfg), always_ready=True))
         A row to turn into activations.
     p : Out(stream.Signature(chunk_layout(cfg.lanes), always_ready=True))
@@ -262,8 +264,8 @@ class Activations(wiring.Component):
     max : Out(signed(8))
         The running maximum.
 
-    Latency (defaults): the score read 1, then ``int_to_float 3 + fmul 5 + exp2 7 + requant 4``:
-    20 cycles; one row per cycle. ``s - max`` is an integer in [-255, 0], exact in bf16, so the
+    Latency (defaults): the score read 2 (the read and a register), then ``int_to_float 3 +
+    fmul 5 + exp2 7 + requant 4``: 21 cycles; one row per cycle. ``s - max`` is an integer in [-255, 0], exact in bf16, so the
     conversion is to bf16 and the multiply bf16 x fp32 -> fp32: the same single rounding as
     ``golden.rdxe``'s fp32 x fp32 with a narrower multiplier.
     """
@@ -290,8 +292,9 @@ class Activations(wiring.Component):
 
     @property
     def latency(self) -> int:
-        """Cycles from a request to its activations: the score read and :attr:`exp_latency`."""
-        return 1 + self.exp_latency
+        """Cycles from a request to its activations: the score read (and its register) and
+        :attr:`exp_latency`."""
+        return _READ + self.exp_latency
 
     def elaborate(self, platform):
         m = Module()
@@ -311,22 +314,30 @@ class Activations(wiring.Component):
         en = Signal(L)
         m.d.comb += [en.eq(w.keep << (offset * GBUS_BYTES)),
                      wr.en.eq(Mux(self.scores.valid, en, 0))]
-        word_max = Const(-128, signed(CODE_BITS))
-        for k in range(GBUS_BYTES):
-            value = Mux(w.keep[k], w.data[k], -128)
-            word_max = Mux(value > word_max, value, word_max)
+        # The running maximum: the word's maximum by a tree of comparisons, registered, then the
+        # update (the maximum follows a write by two cycles).
+        values = [Mux(w.keep[k], w.data[k], -128) for k in range(GBUS_BYTES)]
+        while len(values) > 1:
+            values = [Mux(a > b, a, b) for a, b in zip(values[::2], values[1::2])]
+        word_max = delay(m, values[0], 1, name="word_max")
+        word_first = delay(m, w.first, 1, name="word_first")
+        word_valid = delay(m, self.scores.valid, 1, name="word_valid", reset=True)
         running = Signal(signed(CODE_BITS), init=-128)
-        with m.If(self.scores.valid):
-            m.d.sync += running.eq(Mux(w.first | (word_max > running), word_max, running))
+        with m.If(word_valid):
+            m.d.sync += running.eq(Mux(word_first | (word_max > running), word_max, running))
         m.d.comb += self.max.eq(running)
 
         # ---- activations: lanes copies of the exp path --------------------------------------
         rd = buf.read_port()
         req = self.req.payload
         m.d.comb += [rd.addr.eq(req.row), rd.en.eq(self.req.valid)]
-        valid = delay(m, self.req.valid, 1, name="read_valid", reset=True)
-        count = delay(m, req.count, 1, name="count")
-        scale = delay(m, req.scale, 1, name="scale")
+        # The row is registered once more: a block RAM's clock-to-output leaves no time for the
+        # subtraction and the conversion's first step behind it.
+        scores = delay(m, rd.data.as_value(), 1, name="scores")
+        scores = data.View(data.ArrayLayout(signed(CODE_BITS), L), scores)
+        valid = delay(m, self.req.valid, _READ, name="read_valid", reset=True)
+        count = delay(m, req.count, _READ, name="count")
+        scale = delay(m, req.scale, _READ, name="scale")
         units = self._units()
         for u in units:
             u._MustUse__used = True
@@ -344,7 +355,7 @@ class Activations(wiring.Component):
             m.submodules[f"exp{k}"] = exp
             m.submodules[f"quant{k}"] = quant
             diff = Signal(signed(CODE_BITS + 1), name=f"diff{k}")
-            m.d.comb += [diff.eq(rd.data[k] - running),
+            m.d.comb += [diff.eq(scores[k] - running),
                          to_float.i.valid.eq(valid), to_float.i.payload.x.eq(diff),
                          mul.i.valid.eq(to_float.o.valid), mul.i.payload.a.eq(to_float.o.payload.y),
                          mul.i.payload.b.eq(scale),
