@@ -283,8 +283,9 @@ def test_gearbox_takes_a_word_and_gives_a_beat_every_cycle():
                                              "i": _gearbox_words(job.words)},
                               {"o": ["final"]}, done=lambda r: len(r["o"]) >= want,
                               idle=0.0, stall=0.0)
-    # Cycle 0 takes the job, cycle 1 the first word, cycle 2 gives the first beat.
-    assert cycles == want + 2
+    # Cycle 0 takes the job, cycle 1 the first word, cycle 1 + latency (3) gives the first
+    # beat, then one per cycle.
+    assert Gearbox.latency == 2 and cycles == want + 1 + Gearbox.latency
 
 
 # --- the PE --------------------------------------------------------------------------------
@@ -674,23 +675,31 @@ def _run_on_plane(dut, plane: PlaneModel, inputs: dict, outputs: dict, *, port="
     # read-bound with F = 16 (a beat in 2 words), 128-byte pages of 8 entries
     ("logit", 2, {"fmacs": 16, "transfer_bytes": 16, "page_bytes": 128}),
     ("attend", 1, {"fmacs": 16, "transfer_bytes": 16, "page_bytes": 128}),
+    # int8 Attend with one issue per token: every token updates the same accumulators in
+    # consecutive cycles (the forwarded sum), and with three (the transparent port)
+    ("attend-int8", 1, {"fmacs": 16, "transfer_bytes": 16, "page_bytes": 128}),
+    ("attend-int8", 3, {"fmacs": 16, "transfer_bytes": 16, "page_bytes": 128}),
 ])
 def test_attention_timing(op, G, geo):
     """No idle, no back-pressure, the plane's tR: the pages read are the walk's, the first
     streams tR after its read, and the total equals golden.inflash.attention_timing with
     pe_latency from the PE, cycle for cycle (40 tokens), in read-, compute- and
     transfer-bound planes."""
+    op, _, fmt = op.partition("-")
+    fmt = fmt or "fp16"
     geometry = FlashGeometry(**{**GEOMETRY, "tR_us": 0.1, "blocks": 16, **geo})
     pe = InflashPE(geometry=geometry, **MAX)
-    job = _Attention(pe.cfg, op, "fp16", G, 40, np.random.default_rng(G), layer=1, head=0)
+    job = _Attention(pe.cfg, op, fmt, G, 40, np.random.default_rng(G), layer=1, head=0)
     plane = PlaneModel(geometry)
     plane.program(job.base, job.pages)
     n_out = len(job.outputs())
     got = _run_on_plane(pe, plane, {"cmd": [job.cmd()], "x": job.x_beats(geometry.fmacs)},
-                        {"y": ["value"]}, done=lambda r: len(r["y"]) >= n_out,
+                        {"y": ["value", "last", "error"]}, done=lambda r: len(r["y"]) >= n_out,
                         max_cycles=4_000)
+    assert [(y["value"], y["last"], y["error"]) for _, y in got["y"]] == job.outputs()
     outputs = [cycle for cycle, _ in got["y"]]
-    mode, cmd_op = Mode.FP16, Op.LOGIT if op == "logit" else Op.ATTEND
+    mode = Mode.W8A8 if fmt == "int8" else Mode.FP16
+    cmd_op = Op.LOGIT if op == "logit" else Op.ATTEND
     timing = golden.attention_timing(geometry, job.layout, 40, op=op, group=G, layer=1, head=0)
     latency = pe.pe_latency(mode, cmd_op, query_heads=G, head_dim=8,
                             last_page=(timing.transfer[-1], timing.compute[-1]))

@@ -36,6 +36,8 @@ commands name.
 from __future__ import annotations
 
 import collections
+import dataclasses
+import json
 import math
 import os
 
@@ -56,6 +58,14 @@ from .plane import FlashPlane, kv_reads
 
 #: Environment variables of the ``full_rate`` shape (benchmarks sweep them).
 ENV_ROWS, ENV_COLS = "MEMWALL_INFLASH_ROWS", "MEMWALL_INFLASH_COLS"
+#: The modes ``full_rate`` runs (comma-separated; default all).
+ENV_MODES = "MEMWALL_INFLASH_MODES"
+#: The plane's ``tR`` in microseconds, in place of the design's parameter (benchmarks: the RTL
+#: never counts ``tR``, so one build serves every ``tR``; the golden timing takes the same).
+ENV_TR_US = "MEMWALL_INFLASH_TR_US"
+#: The ``attention_reads`` command, JSON: ``op``, ``tokens``, ``group``, ``mapping``,
+#: ``layers``, ``kv_heads``, ``head_dim`` (fp16).
+ENV_ATTENTION = "MEMWALL_INFLASH_ATTENTION"
 _FMT = {"fp16": FP16, "bf16": BF16, "w4a16": FP16}
 #: KV formats of Logit and Attend by ``Mode`` code.
 _KV_FORMAT = {Mode.FP16: "fp16", Mode.BF16: "bf16", Mode.W8A8: "int8"}
@@ -252,6 +262,10 @@ class InflashTB(BlockTB):
         super().__init__(dut, inputs=self.INPUTS, outputs=("y",), **kwargs)
         cfg = self.component.cfg
         self.cfg, self.geometry = cfg, cfg.geometry
+        if os.environ.get(ENV_TR_US):
+            self.geometry = dataclasses.replace(cfg.geometry,
+                                                tR_us=float(os.environ[ENV_TR_US]))
+            self.log.info("plane tR %s us (%s)", self.geometry.tR_us, ENV_TR_US)
         self.F = cfg.fmacs
         ports = [self.COMMAND, "rd_data"] + (["pg_data"] if self.COMMAND == "fl_cmd" else [])
         codecs = {p: PayloadCodec(self.ports[f"{p}__payload"]) for p in ports}
@@ -689,7 +703,8 @@ async def full_rate(dut):
     rows = int(os.environ.get(ENV_ROWS, 0))
     cols = int(os.environ.get(ENV_COLS, 0)) or min(cfg.max_cols, P // 2)
     figures = {}
-    for mode in _modes():
+    modes = os.environ.get(ENV_MODES, "").split(",") if os.environ.get(ENV_MODES) else _modes()
+    for mode in modes:
         if mode == "w4a16" and cols % cfg.group_size:
             continue
         # At least 12 full pages (the steady state), capped by the plane and max_rows.
@@ -734,11 +749,12 @@ async def full_rate(dut):
             f"{mode}: first page streamed {starts[0] - t0} cycles after its read, not tR"
     # The benchmark table's columns (cocotb_tests/bench.py): the fp16 GEMV's beats over its
     # total cycles (PE utilization) and its latency.
-    fp16 = figures["fp16"]
-    beats = fp16["rows"] * -(-fp16["cols"] // cfg.fmacs)
-    tb.report("full_rate", items=beats, cycles=fp16["total"],
-              per_cycle=round(beats / fp16["total"], 4), latency=fp16["pe_latency"],
-              latency_meaning="last page word to last y (inflash, fp16)",
+    first = next(iter(figures))
+    fig = figures[first]
+    beats = fig["rows"] * -(-fig["cols"] // cfg.fmacs)
+    tb.report("full_rate", items=beats, cycles=fig["total"],
+              per_cycle=round(beats / fig["total"], 4), latency=fig["pe_latency"],
+              latency_meaning=f"last page word to last y (inflash, {first})",
               **{f"{m}_{k}": v for m, f in figures.items() for k, v in f.items()})
     tb.check_block_reads()
 
@@ -986,3 +1002,39 @@ async def kv_overflow(dut):
     await tb.drain()
     await tb.check_writes()
     tb.check_block_reads()
+
+
+@cocotb.test()
+async def attention_reads(dut):
+    """One Logit or Attend of a head group with no idle cycles and no back-pressure, the
+    command from ``MEMWALL_INFLASH_ATTENTION`` (benchmarks; default: 3 T_p tokens of the
+    tests' layout, naive): results bit for bit, the pages read equal to
+    golden.inflash.kv_pages_read, per-block counts, and the total against attention_timing."""
+    tb = _tb(dut, idle=0.0, backpressure=0.0, gaps=0.0)
+    await tb.reset()
+    await ClockCycles(tb.clk, 2)
+    cfg = tb.cfg
+    layout = _attention_layouts(cfg)[0]
+    spec = {"op": "logit", "group": 1, "mapping": "naive",
+            "tokens": 3 * (cfg.page_bytes // (2 * layout["head_dim"])), **layout}
+    spec.update(json.loads(os.environ.get(ENV_ATTENTION) or "{}"))
+    kv = golden.KVLayout(spec["layers"], spec["kv_heads"], spec["head_dim"],
+                         page_bytes=cfg.page_bytes, mapping=spec["mapping"])
+    T, G, op = spec["tokens"], spec["group"], spec["op"]
+    tb.attention(op, "fp16", G, T, layers=kv.layers, kv_heads=kv.kv_heads,
+                 head_dim=kv.head_dim, layer=0, head=0, mapping=kv.mapping, page=0)
+    await tb.drain(stall_cycles=1_000_000)
+    timing = golden.attention_timing(tb.geometry, kv, T, op=op, group=G)
+    latency = tb.component.pe_latency(Mode.FP16, Op.LOGIT if op == "logit" else Op.ATTEND,
+                                      query_heads=G, head_dim=kv.head_dim,
+                                      last_page=(timing.transfer[-1], timing.compute[-1]))
+    total = tb.output_monitors["y"].last_cycle - tb.plane.read_start[0] + 1
+    reads = len(tb.plane.read_pages)
+    model = golden.kv_pages_read(kv, T, kind=golden.K if op == "logit" else golden.V)
+    tb.check_block_reads()
+    assert reads == model, f"{reads} page reads, kv_pages_read {model}"
+    assert total == timing.total + latency, \
+        f"{total} cycles, attention_timing {timing.total} + pe_latency {latency}"
+    tb.report("attention_reads", reads=reads, model_reads=model,
+              blocks=int(np.count_nonzero(tb.plane.block_counts)), total=int(total),
+              model_total=int(timing.total + latency), tR=tb.geometry.tR_cycles)

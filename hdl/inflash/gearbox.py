@@ -6,6 +6,7 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..pipeline import stream_stage
 from .spec import SCALE_BYTES, Mode, PEConfig, beat_layout, job_layout, word_layout
 
 __all__ = ["Gearbox"]
@@ -48,7 +49,9 @@ class Gearbox(wiring.Component):
 
     Throughput: one beat per cycle and one word per cycle at once (the buffer holds the widest
     beat plus a word), so the slower of ``W`` bytes and one beat per cycle sets the pace; latency
-    one cycle from a word to the first beat it completes.
+    :attr:`latency` cycles from a word to the first beat it completes: one into the buffer, one
+    in the output register. The output register ends the mode-dependent byte selection (the
+    lanes, the mask, the flags), so that it does not run on into the PE's arithmetic.
     """
 
     def __init__(self, cfg: PEConfig):
@@ -60,6 +63,9 @@ class Gearbox(wiring.Component):
             "i": In(stream.Signature(word_layout(cfg))),
             "o": Out(stream.Signature(beat_layout(cfg))),
         })
+
+    #: Cycles from a word taken to the first beat it completes on ``o``.
+    latency = 2
 
     @property
     def widest(self) -> int:
@@ -127,14 +133,17 @@ class Gearbox(wiring.Component):
             with m.Else():
                 m.d.comb += value.eq(Mux(inside, buf[8 * i:8 * (i + 1)], 0))
             lanes.append(value)
-        o = self.o.payload
+        # The beat is computed into `core` and registered onto `o` (stream_stage).
+        core = stream.Signature(beat_layout(cfg)).create()
+        stream_stage(m, core, self.o, core.payload)
+        o = core.payload
         final = row_end & (rows_left == 1)
-        m.d.comb += [self.o.valid.eq(active & (count >= need)),
+        m.d.comb += [core.valid.eq(active & (count >= need)),
                      o.data.eq(Cat(lanes)), o.mask.eq(Cat(i < elems for i in range(F))),
                      o.beat.eq(beat), o.first.eq(beat == 0), o.last.eq(row_end),
                      o.final.eq(final), o.header.eq(header), o.group_end.eq(group_end),
                      o.scale.eq(buf[0:16]), o.offset.eq(buf[16:32])]
-        fire = self.o.valid & self.o.ready
+        fire = core.valid & core.ready
 
         # ---- buffer update: drop the beat's nibbles, append the word after what is left --------
         m.d.comb += self.i.ready.eq(active & (left != 0) & (count <= nib - 2 * W))

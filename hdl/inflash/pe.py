@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
@@ -186,7 +186,7 @@ class InflashPE(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from the transfer of a float matrix's last page word to its last ``y``
-        transfer, with no back-pressure: one into the gearbox, :attr:`float_latency`, and the
+        transfer, with no back-pressure: the gearbox (2), :attr:`float_latency`, and the
         output queue. The ``pe_latency`` of ``golden.inflash.gemv_timing``."""
         return self.pe_latency(Mode.FP16)
 
@@ -197,8 +197,9 @@ class InflashPE(wiring.Component):
         ``attention_timing``, whose last page ends ``max(transfer, compute)`` cycles after it
         enters the cache register.
 
-        GEMV: one cycle into the gearbox, the path (:attr:`float_latency`, :attr:`int_latency`
-        for w8a8, :attr:`w4_latency`), the output queue.
+        GEMV: the gearbox (:attr:`~hdl.inflash.gearbox.Gearbox.latency`, 2: into its buffer
+        and its output register), the path (:attr:`float_latency`, :attr:`int_latency` for
+        w8a8, :attr:`w4_latency`), the output queue.
 
         Logit and Attend: the model lets a page's compute start with its first word; the PE
         starts it once the page's first beat is in, which needs ``ceil(min(F, d) e / W)`` words
@@ -210,10 +211,11 @@ class InflashPE(wiring.Component):
         the part of the last token's loop minimum, ``max(G ceil(d / F), acc_loop)`` cycles that
         ``attention_timing`` charges to float Attend, that its results need not wait for), which
         depends on whether transfer or compute sets the page's pace: hence ``last_page``, the
-        ``(transfer, compute)`` cycles of the model's last page. Then one cycle from a beat to
-        its issue, and Logit: the GEMV's path and the queue; Attend: the accumulator read and
-        the MAC (:attr:`acc_loop`; none for int8), two cycles to start the results, the ``G d``
-        results one per cycle and the queue. (docs/inflash.md, section 5.)
+        ``(transfer, compute)`` cycles of the model's last page. Then the gearbox's output
+        register, one cycle from a beat to its issue, and Logit: the GEMV's path and the queue;
+        Attend: the accumulator read and the MAC (:attr:`acc_loop`; int8: one product stage),
+        two cycles to start the results, the ``G d`` results one per cycle and the queue.
+        (docs/inflash.md, section 5.)
 
         Raises
         ------
@@ -224,7 +226,7 @@ class InflashPE(wiring.Component):
         if op == Op.GEMV:
             path = {Mode.W8A8: self.int_latency, Mode.W4A16: self.w4_latency}.get(
                 mode, self.float_latency)
-            return 1 + path + _QUEUE_LATENCY
+            return Gearbox.latency + path + _QUEUE_LATENCY
         if last_page is None:
             raise ValueError(f"The latency of {op.name} needs last_page, the (transfer, "
                              f"compute) cycles of the model's last page, not None")
@@ -233,7 +235,7 @@ class InflashPE(wiring.Component):
         words = -(-min(F, head_dim) * (1 if mode == Mode.W8A8 else 2)
                   // self.cfg.transfer_bytes)
         issues = query_heads * -(-head_dim // F)
-        mac, credit = 0, 0                      # int8 Attend: the sum is in the read's cycle
+        mac, credit = 1, 0                      # int8 Attend: the products, then the sum
         if op == Op.ATTEND and mode != Mode.W8A8:
             mac, credit = self.acc_loop, max(0, self.acc_loop - issues)
         # Issues that need the page's last beat and those after it: Logit (head by head) the
@@ -242,6 +244,7 @@ class InflashPE(wiring.Component):
         nb = -(-head_dim // F)
         tail = 1 + (query_heads - 1) * nb if op == Op.LOGIT else query_heads
         lag = max(words + compute - credit, transfer + tail) - max(transfer, compute)
+        lag += Gearbox.latency - 1                 # the gearbox's output register
         if op == Op.LOGIT:
             path = self.int_latency if mode == Mode.W8A8 else self.float_latency
             return lag + 1 + path + _QUEUE_LATENCY
@@ -798,15 +801,28 @@ class InflashPE(wiring.Component):
                 m.d.comb += [mac.i.valid.eq(mac_valid[name]), mac.i.payload.a.eq(p_value),
                              mac.i.payload.b.eq(ring_rd.data[16 * i:16 * (i + 1)]),
                              mac.i.payload.c.eq(addend)]
-        # int8: exact products, sums modulo 2**32 (golden.inflash.attend's int32).
-        int_sums = Cat((Mux(seed_reg, 0, a_rd.data[32 * i:32 * (i + 1)])
-                        + p_value[:8].as_signed() * ring_rd.data[16 * i:16 * i + 8].as_signed())
-                       [:32] for i in range(F))
-        m.d.comb += [a_wr.en.eq(mac_out_valid | mac_valid["int"]),
-                     a_wr.addr.eq(Mux(mac_valid["int"], k_reg, mac_out_k)),
-                     a_wr.data.eq(Mux(mac_valid["int"], int_sums, mac_out))]
-        mac_busy = Cat(delay(m, float_issue, n, name=f"mac_busy_{n}", reset=True)
-                       for n in range(1, mac_lat + 2)).any() | mac_valid["int"]
+        # int8: exact products, sums modulo 2**32 (golden.inflash.attend's int32), in two
+        # stages: the products and the accumulator into registers, then the sum written back.
+        # A sum being written in the cycle its accumulator is read again is forwarded (the
+        # transparent port covers the cycle after); one update per cycle and accumulator.
+        sum_valid = Signal()
+        sum_k = Signal.like(k_reg)
+        products = [Signal(signed(32), name=f"int_product{i}") for i in range(F)]
+        held_acc = Signal(32 * F)
+        int_sums = Signal(32 * F)
+        m.d.comb += int_sums.eq(Cat((held_acc[32 * i:32 * (i + 1)] + products[i])[:32]
+                                    for i in range(F)))
+        forward = sum_valid & (sum_k == k_reg)
+        m.d.sync += [sum_valid.eq(mac_valid["int"]), sum_k.eq(k_reg),
+                     held_acc.eq(Mux(seed_reg, 0, Mux(forward, int_sums, a_rd.data)))]
+        m.d.sync += [lane.eq(p_value[:8].as_signed()
+                                * ring_rd.data[16 * i:16 * i + 8].as_signed())
+                     for i, lane in enumerate(products)]
+        m.d.comb += [a_wr.en.eq(mac_out_valid | sum_valid),
+                     a_wr.addr.eq(Mux(sum_valid, sum_k, mac_out_k)),
+                     a_wr.data.eq(Mux(sum_valid, int_sums, mac_out))]
+        mac_busy = (Cat(delay(m, float_issue, n, name=f"mac_busy_{n}", reset=True)
+                        for n in range(1, mac_lat + 2)).any() | mac_valid["int"] | sum_valid)
 
         # ---- Attend: the results, head by head, after the last token ---------------------------
         drain_wait = Signal()                       # the last token is issued, results pending
