@@ -117,21 +117,38 @@ def cmd_lint(args) -> int:
 
 # --- synth ----------------------------------------------------------------------------------
 
+def _synth_designs(args) -> list:
+    """``(block, params)`` of ``memwall synth NAME``: the block called NAME, or, when NAME is a
+    family (``rdxe``), every block of that family at ``--preset``."""
+    family = [b for b in registry.blocks() if b.family == args.block]
+    if args.block in {b.name for b in registry.blocks()} or not family:
+        return [_design(args)]
+    if args.set:
+        raise UsageError(f"--set needs one block, not the family {args.block!r}; its blocks are "
+                         f"{', '.join(b.name for b in family)}")
+    return [(b, b.parameters(args.preset)) for b in family]
+
+
 def cmd_synth(args) -> int:
     from synth.flow import synthesize
     from synth.report import markdown_table
 
-    block, params = _design(args)
-    text, _ = block.verilog(params)
-    freq = args.freq if args.freq is not None else block.synth.freq_mhz
-    workdir = Path(args.output) / block.name / args.preset / args.target
-    report = synthesize(text, block.top, args.target, workdir, freq_mhz=freq,
-                        progress=None if args.json else lambda s: _status(f"  {s}"))
+    designs = _synth_designs(args)
+    reports, dicts = [], []
+    for index, (block, params) in enumerate(designs, 1):
+        tag = f"[{index}/{len(designs)}] {block.name}: " if len(designs) > 1 else ""
+        text, _ = block.verilog(params)
+        freq = args.freq if args.freq is not None else block.synth.freq_mhz
+        workdir = Path(args.output) / block.name / args.preset / args.target
+        report = synthesize(text, block.top, args.target, workdir, freq_mhz=freq,
+                            progress=None if args.json else lambda s, t=tag: _status(f"  {t}{s}"))
+        reports.append(report)
+        dicts.append(dict(report.as_dict(), block=block.name, preset=args.preset,
+                          parameters=params.as_dict()))
     if args.json:
-        print(json.dumps(dict(report.as_dict(), block=block.name, preset=args.preset,
-                              parameters=params.as_dict()), indent=2))
+        print(json.dumps(dicts[0] if len(dicts) == 1 else dicts, indent=2))
     else:
-        print(markdown_table([report]), end="")
+        print(markdown_table(reports), end="")
     return 0
 
 
@@ -273,7 +290,8 @@ def _parser() -> argparse.ArgumentParser:
     design_args(p, "build/lint")
     p.add_argument("-v", "--verbose", action="store_true", help="print every warning")
     p.set_defaults(func=cmd_lint)
-    p = sub.add_parser("synth", help="synthesize a block and estimate area and Fmax")
+    p = sub.add_parser("synth", help="synthesize a block (or every block of a family) and "
+                                     "estimate area and Fmax")
     design_args(p, "build/synth")
     p.add_argument("--target", default="ecp5", choices=("generic", "ecp5", "ice40"),
                    help="generic gates, Lattice ECP5 or iCE40 (default: ecp5)")

@@ -37,6 +37,9 @@ def test_list_shows_every_block_and_preset(capsys):
     (("generate", "umdam-tilegen", "--set", "elem_bytes=3"),
      "Element size in bytes must be 1, 2 or 4, not 3"),
     (("synth", "umdam", "--target", "xilinx"), "invalid choice: 'xilinx'"),
+    (("synth", "nope"), "unknown block 'nope'; blocks are "),
+    (("synth", "rdxe", "--set", "lanes=4"),
+     "--set needs one block, not the family 'rdxe'; its blocks are rdxe-vac, rdxe-dxt"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
 ])
 def test_bad_input_is_one_line_with_status_2(capsys, argv, message):
@@ -82,6 +85,21 @@ def test_synth_json_has_fmax(capsys, tmp_path):
     # beyond the ready logic.
     assert report["ffs"] == 33 + 1
     assert report["luts"] <= 2
+
+
+def test_synth_takes_a_block_or_a_family():
+    from memwall.cli import _parser, _synth_designs
+
+    def designs(*argv):
+        return [(b.name, p) for b, p in _synth_designs(_parser().parse_args(["synth", *argv]))]
+
+    # A block name wins over a family of the same name; a family gives each of its blocks.
+    assert [n for n, _ in designs("umdam")] == ["umdam"]
+    rdxe = [b for b in registry.blocks() if b.family == "rdxe"]
+    assert len(rdxe) > 1
+    assert designs("rdxe", "--preset", "small") == [(b.name, b.parameters("small"))
+                                                      for b in rdxe]
+    assert designs("rdxe-vac", "--set", "lanes=8")[0][1].lanes == 8
 
 
 def test_build_writes_reports(capsys, tmp_path):
