@@ -10,9 +10,9 @@ The model has three layers:
 
 * **Cost of one layer operation** (:func:`layer_cycles`): the cycles one DXE (eight DXTs, Sec. III)
   spends on one operation of one decoder layer for ``batch`` tokens at a context of ``context``
-  tokens. It is the only place the per-operation cost comes from. Today it evaluates the DXT's
-  cycle model in :mod:`golden.rdxe` (the contract the DXT RTL will be checked against); when the
-  RTL lands, measured cycles replace those formulas here and nothing else changes. Mapping onto
+  tokens. It is the only place the per-operation cost comes from. It evaluates the DXT's cycle
+  model in :mod:`golden.rdxe`, which the DXT RTL (``hdl.rdxe.Dxt``) meets cycle for cycle
+  (tests/test_rdxe_dxt.py), at the paper's DXT (tests/test_sim_rdxe.py). Mapping onto
   the eight DXTs (Sec. III-C): the attention heads are split by output channel, one KV group per
   DXT, so the fused-RMSNorm QKV GEMV of a head runs on that head's DXT (``ceil(H / 8)`` heads per
   DXT), then its Q.K^T and fused softmax-P.V; the projection and the FFN GEMVs split their outputs
@@ -193,8 +193,8 @@ def layer_cycles(model: Decoder, op: str, context: int, params: RdxeParams = Rdx
                  batch: int = 1, dxts: int = DXTS_PER_DXE) -> int:
     """Return the cycles one DXE spends on operation ``op`` of one layer for ``batch`` tokens.
 
-    The cycles come from the DXT cycle model of :mod:`golden.rdxe` (the RTL's contract); this is
-    the one function to feed with measured cycles when the DXT RTL exists.
+    The cycles come from the DXT cycle model of :mod:`golden.rdxe`, which the DXT RTL
+    (``hdl.rdxe.Dxt``) meets cycle for cycle (tests/test_rdxe_dxt.py).
 
     Parameters
     ----------
@@ -1063,8 +1063,10 @@ def _notes(main: Ring, n_req: int, seeds, *, occupancy: float, pad: dict, sweep:
     w = MT5_SMALL.weights_per_layer
     wmem = DXTS_PER_DXE * main.params.vacs * main.params.wmem_depth * main.params.lanes
     return [
-        "Cycles from golden/rdxe.py's cycle model; the RTL measurement replaces them when the "
-        "DXT lands (`layer_cycles` is the one function to change).",
+        "Cycles from golden/rdxe.py's cycle model at the paper's DXT (16 VACs of 16 lanes), "
+        "which the DXT RTL (`rdxe-dxt`) meets exactly: tests/test_rdxe_dxt.py compares every "
+        "operation's cycles in simulation, and tests/test_sim_rdxe.py checks that the ring's "
+        "DXT parameters and latencies are the paper preset's.",
         "Mapping (Sec. III-C): heads split by output channel, one KV group per DXT, so the "
         "fused-RMSNorm QKV GEMV, Q.K^T and softmax-P.V of a head run on its DXT; MT5's 6 heads "
         "leave 2 of the 8 DXTs idle in those operations, "

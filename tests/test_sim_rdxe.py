@@ -47,6 +47,22 @@ def test_layer_cycles_map_heads_and_channels_onto_dxts(model, op, T, batch, expe
     assert rdxe.layer_cycles(model, op, T, P, batch=batch) == expected()
 
 
+def test_layer_costs_are_those_of_the_paper_dxt_rtl():
+    """The ring's default DXT is the registry's paper DXT, and the cycle model's latencies are
+    that RTL's: the golden cycle model equals the DXT RTL's cycles exactly
+    (tests/test_rdxe_dxt.py::test_cycles_match_the_model), so the layer costs are the RTL's."""
+    from hdl.rdxe import Dxt
+    from memwall import registry
+
+    from golden.rdxe import Latency
+
+    paper = registry.get("rdxe-dxt").parameters("paper")
+    for name in ("lanes", "vacs", "head_dim", "mult_bits", "clamp", "rc_bits", "norm_frac",
+                 "prob_frac"):
+        assert getattr(P, name) == getattr(paper, name), name
+    assert Latency().row == Dxt(paper).vacs[0].row_latency
+
+
 def test_busiest_dxt_sets_the_time():
     # 12 heads on 8 DXTs: four DXTs hold two heads, and the DXE waits for them.
     wide = Decoder("12 heads", layers=2, d_model=768, heads=12, head_dim=64, d_ffn=3072)
