@@ -13,6 +13,9 @@ against the behavioural plane, at the paper's plane (4096-byte pages, ``W`` = 4,
   in every mode at the ``default`` (``F`` = 2) and ``paper`` (``F`` = 16) presets: PE
   utilization (beats over cycles) and flash-read utilization (``n tR`` over cycles); beside
   them ``golden.inflash.gemv_timing`` of the whole 4096 x 4096 layer.
+* **GQA compute.** The ``attention_reads`` test's Logit with ``G`` = 8 query heads per KV head
+  (``d`` = 128, page-level, 160 tokens) at ``F`` = 2, 4, 16 and the paper's ``tR``: where the
+  compute of a page (``16 G ceil(d / F)``) stops being hidden under ``tR``.
 * **Attention reads.** The ``attention_reads`` test: one Logit (MHA, fp16, ``d`` = 128) of a
   head group at 1024 and 10000 tokens, page-level and naive, the pages the plane served and
   its per-block counters against ``golden.inflash.kv_pages_read`` and ``block_reads``. The
@@ -23,6 +26,7 @@ against the behavioural plane, at the paper's plane (4096-byte pages, ``W`` = 4,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Callable
@@ -34,7 +38,7 @@ from ..launcher import run_block
 from ..tb import ENV_METRICS
 from .tb import ENV_ATTENTION, ENV_COLS, ENV_MODES, ENV_ROWS, ENV_TR_US
 
-__all__ = ["SWEEP_F", "SWEEP_TR_US", "SLICE", "READ_TOKENS", "extra"]
+__all__ = ["SWEEP_F", "SWEEP_TR_US", "SLICE", "GQA_F", "READ_TOKENS", "extra"]
 
 #: FMAC counts and read times of the period sweep.
 SWEEP_F = (1, 2, 4, 16)
@@ -48,6 +52,10 @@ READ_TOKENS = (1024, 10000)
 READ_LAYOUT = {"layers": 8, "kv_heads": 1, "head_dim": 128}
 #: A one-cycle tR for the read-count runs (0.0025 us at 400 MHz).
 FAST_TR_US = 0.0025
+#: The GQA compute sweep: FMAC counts, query heads per KV head, tokens (10 page-level pages).
+GQA_F = (2, 4, 16)
+GQA_GROUP = 8
+GQA_TOKENS = 160
 
 
 def _run(params, simulator, name, out_dir, env, test="full_rate") -> dict:
@@ -137,10 +145,53 @@ def _layer_slice(out_dir, simulator, progress) -> tuple[list[dict], str]:
     return rows, "\n".join(lines) + "\n"
 
 
+def _gqa(out_dir, simulator, progress) -> tuple[list[dict], str]:
+    block = registry.get("inflash")
+    rows = []
+    for F in GQA_F:
+        params = block.parameters("default", {"fmacs": str(F)})
+        progress(f"inflash: GQA Logit G={GQA_GROUP} F={F} under {simulator}")
+        spec = {"op": "logit", "tokens": GQA_TOKENS, "group": GQA_GROUP, "mapping": "page",
+                **READ_LAYOUT}
+        got = _run(params, simulator, f"gqa-F{F}", out_dir,
+                   {ENV_ATTENTION: json.dumps(spec)}, test="attention_reads")
+        rows.append({"F": F, **got})
+    lines = ["## Attention compute against tR (GQA)", "",
+             f"Logit of one KV head for G = {GQA_GROUP} query heads, d = 128, fp16, "
+             f"{GQA_TOKENS} tokens on page-level pages (16 tokens a page), tR = 1600 cycles, "
+             "no idle cycles. Compute per page: 16 G ceil(d / F). Period: the mean page "
+             "period from the second page on; total against attention_timing.", "",
+             "| F | transfer | compute | bound | period | total | model total |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['F']} | {r['transfer']} | {r['compute']} | "
+                     f"{max(r['tR'], r['transfer'], r['compute'])} | {r['period']:g} | "
+                     f"{r['total']} | {r['model_total']} |")
+    hidden = [r["F"] for r in rows if r["compute"] <= r["tR"]]
+    plane = block.parameters("default").geometry()
+    layout = golden.KVLayout(**READ_LAYOUT, page_bytes=plane.page_bytes)
+
+    def smallest(group):
+        """The smallest power-of-two F whose page compute attention_timing hides under tR."""
+        for f in (1, 2, 4, 8, 16):
+            t = golden.attention_timing(dataclasses.replace(plane, fmacs=f), layout,
+                                        layout.tokens_per_page, group=group)
+            if t.compute.max() <= t.tR:
+                return f
+        return None
+
+    lines += ["", f"Measured: compute is hidden under tR from F = "
+              f"{min(hidden) if hidden else '-'} of these on. attention_timing: the smallest "
+              f"power of two that hides it is F = {smallest(GQA_GROUP)} for G = {GQA_GROUP} "
+              f"(the paper's 16 for GQA) and F = {smallest(1)} for MHA, G = 1 (the paper's "
+              "2).", ""]
+    return rows, "\n".join(lines)
+
+
 def _attention_reads(out_dir, simulator, progress) -> tuple[list[dict], str]:
     block = registry.get("inflash")
     params = block.parameters("default")
-    paper = params.geometry()
+    plane = params.geometry()
     rows = []
     for tokens in READ_TOKENS:
         for mapping in golden.MAPPINGS:
@@ -150,11 +201,12 @@ def _attention_reads(out_dir, simulator, progress) -> tuple[list[dict], str]:
             got = _run(params, simulator, f"reads-{tokens}-{mapping}", out_dir,
                        {ENV_ATTENTION: json.dumps(spec), ENV_TR_US: str(FAST_TR_US)},
                        test="attention_reads")
-            layout = golden.KVLayout(**READ_LAYOUT, mapping=mapping)
-            at_paper = golden.attention_timing(paper, layout, tokens)
+            layout = golden.KVLayout(**READ_LAYOUT, page_bytes=params.page_bytes,
+                                     mapping=mapping)
+            at_paper = golden.attention_timing(plane, layout, tokens)
             rows.append({"tokens": tokens, "mapping": mapping, **got,
                          "paper_cycles": at_paper.total,
-                         "paper_ms": at_paper.total / paper.clk_mhz / 1000})
+                         "paper_ms": at_paper.total / plane.clk_mhz / 1000})
     lines = ["## Page reads of attention", "",
              "One Logit (MHA, G = 1) of one head group (layer 0, head 0), fp16, d = 128, "
              f"{READ_LAYOUT['layers']} layers with one KV head on the plane (S = 16 = T_p). "
@@ -164,7 +216,7 @@ def _attention_reads(out_dir, simulator, progress) -> tuple[list[dict], str]:
              "one-cycle tR, where the RTL's total equals attention_timing's at that tR "
              "(`match`).", "",
              "| tokens | mapping | reads | model | blocks touched | cycles (tR = 1) "
-             "| match | cycles at tR = 4 us | ms |",
+             f"| match | cycles at tR = {plane.tR_us:g} us | ms |",
              "|---:|---|---:|---:|---:|---:|---|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['tokens']} | {r['mapping']} | {r['reads']} | {r['model_reads']} | "
@@ -182,7 +234,7 @@ def _attention_reads(out_dir, simulator, progress) -> tuple[list[dict], str]:
 def extra(out_dir: Path, simulator: str, progress: Callable[[str], None]) -> str:
     """Run the three benchmarks and return their Markdown sections (also written to JSON)."""
     sections, results = [], {}
-    for name, bench in (("sweep", _sweep), ("slice", _layer_slice),
+    for name, bench in (("sweep", _sweep), ("slice", _layer_slice), ("gqa", _gqa),
                         ("reads", _attention_reads)):
         rows, text = bench(out_dir, simulator, progress)
         results[name] = rows

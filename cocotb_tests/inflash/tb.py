@@ -25,8 +25,8 @@ plane's last page, the longest row, modes back to back), ``refused`` (every refu
 good commands), ``full_rate`` (one GEMV per mode with no idle cycles, no back-pressure and no
 gaps: page period and total cycles against :func:`golden.inflash.gemv_timing`);
 ``random_attention`` (Logit and Attend, MHA and GQA, fp16, bf16 and int8, page-level and naive
-mappings, sequences that fill pages exactly and not, between GEMVs), ``attention_refused``
-(every attention refusal rule), ``attention_full_rate`` (Logit and Attend with no idle cycles:
+mappings, sequences that fill pages exactly and not, between GEMVs), ``attention_refusals``
+(every attention refusal rule), ``attention_pipeline`` (Logit and Attend with no idle cycles:
 pages, period and total against :func:`golden.inflash.attention_timing`, and the page reads of
 both mappings against :func:`golden.inflash.kv_pages_read`). Every test ends by comparing the
 plane's per-block read counters with :func:`golden.inflash.block_reads` of the pages the
@@ -809,7 +809,7 @@ async def random_attention(dut):
 
 
 @cocotb.test()
-async def attention_refused(dut):
+async def attention_refusals(dut):
     """Every attention refusal rule answers one error word, in order, between commands that
     still work."""
     tb = _tb(dut)
@@ -851,7 +851,7 @@ async def attention_refused(dut):
 
 
 @cocotb.test()
-async def attention_full_rate(dut):
+async def attention_pipeline(dut):
     """Logit and Attend of one head group, MHA and GQA, with no idle cycles, no back-pressure
     and no gaps: the pages read, the page period and the total cycles against
     golden.inflash.attention_timing; the page-level mapping against the naive one."""
@@ -914,7 +914,7 @@ async def attention_full_rate(dut):
                 assert total == timing.total, \
                     f"{name}: {total} cycles, attention_timing {timing.total}"
     logit = figures.get("logit_G1_page")
-    tb.report("attention_full_rate", **{f"{n}_{k}": v for n, f in figures.items()
+    tb.report("attention_pipeline", **{f"{n}_{k}": v for n, f in figures.items()
                                         for k, v in f.items()},
               **({"pages_page_level": logit["pages"],
                   "pages_naive": figures["logit_G1_naive"]["pages"]} if logit else {}))
@@ -1035,6 +1035,10 @@ async def attention_reads(dut):
     assert reads == model, f"{reads} page reads, kv_pages_read {model}"
     assert total == timing.total + latency, \
         f"{total} cycles, attention_timing {timing.total} + pe_latency {latency}"
+    starts = np.array(tb.plane.stream_start)
+    period = float(np.mean(np.diff(starts[1:]))) if len(starts) > 2 else 0.0
     tb.report("attention_reads", reads=reads, model_reads=model,
               blocks=int(np.count_nonzero(tb.plane.block_counts)), total=int(total),
-              model_total=int(timing.total + latency), tR=tb.geometry.tR_cycles)
+              model_total=int(timing.total + latency), tR=tb.geometry.tR_cycles,
+              transfer=int(timing.transfer.max()), compute=int(timing.compute.max()),
+              period=round(period, 2), model_period=timing.period)
