@@ -38,7 +38,7 @@ MUL_FORMATS = [(FP32, FP32, FP32), (BF16, BF16, FP32), (FP16, FP16, FP32), (BF16
                (FP16, FP16, FP16), (FP32, FP32, BF16), (FP16, BF16, FP16)]
 
 
-@pytest.mark.parametrize("stages", range(1, 6))
+@pytest.mark.parametrize("stages", range(1, 7))
 @pytest.mark.parametrize("fmts", MUL_FORMATS, ids=lambda f: "x".join(map(str, f)))
 def test_multiplier(fmts, stages):
     a, b = operand_pairs(np.random.default_rng(SEED + stages), fmts[0], fmts[1], 800)
@@ -46,12 +46,39 @@ def test_multiplier(fmts, stages):
           fmul(a, b, *fmts))
 
 
-@pytest.mark.parametrize("stages", range(1, 8))
+# The DSP-placement options (pieces of at most 18 bits, a private operand copy per piece) change
+# no result bit; stages 4 and up register the copies.
+@pytest.mark.parametrize("stages", [3, 4, 6])
+@pytest.mark.parametrize("fmts", [(FP32, FP32, FP32), (FP32, BF16, FP32), (BF16, BF16, FP32)],
+                         ids=lambda f: "x".join(map(str, f)))
+def test_multiplier_split_private(fmts, stages):
+    a, b = operand_pairs(np.random.default_rng(SEED + 10 + stages), fmts[0], fmts[1], 800)
+    check(FloatMultiplier(*fmts, stages=stages, split="wide", private_operands=True),
+          [{"a": x, "b": y} for x, y in zip(a, b)], fmul(a, b, *fmts))
+
+
+@pytest.mark.parametrize("stages", range(1, 10))
 @pytest.mark.parametrize("fmt", [FP32, BF16, FP16], ids=str)
 def test_adder(fmt, stages):
     a, b = operand_pairs(np.random.default_rng(SEED + stages), fmt, fmt, 1200, add=True)
     check(FloatAdder(fmt, stages=stages), [{"a": x, "b": y} for x, y in zip(a, b)],
           fadd(a, b, fmt))
+
+
+# Shallower alignment and normalization logic, and cut points chosen explicitly: same results.
+@pytest.mark.parametrize("stages, cuts", [(1, None), (3, (2, 5)), (8, (0, 1, 3, 4, 5, 6, 7)),
+                                          (9, None)])
+@pytest.mark.parametrize("fmt", [FP32, BF16, FP16], ids=str)
+def test_adder_balanced(fmt, stages, cuts):
+    a, b = operand_pairs(np.random.default_rng(SEED + 20 + stages), fmt, fmt, 1200, add=True)
+    check(FloatAdder(fmt, stages=stages, cuts=cuts, balanced=True),
+          [{"a": x, "b": y} for x, y in zip(a, b)], fadd(a, b, fmt))
+
+
+def test_multiplier_cuts():
+    a, b = operand_pairs(np.random.default_rng(SEED + 30), FP32, FP32, 800)
+    check(FloatMultiplier(FP32, FP32, FP32, stages=5, cuts=(0, 1, 3, 4)),
+          [{"a": x, "b": y} for x, y in zip(a, b)], fmul(a, b, FP32, FP32, FP32))
 
 
 @pytest.mark.parametrize("in_fmt, acc_fmt", [(BF16, FP32), (FP16, FP32), (BF16, BF16)],
@@ -129,10 +156,21 @@ def test_exact_product_claims():
 
 
 @pytest.mark.parametrize("build, message", [
-    (lambda: FloatMultiplier(stages=0), "Multiplier stage count must be between 1 and 5, not 0"),
+    (lambda: FloatMultiplier(stages=0), "Multiplier stage count must be between 1 and 6, not 0"),
     (lambda: FloatMultiplier(stages=2.0),
-     "Multiplier stage count must be an integer between 1 and 5, not 2.0"),
-    (lambda: FloatAdder(stages=8), "Adder stage count must be between 1 and 7, not 8"),
+     "Multiplier stage count must be an integer between 1 and 6, not 2.0"),
+    (lambda: FloatMultiplier(split="thirds"),
+     "Multiplier split must be one of 'both', 'wide', 'dsp18', not 'thirds'"),
+    (lambda: FloatMultiplier(private_operands=1),
+     "Multiplier private_operands must be True or False, not 1"),
+    (lambda: FloatAdder(stages=10), "Adder stage count must be between 1 and 9, not 10"),
+    (lambda: FloatAdder(stages=3, cuts=(0, 8)),
+     "Adder cuts must be 2 distinct cut indices between 0 and 7 (stages - 1), not [0, 8]"),
+    (lambda: FloatAdder(stages=3, cuts=(1,)),
+     "Adder cuts must be 2 distinct cut indices between 0 and 7 (stages - 1), not [1]"),
+    (lambda: FloatMultiplier(stages=2, cuts=(True,)),
+     "Multiplier cuts must be a sequence of cut indices, not (True,)"),
+    (lambda: FloatAdder(balanced="yes"), "Adder balanced must be True or False, not 'yes'"),
     (lambda: FloatAdder("fp8"),
      "Float format must be one of bf16, fp16, fp32 (or a FloatFormat), not 'fp8'"),
     (lambda: FloatConvert(stages=3), "Conversion stage count must be between 1 and 2, not 3"),
@@ -141,7 +179,7 @@ def test_exact_product_claims():
      "Integer conversion stage count must be between 1 and 4, not 5"),
     (lambda: FloatDot(BF16, 12), "Lane count must be a power of two between 1 and 64, not 12"),
     (lambda: FloatDot(BF16, 128), "Lane count must be a power of two between 1 and 64, not 128"),
-    (lambda: FloatMAC(mul_stages=9), "Multiplier stage count must be between 1 and 5, not 9"),
+    (lambda: FloatMAC(mul_stages=9), "Multiplier stage count must be between 1 and 6, not 9"),
 ])
 def test_parameter_messages(build, message):
     with pytest.raises((TypeError, ValueError)) as info:

@@ -34,10 +34,10 @@ def exact(message):
      "Exp2 table index bits must be between 4 and 10, not 11"),
     (lambda: Exp2(table_bits="7"), TypeError,
      "Exp2 table index bits must be an integer between 4 and 10, not '7'"),
-    (lambda: Exp2(stages=0), ValueError, "Exp2 pipeline stages must be between 1 and 7, not 0"),
-    (lambda: Exp2(stages=8), ValueError, "Exp2 pipeline stages must be between 1 and 7, not 8"),
+    (lambda: Exp2(stages=0), ValueError, "Exp2 pipeline stages must be between 1 and 9, not 0"),
+    (lambda: Exp2(stages=10), ValueError, "Exp2 pipeline stages must be between 1 and 9, not 10"),
     (lambda: Exp2(stages=2.0), TypeError,
-     "Exp2 pipeline stages must be an integer between 1 and 7, not 2.0"),
+     "Exp2 pipeline stages must be an integer between 1 and 9, not 2.0"),
     (lambda: Reciprocal(iterations=4), ValueError,
      "Reciprocal Newton-Raphson iteration count must be between 0 and 3, not 4"),
     (lambda: Reciprocal(iterations=True), TypeError,
@@ -52,7 +52,7 @@ def test_parameter_messages(build, kind, message):
 
 def test_accepted_neighbours():
     """The nearest accepted value of each refused one builds."""
-    for unit in (Exp2(table_bits=4), Exp2(table_bits=10), Exp2(stages=1), Exp2(stages=7),
+    for unit in (Exp2(table_bits=4), Exp2(table_bits=10), Exp2(stages=1), Exp2(stages=9),
                  Reciprocal(iterations=0), Reciprocal(iterations=3), RSqrt(iterations=0),
                  RSqrt(iterations=3)):
         unit._MustUse__used = True
@@ -62,14 +62,14 @@ def test_accepted_neighbours():
     ("arith-recip", "iterations", "5",
      "Reciprocal Newton-Raphson iteration count must be between 0 and 3, not 5"),
     ("arith-rsqrt", "iterations", "x", "parameter iterations takes an integer, not 'x'"),
-    ("arith-exp2", "stages", "9", "Exp2 pipeline stages must be between 1 and 7, not 9"),
+    ("arith-exp2", "stages", "10", "Exp2 pipeline stages must be between 1 and 9, not 10"),
 ])
 def test_registry_messages(block, name, value, message):
     with pytest.raises(ParameterError, match=exact(message)):
         registry.get(block).parameters("default", {name: value})
 
 
-@pytest.mark.parametrize("stages", range(1, 8))
+@pytest.mark.parametrize("stages", range(1, 10))
 def test_exp2_latency(stages):
     unit = Exp2(stages=stages)
     unit._MustUse__used = True
@@ -122,7 +122,7 @@ def stimulus(count=400, seed=3, exp2=False):
     return np.concatenate([np.array(SPECIALS, dtype=np.uint32), codes])
 
 
-@pytest.mark.parametrize("table_bits, stages", [(7, s) for s in range(1, 8)] + [(4, 3), (10, 7)])
+@pytest.mark.parametrize("table_bits, stages", [(7, s) for s in range(1, 10)] + [(4, 3), (10, 7)])
 def test_exp2_simulation(table_bits, stages):
     unit = Exp2(table_bits=table_bits, stages=stages)
     codes = stimulus(exp2=True)

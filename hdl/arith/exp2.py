@@ -22,8 +22,13 @@ EXP2_C0_FRAC = 30
 EXP2_C1_FRAC = 17
 #: Integer bits of ``|x|`` handled by the datapath (``|x| < 2**7``; larger overflow/underflow).
 _INT_BITS = 7
-#: Register cut points of the datapath (see :class:`Exp2`).
-_CUTS = 6
+#: Register cut points of the datapath (see :class:`Exp2`): 0 after unpacking, 1 after the
+#: fixed-point shift, 2 after its negation, 3 after the table read, 4 a second table register, 5
+#: after the multiply, 6 after the add, 7 inside the rounding.
+_CUTS = 8
+#: Order in which the cut points become registers as ``stages`` grows: the first six spread
+#: evenly over the datapath without cuts 1 and 7, then the negation and the rounding.
+_CUT_ORDER = (3, 2, 4, 0, 5, 6, 1, 7)
 
 
 def exp2_tables(table_bits: int) -> tuple[list[int], list[int]]:
@@ -57,9 +62,11 @@ class Exp2(wiring.Component):
         Segments of the chord table, ``2**table_bits``; 4 to 10 (default 7: 128 segments,
         worst relative error below ``2**-17.9`` over all inputs with a normal result).
     stages : int
-        Register stages, 1 to 7 (default 7). The datapath has six cut points (after unpacking,
-        after the fixed-point conversion, two after the table read, after the multiply, after the
-        add); ``stages - 1`` of them, spread evenly, get registers, and the output is registered.
+        Register stages, 1 to 9 (default 7). Up to 7, ``stages - 1`` of six cut points (after
+        unpacking, after the fixed-point conversion, two after the table read, after the
+        multiply, after the add), spread evenly, get registers, and the output is registered;
+        the eighth stage splits the fixed-point conversion (shift, then negation), the ninth the
+        rounding (increment, then the choice among the special results).
 
     Members
     -------
@@ -75,7 +82,7 @@ class Exp2(wiring.Component):
     ``x`` gives 1; an integer ``x`` in [-126, 127] gives ``2**x`` exactly.
     """
 
-    def __init__(self, *, table_bits: int = 7, stages: int = _CUTS + 1):
+    def __init__(self, *, table_bits: int = 7, stages: int = 7):
         self._table_bits = integer(table_bits, "Exp2 table index bits", 4, 10)
         self._stages = integer(stages, "Exp2 pipeline stages", 1, _CUTS + 1)
         super().__init__({
@@ -100,7 +107,7 @@ class Exp2(wiring.Component):
         m = Module()
         T = self._table_bits
         rem_bits = EXP2_FRAC - T
-        pipe = Pipeline(m, self.i.valid, cuts=_CUTS, stages=self._stages)
+        pipe = Pipeline(m, self.i.valid, cuts=_CUTS, stages=self._stages, order=_CUT_ORDER)
         fixed_bits = _INT_BITS + EXP2_FRAC                       # |x| * 2**24 < 2**31
 
         # Unpack; |x| >= 128 (exp >= 7) overflows to +inf or underflows to +0.
@@ -116,6 +123,7 @@ class Exp2(wiring.Component):
 
         # Two's-complement fixed point X; n = floor(x), f = x - n.
         mag = (Cat(Const(0, _INT_BITS), sig) >> shift)[:fixed_bits]
+        sign, mag, inf, zero, nan = pipe.cut(sign, mag, inf, zero, nan)
         fixed = Mux(sign, -mag, mag).as_signed()
         n = fixed[EXP2_FRAC:].as_signed()                        # signed 8 bits, -128..127
         f = fixed[:EXP2_FRAC]
@@ -143,6 +151,6 @@ class Exp2(wiring.Component):
         top, sticky, n, inf, zero, nan = pipe.cut(top, sticky, n, inf, zero, nan)
 
         result = round_pack(FP32, Const(0, 1), n, top, sticky,
-                            is_zero=zero, is_inf=inf, is_nan=nan)
+                            is_zero=zero, is_inf=inf, is_nan=nan, cut=pipe.cut)
         pipe.output(self.o, {"y": result})
         return m

@@ -27,8 +27,11 @@ class FloatDot(wiring.Component):
     acc_fmt : FloatFormat or str
         Format of the products, of every partial sum and of the result (default fp32).
     mul_stages, add_stages : int
-        Register stages of each :class:`FloatMultiplier` (1 to 5, default 5) and each
-        :class:`FloatAdder` (1 to 7, default 6).
+        Register stages of each :class:`FloatMultiplier` (1 to 6, default 5) and each
+        :class:`FloatAdder` (1 to 9, default 6).
+    balanced : bool
+        The adders' ``balanced`` option (shallower alignment and normalization logic; default
+        ``False``). No result bit nor the latency changes.
 
     Members
     -------
@@ -51,16 +54,17 @@ class FloatDot(wiring.Component):
 
     def __init__(self, in_fmt: FloatFormat | str = BF16, lanes: int = 8,
                  acc_fmt: FloatFormat | str = FP32, *, mul_stages: int = 5,
-                 add_stages: int = 6):
+                 add_stages: int = 6, balanced: bool = False):
         self._in_fmt = float_format(in_fmt)
         self._acc_fmt = float_format(acc_fmt)
         self._lanes = lanes
         self._levels = power_of_two(lanes, "Lane count", 1, 64)
         # Built once here so that bad stage counts are reported at configuration time.
         probe_mul = FloatMultiplier(self._in_fmt, self._in_fmt, self._acc_fmt, stages=mul_stages)
-        probe_add = FloatAdder(self._acc_fmt, stages=add_stages)
+        probe_add = FloatAdder(self._acc_fmt, stages=add_stages, balanced=balanced)
         probe_mul._MustUse__used = probe_add._MustUse__used = True
         self._mul_stages, self._add_stages = mul_stages, add_stages
+        self._balanced = balanced
         element = self._in_fmt.width
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
@@ -91,7 +95,8 @@ class FloatDot(wiring.Component):
                          mul.i.payload.b.eq(self.i.payload.b[k])]
             products.append(mul.o.payload.y)
         valid = mul.o.valid
-        combine = unit_combine(lambda: FloatAdder(self._acc_fmt, stages=self._add_stages))
+        combine = unit_combine(lambda: FloatAdder(self._acc_fmt, stages=self._add_stages,
+                                                  balanced=self._balanced))
         value, valid, _ = reduce_tree(m, products, combine, valid=valid, name="sum")
         m.d.comb += [self.o.valid.eq(valid), self.o.payload.y.eq(value)]
         return m

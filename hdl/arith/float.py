@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
-from amaranth import Cat, Const, Module, Mux, Signal, Value, signed
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data
 
 from .format import FloatFormat
 
 __all__ = ["Unpacked", "unpack", "round_pack", "exponent_shape", "leading_zeros", "normalize",
-           "shift_right_sticky", "Pipeline"]
+           "shift_right_sticky", "Pipeline", "cut_order", "distinct_copies"]
 
 
 def exponent_shape(fmt: FloatFormat):
@@ -77,7 +77,7 @@ def unpack(fmt: FloatFormat, bits) -> Unpacked:
 
 
 def round_pack(fmt: FloatFormat, sign, exp, sig, sticky, *, is_zero=0, is_inf=0,
-               is_nan=0) -> Value:
+               is_nan=0, cut=None) -> Value:
     """Round a normalized significand to ``fmt`` and return the packed ``fmt.width``-bit pattern.
 
     Parameters
@@ -96,6 +96,11 @@ def round_pack(fmt: FloatFormat, sign, exp, sig, sticky, *, is_zero=0, is_inf=0,
     is_zero, is_inf, is_nan : Value or int
         Special results, in increasing priority: zero of sign ``sign``, infinity of sign ``sign``,
         canonical NaN.
+
+    cut : callable or None
+        A pipeline cut between the rounding increment and the choice among the special results
+        (:meth:`Pipeline.cut`): called with the rounded value and the five selection flags, it
+        returns them (registered or not). ``None``: one combinational step.
 
     Rounds to nearest, ties to even. A carry out of rounding renormalizes (``exp + 1``). Above
     ``emax`` after rounding: infinity of the sign. Below ``emin``: the underflow rule of this
@@ -129,11 +134,18 @@ def round_pack(fmt: FloatFormat, sign, exp, sig, sticky, *, is_zero=0, is_inf=0,
     # IEEE rounding on the subnormal grid of [2**(emin-1), 2**emin) reaches 2**emin exactly when the
     # kept bits are all ones (value >= 2**emin - half a subnormal ulp); everything else is flushed.
     to_min_normal = (biased == 0) & all_ones
+    is_zero = Value.cast(is_zero) | (sig == 0)
+    if cut is not None:
+        # The result's sign is the top bit of ``normal``.
+        selection = Cat(Value.cast(is_nan), Value.cast(is_inf), is_zero, overflow, tiny,
+                        to_min_normal)
+        normal, selection = cut(normal, selection)
+        sign = normal[fmt.width - 1]
+        is_nan, is_inf, is_zero, overflow, tiny, to_min_normal = (selection[n] for n in range(6))
     zero = Cat(Const(0, fmt.width - 1), sign)
     infinity = Cat(Const(0, fmt.man_bits), Const(fmt.exp_max_field, fmt.exp_bits), sign)
     min_normal = Cat(Const(0, fmt.man_bits), Const(1, fmt.exp_bits), sign)
     nan = Const(fmt.canonical_nan, fmt.width)
-    is_zero = Value.cast(is_zero) | (sig == 0)
     return Mux(is_nan, nan,
                Mux(is_inf, infinity,
                    Mux(is_zero, zero,
@@ -146,7 +158,8 @@ def leading_zeros(value) -> Value:
     return normalize(value)[0]
 
 
-def normalize(value, m: Module | None = None, steps: Sequence[int] | None = None):
+def normalize(value, m: Module | None = None, steps: Sequence[int] | None = None, *,
+              parallel: bool = False):
     """Shift ``value`` left until its MSB is 1; return ``(shift, shifted)`` (combinational).
 
     A logarithmic shifter: for each power of two ``2**k`` from the largest down, if the top
@@ -156,14 +169,21 @@ def normalize(value, m: Module | None = None, steps: Sequence[int] | None = None
     normalization split across pipeline stages. Each level uses the previous one twice, so pass
     ``m`` to hold every level in a signal (else the generated expression grows exponentially with
     the levels).
+
+    ``parallel=True`` computes the same result with shallower logic for a few levels: the zero
+    test of each level is made on ``value`` itself for every shift the levels above may have
+    chosen (their decisions then select among them), and the shifted value is one choice among
+    all the combined shifts.
     """
     value = Value.cast(value)
     width = len(value)
     levels = max(1, (width - 1).bit_length())
-    shift = Const(0, levels)
-    shifted = value
     if steps is None:
         steps = [1 << k for k in reversed(range(levels))]
+    if parallel:
+        return _normalize_parallel(value, [s for s in steps if s < width], levels)
+    shift = Const(0, levels)
+    shifted = value
     for step in steps:
         k = step.bit_length() - 1
         if step >= width:
@@ -173,6 +193,28 @@ def normalize(value, m: Module | None = None, steps: Sequence[int] | None = None
         shift = shift | Mux(top_zero, step, 0)
         if m is not None:
             shifted, shift = _hold(m, shifted, f"norm{k}"), _hold(m, shift, f"norm{k}_shift")
+    return shift, shifted
+
+
+def _normalize_parallel(value: Value, steps: Sequence[int], levels: int):
+    width = len(value)
+    taken = []                                     # one decision bit per step, MSB step first
+    # tests[offset]: the zero test of the next window for a shift of ``offset`` so far.
+    for n, step in enumerate(steps):
+        tests = []
+        for choice in range(1 << n):
+            offset = sum(s for j, s in enumerate(steps[:n]) if choice >> (n - 1 - j) & 1)
+            hi, lo = width - offset, max(0, width - offset - step)
+            tests.append(value[lo:hi] == 0 if hi > 0 else Const(1, 1))
+        taken.append(Array(tests)[Cat(*reversed(taken))] if n else tests[0])
+    shift = Const(0, levels)
+    for step, bit in zip(steps, taken):
+        shift = shift | Mux(bit, step, 0)
+    choices = []
+    for choice in range(1 << len(steps)):
+        offset = sum(s for j, s in enumerate(steps) if choice >> (len(steps) - 1 - j) & 1)
+        choices.append(Cat(Const(0, min(offset, width)), value[:max(0, width - offset)]))
+    shifted = Array(choices)[Cat(*reversed(taken))] if steps else value
     return shift, shifted
 
 
@@ -232,30 +274,40 @@ class Pipeline:
         self._next = 0
         self.cuts = cuts
 
-    def cut(self, *values):
-        """Mark the next cut point; return ``values`` (registered there if chosen)."""
+    def cut(self, *values, inits: Sequence[int] | None = None):
+        """Mark the next cut point; return ``values`` (registered there if chosen).
+
+        ``inits`` optionally gives each value's power-on value when it is registered (default
+        0). Pipeline registers carry no meaning before their first valid input, so this changes
+        no result; registers that copy the same value with different power-on values stay
+        separate cells in synthesis (Yosys ``opt_merge`` merges flip-flops only when their
+        inputs *and* initial values agree), which is how :func:`distinct_copies` works.
+        """
         index = self._next
         self._next += 1
         if index >= self.cuts:
             raise ValueError(f"datapath has more cut points than the {self.cuts} declared")
+        if inits is not None and len(inits) != len(values):
+            raise ValueError(f"Cut {index} got {len(values)} values but {len(inits)} initial "
+                             f"values")
         if index not in self._registered:
             # Still a signal (combinational): later steps use these values several times.
             out = [_hold(self.m, value, f"c{index}_{n}") for n, value in enumerate(values)]
             return out if len(out) != 1 else out[0]
-        out = self._register(values)
+        out = self._register(values, inits or [0] * len(values))
         return out if len(out) != 1 else out[0]
 
-    def _register(self, values):
+    def _register(self, values, inits):
         valid = Signal(name=f"valid_{self._next}")
         self.m.d.sync += valid.eq(self.valid)
         self.valid = valid
         out = []
-        for n, value in enumerate(values):
-            if isinstance(value, data.View):
-                reg = Signal(value.shape(), name=f"p{self._next}_{n}", reset_less=True)
-            else:
+        for n, (value, init) in enumerate(zip(values, inits)):
+            if not isinstance(value, data.View):
                 value = Value.cast(value)
-                reg = Signal(value.shape(), name=f"p{self._next}_{n}", reset_less=True)
+            shape = value.shape()
+            kw = {"init": init} if init else {}
+            reg = Signal(shape, name=f"p{self._next}_{n}", reset_less=True, **kw)
             self.m.d.sync += reg.eq(value)
             out.append(reg)
         return out
@@ -270,6 +322,54 @@ class Pipeline:
                 self.m.d.sync += sink.payload[name].eq(value)
         else:
             self.m.d.sync += sink.payload.eq(payload)
+
+
+def cut_order(default: Sequence[int], stages: int, cuts: Sequence[int] | None,
+              unit: str) -> tuple[int, ...]:
+    """Return the :class:`Pipeline` order of a unit: ``default``, or ``cuts`` registered first.
+
+    ``cuts`` (``None`` for the default) lists the ``stages - 1`` cut points to register; the
+    other cut points follow in the default order. Raises ``TypeError`` / ``ValueError`` naming
+    ``unit`` for a ``cuts`` that is not such a list.
+    """
+    if cuts is None:
+        return tuple(default)
+    count = len(default)
+    if isinstance(cuts, (str, bytes)) or not all(
+            isinstance(c, int) and not isinstance(c, bool) for c in cuts):
+        raise TypeError(f"{unit} cuts must be a sequence of cut indices, not {cuts!r}")
+    cuts = tuple(cuts)
+    if len(set(cuts)) != len(cuts) or any(not 0 <= c < count for c in cuts) \
+            or len(cuts) != stages - 1:
+        raise ValueError(f"{unit} cuts must be {stages - 1} distinct cut indices between 0 and "
+                         f"{count - 1} (stages - 1), not {list(cuts)}")
+    return cuts + tuple(c for c in default if c not in cuts)
+
+
+def distinct_copies(m: Module, sources: Sequence[Value], count: int, *, name: str) -> list[Signal]:
+    """Register ``count`` copies of a value that synthesis keeps as separate flip-flops.
+
+    ``sources`` are equal values held in distinct registers (or one value). Copy ``j`` registers
+    ``sources[(j // 2) % len(sources)]`` with power-on value 0 for even ``j`` and all ones for
+    odd ``j``: Yosys's ``opt_merge`` merges flip-flops only when their inputs *and* initial
+    values agree, so up to ``2 * len(sources)`` copies stay apart (beyond that they pair up
+    again). Each copy can then sit beside its own load, typically one DSP, instead of one
+    register fanning out across the die. The power-on value has no meaning: the copies are
+    pipeline data, qualified by a valid bit like every register of :class:`Pipeline`.
+
+    Latency one cycle. Returns the registers.
+    """
+    sources = [Value.cast(v) for v in sources]
+    if not sources:
+        raise ValueError("distinct_copies needs at least one source")
+    copies = []
+    for j in range(count):
+        value = sources[(j // 2) % len(sources)]
+        init = (1 << len(value)) - 1 if j % 2 else 0
+        reg = Signal(len(value), name=f"{name}_{j}", reset_less=True, init=init)
+        m.d.sync += reg.eq(value)
+        copies.append(reg)
+    return copies
 
 
 def spread(cuts: int) -> list[int]:

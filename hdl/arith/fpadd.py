@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux
+from typing import Sequence
+
+from amaranth import Array, Cat, Const, Module, Mux
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..validate import integer
-from .float import Pipeline, normalize, round_pack, shift_right_sticky, unpack
+from .float import Pipeline, cut_order, normalize, round_pack, shift_right_sticky, unpack
 from .format import FP32, FloatFormat, float_format
 
-__all__ = ["FloatAdder"]
+__all__ = ["FloatAdder", "CUT_POINTS"]
 
-#: Cut points: 0 after unpack and magnitude compare, 1 after the coarse alignment shift, 2 after
-#: the fine one, 3 after the add, 4 after the coarse normalizing shift, 5 after the fine one.
+#: Cut points: 0 after unpacking and the magnitude compare (before the operands are ordered), 1
+#: after ordering them, 2 after the coarse alignment shift, 3 after the fine one, 4 after the add,
+#: 5 after the coarse normalizing shift, 6 after the fine one, 7 inside the rounding (after the
+#: increment, before the choice among the special results).
 #: Order in which they become registers as ``stages`` grows.
-_CUT_ORDER = (2, 4, 0, 3, 5, 1)
+_CUT_ORDER = (3, 5, 1, 4, 6, 2, 7, 0)
+#: The cut points by index: where each one sits in the datapath.
+CUT_POINTS = ("compared", "ordered", "coarse alignment", "fine alignment", "sum",
+              "coarse normalization", "fine normalization", "rounding increment")
 #: Guard, round and sticky bits kept below the significand during alignment.
 _EXTRA = 3
 
@@ -28,7 +35,20 @@ class FloatAdder(wiring.Component):
     fmt : FloatFormat or str
         Format of both inputs and the result (``"fp32"``, ``"bf16"``, ``"fp16"``).
     stages : int
-        Register stages, 1 to 7 (default 6): the latency in cycles.
+        Register stages, 1 to 9 (default 6): the latency in cycles. The eighth cuts the rounding
+        in two (increment, then the choice among the special results), the ninth the first step
+        (magnitude compare, then ordering the operands).
+    cuts : sequence of int or None
+        The cut points to register (``stages - 1`` indices into :data:`CUT_POINTS`) instead of
+        the default choice for ``stages``. The latency is still ``stages``; no result bit
+        changes.
+    balanced : bool
+        ``True``: shallower logic in the two deepest steps, for large designs whose place and
+        route stretches every path: the coarse alignment becomes a choice among byte shifts
+        with its sticky bit ORed from whole bytes before the shift, and the normalizing shifts
+        test all their windows at once (:func:`~hdl.arith.float.normalize` with
+        ``parallel=True``). More LUTs; no result bit nor the latency changes. Default
+        ``False``.
 
     Members
     -------
@@ -46,9 +66,14 @@ class FloatAdder(wiring.Component):
     is -0; ``inf + (-inf)`` and NaN inputs give the canonical NaN; overflow gives infinity.
     """
 
-    def __init__(self, fmt: FloatFormat | str = FP32, *, stages: int = 6):
+    def __init__(self, fmt: FloatFormat | str = FP32, *, stages: int = 6,
+                 cuts: Sequence[int] | None = None, balanced: bool = False):
         self._fmt = float_format(fmt)
         self._stages = integer(stages, "Adder stage count", 1, len(_CUT_ORDER) + 1)
+        self._order = cut_order(_CUT_ORDER, self._stages, cuts, "Adder")
+        if not isinstance(balanced, bool):
+            raise TypeError(f"Adder balanced must be True or False, not {balanced!r}")
+        self._balanced = balanced
         width = self._fmt.width
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"a": width, "b": width}),
@@ -58,6 +83,7 @@ class FloatAdder(wiring.Component):
 
     fmt = property(lambda self: self._fmt)
     stages = property(lambda self: self._stages)
+    balanced = property(lambda self: self._balanced)
 
     @property
     def latency(self) -> int:
@@ -68,36 +94,60 @@ class FloatAdder(wiring.Component):
         m = Module()
         fmt = self._fmt
         p = fmt.precision
-        pipe = Pipeline(m, self.i.valid, cuts=6, stages=self._stages, order=_CUT_ORDER)
+        pipe = Pipeline(m, self.i.valid, cuts=len(_CUT_ORDER), stages=self._stages,
+                        order=self._order)
         a = unpack(fmt, self.i.payload.a)
         b = unpack(fmt, self.i.payload.b)
         # Magnitude order on the codes without sign (flushed subnormals are zeros: whichever
         # of two zeros counts as the bigger makes no difference).
         magnitude = fmt.width - 1
         swap = self.i.payload.b[:magnitude] > self.i.payload.a[:magnitude]
-        big_sig = Mux(swap, b.sig, a.sig)
-        small_sig = Mux(swap, a.sig, b.sig)
-        big_exp = Mux(swap, b.exp, a.exp)
-        diff = (Mux(swap, b.exp - a.exp, a.exp - b.exp))[:fmt.exp_bits + 1]
-        big_sign = Mux(swap, b.sign, a.sign)
         subtract = a.sign ^ b.sign
         is_nan = a.is_nan | b.is_nan | (a.is_inf & b.is_inf & subtract)
         is_inf = a.is_inf | b.is_inf
         inf_sign = Mux(a.is_inf, a.sign, b.sign)
         both_zero_sign = a.sign & b.sign       # the sign of an exact zero sum under RNE
+        diff_ba, diff_ab = b.exp - a.exp, a.exp - b.exp
+        (a_sig, b_sig, a_exp, b_exp, a_sign, b_sign, swap, diff_ba, diff_ab, subtract, is_nan,
+         is_inf, inf_sign, both_zero_sign) = pipe.cut(
+            a.sig, b.sig, a.exp, b.exp, a.sign, b.sign, swap, diff_ba, diff_ab, subtract, is_nan,
+            is_inf, inf_sign, both_zero_sign)
+        big_sig = Mux(swap, b_sig, a_sig)
+        small_sig = Mux(swap, a_sig, b_sig)
+        big_exp = Mux(swap, b_exp, a_exp)
+        diff = (Mux(swap, diff_ba, diff_ab))[:fmt.exp_bits + 1]
+        big_sign = Mux(swap, b_sign, a_sign)
         flags = Cat(big_sign, subtract, is_nan, is_inf, inf_sign, both_zero_sign)
-        big_sig, small_sig, big_exp, diff, flags = pipe.cut(big_sig, small_sig, big_exp, diff,
-                                                            flags)
-
         # Align the smaller operand: shift right by the exponent difference, keeping guard and
         # round bits and folding everything shifted further out into a sticky LSB. Coarse
         # (multiples of 8) and fine steps, each ORing what it shifts out into the sticky bit.
         width = p + _EXTRA
-        small_ext = Cat(Const(0, _EXTRA), small_sig)
-        coarse = Mux(diff >= width, width, Cat(Const(0, 3), diff[3:]))
-        aligned, sticky = shift_right_sticky(small_ext, coarse, width)
+        if not self._balanced:
+            big_sig, small_sig, big_exp, diff, flags = pipe.cut(big_sig, small_sig, big_exp,
+                                                                diff, flags)
+            small_ext = Cat(Const(0, _EXTRA), small_sig)
+            coarse = Mux(diff >= width, width, Cat(Const(0, 3), diff[3:]))
+            aligned, sticky = shift_right_sticky(small_ext, coarse, width)
+            fine = diff[:3]
+        else:
+            # The same shift as a choice among the ``groups`` multiples of 8 below ``width``
+            # (everything goes to sticky at ``width`` and beyond), with the sticky bit as the
+            # OR of whole bytes, computed before the shift.
+            small_ext = Cat(Const(0, _EXTRA), small_sig)
+            groups = (width - 1) // 8 + 1
+            select = diff[3:3 + max(1, (groups - 1).bit_length())]
+            flush = diff >= width
+            dropped = [Const(0, 1)]
+            for g in range(groups - 1):
+                dropped.append(dropped[-1] | small_ext[8 * g:8 * g + 8].any())
+            big_sig, small_ext, big_exp, select, flush, dropped, everything, fine, flags = \
+                pipe.cut(big_sig, small_ext, big_exp, select, flush, Cat(*dropped),
+                         small_ext.any(), diff[:3], flags)
+            shifted = Array(small_ext >> (8 * g) for g in range(groups))[select]
+            aligned = Mux(flush, 0, shifted)
+            sticky = Mux(flush, everything, Array(dropped[g] for g in range(groups))[select])
         big_sig, aligned, sticky, fine, big_exp, flags = pipe.cut(big_sig, aligned, sticky,
-                                                                  diff[:3], big_exp, flags)
+                                                                  fine, big_exp, flags)
         aligned, sticky_fine = shift_right_sticky(aligned, fine, 7)
         aligned = Cat(aligned[0] | sticky | sticky_fine, aligned[1:])
         big_ext = Cat(Const(0, _EXTRA), big_sig)
@@ -109,10 +159,12 @@ class FloatAdder(wiring.Component):
 
         # The MSB of ``total`` has weight 2**(big_exp + 1).
         coarse_steps = [step for step in (32, 16, 8) if step < width + 1]
-        shift_coarse, normalized = normalize(total, m, steps=coarse_steps)
+        shift_coarse, normalized = normalize(total, m, steps=coarse_steps,
+                                             parallel=self._balanced)
         exp = big_exp + 1 - shift_coarse
         normalized, exp, flags, total_zero = pipe.cut(normalized, exp, flags, total == 0)
-        shift_fine, normalized = normalize(normalized, m, steps=(4, 2, 1))
+        shift_fine, normalized = normalize(normalized, m, steps=(4, 2, 1),
+                                           parallel=self._balanced)
         exp = exp - shift_fine
         normalized, exp, flags, total_zero = pipe.cut(normalized, exp, flags, total_zero)
 
@@ -120,6 +172,6 @@ class FloatAdder(wiring.Component):
             flags[0], flags[2], flags[3], flags[4], flags[5]
         sign = Mux(is_inf, inf_sign, Mux(total_zero, both_zero_sign, big_sign))
         y = round_pack(fmt, sign, exp, normalized, 0, is_zero=total_zero, is_inf=is_inf,
-                       is_nan=is_nan)
+                       is_nan=is_nan, cut=pipe.cut)
         pipe.output(self.o, {"y": y})
         return m

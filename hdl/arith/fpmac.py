@@ -24,8 +24,8 @@ class FloatMAC(wiring.Component):
     acc_fmt : FloatFormat or str
         Format of ``c``, of the product and of the result (default fp32).
     mul_stages, add_stages : int
-        Register stages of the :class:`FloatMultiplier` (1 to 5, default 5) and the
-        :class:`FloatAdder` (1 to 7, default 6).
+        Register stages of the :class:`FloatMultiplier` (1 to 6, default 5) and the
+        :class:`FloatAdder` (1 to 9, default 6).
 
     Members
     -------

@@ -2,22 +2,74 @@
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux
+from typing import Sequence
+
+from amaranth import Cat, Const, Module, Mux, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..validate import integer
-from .float import Pipeline, round_pack, unpack
+from .float import Pipeline, cut_order, round_pack, unpack
 from .format import FP32, FloatFormat, float_format
 
-__all__ = ["FloatMultiplier", "exact_product"]
+__all__ = ["FloatMultiplier", "exact_product", "CUT_POINTS", "SPLITS"]
 
-#: Cut points of the multiplier datapath: 0 after unpacking, 1 after the four partial products of
-#: the significand halves, 2 after their sum, 3 after normalization.
+#: Cut points of the multiplier datapath: 0 after unpacking, 1 after the partial products of
+#: the significand pieces, 2 after their sum, 3 after normalization, 4 inside the rounding (after
+#: the increment, before the choice among the special results).
 #: Order in which they become registers as ``stages`` grows.
-_CUT_ORDER = (1, 2, 0, 3)
-#: Widest significand multiplied in one piece (an ECP5 MULT18X18D multiplies 18 x 18 bits).
+_CUT_ORDER = (1, 2, 0, 3, 4)
+#: The cut points by index: where each one sits in the datapath.
+CUT_POINTS = ("unpacked", "partial products", "product", "normalized", "rounding increment")
+#: Widest significand multiplied in one piece by the ``"both"`` split (both operands are halved
+#: when either is wider, so that each piece is at most 12 x 12 bits).
 _DSP_BITS = 12
+#: Widest operand of one hardware multiplier (an ECP5 MULT18X18D multiplies 18 x 18 bits): the
+#: ``"wide"`` split halves only the operands wider than this.
+_DSP_WIDTH = 18
+#: How the significand product is cut into pieces (see :class:`FloatMultiplier`).
+SPLITS = ("both", "wide", "dsp18")
+#: The ``"dsp18"`` split computes a partial product in logic (shifts and adds, no multiplier
+#: block) when its narrower piece has at most this many bits and its wider one at most
+#: :data:`_LOGIC_WIDE` (6 x 6 and 6 x 8 products: a few dozen LUTs).
+_LOGIC_NARROW = 6
+_LOGIC_WIDE = 8
+
+
+def _logic_product(x: Value, y: Value) -> Value:
+    """``x * y`` as a tree of shifted, gated copies of the wider operand (no multiplier)."""
+    if len(x) < len(y):
+        x, y = y, x
+    rows = [Mux(y[j], x, 0) << j for j in range(len(y))]
+    while len(rows) > 1:
+        rows = [rows[n] + rows[n + 1] if n + 1 < len(rows) else rows[n]
+                for n in range(0, len(rows), 2)]
+    return rows[0][:len(x) + len(y)]
+
+
+def _sum_rows(terms) -> Value:
+    """Sum ``(value, shift)`` terms: terms that do not overlap share a row (concatenation, no
+    adder), and the rows are added pairwise."""
+    rows = []                               # each: list of (value, shift), ordered by shift
+    for value, shift in sorted(terms, key=lambda t: t[1]):
+        for row in rows:
+            last, last_shift = row[-1]
+            if last_shift + len(last) <= shift:
+                row.append((value, shift))
+                break
+        else:
+            rows.append([(value, shift)])
+    values = []
+    for row in rows:
+        parts, position = [], 0
+        for value, shift in row:
+            parts += [Const(0, shift - position), value] if shift > position else [value]
+            position = shift + len(value)
+        values.append(Cat(*parts))
+    while len(values) > 1:
+        values = [values[n] + values[n + 1] if n + 1 < len(values) else values[n]
+                  for n in range(0, len(values), 2)]
+    return values[0]
 
 
 def exact_product(a_fmt: FloatFormat, b_fmt: FloatFormat, out_fmt: FloatFormat) -> str:
@@ -44,7 +96,29 @@ class FloatMultiplier(wiring.Component):
     out_fmt : FloatFormat or str
         Result format (default fp32).
     stages : int
-        Register stages, 1 to 5 (default 5): the latency in cycles.
+        Register stages, 1 to 6 (default 5): the latency in cycles. The sixth cuts the rounding
+        in two (increment, then the choice among the special results).
+    cuts : sequence of int or None
+        The cut points to register (``stages - 1`` indices into :data:`CUT_POINTS`) instead of
+        the default choice for ``stages``. For example ``stages=5, cuts=(0, 1, 2, 4)`` cuts
+        the rounding instead of registering the one-bit normalization on its own. The latency
+        is still ``stages``; no result bit changes.
+    split : str
+        How the significand product is cut into pieces, each one hardware multiplier (an ECP5
+        ``MULT18X18D``) summed in the next step. ``"both"`` (default): when either significand
+        is wider than 12 bits, both are halved (fp32 x fp32 and fp32 x bf16: four pieces).
+        ``"wide"``: only significands wider than 18 bits are halved (fp32 x fp32: four pieces,
+        fp32 x bf16: two). ``"dsp18"``: significands wider than 18 bits are cut into their low
+        18 bits and the rest, and the small products of the rests (6 x 6, 6 x 8 bits) are
+        computed in logic: fp32 x fp32 takes three multiplier blocks, fp32 x bf16 one. None
+        changes a result bit.
+    private_operands : bool
+        ``True``: every piece gets its own registered copy of its operand slices (at cut 0,
+        registered from ``stages = 4`` on), so that each register feeds one multiplier block,
+        and copies of one slice stay separate flip-flops in synthesis (see
+        :func:`~hdl.arith.float.distinct_copies`). Place-and-route can then put every copy beside
+        its block wherever the blocks land. Default ``False``: one register per significand.
+        No result bit changes, nor the latency.
 
     Members
     -------
@@ -65,11 +139,22 @@ class FloatMultiplier(wiring.Component):
     """
 
     def __init__(self, a_fmt: FloatFormat | str = FP32, b_fmt: FloatFormat | str = FP32,
-                 out_fmt: FloatFormat | str = FP32, *, stages: int = 5):
+                 out_fmt: FloatFormat | str = FP32, *, stages: int = 5,
+                 cuts: Sequence[int] | None = None, split: str = "both",
+                 private_operands: bool = False):
         self._a_fmt = float_format(a_fmt)
         self._b_fmt = float_format(b_fmt)
         self._out_fmt = float_format(out_fmt)
         self._stages = integer(stages, "Multiplier stage count", 1, len(_CUT_ORDER) + 1)
+        self._order = cut_order(_CUT_ORDER, self._stages, cuts, "Multiplier")
+        if split not in SPLITS:
+            raise ValueError(f"Multiplier split must be one of {', '.join(map(repr, SPLITS))}, "
+                             f"not {split!r}")
+        if not isinstance(private_operands, bool):
+            raise TypeError(f"Multiplier private_operands must be True or False, not "
+                            f"{private_operands!r}")
+        self._split = split
+        self._private = private_operands
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"a": self._a_fmt.width,
                                                         "b": self._b_fmt.width}),
@@ -82,6 +167,8 @@ class FloatMultiplier(wiring.Component):
     b_fmt = property(lambda self: self._b_fmt)
     out_fmt = property(lambda self: self._out_fmt)
     stages = property(lambda self: self._stages)
+    split = property(lambda self: self._split)
+    private_operands = property(lambda self: self._private)
 
     @property
     def latency(self) -> int:
@@ -93,10 +180,31 @@ class FloatMultiplier(wiring.Component):
         """``"always"``, ``"in range"`` or ``"no"``: see :func:`exact_product`."""
         return exact_product(self._a_fmt, self._b_fmt, self._out_fmt)
 
+    def _pieces(self, wa: int, wb: int):
+        """The bit ranges ``(lo, hi)`` of each significand's pieces."""
+        def halves(width):
+            return [(0, (width + 1) // 2), ((width + 1) // 2, width)]
+        if self._split == "both":
+            if max(wa, wb) <= _DSP_BITS:
+                return [(0, wa)], [(0, wb)]
+            return halves(wa), halves(wb)
+        if self._split == "wide":
+            return ([(0, wa)] if wa <= _DSP_WIDTH else halves(wa),
+                    [(0, wb)] if wb <= _DSP_WIDTH else halves(wb))
+        return ([(0, wa)] if wa <= _DSP_WIDTH else [(0, _DSP_WIDTH), (_DSP_WIDTH, wa)],
+                [(0, wb)] if wb <= _DSP_WIDTH else [(0, _DSP_WIDTH), (_DSP_WIDTH, wb)])
+
+    def _in_logic(self, pa, pb) -> bool:
+        """Whether the product of pieces ``pa`` and ``pb`` is computed without a multiplier."""
+        widths = sorted((pa[1] - pa[0], pb[1] - pb[0]))
+        return (self._split == "dsp18" and widths[0] <= _LOGIC_NARROW
+                and widths[1] <= _LOGIC_WIDE)
+
     def elaborate(self, platform):
         m = Module()
         af, bf, of = self._a_fmt, self._b_fmt, self._out_fmt
-        pipe = Pipeline(m, self.i.valid, cuts=4, stages=self._stages, order=_CUT_ORDER)
+        pipe = Pipeline(m, self.i.valid, cuts=len(_CUT_ORDER), stages=self._stages,
+                        order=self._order)
         a = unpack(af, self.i.payload.a)
         b = unpack(bf, self.i.payload.b)
         sign = a.sign ^ b.sign
@@ -105,22 +213,42 @@ class FloatMultiplier(wiring.Component):
         is_inf = a.is_inf | b.is_inf
         is_zero = a.is_zero | b.is_zero
         flags = Cat(sign, is_nan, is_inf, is_zero)
-        sig_a, sig_b, exp, flags = pipe.cut(a.sig, b.sig, exp, flags)
 
-        # Wider significands (fp32) as four partial products of halves (at most 12 x 12 bits:
-        # one ECP5 DSP each with no glue logic), summed in the next step: DSPs and adders get
-        # their own stages.
-        # Significands of up to _DSP_BITS bits (bf16, fp16) fit one DSP and are not split.
-        if max(len(sig_a), len(sig_b)) <= _DSP_BITS:
-            product, exp, flags = pipe.cut(sig_a * sig_b, exp, flags)
+        # The significand product as partial products of pieces, one hardware multiplier each
+        # (no glue logic around them), summed in the next step: multipliers and adders get their
+        # own stages.
+        wa, wb = len(a.sig), len(b.sig)
+        pieces_a, pieces_b = self._pieces(wa, wb)
+        pairs = [(pa, pb) for pa in pieces_a for pb in pieces_b]
+        if self._private:
+            # One copy of each slice per piece; the copies of a slice differ in power-on value.
+            operands, inits, uses = [], [], {}
+            for pa, pb in pairs:
+                for slice_, value in ((("a",) + pa, a.sig), (("b",) + pb, b.sig)):
+                    width = slice_[2] - slice_[1]
+                    operands.append(value[slice_[1]:slice_[2]])
+                    inits.append((1 << width) - 1 if uses.get(slice_, 0) % 2 else 0)
+                    uses[slice_] = uses.get(slice_, 0) + 1
+            *operands, exp, flags = pipe.cut(*operands, exp, flags, inits=inits + [0, 0])
+            factors = [(operands[2 * n], operands[2 * n + 1]) for n in range(len(pairs))]
         else:
-            ha, hb = (len(sig_a) + 1) // 2, (len(sig_b) + 1) // 2
-            a_lo, a_hi, b_lo, b_hi = sig_a[:ha], sig_a[ha:], sig_b[:hb], sig_b[hb:]
-            parts = (a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi)
+            sig_a, sig_b, exp, flags = pipe.cut(a.sig, b.sig, exp, flags)
+            factors = [(sig_a[pa[0]:pa[1]], sig_b[pb[0]:pb[1]]) for pa, pb in pairs]
+        parts = [_logic_product(x, y) if self._in_logic(*pair) else x * y
+                 for (x, y), pair in zip(factors, pairs)]
+        if len(parts) == 1:
+            product, exp, flags = pipe.cut(parts[0], exp, flags)
+        else:
             *parts, exp, flags = pipe.cut(*parts, exp, flags)
-            ll, lh, hl, hh = parts
-            product = (ll + (lh << hb) + (hl << ha) + (hh << (ha + hb)))[:len(sig_a) +
-                                                                         len(sig_b)]
+            shifted = [(part, pa[0] + pb[0]) for part, (pa, pb) in zip(parts, pairs)]
+            if self._split == "both":
+                product = None
+                for part, shift in shifted:
+                    term = part << shift if shift else part
+                    product = term if product is None else product + term
+            else:
+                product = _sum_rows(shifted)
+            product = product[:wa + wb]
         product, exp, flags = pipe.cut(product, exp, flags)
 
         width = len(product)
@@ -133,6 +261,7 @@ class FloatMultiplier(wiring.Component):
         sig, exp, flags = pipe.cut(sig, exp, flags)
 
         sign, is_nan, is_inf, is_zero = flags[0], flags[1], flags[2], flags[3]
-        y = round_pack(of, sign, exp, sig, 0, is_zero=is_zero, is_inf=is_inf, is_nan=is_nan)
+        y = round_pack(of, sign, exp, sig, 0, is_zero=is_zero, is_inf=is_inf, is_nan=is_nan,
+                       cut=pipe.cut)
         pipe.output(self.o, {"y": y})
         return m
