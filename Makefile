@@ -1,4 +1,4 @@
-# memwall: `make run` (the main job) and `make test` (every test). Both bootstrap .venv themselves.
+# memwall: `make run` (the main job), `make test` (the CI suite) and `make test-all` (plus slow tests). All three bootstrap .venv themselves.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -6,13 +6,17 @@ STAMP  := $(VENV)/.installed-stamp
 # pytest-xdist workers; 2 cores here, `make test JOBS=8` on a bigger machine.
 JOBS   ?= auto
 
-.PHONY: run test venv iverilog clean
+.PHONY: run test test-all venv iverilog clean
 
 run: $(STAMP)
 	$(VENV)/bin/memwall build
 
 test: $(STAMP) iverilog
 	$(PY) -m pytest -n $(JOBS) -q --durations=15
+
+# Also the tests marked slow (conftest.py): lint of the largest paper presets and the like.
+test-all: $(STAMP) iverilog
+	$(PY) -m pytest -n $(JOBS) -q --durations=15 --slow
 
 venv: $(STAMP)
 
