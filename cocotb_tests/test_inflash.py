@@ -24,8 +24,15 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("simulator", SIMULATORS)
-@pytest.mark.parametrize("case", CASES, ids=[case_id(*c) for c in CASES])
+#: Cases run under Verilator only: the 16-lane case is the slowest under Icarus (about 80 s of
+#: the suite's CPU) and its Verilog is checked under Icarus by the small preset's cases, the
+#: same RTL at other widths.
+VERILATOR_ONLY = {case_id(*CASES[3])}
+RUNS = [pytest.param(c, sim, id=f"{case_id(*c)}-{sim}") for c in CASES for sim in SIMULATORS
+        if sim == "verilator" or case_id(*c) not in VERILATOR_ONLY]
+
+
+@pytest.mark.parametrize("case, simulator", RUNS)
 def test_inflash(case, simulator):
     block, preset, overrides, tests = case
     run_block(block, registry.get(block).parameters(preset, overrides), simulator,

@@ -14,9 +14,10 @@ name of its top module.
     two-input gate count. There is no timing model: ``fmax_mhz`` is ``None``.
 
 ``ecp5``
-    ``synth_ecp5`` then ``nextpnr-ecp5 --out-of-context`` on an LFE5U-25F (CABGA256). If nextpnr's
-    device utilisation shows the design does not fit, the flow moves up to the 45F and then the
-    85F; past the 85F (or the iCE40UP5K) the report keeps the area and has no Fmax. By default the
+    ``synth_ecp5`` then ``nextpnr-ecp5 --out-of-context`` on an LFE5U-25F (CABGA256). Each device
+    is first tried with ``--pack-only`` (seconds): if its utilisation shows the design does not
+    fit, the flow moves up to the 45F and then the 85F without placing (placing an over-full
+    device can take nextpnr twenty minutes before it gives up); past the 85F (or the iCE40UP5K) the report keeps the area and has no Fmax. By default the
     block is placed inside the serial wrapper described below, like ``ice40``, so that paths from
     its input ports and to its output ports are timed as if registered. ``wrap=False`` places the
     bare block: out-of-context placement then times only register-to-register paths inside the
@@ -519,13 +520,25 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
                 "--seed", str(NEXTPNR_SEED)]
         if target == "ecp5":
             argv.append("--out-of-context")
+        # Packing alone (seconds) tells whether the design fits; placing a design that does not
+        # can take nextpnr twenty minutes before it gives up.
+        pack_log = workdir / f"nextpnr_{device}_pack.log"
         try:
-            _run(step, argv, log_path, workdir, timeout, progress)
+            _run(f"{step} (packing)", [*argv, "--pack-only"], pack_log, workdir, timeout,
+                 progress)
         except SynthError:
-            util = _utilisation_from_log(log_path)
-            over = {k: v for k, v in util.items() if v[0] > v[1]}
-            if not over:
-                raise
+            pass    # an over-full device may fail packing; its utilisation is in the log
+        over = {k: v for k, v in _utilisation_from_log(pack_log).items() if v[0] > v[1]}
+        if not over:
+            try:
+                _run(step, argv, log_path, workdir, timeout, progress)
+            except SynthError:
+                util = _utilisation_from_log(log_path)
+                over = {k: v for k, v in util.items() if v[0] > v[1]}
+                if not over:
+                    raise
+        if over:
+            util = _utilisation_from_log(pack_log) or _utilisation_from_log(log_path)
             if index + 1 < len(devices):
                 continue
             overuse = ", ".join(f"{k} {u}/{a}" for k, (u, a) in over.items())

@@ -58,6 +58,20 @@ class RegisteredMultiplier(wiring.Component):
         return m
 
 
+class Multipliers(wiring.Component):
+    """``count`` registered 16 x 16 products: one DSP each."""
+
+    def __init__(self, count):
+        self.count = count
+        super().__init__({"a": In(16 * count), "b": In(16), "p": Out(32 * count)})
+
+    def elaborate(self, platform):
+        m = Module()
+        for k in range(self.count):
+            m.d.sync += self.p[32 * k:32 * (k + 1)].eq(self.a[16 * k:16 * (k + 1)] * self.b)
+        return m
+
+
 class MultiplyCompare(wiring.Component):
     """A product compared with ``c``: the comparison cannot go into a DSP, so the DSP stays
     combinational."""
@@ -152,8 +166,11 @@ def test_ice40_wrapper_uses_four_pins(adder_reports):
 def test_progress_names_each_step(adder_reports):
     steps = adder_reports[1]
     assert steps["generic"] == ["yosys synth (generic)"]
-    assert steps["ecp5"] == ["yosys read", "yosys synth_ecp5", "nextpnr-ecp5 place & route"]
-    assert steps["ice40"] == ["yosys read", "yosys synth_ice40", "nextpnr-ice40 place & route"]
+    assert steps["ecp5"] == ["yosys read", "yosys synth_ecp5",
+                             "nextpnr-ecp5 place & route (packing)", "nextpnr-ecp5 place & route"]
+    assert steps["ice40"] == ["yosys read", "yosys synth_ice40",
+                              "nextpnr-ice40 place & route (packing)",
+                              "nextpnr-ice40 place & route"]
 
 
 def test_bare_ecp5_block_without_interior_path_has_no_fmax(adder_verilog, tmp_path):
@@ -177,6 +194,19 @@ def test_16x16_multiplier_uses_one_dsp(tmp_path, target):
     report = synthesize(to_verilog(RegisteredMultiplier(16), "mul"), "mul", target, tmp_path)
     assert report.dsps == 1
     assert report.fmax_mhz is not None and report.fmax_mhz > 0
+
+
+def test_design_too_large_is_found_by_packing_alone(tmp_path):
+    # Nine DSPs on the iCE40UP5K's eight: packing shows the overuse, so the flow reports the
+    # area without placing (placing an over-full device can take nextpnr many minutes).
+    steps = []
+    report = synthesize(to_verilog(Multipliers(9), "muls"), "muls", "ice40", tmp_path,
+                        progress=steps.append)
+    assert report.fmax_mhz is None
+    assert report.dsps == 9
+    assert "too large to place on iCE40UP5K" in report.note
+    assert "ICESTORM_DSP 9/8" in report.note
+    assert steps[-1] == "nextpnr-ice40 place & route (packing)"
 
 
 def test_ice40_gives_no_fmax_through_a_combinational_dsp(tmp_path):
