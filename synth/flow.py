@@ -17,7 +17,8 @@ name of its top module.
     ``synth_ecp5`` then ``nextpnr-ecp5 --out-of-context`` on an LFE5U-25F (CABGA256). Each device
     is first tried with ``--pack-only`` (seconds): if its utilisation shows the design does not
     fit, the flow moves up to the 45F and then the 85F without placing (placing an over-full
-    device can take nextpnr twenty minutes before it gives up); past the 85F (or the iCE40UP5K) the report keeps the area and has no Fmax. By default the
+    device can take nextpnr twenty minutes before it gives up); past the 85F (or the iCE40UP5K)
+    the report keeps the area and has no Fmax. By default the
     block is placed inside the serial wrapper described below, like ``ice40``, so that paths from
     its input ports and to its output ports are timed as if registered. ``wrap=False`` places the
     bare block: out-of-context placement then times only register-to-register paths inside the
@@ -393,6 +394,11 @@ def _utilisation_from_log(log_path: Path) -> dict[str, tuple[int, int]]:
     return util
 
 
+def _overuse(log_path: Path) -> dict[str, tuple[int, int]]:
+    """The resources of nextpnr's utilisation block in ``log_path`` used beyond the device's."""
+    return {k: v for k, v in _utilisation_from_log(log_path).items() if v[0] > v[1]}
+
+
 def _fmax(report: dict) -> float | None:
     achieved = [float(v["achieved"]) for v in report.get("fmax", {}).values() if "achieved" in v]
     return min(achieved) if achieved else None
@@ -528,13 +534,12 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
                  progress)
         except SynthError:
             pass    # an over-full device may fail packing; its utilisation is in the log
-        over = {k: v for k, v in _utilisation_from_log(pack_log).items() if v[0] > v[1]}
+        over = _overuse(pack_log)
         if not over:
             try:
                 _run(step, argv, log_path, workdir, timeout, progress)
             except SynthError:
-                util = _utilisation_from_log(log_path)
-                over = {k: v for k, v in util.items() if v[0] > v[1]}
+                over = _overuse(log_path)
                 if not over:
                     raise
         if over:
