@@ -671,12 +671,10 @@ def _run_on_plane(dut, plane: PlaneModel, inputs: dict, outputs: dict, *, port="
     # transfer-bound (64 words a page, a beat in 8 words): the page's compute trails its words
     ("logit", 1, {"fmacs": 4, "transfer_bytes": 1}),
     ("logit", 4, {"fmacs": 4, "transfer_bytes": 1}),
-    # Open (issue 6): compute-bound Logit whose first beat needs two words (F = 4, W = 4) ends
-    # one cycle after attention_timing + pe_latency (the lag's words + compute branch); from
-    # one page of 4 tokens on, not with 1 token nor with W = 8. The bench's GQA G = 8, d = 128,
-    # F = 4 case is 31 over. Strict: this fails once fixed, and the mark must go.
-    pytest.param("logit", 4, {"fmacs": 4}, marks=pytest.mark.xfail(
-        strict=True, reason="issue 6: compute-bound Logit with two-word beats, 1 cycle over")),
+    # a beat in two words (F = 4, W = 4): head 0 of a page's first token waits for each beat
+    # as it streams, one cycle a beat (pe_latency's stall)
+    ("logit", 4, {"fmacs": 4}),
+    ("logit", 4, {"fmacs": 2, "transfer_bytes": 2}),        # the same, 3 cycles (4 beats)
     ("attend", 2, {"fmacs": 4, "transfer_bytes": 1}),
     # read-bound with F = 16 (a beat in 2 words), 128-byte pages of 8 entries
     ("logit", 2, {"fmacs": 16, "transfer_bytes": 16, "page_bytes": 128}),

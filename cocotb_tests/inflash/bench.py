@@ -232,7 +232,7 @@ def _attention_reads(out_dir, simulator, progress) -> tuple[list[dict], str]:
 
 
 def extra(out_dir: Path, simulator: str, progress: Callable[[str], None]) -> str:
-    """Run the three benchmarks and return their Markdown sections (also written to JSON)."""
+    """Run the four benchmarks and return their Markdown sections (also written to JSON)."""
     sections, results = [], {}
     for name, bench in (("sweep", _sweep), ("slice", _layer_slice), ("gqa", _gqa),
                         ("reads", _attention_reads)):

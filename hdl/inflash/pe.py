@@ -205,9 +205,14 @@ class InflashPE(wiring.Component):
         starts it once the page's first beat is in, which needs ``ceil(min(F, d) e / W)`` words
         (``e`` bytes per element), and the issues that need the beat of the page's last word
         (``tail``: Logit, which goes head by head, ``1 + (G - 1) ceil(d / F)``; Attend, which
-        goes beat by beat, ``G``) come after it. So the PE's compute of the last page lags the
-        model's end of it by
-        ``max(words + compute - credit, transfer + tail) - max(transfer, compute)`` (``credit``:
+        goes beat by beat, ``G``) come after it. The issues of a page's first token also wait
+        for its beats as they stream in (``stall``: Logit's head 0 takes the entry's beats one
+        per cycle, so a beat of two words costs a cycle each: ``ceil(d / F) - 1`` cycles at
+        ``F = 4``, ``W = 4``; in compute-bound pages the stall of the first page is never made
+        up, in read-bound ones the last page's counts). So the PE's compute of the last page
+        lags the model's end of it by
+        ``max(words + stall + compute - credit, transfer + tail) - max(transfer, compute)``
+        (``credit``:
         the part of the last token's loop minimum, ``max(G ceil(d / F), acc_loop)`` cycles that
         ``attention_timing`` charges to float Attend, that its results need not wait for), which
         depends on whether transfer or compute sets the page's pace: hence ``last_page``, the
@@ -231,19 +236,28 @@ class InflashPE(wiring.Component):
             raise ValueError(f"The latency of {op.name} needs last_page, the (transfer, "
                              f"compute) cycles of the model's last page, not None")
         transfer, compute = (int(v) for v in last_page)
-        F = self.cfg.fmacs
-        words = -(-min(F, head_dim) * (1 if mode == Mode.W8A8 else 2)
-                  // self.cfg.transfer_bytes)
-        issues = query_heads * -(-head_dim // F)
+        F, W = self.cfg.fmacs, self.cfg.transfer_bytes
+        elem = 1 if mode == Mode.W8A8 else 2
+        nb = -(-head_dim // F)
+        # Words of the page before beat b is in the gearbox: the first beat's ``words``, and
+        # the stall of the page's first token, whose issues wait for its beats as they stream.
+        ready = [-(-min((b + 1) * F, head_dim) * elem // W) for b in range(nb)]
+        words = ready[0]
+        order = range(nb) if op == Op.LOGIT else [b for b in range(nb)
+                                                  for _ in range(query_heads)]
+        at = words - 1
+        for b in order:
+            at = max(at + 1, ready[b])
+        stall = at - (words + len(order) - 1)
+        issues = query_heads * nb
         mac, credit = 1, 0                      # int8 Attend: the products, then the sum
         if op == Op.ATTEND and mode != Mode.W8A8:
             mac, credit = self.acc_loop, max(0, self.acc_loop - issues)
         # Issues that need the page's last beat and those after it: Logit (head by head) the
         # last beat of head 0 and every beat of the later heads; Attend (beat by beat) the
         # last beat's G heads.
-        nb = -(-head_dim // F)
         tail = 1 + (query_heads - 1) * nb if op == Op.LOGIT else query_heads
-        lag = max(words + compute - credit, transfer + tail) - max(transfer, compute)
+        lag = max(words + stall + compute - credit, transfer + tail) - max(transfer, compute)
         lag += Gearbox.latency - 1                 # the gearbox's output register
         if op == Op.LOGIT:
             path = self.int_latency if mode == Mode.W8A8 else self.float_latency
