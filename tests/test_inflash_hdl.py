@@ -381,10 +381,11 @@ def test_full_rate_latency():
                               {"y": ["value"], "rd_cmd": ["page"]},
                               done=lambda r: len(r["y"]) >= 16, idle=0.0, stall=0.0)
     assert [o["value"] for o in got["y"]] == job.y()
-    # Cycle 0 takes the command, 1 sizes it, 2 checks it (the gearbox takes the job), x arrives
-    # in cycle 3; the 16 words are offered from cycle 0 and the gearbox takes them from cycle 3,
-    # one per cycle, the last in cycle 18 (16 rows of one beat, one beat per word).
-    last_word = 3 + len(job.words) - 1
+    # Cycle 0 takes the command, 1 to 3 size it (operands, product, size: the set-up's
+    # multiplier is registered), 4 checks it (the gearbox takes the job), x arrives in cycle 5;
+    # the 16 words are offered from cycle 0 and the gearbox takes them from cycle 5, one per
+    # cycle, the last in cycle 20 (16 rows of one beat, one beat per word).
+    last_word = 5 + len(job.words) - 1
     assert cycles == last_word + pe.latency + 1
 
 

@@ -335,7 +335,9 @@ class InflashPE(wiring.Component):
         mul_a = Signal(max(cfg.rows_bits, div_bits, cfg.page_bits + 1))
         mul_b = Signal(max(cfg.cols_bits + 1, wide, P.bit_length(), cfg.query_bits))
         product = Signal(len(mul_a) + len(mul_b))
-        m.d.comb += product.eq(mul_a * mul_b)
+        # Operands and product registered (a multiply takes three states): the set-up's paths
+        # were the PE's critical ones, state decode -> operand mux -> multiplier -> sum.
+        m.d.sync += product.eq(mul_a * mul_b)
         div = SerialDivider(m, div_bits, "walk_div")
         tp = Signal(div_bits)                       # entries per page, T_p = P // entry
         page_used = Signal(P.bit_length() + 1)      # T_p entry: bytes of a full KV page
@@ -384,11 +386,21 @@ class InflashPE(wiring.Component):
         gemv_idle = ~gearbox.o.valid & gearbox.job.ready & (remaining == 0) & (x_left == 0)
         idle = gemv_idle & ~cons_active & ~pl_active & ~pl_offer
 
-        def multiply(name, after, a, b, *assignments):
+        def multiply(name, after, a, b, *assignments, then=None):
+            """States ``name``, ``name_MUL`` and ``name_SUM``: the operands into their
+            registers, the product into its register, then ``assignments`` (or ``then()``)
+            from the product and on to ``after``."""
             with m.State(name):
-                m.d.comb += [mul_a.eq(a), mul_b.eq(b)]
+                m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
+                m.next = f"{name}_MUL"
+            with m.State(f"{name}_MUL"):
+                m.next = f"{name}_SUM"
+            with m.State(f"{name}_SUM"):
                 m.d.sync += [target.eq(value) for target, value in assignments]
-                m.next = after
+                if then is not None:
+                    then()
+                else:
+                    m.next = after
 
         def divide(name, after, dividend, divisor, quotient, remainder=None):
             with m.State(name):
@@ -420,10 +432,9 @@ class InflashPE(wiring.Component):
                         m.next = "PER_PAGE"
                     with m.Else():
                         m.next = "SIZE"
-            with m.State("SIZE"):
+            def gemv_size():
                 # One multiplication per GEMV: rows x cols x (bytes per element); w4a16 has
                 # half a byte per code and a 4-byte header per g codes.
-                m.d.comb += [mul_a.eq(rows), mul_b.eq(cols)]
                 with m.Switch(mode):
                     with m.Case(Mode.W8A8):
                         m.d.sync += size.eq(product)
@@ -432,6 +443,8 @@ class InflashPE(wiring.Component):
                     with m.Default():
                         m.d.sync += size.eq(product << 1)
                 m.next = "CHECK"
+
+            multiply("SIZE", None, rows, cols, then=gemv_size)
             # The page walk of an attention command (docs/inflash.md, section 5): entries per
             # page, the stream's size, the first page and the steps, and the last page's check.
             divide("PER_PAGE", "PAGE_USED", P, entry, tp)
@@ -441,13 +454,14 @@ class InflashPE(wiring.Component):
                      (first_entry, product + head))
             multiply("TOTAL", "OPS", tokens, entry, (total, product))
             multiply("OPS", "X_BEATS", heads, nb, (ops, product))
-            with m.State("X_BEATS"):
-                m.d.comb += [mul_a.eq(tokens), mul_b.eq(pb)]
-                m.d.sync += x_beats.eq(Mux(logit, ops, product))
+            def walk_next():
                 with m.If(mapping == Mapping.PAGE):
                     m.next = "WRAPS"
                 with m.Else():
                     m.next = "FIRST_PAGE"
+
+            multiply("X_BEATS", None, tokens, pb, (x_beats, Mux(logit, ops, product)),
+                     then=walk_next)
             divide("WRAPS", "LAST_PAGE", tokens - 1, tp, wraps)
             multiply("LAST_PAGE", "CHECK", wraps, stride,
                      (last_page, product + page + first_entry),
