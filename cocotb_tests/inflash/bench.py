@@ -86,7 +86,7 @@ def _sweep(out_dir, simulator, progress) -> tuple[list[dict], str]:
              "is the pipeline's fill and drain, min(tR, P) + pe_latency with P = max(transfer, "
              "compute).", "",
              "| F | tR (cycles) | transfer | compute | bound | period | off bound | pages | total "
-             "| n x period | excess | P + pe_latency |",
+             "| n x period | excess | min(tR, P) + pe_latency |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         off = (r["period"] - r["bound"]) / r["bound"]
@@ -94,7 +94,7 @@ def _sweep(out_dir, simulator, progress) -> tuple[list[dict], str]:
         lines.append(f"| {r['F']} | {r['tR']} | {r['transfer']} | {r['compute']} | "
                      f"{r['bound']} | {r['period']:g} | {100 * off:+.2f} % | {r['pages']} | "
                      f"{r['total']} | {n_period:g} | {r['total'] - n_period:g} | "
-                     f"{r['stage'] + r['pe_latency']} |")
+                     f"{min(r['tR'], r['stage']) + r['pe_latency']} |")
     hidden = sorted({r["F"] for r in rows if r["compute"] <= r["tR"] and r["tR_us"] == 4.0})
     lines += ["", f"At tR = 4 us (1600 cycles) compute is hidden (compute <= tR) from F = "
               f"{hidden[0] if hidden else '-'} on.", ""]
