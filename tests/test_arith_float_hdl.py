@@ -47,13 +47,16 @@ def test_multiplier(fmts, stages):
 
 
 # The DSP-placement options (pieces of at most 18 bits, a private operand copy per piece) change
-# no result bit; stages 4 and up register the copies.
+# no result bit; stages 4 and up register the copies (the second operand copy inverts their
+# power-on values).
+@pytest.mark.parametrize("copy", [0, 1])
 @pytest.mark.parametrize("stages", [3, 4, 6])
 @pytest.mark.parametrize("fmts", [(FP32, FP32, FP32), (FP32, BF16, FP32), (BF16, BF16, FP32)],
                          ids=lambda f: "x".join(map(str, f)))
-def test_multiplier_split_private(fmts, stages):
+def test_multiplier_split_private(fmts, stages, copy):
     a, b = operand_pairs(np.random.default_rng(SEED + 10 + stages), fmts[0], fmts[1], 800)
-    check(FloatMultiplier(*fmts, stages=stages, split="wide", private_operands=True),
+    check(FloatMultiplier(*fmts, stages=stages, split="wide", private_operands=True,
+                          operand_copy=copy),
           [{"a": x, "b": y} for x, y in zip(a, b)], fmul(a, b, *fmts))
 
 
@@ -163,6 +166,8 @@ def test_exact_product_claims():
      "Multiplier split must be one of 'both', 'wide', 'dsp18', not 'thirds'"),
     (lambda: FloatMultiplier(private_operands=1),
      "Multiplier private_operands must be True or False, not 1"),
+    (lambda: FloatMultiplier(operand_copy=2),
+     "Multiplier operand copy must be between 0 and 1, not 2"),
     (lambda: FloatAdder(stages=10), "Adder stage count must be between 1 and 9, not 10"),
     (lambda: FloatAdder(stages=3, cuts=(0, 8)),
      "Adder cuts must be 2 distinct cut indices between 0 and 7 (stages - 1), not [0, 8]"),

@@ -119,6 +119,11 @@ class FloatMultiplier(wiring.Component):
         :func:`~hdl.arith.float.distinct_copies`). Place-and-route can then put every copy beside
         its block wherever the blocks land. Default ``False``: one register per significand.
         No result bit changes, nor the latency.
+    operand_copy : int
+        0 (default) or 1. With ``private_operands``, copy 1 inverts the power-on values of the
+        operand registers, so that two multipliers fed by the same operands (lanes that share
+        a scale factor) keep separate registers in synthesis instead of one register driving
+        both units' blocks. No result bit changes, nor the latency.
 
     Members
     -------
@@ -141,7 +146,7 @@ class FloatMultiplier(wiring.Component):
     def __init__(self, a_fmt: FloatFormat | str = FP32, b_fmt: FloatFormat | str = FP32,
                  out_fmt: FloatFormat | str = FP32, *, stages: int = 5,
                  cuts: Sequence[int] | None = None, split: str = "both",
-                 private_operands: bool = False):
+                 private_operands: bool = False, operand_copy: int = 0):
         self._a_fmt = float_format(a_fmt)
         self._b_fmt = float_format(b_fmt)
         self._out_fmt = float_format(out_fmt)
@@ -155,6 +160,7 @@ class FloatMultiplier(wiring.Component):
                             f"{private_operands!r}")
         self._split = split
         self._private = private_operands
+        self._copy = integer(operand_copy, "Multiplier operand copy", 0, 1)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"a": self._a_fmt.width,
                                                         "b": self._b_fmt.width}),
@@ -227,7 +233,8 @@ class FloatMultiplier(wiring.Component):
                 for slice_, value in ((("a",) + pa, a.sig), (("b",) + pb, b.sig)):
                     width = slice_[2] - slice_[1]
                     operands.append(value[slice_[1]:slice_[2]])
-                    inits.append((1 << width) - 1 if uses.get(slice_, 0) % 2 else 0)
+                    inits.append((1 << width) - 1 if (uses.get(slice_, 0) + self._copy) % 2
+                                 else 0)
                     uses[slice_] = uses.get(slice_, 0) + 1
             *operands, exp, flags = pipe.cut(*operands, exp, flags, inits=inits + [0, 0])
             factors = [(operands[2 * n], operands[2 * n + 1]) for n in range(len(pairs))]

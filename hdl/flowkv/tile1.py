@@ -7,6 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..arith.float import distinct_copies
 from ..arith.format import BF16, FP32
 from ..arith.fpadd import FloatAdder
 from ..arith.fpmul import FloatMultiplier
@@ -92,7 +93,11 @@ class ValueTile(wiring.Component):
         vhi = per_bank(range(Lc), "vhi")
         seen = per_bank(1, "seen")
         l_count = per_bank(range(G + 1), "l_count")
-        c_reg = Array(Array(Signal(32, name=f"bank{b}_c{h}") for h in range(G)) for b in range(2))
+        # C is kept twice (power-on values 0 and all ones, so synthesis keeps both): each copy
+        # feeds at most two lanes' rescale operand registers (see the accumulation below).
+        c_sources = min(2, (P + 1) // 2)
+        c_reg = [Array(Array(Signal(32, name=f"bank{b}_c{h}_{n}", init=(-n) & 0xFFFFFFFF)
+                             for h in range(G)) for b in range(2)) for n in range(c_sources)]
         l_reg = Array(Array(Signal(32, name=f"bank{b}_l{h}") for h in range(G)) for b in range(2))
         m.submodules.fmem = fmem = Memory(shape=G * 32, depth=2 * Lc, init=[])
         f_wr = fmem.write_port(granularity=32)
@@ -116,7 +121,7 @@ class ValueTile(wiring.Component):
         with m.If(take):
             with m.Switch(it.kind):
                 with m.Case(Kind.C):
-                    m.d.sync += c_reg[fb][it.head].eq(it.value)
+                    m.d.sync += [c[fb][it.head].eq(it.value) for c in c_reg]
                     with m.If(state[fb] == _FREE):
                         m.d.sync += [state[fb].eq(_FILLING), refused[fb].eq(0), seen[fb].eq(0),
                                      l_count[fb].eq(0), first[fb].eq(it.first),
@@ -172,7 +177,7 @@ class ValueTile(wiring.Component):
                          p_vlo.eq(vlo[bank]), p_vhi.eq(vhi[bank]), p_first.eq(first[bank]),
                          p_final.eq(final[bank])]
 
-        with m.FSM(name="process"):
+        with m.FSM(name="process") as process:
             with m.State("IDLE"):
                 with m.If(state[rb] == _FULL):
                     with m.If(refused[rb]):
@@ -183,7 +188,6 @@ class ValueTile(wiring.Component):
                         start(rb)
                         m.next = "ROWS"
             with m.State("ROWS"):
-                m.d.comb += self.v.ready.eq(~busy.bit_select(k, 1))
                 with m.If(accept):
                     m.d.sync += k.eq(Mux(row_last_beat, 0, k + 1))
                     with m.If(row_last_beat):
@@ -222,31 +226,35 @@ class ValueTile(wiring.Component):
         # ---- accumulation: cycle 0 accept, 1 operands, +mul, +add, write -----------------------
         m.d.comb += [f_rd.addr.eq(Cat(t[:slot_log], rb)),
                      y_rd.addr.eq(Mux(d_issue, d_beat, k))]
-        v_reg = Signal(P * BF16.width)
         issue1 = Signal()
         k1 = Signal(range(B))
         zero1 = Signal()                      # the job's first attended row: addend +0
-        scale1 = [Signal(32, name=f"rescale{h}") for h in range(G)]
         chunk_row0 = t == p_vlo               # first attended row of the chunk: rescale by C
-        m.d.sync += [v_reg.eq(self.v.payload.data.as_value()), issue1.eq(acc_issue), k1.eq(k),
-                     zero1.eq(p_first & chunk_row0)]
-        m.d.sync += [scale1[h].eq(Mux(chunk_row0, c_reg[rb][h], _ONE)) for h in range(G)]
+        m.d.sync += [issue1.eq(acc_issue), k1.eq(k), zero1.eq(p_first & chunk_row0)]
+        # Operand registers that synthesis keeps apart (distinct power-on values), so that no
+        # one register drives the multiplier blocks of lanes spread over the die: V per head,
+        # the rescale factor per lane (up to four copies per head, from the two copies of C).
+        v_regs = distinct_copies(m, [self.v.payload.data.as_value()], G, name="v_reg")
+        scale1 = [distinct_copies(m, [Mux(chunk_row0, c[rb][h], _ONE) for c in c_reg],
+                                  min(P, 2 * c_sources), name=f"rescale{h}") for h in range(G)]
         results = []
         written = None
         for h in range(G):
             f_val = f_rd.data[32 * h:32 * (h + 1)]
             for i in range(P):
                 lane = h * P + i
-                fv = FloatMultiplier(FP32, BF16, FP32)
-                cy = FloatMultiplier(FP32, FP32, FP32)
+                fv = FloatMultiplier(FP32, BF16, FP32, split="wide", private_operands=True,
+                                     operand_copy=i % 2)
+                cy = FloatMultiplier(FP32, FP32, FP32, split="wide", private_operands=True)
                 add = FloatAdder(FP32)
                 m.submodules[f"fv{lane}"] = fv
                 m.submodules[f"cy{lane}"] = cy
                 m.submodules[f"acc{lane}"] = add
                 y_old = y_rd.data[lane_bits * lane:lane_bits * (lane + 1)]
                 m.d.comb += [fv.i.valid.eq(issue1), fv.i.payload.a.eq(f_val),
-                             fv.i.payload.b.eq(v_reg[16 * i:16 * (i + 1)]),
-                             cy.i.valid.eq(issue1), cy.i.payload.a.eq(scale1[h]),
+                             fv.i.payload.b.eq(v_regs[h][16 * i:16 * (i + 1)]),
+                             cy.i.valid.eq(issue1),
+                             cy.i.payload.a.eq(scale1[h][i % len(scale1[h])]),
                              cy.i.payload.b.eq(y_old)]
                 zero = delay(m, zero1, cy.latency, name=f"zero{lane}")
                 m.d.comb += [add.i.valid.eq(fv.o.valid), add.i.payload.a.eq(fv.o.payload.y),
@@ -260,6 +268,26 @@ class ValueTile(wiring.Component):
                 m.d.sync += busy[j].eq(1)
             with m.If(written & (write_k == j)):
                 m.d.sync += busy[j].eq(0)
+
+        # ---- v.ready from a register ----------------------------------------------------------
+        # ``v.ready`` is ``~busy[k]`` in ROWS, computed one cycle ahead from the next state so that
+        # no combinational path runs from the state machine out of the pair and back. The next
+        # state is worked out for both outcomes of ``v.valid`` from registers alone; the input's
+        # valid bit only selects between them.
+        v_ready = Signal()
+        clear = Signal(B)
+        m.d.comb += clear.eq(Cat(written & (write_k == j) for j in range(B)))
+        hold_busy = busy & ~clear                                   # no beat taken this cycle
+        take_busy = (busy | Cat(row_valid & (k == j) for j in range(B))) & ~clear  # beat taken
+        k_step = Mux(row_last_beat, 0, k + 1)
+        next_bank_ready = (state[~rb] == _FULL) & ~refused[~rb]
+        leave = chunk_done & (p_final | ~next_bank_ready)
+        enter = process.ongoing("IDLE") & (state[rb] == _FULL) & ~refused[rb]
+        if_hold = Mux(process.ongoing("ROWS"), ~hold_busy.bit_select(k, 1),
+                      enter & ~hold_busy[0])
+        if_take = ~leave & ~take_busy.bit_select(k_step, 1)
+        m.d.sync += v_ready.eq(Mux(self.v.valid & v_ready, if_take, if_hold))
+        m.d.comb += self.v.ready.eq(v_ready)
 
         # ---- reciprocals of the final l, one per head ----------------------------------------
         m.submodules.recip = recip = Reciprocal()
@@ -283,7 +311,8 @@ class ValueTile(wiring.Component):
         word1 = head_words[ctl1.head]
         lanes_out = []
         for i in range(P):
-            mul = FloatMultiplier(FP32, FP32, cfg.out_fmt)
+            mul = FloatMultiplier(FP32, FP32, cfg.out_fmt, split="wide", private_operands=True,
+                                  operand_copy=i % 2)
             m.submodules[f"out{i}"] = mul
             m.d.comb += [mul.i.valid.eq(out_valid1),
                          mul.i.payload.a.eq(word1[lane_bits * i:lane_bits * (i + 1)]),
