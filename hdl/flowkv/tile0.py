@@ -139,6 +139,11 @@ class ScoreTile(wiring.Component):
 
         # ---- banks of the score memory ----------------------------------------------------------
         bank_state = Array(Signal(2, name=f"bank{b}_state") for b in range(2))
+        # Next values of the registers ``k.ready`` depends on (assigned below, registered here),
+        # so that ``k.ready`` itself can come from a register (see the input side).
+        bank_state_n = Array(Signal(2, name=f"bank{b}_state_next") for b in range(2))
+        m.d.comb += [bank_state_n[b].eq(bank_state[b]) for b in range(2)]
+        m.d.sync += [bank_state[b].eq(bank_state_n[b]) for b in range(2)]
         bank_refused = Array(Signal(name=f"bank{b}_refused") for b in range(2))
         bank_first = Array(Signal(name=f"bank{b}_first") for b in range(2))
         bank_final = Array(Signal(name=f"bank{b}_final") for b in range(2))
@@ -163,6 +168,9 @@ class ScoreTile(wiring.Component):
         chunk_start = Signal(cfg.len_bits)
         slot = Signal(range(Lc))
         beat = Signal(range(B))
+        ib_n, slot_n, beat_n = Signal.like(ib), Signal.like(slot), Signal.like(beat)
+        m.d.comb += [ib_n.eq(ib), slot_n.eq(slot), beat_n.eq(beat)]
+        m.d.sync += [ib.eq(ib_n), slot.eq(slot_n), beat.eq(beat_n)]
         row_pos = Signal(cfg.len_bits + 1)
         row_valid = Signal()
         row_chunk_last = Signal()
@@ -186,15 +194,18 @@ class ScoreTile(wiring.Component):
 
         k_take = self.k.valid & self.k.ready
         chunk_begins = (beat == 0) & (slot == 0)
-        with m.FSM(name="input"):
+        enter_stream = Signal()
+        leave_stream = Signal()
+        with m.FSM(name="input") as input_fsm:
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
                     m.d.sync += [position.eq(c.position), length.eq(c.length), lo.eq(lo_next),
                                  first_start.eq(aligned(lo_next)),
                                  last_start.eq(aligned(c.position)),
-                                 chunk_start.eq(aligned(lo_next)), slot.eq(0), beat.eq(0),
+                                 chunk_start.eq(aligned(lo_next)),
                                  refused.eq(bad), q_beat.eq(0), q_head.eq(0)]
+                    m.d.comb += [slot_n.eq(0), beat_n.eq(0)]
                     m.next = "QUERY"
             with m.State("QUERY"):
                 m.d.comb += self.q.ready.eq(1)
@@ -205,28 +216,28 @@ class ScoreTile(wiring.Component):
                         with m.If((q_head == G - 1) & refused):
                             m.next = "REFUSE"
                         with m.Elif(q_head == G - 1):
+                            m.d.comb += enter_stream.eq(1)
                             m.next = "STREAM"
             with m.State("REFUSE"):
                 # A refused step takes a bank so that its item keeps its place in the sequence.
                 with m.If(bank_state[ib] == _FREE):
-                    m.d.sync += [bank_state[ib].eq(_FULL), bank_refused[ib].eq(1), ib.eq(~ib)]
+                    m.d.sync += bank_refused[ib].eq(1)
+                    m.d.comb += [bank_state_n[ib].eq(_FULL), ib_n.eq(~ib)]
                     m.next = "IDLE"
             with m.State("STREAM"):
-                m.d.comb += self.k.ready.eq(tags.w_rdy & (~chunk_begins
-                                                          | (bank_state[ib] == _FREE)))
                 with m.If(k_take):
                     with m.If(chunk_begins):
-                        m.d.sync += [bank_state[ib].eq(_FILLING), bank_refused[ib].eq(0),
-                                     bank_first[ib].eq(first_chunk),
+                        m.d.sync += [bank_refused[ib].eq(0), bank_first[ib].eq(first_chunk),
                                      bank_final[ib].eq(job_last_chunk)]
-                    m.d.sync += beat.eq(Mux(beat == B - 1, 0, beat + 1))
+                        m.d.comb += bank_state_n[ib].eq(_FILLING)
+                    m.d.comb += beat_n.eq(Mux(beat == B - 1, 0, beat + 1))
                     with m.If(beat == B - 1):
-                        m.d.comb += tags.w_en.eq(1)
-                        m.d.sync += slot.eq(slot + 1)
+                        m.d.comb += [tags.w_en.eq(1), slot_n.eq(slot + 1)]
                         with m.If(row_chunk_last):
-                            m.d.sync += [slot.eq(0), chunk_start.eq(chunk_start + Lc),
-                                         ib.eq(~ib)]
+                            m.d.sync += chunk_start.eq(chunk_start + Lc)
+                            m.d.comb += [slot_n.eq(0), ib_n.eq(~ib)]
                             with m.If(job_last_chunk):
+                                m.d.comb += leave_stream.eq(1)
                                 m.next = "IDLE"
 
         # ---- scores: G lane-parallel dot products, beat trees, scale ----------------------------
@@ -272,7 +283,8 @@ class ScoreTile(wiring.Component):
         with m.If(score_valid):
             m.d.sync += [running[h].eq(updated[h]) for h in range(G)]
             with m.If(tag.chunk_last):
-                m.d.sync += [bank_rows[tag.bank].eq(tag.slot + 1), bank_state[tag.bank].eq(_FULL)]
+                m.d.sync += bank_rows[tag.bank].eq(tag.slot + 1)
+                m.d.comb += bank_state_n[tag.bank].eq(_FULL)
                 m.d.sync += [bank_max[tag.bank][h].eq(updated[h]) for h in range(G)]
 
         # ---- exponential engine: C and F per head, then l ----------------------------------------
@@ -300,9 +312,11 @@ class ScoreTile(wiring.Component):
                         with m.If(queue.can_issue):
                             m.d.comb += [issuing.eq(1), issue.kind.eq(Kind.REFUSED),
                                          issue.last.eq(1)]
-                            m.d.sync += [bank_state[eb].eq(_FREE), eb.eq(~eb)]
+                            m.d.sync += eb.eq(~eb)
+                            m.d.comb += bank_state_n[eb].eq(_FREE)
                     with m.Else():
-                        m.d.sync += [bank_state[eb].eq(_READING), e_head.eq(0), e_slot.eq(0),
+                        m.d.comb += bank_state_n[eb].eq(_READING)
+                        m.d.sync += [e_head.eq(0), e_slot.eq(0),
                                      e_is_c.eq(1), e_first.eq(bank_first[eb]),
                                      e_final.eq(bank_final[eb]), e_rows.eq(bank_rows[eb])]
                         m.next = "ISSUE"
@@ -322,7 +336,8 @@ class ScoreTile(wiring.Component):
                     with m.Elif(e_head != G - 1):
                         m.d.sync += [e_slot.eq(0), e_is_c.eq(1), e_head.eq(e_head + 1)]
                     with m.Else():
-                        m.d.sync += [bank_state[eb].eq(_FREE), eb.eq(~eb)]
+                        m.d.sync += eb.eq(~eb)
+                        m.d.comb += bank_state_n[eb].eq(_FREE)
                         m.d.sync += [m_prev[h].eq(bank_max[eb][h]) for h in range(G)]
                         with m.If(e_final):
                             m.next = "FINAL"
@@ -386,6 +401,17 @@ class ScoreTile(wiring.Component):
                      item.valid.eq(is_f & out_slot_valid), item.first.eq(out.first),
                      item.final.eq(out.final), item.last.eq(out.last), item.value.eq(value),
                      queue.w_en.eq(out_valid), queue.w_data.eq(item)]
+
+        # ---- k.ready from a register --------------------------------------------------------------
+        # ``k.ready`` (STREAM, a free tag slot, and a free bank when a chunk begins) is computed
+        # one cycle ahead from the next values of the state it reads, so that no combinational
+        # path runs from the tile's state out of the pair and back.
+        k_ready = Signal()
+        stream_n = (input_fsm.ongoing("STREAM") & ~leave_stream) | enter_stream
+        tags_level_n = (tags.level + (tags.w_en & tags.w_rdy) - (tags.r_en & tags.r_rdy))
+        m.d.sync += k_ready.eq(stream_n & (tags_level_n[:len(tags.level)] != tag_depth)
+                               & ~((beat_n == 0) & (slot_n == 0) & (bank_state_n[ib_n] != _FREE)))
+        m.d.comb += self.k.ready.eq(k_ready)
 
         # ---- l = C * l_prev + tree(F) per head --------------------------------------------------
         m.submodules.lmul = lmul = FloatMultiplier(FP32, FP32, FP32)
