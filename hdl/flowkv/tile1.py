@@ -104,26 +104,50 @@ class ValueTile(wiring.Component):
         f_rd = fmem.read_port()
         fb = Signal()            # bank the item stream fills
         lb = Signal()            # bank of the job whose l values arrive
+        # The bank states and ``fb`` are assigned through their next values (registered here), so
+        # that ``items.ready`` can come from registers: whether the bank the stream fills next
+        # cycle is free or filling (below, after the last assignment).
+        state_n = per_bank(2, "state_next")
+        fb_n = Signal()
+        m.d.comb += [fb_n.eq(fb)] + [state_n[b].eq(state[b]) for b in range(2)]
+        m.d.sync += [fb.eq(fb_n)] + [state[b].eq(state_n[b]) for b in range(2)]
+        fill_free = Signal(init=1)
+        fill_filling = Signal()
 
         with m.Switch(it.kind):
             with m.Case(Kind.C):
-                m.d.comb += self.items.ready.eq((state[fb] == _FREE) | (state[fb] == _FILLING))
+                m.d.comb += self.items.ready.eq(fill_free | fill_filling)
             with m.Case(Kind.F):
-                m.d.comb += self.items.ready.eq(state[fb] == _FILLING)
+                m.d.comb += self.items.ready.eq(fill_filling)
             with m.Case(Kind.L):
                 m.d.comb += self.items.ready.eq(1)
             with m.Case(Kind.REFUSED):
-                m.d.comb += self.items.ready.eq(state[fb] == _FREE)
+                m.d.comb += self.items.ready.eq(fill_free)
         take = self.items.valid & self.items.ready
-        m.d.comb += [f_wr.addr.eq(Cat(it.slot[:slot_log], fb)), f_wr.data.eq(it.value.replicate(G)),
-                     f_wr.en.eq(Cat((it.head == h) & take & (it.kind == Kind.F)
-                                    for h in range(G)))]
+        # C, l and F values are written one cycle after they are taken, from registers: the wide
+        # write enables then do not hang off the handshake. Nothing reads them sooner (a bank is
+        # processed from the cycle after it is full, l from the cycle after the last one counts).
+        wr_c, wr_l, wr_f = Signal(), Signal(), Signal()
+        wr_bank, wr_lbank = Signal(), Signal()
+        wr_head = Signal(range(G))
+        wr_slot = Signal(cfg.slot_bits)
+        wr_value = Signal(32)
+        m.d.sync += [wr_c.eq(take & (it.kind == Kind.C)), wr_l.eq(take & (it.kind == Kind.L)),
+                     wr_f.eq(take & (it.kind == Kind.F)), wr_bank.eq(fb), wr_lbank.eq(lb),
+                     wr_head.eq(it.head), wr_slot.eq(it.slot), wr_value.eq(it.value)]
+        m.d.comb += [f_wr.addr.eq(Cat(wr_slot[:slot_log], wr_bank)),
+                     f_wr.data.eq(wr_value.replicate(G)),
+                     f_wr.en.eq(Cat((wr_head == h) & wr_f for h in range(G)))]
+        with m.If(wr_c):
+            m.d.sync += [c[wr_bank][wr_head].eq(wr_value) for c in c_reg]
+        with m.If(wr_l):
+            m.d.sync += l_reg[wr_lbank][wr_head].eq(wr_value)
         with m.If(take):
             with m.Switch(it.kind):
                 with m.Case(Kind.C):
-                    m.d.sync += [c[fb][it.head].eq(it.value) for c in c_reg]
                     with m.If(state[fb] == _FREE):
-                        m.d.sync += [state[fb].eq(_FILLING), refused[fb].eq(0), seen[fb].eq(0),
+                        m.d.comb += state_n[fb].eq(_FILLING)
+                        m.d.sync += [refused[fb].eq(0), seen[fb].eq(0),
                                      l_count[fb].eq(0), first[fb].eq(it.first),
                                      final[fb].eq(it.final)]
                 with m.Case(Kind.F):
@@ -132,13 +156,15 @@ class ValueTile(wiring.Component):
                         with m.If(~seen[fb]):
                             m.d.sync += [vlo[fb].eq(it.slot), seen[fb].eq(1)]
                     with m.If(it.last):
-                        m.d.sync += [rows[fb].eq(it.slot + 1), state[fb].eq(_FULL), fb.eq(~fb)]
+                        m.d.sync += rows[fb].eq(it.slot + 1)
+                        m.d.comb += [state_n[fb].eq(_FULL), fb_n.eq(~fb)]
                         with m.If(it.final):
                             m.d.sync += lb.eq(fb)
                 with m.Case(Kind.L):
-                    m.d.sync += [l_reg[lb][it.head].eq(it.value), l_count[lb].eq(l_count[lb] + 1)]
+                    m.d.sync += l_count[lb].eq(l_count[lb] + 1)
                 with m.Case(Kind.REFUSED):
-                    m.d.sync += [state[fb].eq(_FULL), refused[fb].eq(1), fb.eq(~fb)]
+                    m.d.sync += refused[fb].eq(1)
+                    m.d.comb += [state_n[fb].eq(_FULL), fb_n.eq(~fb)]
 
         # ---- accumulator memory: word k holds elements k*P .. k*P+P-1 of every head ------------
         lane_bits = 32
@@ -156,6 +182,10 @@ class ValueTile(wiring.Component):
         p_vhi = Signal(range(Lc))
         p_first = Signal()
         p_final = Signal()
+        # ``t == p_vlo`` (the chunk's first attended row: rescale by C) kept in a register, updated
+        # with ``t`` and ``p_vlo``: it selects every lane's rescale operand, so it should not be
+        # a comparator placed far from most of them.
+        chunk_row0 = Signal(init=1)
         accept = self.v.valid & self.v.ready
         row_valid = (t >= p_vlo) & (t <= p_vhi)
         acc_issue = Signal()
@@ -173,7 +203,9 @@ class ValueTile(wiring.Component):
         e_issue = Signal()        # error beat of a refused job
 
         def start(bank):
-            m.d.sync += [state[bank].eq(_BUSY), t.eq(0), k.eq(0), p_rows.eq(rows[bank]),
+            m.d.comb += state_n[bank].eq(_BUSY)
+            m.d.sync += [t.eq(0), k.eq(0), p_rows.eq(rows[bank]),
+                         chunk_row0.eq(vlo[bank] == 0),
                          p_vlo.eq(vlo[bank]), p_vhi.eq(vhi[bank]), p_first.eq(first[bank]),
                          p_final.eq(final[bank])]
 
@@ -183,7 +215,8 @@ class ValueTile(wiring.Component):
                     with m.If(refused[rb]):
                         with m.If(queue.can_issue):
                             m.d.comb += e_issue.eq(1)
-                            m.d.sync += [state[rb].eq(_FREE), rb.eq(~rb)]
+                            m.d.comb += state_n[rb].eq(_FREE)
+                            m.d.sync += rb.eq(~rb)
                     with m.Else():
                         start(rb)
                         m.next = "ROWS"
@@ -191,12 +224,13 @@ class ValueTile(wiring.Component):
                 with m.If(accept):
                     m.d.sync += k.eq(Mux(row_last_beat, 0, k + 1))
                     with m.If(row_last_beat):
-                        m.d.sync += t.eq(t + 1)
+                        m.d.sync += [t.eq(t + 1), chunk_row0.eq(t + 1 == p_vlo)]
                     with m.If(chunk_done):
                         with m.If(p_final):
                             m.next = "WAIT"
                         with m.Else():
-                            m.d.sync += [state[rb].eq(_FREE), rb.eq(~rb)]
+                            m.d.comb += state_n[rb].eq(_FREE)
+                            m.d.sync += rb.eq(~rb)
                             # Go straight on with the next chunk if it is there: no bubble.
                             with m.If((state[~rb] == _FULL) & ~refused[~rb]):
                                 start(~rb)
@@ -220,8 +254,11 @@ class ValueTile(wiring.Component):
                     with m.If(d_beat == B - 1):
                         m.d.sync += d_head.eq(d_head + 1)
                         with m.If(d_head == G - 1):
-                            m.d.sync += [state[rb].eq(_FREE), rb.eq(~rb)]
+                            m.d.comb += state_n[rb].eq(_FREE)
+                            m.d.sync += rb.eq(~rb)
                             m.next = "IDLE"
+        m.d.sync += [fill_free.eq(state_n[fb_n] == _FREE),
+                     fill_filling.eq(state_n[fb_n] == _FILLING)]
 
         # ---- accumulation: cycle 0 accept, 1 operands, +mul, +add, write -----------------------
         m.d.comb += [f_rd.addr.eq(Cat(t[:slot_log], rb)),
@@ -229,7 +266,6 @@ class ValueTile(wiring.Component):
         issue1 = Signal()
         k1 = Signal(range(B))
         zero1 = Signal()                      # the job's first attended row: addend +0
-        chunk_row0 = t == p_vlo               # first attended row of the chunk: rescale by C
         m.d.sync += [issue1.eq(acc_issue), k1.eq(k), zero1.eq(p_first & chunk_row0)]
         # Operand registers that synthesis keeps apart (distinct power-on values), so that no
         # one register drives the multiplier blocks of lanes spread over the die: V per head,
@@ -237,6 +273,10 @@ class ValueTile(wiring.Component):
         v_regs = distinct_copies(m, [self.v.payload.data.as_value()], G, name="v_reg")
         scale1 = [distinct_copies(m, [Mux(chunk_row0, c[rb][h], _ONE) for c in c_reg],
                                   min(P, 2 * c_sources), name=f"rescale{h}") for h in range(G)]
+        # The job's first attended row sets the addend to +0 in every lane, as the rescale
+        # product leaves its multiplier: a two-level tree of distinct copies so that each copy
+        # drives the zeroing of a few lanes only.
+        zeros = None
         results = []
         written = None
         for h in range(G):
@@ -256,7 +296,11 @@ class ValueTile(wiring.Component):
                              cy.i.valid.eq(issue1),
                              cy.i.payload.a.eq(scale1[h][i % len(scale1[h])]),
                              cy.i.payload.b.eq(y_old)]
-                zero = delay(m, zero1, cy.latency, name=f"zero{lane}")
+                if zeros is None:
+                    zero_mid = delay(m, zero1, cy.latency - 2, name="zero")
+                    zeros = distinct_copies(m, distinct_copies(m, [zero_mid], 2, name="zero_a"),
+                                            4, name="zero_b")
+                zero = zeros[lane % len(zeros)]
                 m.d.comb += [add.i.valid.eq(fv.o.valid), add.i.payload.a.eq(fv.o.payload.y),
                              add.i.payload.b.eq(Mux(zero, 0, cy.o.payload.y))]
                 results.append(add.o.payload.y)
