@@ -124,24 +124,22 @@ class ValueTile(wiring.Component):
             with m.Case(Kind.REFUSED):
                 m.d.comb += self.items.ready.eq(fill_free)
         take = self.items.valid & self.items.ready
-        # C, l and F values are written one cycle after they are taken, from registers: the wide
+        # C and F values are written one cycle after they are taken, from registers: the wide
         # write enables then do not hang off the handshake. Nothing reads them sooner (a bank is
-        # processed from the cycle after it is full, l from the cycle after the last one counts).
-        wr_c, wr_l, wr_f = Signal(), Signal(), Signal()
-        wr_bank, wr_lbank = Signal(), Signal()
+        # processed from the cycle after it is full).
+        wr_c, wr_f = Signal(), Signal()
+        wr_bank = Signal()
         wr_head = Signal(range(G))
         wr_slot = Signal(cfg.slot_bits)
         wr_value = Signal(32)
-        m.d.sync += [wr_c.eq(take & (it.kind == Kind.C)), wr_l.eq(take & (it.kind == Kind.L)),
-                     wr_f.eq(take & (it.kind == Kind.F)), wr_bank.eq(fb), wr_lbank.eq(lb),
+        m.d.sync += [wr_c.eq(take & (it.kind == Kind.C)), wr_f.eq(take & (it.kind == Kind.F)),
+                     wr_bank.eq(fb),
                      wr_head.eq(it.head), wr_slot.eq(it.slot), wr_value.eq(it.value)]
         m.d.comb += [f_wr.addr.eq(Cat(wr_slot[:slot_log], wr_bank)),
                      f_wr.data.eq(wr_value.replicate(G)),
                      f_wr.en.eq(Cat((wr_head == h) & wr_f for h in range(G)))]
         with m.If(wr_c):
             m.d.sync += [c[wr_bank][wr_head].eq(wr_value) for c in c_reg]
-        with m.If(wr_l):
-            m.d.sync += l_reg[wr_lbank][wr_head].eq(wr_value)
         with m.If(take):
             with m.Switch(it.kind):
                 with m.Case(Kind.C):
@@ -161,7 +159,7 @@ class ValueTile(wiring.Component):
                         with m.If(it.final):
                             m.d.sync += lb.eq(fb)
                 with m.Case(Kind.L):
-                    m.d.sync += l_count[lb].eq(l_count[lb] + 1)
+                    m.d.sync += [l_reg[lb][it.head].eq(it.value), l_count[lb].eq(l_count[lb] + 1)]
                 with m.Case(Kind.REFUSED):
                     m.d.sync += refused[fb].eq(1)
                     m.d.comb += [state_n[fb].eq(_FULL), fb_n.eq(~fb)]
@@ -195,6 +193,9 @@ class ValueTile(wiring.Component):
 
         rec_issue = Signal()
         rec_head = Signal(range(G + 1))
+        rec_head_n = Signal.like(rec_head)
+        m.d.comb += rec_head_n.eq(rec_head)
+        m.d.sync += rec_head.eq(rec_head_n)
         rec_done = Signal(range(G + 1))
         recips = Array(Signal(32, name=f"recip{h}") for h in range(G))
         d_issue = Signal()
@@ -238,12 +239,13 @@ class ValueTile(wiring.Component):
                                 m.next = "IDLE"
             with m.State("WAIT"):
                 with m.If((busy == 0) & (l_count[rb] == G)):
-                    m.d.sync += [rec_head.eq(0), rec_done.eq(0)]
+                    m.d.comb += rec_head_n.eq(0)
+                    m.d.sync += rec_done.eq(0)
                     m.next = "RECIP"
             with m.State("RECIP"):
                 m.d.comb += rec_issue.eq(rec_head != G)
                 with m.If(rec_issue):
-                    m.d.sync += rec_head.eq(rec_head + 1)
+                    m.d.comb += rec_head_n.eq(rec_head + 1)
                 with m.If(rec_done == G):
                     m.d.sync += [d_head.eq(0), d_beat.eq(0)]
                     m.next = "DRAIN"
@@ -335,7 +337,11 @@ class ValueTile(wiring.Component):
 
         # ---- reciprocals of the final l, one per head ----------------------------------------
         m.submodules.recip = recip = Reciprocal()
-        m.d.comb += [recip.i.valid.eq(rec_issue), recip.i.payload.x.eq(l_reg[rb][rec_head])]
+        # Its operand is selected a cycle ahead, into a register, from the next head (the l values
+        # are all written by the cycle the state machine leaves WAIT).
+        rec_x = Signal(32)
+        m.d.sync += rec_x.eq(l_reg[rb][rec_head_n])
+        m.d.comb += [recip.i.valid.eq(rec_issue), recip.i.payload.x.eq(rec_x)]
         recip_head = delay(m, rec_head, recip.latency, name="recip_head")
         with m.If(recip.o.valid):
             m.d.sync += [recips[recip_head].eq(recip.o.payload.y), rec_done.eq(rec_done + 1)]
