@@ -19,6 +19,9 @@ from .spec import FlowKVConfig, Kind, beat_layout, item_layout, output_layout
 __all__ = ["ValueTile"]
 
 _ONE = 0x3F800000
+#: The lane multipliers register the rounding increment rather than the one-bit normalization
+#: (:class:`~hdl.arith.fpmul.FloatMultiplier` ``cuts``): same latency, no result bit changes.
+_LANE_CUTS = (0, 1, 2, 4)
 
 # Bank states of the double-buffered F memory.
 _FREE, _FILLING, _FULL, _BUSY = range(4)
@@ -285,9 +288,10 @@ class ValueTile(wiring.Component):
             f_val = f_rd.data[32 * h:32 * (h + 1)]
             for i in range(P):
                 lane = h * P + i
-                fv = FloatMultiplier(FP32, BF16, FP32, split="wide", private_operands=True,
-                                     operand_copy=i % 2)
-                cy = FloatMultiplier(FP32, FP32, FP32, split="wide", private_operands=True)
+                fv = FloatMultiplier(FP32, BF16, FP32, cuts=_LANE_CUTS, split="wide",
+                                     private_operands=True, operand_copy=i % 2)
+                cy = FloatMultiplier(FP32, FP32, FP32, cuts=_LANE_CUTS, split="wide",
+                                     private_operands=True)
                 add = FloatAdder(FP32)
                 m.submodules[f"fv{lane}"] = fv
                 m.submodules[f"cy{lane}"] = cy
