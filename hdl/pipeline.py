@@ -7,7 +7,21 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 
 from .validate import integer
 
-__all__ = ["stream_stage", "ResultQueue"]
+__all__ = ["stream_stage", "next_values", "ResultQueue"]
+
+
+def next_values(m: Module, *registers: Signal) -> list[Signal]:
+    """Assign ``registers`` through their next values: one combinational ``<name>_next`` signal
+    per register, equal to the register unless the design assigns it (``m.d.comb``), which the
+    register takes at the clock edge. Logic that must know next cycle's state now (a ``ready``
+    computed a cycle ahead, so that it can come from a register) reads these."""
+    nexts = []
+    for reg in registers:
+        nxt = Signal.like(reg, name=f"{reg.name}_next")
+        m.d.comb += nxt.eq(reg)
+        m.d.sync += reg.eq(nxt)
+        nexts.append(nxt)
+    return nexts
 
 
 def stream_stage(m: Module, source, sink, payload: Value, *, registered: bool = True):

@@ -7,7 +7,7 @@ from amaranth import Elaboratable, Module, Signal
 from amaranth.lib import stream
 from amaranth.sim import Simulator
 
-from hdl.pipeline import ResultQueue
+from hdl.pipeline import ResultQueue, next_values
 
 
 class _Delay(Elaboratable):
@@ -64,3 +64,31 @@ def test_result_queue_loses_nothing(depth, latency):
 def test_result_queue_depth_below_three_is_refused():
     with pytest.raises(ValueError, match="Result queue depth must be between 3 and 4096, not 2"):
         _Delay(2, 1).elaborate(None)
+
+
+def test_next_values_lead_their_registers_by_a_cycle():
+    """A register assigned through ``next_values`` holds, a cycle later, what its next value
+    showed: its own value when nothing assigns it, else the assignment."""
+    m = Module()
+    count = Signal(4, init=3)
+    step = Signal()
+    nxt, = next_values(m, count)
+    with m.If(step):
+        m.d.comb += nxt.eq(count + 1)
+    seen = []
+
+    async def bench(ctx):
+        for cycle in range(8):
+            ctx.set(step, cycle % 3 != 0)
+            await ctx.delay(1e-9)
+            shown = ctx.get(nxt)
+            await ctx.tick()
+            seen.append((shown, ctx.get(count)))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert nxt.name == "count_next"
+    assert all(shown == after for shown, after in seen)
+    assert [after for _, after in seen] == [3, 4, 5, 5, 6, 7, 7, 8]

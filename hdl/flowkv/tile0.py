@@ -14,7 +14,7 @@ from ..arith.format import BF16, FP32
 from ..arith.fpadd import FloatAdder
 from ..arith.fpmul import FloatMultiplier
 from ..arith.tree import delay, serial_tree, tree_levels, unit_combine
-from ..pipeline import ResultQueue
+from ..pipeline import ResultQueue, next_values
 from .spec import FlowKVConfig, Kind, beat_layout, command_layout, item_layout
 
 __all__ = ["ScoreTile", "total_order_max"]
@@ -141,9 +141,7 @@ class ScoreTile(wiring.Component):
         bank_state = Array(Signal(2, name=f"bank{b}_state") for b in range(2))
         # Next values of the registers ``k.ready`` depends on (assigned below, registered here),
         # so that ``k.ready`` itself can come from a register (see the input side).
-        bank_state_n = Array(Signal(2, name=f"bank{b}_state_next") for b in range(2))
-        m.d.comb += [bank_state_n[b].eq(bank_state[b]) for b in range(2)]
-        m.d.sync += [bank_state[b].eq(bank_state_n[b]) for b in range(2)]
+        bank_state_n = Array(next_values(m, *bank_state))
         bank_refused = Array(Signal(name=f"bank{b}_refused") for b in range(2))
         bank_first = Array(Signal(name=f"bank{b}_first") for b in range(2))
         bank_final = Array(Signal(name=f"bank{b}_final") for b in range(2))
@@ -168,9 +166,7 @@ class ScoreTile(wiring.Component):
         chunk_start = Signal(cfg.len_bits)
         slot = Signal(range(Lc))
         beat = Signal(range(B))
-        ib_n, slot_n, beat_n = Signal.like(ib), Signal.like(slot), Signal.like(beat)
-        m.d.comb += [ib_n.eq(ib), slot_n.eq(slot), beat_n.eq(beat)]
-        m.d.sync += [ib.eq(ib_n), slot.eq(slot_n), beat.eq(beat_n)]
+        ib_n, slot_n, beat_n = next_values(m, ib, slot, beat)
         row_pos = Signal(cfg.len_bits + 1)
         row_valid = Signal()
         row_chunk_last = Signal()

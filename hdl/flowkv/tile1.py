@@ -13,7 +13,7 @@ from ..arith.fpadd import FloatAdder
 from ..arith.fpmul import FloatMultiplier
 from ..arith.recip import Reciprocal
 from ..arith.tree import delay
-from ..pipeline import ResultQueue
+from ..pipeline import ResultQueue, next_values
 from .spec import FlowKVConfig, Kind, beat_layout, item_layout, output_layout
 
 __all__ = ["ValueTile"]
@@ -110,10 +110,8 @@ class ValueTile(wiring.Component):
         # The bank states and ``fb`` are assigned through their next values (registered here), so
         # that ``items.ready`` can come from registers: whether the bank the stream fills next
         # cycle is free or filling (below, after the last assignment).
-        state_n = per_bank(2, "state_next")
-        fb_n = Signal()
-        m.d.comb += [fb_n.eq(fb)] + [state_n[b].eq(state[b]) for b in range(2)]
-        m.d.sync += [fb.eq(fb_n)] + [state[b].eq(state_n[b]) for b in range(2)]
+        fb_n, *state_n = next_values(m, fb, *state)
+        state_n = Array(state_n)
         fill_free = Signal(init=1)
         fill_filling = Signal()
 
@@ -196,9 +194,7 @@ class ValueTile(wiring.Component):
 
         rec_issue = Signal()
         rec_head = Signal(range(G + 1))
-        rec_head_n = Signal.like(rec_head)
-        m.d.comb += rec_head_n.eq(rec_head)
-        m.d.sync += rec_head.eq(rec_head_n)
+        rec_head_n, = next_values(m, rec_head)
         rec_done = Signal(range(G + 1))
         recips = Array(Signal(32, name=f"recip{h}") for h in range(G))
         d_issue = Signal()
