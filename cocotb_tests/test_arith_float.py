@@ -27,6 +27,16 @@ CASES = [
     ("arith-fdot", "small", {"in_fmt": "fp16", "lanes": "4", "add_stages": "2"}, ICARUS),
 ]
 RUNS = [(case[:3], simulator) for case in CASES for simulator in case[3]]
+#: The same testbenches on the Verilog written for the ECP5 with ``block_registers``, where the
+#: multipliers' pieces are MULT18X18D blocks with their own registers (hdl/arith/dsp.py), simulated by
+#: cocotb_tests/models/MULT18X18D.v: fp32 x fp32 (four blocks), bf16 x bf16 (one), a dot product.
+BLOCKS = {"block_registers": "true"}
+ECP5_CASES = [
+    ("arith-fpmul", "default", BLOCKS, BOTH),
+    ("arith-fpmul", "paper", BLOCKS, ICARUS),
+    ("arith-fdot", "small", BLOCKS, ICARUS),
+]
+ECP5_RUNS = [(case[:3], simulator) for case in ECP5_CASES for simulator in case[3]]
 
 
 @pytest.mark.parametrize("case, simulator", RUNS, ids=[f"{case_id(*case)}-{sim}" for case, sim in RUNS])
@@ -34,3 +44,11 @@ def test_arith_float(case, simulator):
     block, preset, overrides = case
     params = registry.get(block).parameters(preset, overrides)
     run_block(block, params, simulator)
+
+
+@pytest.mark.parametrize("case, simulator", ECP5_RUNS,
+                         ids=[f"{case_id(*case)}-ecp5-{sim}" for case, sim in ECP5_RUNS])
+def test_arith_float_ecp5(case, simulator):
+    block, preset, overrides = case
+    params = registry.get(block).parameters(preset, overrides)
+    run_block(block, params, simulator, target="ecp5")

@@ -18,6 +18,12 @@ CASES = [
 ]
 
 
+def test_flowkv_ecp5():
+    """The pair's Verilog for the ECP5 (its multipliers on MULT18X18D blocks with their own
+    registers, cocotb_tests/models/MULT18X18D.v), bit-exact and at the same cycles as the generic
+    Verilog: ``full_rate`` checks the cycle counts against the cycle model."""
+    run_block("flowkv", registry.get("flowkv").parameters("small"), "icarus", testcase=ALL,
+              target="ecp5")
 
 
 @pytest.mark.parametrize("simulator", SIMULATORS)

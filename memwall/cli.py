@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from hdl.arith.dsp import FAMILIES
+
 from . import registry
 from .params import ParameterError
 
@@ -71,9 +73,11 @@ def cmd_list(args) -> int:
 
 # --- generate -------------------------------------------------------------------------------
 
-def generate(block, params, preset: str, out_dir: Path) -> tuple[Path, Path, dict]:
-    """Write ``<top>.v`` and ``<top>.json`` (the manifest) into ``out_dir``."""
-    text, component = block.verilog(params)
+def generate(block, params, preset: str, out_dir: Path,
+             target: str | None = None) -> tuple[Path, Path, dict]:
+    """Write ``<top>.v`` and ``<top>.json`` (the manifest) into ``out_dir``; the Verilog for
+    ``target`` (see :meth:`memwall.registry.Block.verilog`), generic by default."""
+    text, component = block.verilog(params, target)
     out_dir.mkdir(parents=True, exist_ok=True)
     verilog_path = out_dir / f"{block.top}.v"
     verilog_path.write_text(text)
@@ -81,6 +85,7 @@ def generate(block, params, preset: str, out_dir: Path) -> tuple[Path, Path, dic
         "block": block.name,
         "top": block.top,
         "preset": preset,
+        "target": target if target in FAMILIES else "generic",
         "parameters": params.as_dict(),
         "verilog": verilog_path.name,
         "ports": registry.ports(component, text),
@@ -92,7 +97,8 @@ def generate(block, params, preset: str, out_dir: Path) -> tuple[Path, Path, dic
 
 def cmd_generate(args) -> int:
     block, params = _design(args)
-    verilog_path, manifest_path, manifest = generate(block, params, args.preset, Path(args.output))
+    verilog_path, manifest_path, manifest = generate(block, params, args.preset, Path(args.output),
+                                                     args.target)
     print(f"wrote {verilog_path} and {manifest_path}")
     for port in manifest["ports"]:
         print(f"  {port['direction']:6} {port['width']:4}  {port['name']}")
@@ -137,7 +143,7 @@ def cmd_synth(args) -> int:
     reports, dicts = [], []
     for index, (block, params) in enumerate(designs, 1):
         tag = f"[{index}/{len(designs)}] {block.name}: " if len(designs) > 1 else ""
-        text, _ = block.verilog(params)
+        text, _ = block.verilog(params, args.target)
         freq = args.freq if args.freq is not None else block.synth.freq_mhz
         workdir = Path(args.output) / block.name / args.preset / args.target
         report = synthesize(text, block.top, args.target, workdir, freq_mhz=freq,
@@ -187,7 +193,8 @@ def cmd_build(args) -> int:
         targets = args.target or block.synth.targets
         for target in targets:
             _status(f"{tag}: synthesize for {target}")
-            report = synthesize(text, block.top, target, design_dir / target,
+            synth_text = block.verilog(params, target)[0] if target in FAMILIES else text
+            report = synthesize(synth_text, block.top, target, design_dir / target,
                                 freq_mhz=block.synth.freq_mhz,
                                 progress=lambda s, tag=tag: _status(f"{tag}:   {s}"))
             entry["synth"].append(report.as_dict())
@@ -285,6 +292,9 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("generate", help="write a block's Verilog and JSON manifest")
     design_args(p, "build/generated")
+    p.add_argument("--target", default="generic", choices=("generic", *FAMILIES),
+                   help="generic Verilog, or Verilog for an ECP5: its multipliers instantiate "
+                        "MULT18X18D blocks with their own registers (default: generic)")
     p.set_defaults(func=cmd_generate)
     p = sub.add_parser("lint", help="run Verilator -Wall lint on a block's Verilog")
     design_args(p, "build/lint")

@@ -17,6 +17,8 @@ from amaranth import Const, Elaboratable, Value
 from amaranth.back import verilog
 from amaranth.lib import data, wiring
 
+from hdl.arith.dsp import FAMILIES, Target
+
 from .params import BlockParams, ParameterError
 
 __all__ = ["PRESETS", "SynthSettings", "Block", "register", "get", "blocks", "UnknownBlock"]
@@ -124,17 +126,23 @@ class Block:
         except (TypeError, ValueError) as exc:
             raise ParameterError(str(exc)) from None
 
-    def verilog(self, params: BlockParams) -> tuple[str, wiring.Component]:
+    def verilog(self, params: BlockParams,
+                target: str | None = None) -> tuple[str, wiring.Component]:
         """Return the Verilog text of the block and the component it was made from.
 
         The ports are the component's signature members, less constant ones: the ``ready`` of an
         always-ready stream (a pipelined unit's valid-only interface) is ``Const(1)`` and has no
-        Verilog port.
+        Verilog port. ``target`` names the synthesis target the Verilog is for: for a device family
+        of :data:`hdl.arith.dsp.FAMILIES` (``"ecp5"``) the units instantiate its multiplier blocks
+        with their own registers (:mod:`hdl.arith.dsp`); any other target, or ``None``, gives
+        generic Verilog.
         """
         component = self.elaborate(params)
+        platform = Target(target) if target in FAMILIES else None
         signals = [Value.cast(value) for _, _, value in component.signature.flatten(component)]
         ports = [s for s in signals if not isinstance(s, Const)]
-        return verilog.convert(component, name=self.top, ports=ports), component
+        text = verilog.convert(component, name=self.top, platform=platform, ports=ports)
+        return text, component
 
     def golden_module(self):
         return importlib.import_module(self.golden)

@@ -93,6 +93,9 @@ ECP5_DEVICES = (("25k", "CABGA256", "LFE5U-25F"), ("45k", "CABGA256", "LFE5U-45F
 ICE40_DEVICE = ("up5k", "sg48", "iCE40UP5K")
 #: ``synth_ice40 -device`` letter matching :data:`ICE40_DEVICE`.
 ICE40_SYNTH_DEVICE = "u"
+#: Black-box declarations of the primitives a design for the target may instantiate (the
+#: ECP5 multiplier blocks of :mod:`hdl.arith.dsp`), read before the hierarchy is checked.
+CELL_LIBRARIES = {"ecp5": "+/ecp5/cells_bb.v"}
 #: nextpnr placement seed (fixed so that runs are reproducible).
 NEXTPNR_SEED = 1
 
@@ -256,15 +259,20 @@ class Port:
     is_clock: bool
 
 
-_CLOCK_PINS = ("CLK", "RD_CLK", "WR_CLK")
+#: Clock pins of Yosys's flip-flop and memory cells and of the device primitives a design may
+#: instantiate (the ECP5 MULT18X18D's CLK0 to CLK3).
+_CLOCK_PINS = ("CLK", "RD_CLK", "WR_CLK", "CLK0", "CLK1", "CLK2", "CLK3")
 
 
-def design_ports(verilog: str, top: str, workdir: Path, *, timeout: float | None = None,
+def design_ports(verilog: str, top: str, workdir: Path, *, library: str | None = None,
+                 timeout: float | None = None,
                  progress: Callable[[str], None] | None = None) -> list[Port]:
     """Return the ports of module ``top`` in header order, marking the inputs that drive clock pins.
 
     Runs ``read_verilog; hierarchy -top; proc; flatten; write_json`` and looks for input bits on the
-    clock pins of flip-flop and memory cells.
+    clock pins of flip-flop and memory cells. ``library`` (a Yosys path such as
+    ``+/ecp5/cells_bb.v``) is read as black boxes first: the device primitives a design for that
+    target instantiates.
 
     Raises
     ------
@@ -276,7 +284,8 @@ def design_ports(verilog: str, top: str, workdir: Path, *, timeout: float | None
     src = workdir / f"{top}.v"
     src.write_text(verilog)
     step = "yosys read"
-    _yosys(step, "ports", f"read_verilog -sv {src.name}\nhierarchy -check -top {top}\n"
+    lib = f"read_verilog -lib {library}\n" if library else ""
+    _yosys(step, "ports", f"read_verilog -sv {src.name}\n{lib}hierarchy -check -top {top}\n"
            "proc\nflatten\nwrite_json ports.json\n", workdir, timeout, progress)
     modules = _read_json(step, workdir / "ports.json", workdir / "ports.log")["modules"]
     module = modules[_module_key(modules, top)]
@@ -482,8 +491,10 @@ def _area(target: str, cells: dict[str, int]) -> dict:
 def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path, freq_mhz: float,
           wrap: bool, timeout, progress) -> dict:
     pnr_top = top
+    library = CELL_LIBRARIES.get(target)
     if wrap:
-        ports = design_ports(verilog, top, workdir, timeout=timeout, progress=progress)
+        ports = design_ports(verilog, top, workdir, library=library, timeout=timeout,
+                             progress=progress)
         modules = _read_json("yosys read", workdir / "ports.json", workdir / "ports.log")["modules"]
         pnr_top = f"{top}_wrap"
         while pnr_top in modules or "\\" + pnr_top in modules:
@@ -499,6 +510,7 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
     step = f"yosys synth_{target}"
     script = f"read_verilog -sv {verilog_name}\n"
     if wrap:
+        script += f"read_verilog -lib {library}\n" if library else ""
         script += (f"read_verilog -sv wrapper.v\nhierarchy -check -top {pnr_top}\n"
                    f"setattr -mod -set keep_hierarchy 1 {_vid(top).strip()}\n")
     if target == "ecp5":

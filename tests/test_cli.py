@@ -75,6 +75,16 @@ def test_generate_writes_verilog_and_manifest(capsys, tmp_path):
     assert {f["name"] for f in payload["fields"]} == {"addr", "mapping"}
 
 
+def test_generate_for_the_ecp5_instantiates_its_multiplier_blocks(capsys, tmp_path):
+    for target, blocks in (("generic", 0), ("ecp5", 4)):
+        out_dir = tmp_path / target
+        code, _, _ = run(capsys, "generate", "arith-fpmul", "--set", "block_registers=true",
+                         "--target", target, "-o", str(out_dir))
+        assert code == 0
+        assert (out_dir / "arith_fpmul.v").read_text().count("MULT18X18D ") == blocks
+        assert json.loads((out_dir / "arith_fpmul.json").read_text())["target"] == target
+
+
 def test_synth_json_has_fmax(capsys, tmp_path):
     code, out, _ = run(capsys, "synth", "umdam", "--json", "-o", str(tmp_path))
     assert code == 0

@@ -32,6 +32,9 @@ class FloatDot(wiring.Component):
     balanced : bool
         The adders' ``balanced`` option (shallower alignment and normalization logic; default
         ``False``). No result bit nor the latency changes.
+    block_registers : bool
+        The multipliers' ``block_registers`` option (the ECP5 multiplier blocks' own registers,
+        :mod:`hdl.arith.dsp`; default ``False``). No result bit nor the latency changes.
 
     Members
     -------
@@ -54,17 +57,19 @@ class FloatDot(wiring.Component):
 
     def __init__(self, in_fmt: FloatFormat | str = BF16, lanes: int = 8,
                  acc_fmt: FloatFormat | str = FP32, *, mul_stages: int = 5,
-                 add_stages: int = 6, balanced: bool = False):
+                 add_stages: int = 6, balanced: bool = False, block_registers: bool = False):
         self._in_fmt = float_format(in_fmt)
         self._acc_fmt = float_format(acc_fmt)
         self._lanes = lanes
         self._levels = power_of_two(lanes, "Lane count", 1, 64)
         # Built once here so that bad stage counts are reported at configuration time.
-        probe_mul = FloatMultiplier(self._in_fmt, self._in_fmt, self._acc_fmt, stages=mul_stages)
+        probe_mul = FloatMultiplier(self._in_fmt, self._in_fmt, self._acc_fmt, stages=mul_stages,
+                                    block_registers=block_registers)
         probe_add = FloatAdder(self._acc_fmt, stages=add_stages, balanced=balanced)
         probe_mul._MustUse__used = probe_add._MustUse__used = True
         self._mul_stages, self._add_stages = mul_stages, add_stages
         self._balanced = balanced
+        self._blocks = block_registers
         element = self._in_fmt.width
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
@@ -88,7 +93,7 @@ class FloatDot(wiring.Component):
         products = []
         for k in range(self._lanes):
             mul = FloatMultiplier(self._in_fmt, self._in_fmt, self._acc_fmt,
-                                  stages=self._mul_stages)
+                                  stages=self._mul_stages, block_registers=self._blocks)
             m.submodules[f"mul{k}"] = mul
             m.d.comb += [mul.i.valid.eq(self.i.valid),
                          mul.i.payload.a.eq(self.i.payload.a[k]),

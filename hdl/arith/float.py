@@ -274,6 +274,10 @@ class Pipeline:
         self._next = 0
         self.cuts = cuts
 
+    def registered(self, index: int) -> bool:
+        """Whether cut point ``index`` is a register."""
+        return index in self._registered
+
     def cut(self, *values, inits: Sequence[int] | None = None):
         """Mark the next cut point; return ``values`` (registered there if chosen).
 

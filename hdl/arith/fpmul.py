@@ -9,6 +9,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..validate import integer
+from .dsp import ECP5_MULT_WIDTH, ecp5_product, family
 from .float import Pipeline, cut_order, round_pack, unpack
 from .format import FP32, FloatFormat, float_format
 
@@ -24,9 +25,9 @@ CUT_POINTS = ("unpacked", "partial products", "product", "normalized", "rounding
 #: Widest significand multiplied in one piece by the ``"both"`` split (both operands are halved
 #: when either is wider, so that each piece is at most 12 x 12 bits).
 _DSP_BITS = 12
-#: Widest operand of one hardware multiplier (an ECP5 MULT18X18D multiplies 18 x 18 bits): the
-#: ``"wide"`` split halves only the operands wider than this.
-_DSP_WIDTH = 18
+#: Widest operand of one hardware multiplier: the ``"wide"`` split halves only the operands wider
+#: than this.
+_DSP_WIDTH = ECP5_MULT_WIDTH
 #: How the significand product is cut into pieces (see :class:`FloatMultiplier`).
 SPLITS = ("both", "wide", "dsp18")
 #: The ``"dsp18"`` split computes a partial product in logic (shifts and adds, no multiplier
@@ -125,6 +126,16 @@ class FloatMultiplier(wiring.Component):
         a scale factor) keep separate registers in synthesis instead of one register driving
         both units' blocks. No result bit changes, nor the latency.
 
+    block_registers : bool
+        ``True``: elaborated for the ECP5 (``platform=hdl.arith.dsp.Target("ecp5")``), a unit
+        whose cuts 0 (operands) and 1 (pieces) are both registers and whose pieces are all
+        multiplier blocks (not ``"dsp18"``'s logic products) instantiates one ``MULT18X18D`` per
+        piece and uses the block's input and output registers for those two cuts
+        (:func:`hdl.arith.dsp.ecp5_product`); ``private_operands`` and ``operand_copy`` then have
+        nothing left to do. The same latency and bits. Default ``False``: generic registers for
+        every target (whether the blocks' registers help depends on the placement around them:
+        docs/arith.md).
+
     Members
     -------
     i : In(stream.Signature(StructLayout({"a": a_fmt.width, "b": b_fmt.width}), always_ready=True))
@@ -132,6 +143,7 @@ class FloatMultiplier(wiring.Component):
         ``y = round(a * b)``.
 
     Latency ``stages`` cycles from ``i.valid`` to ``o.valid``; one product per cycle.
+
 
     Numerics: round to nearest even; subnormal inputs read as zero, subnormal results flushed to
     zero (IEEE result, then flushed: see :mod:`hdl.arith.float`); overflow gives infinity;
@@ -146,7 +158,8 @@ class FloatMultiplier(wiring.Component):
     def __init__(self, a_fmt: FloatFormat | str = FP32, b_fmt: FloatFormat | str = FP32,
                  out_fmt: FloatFormat | str = FP32, *, stages: int = 5,
                  cuts: Sequence[int] | None = None, split: str = "both",
-                 private_operands: bool = False, operand_copy: int = 0):
+                 private_operands: bool = False, operand_copy: int = 0,
+                 block_registers: bool = False):
         self._a_fmt = float_format(a_fmt)
         self._b_fmt = float_format(b_fmt)
         self._out_fmt = float_format(out_fmt)
@@ -160,6 +173,10 @@ class FloatMultiplier(wiring.Component):
                             f"{private_operands!r}")
         self._split = split
         self._private = private_operands
+        if not isinstance(block_registers, bool):
+            raise TypeError(f"Multiplier block_registers must be True or False, not "
+                            f"{block_registers!r}")
+        self._blocks = block_registers
         self._copy = integer(operand_copy, "Multiplier operand copy", 0, 1)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"a": self._a_fmt.width,
@@ -175,6 +192,7 @@ class FloatMultiplier(wiring.Component):
     stages = property(lambda self: self._stages)
     split = property(lambda self: self._split)
     private_operands = property(lambda self: self._private)
+    block_registers = property(lambda self: self._blocks)
 
     @property
     def latency(self) -> int:
@@ -206,6 +224,14 @@ class FloatMultiplier(wiring.Component):
         return (self._split == "dsp18" and widths[0] <= _LOGIC_NARROW
                 and widths[1] <= _LOGIC_WIDE)
 
+    def _in_blocks(self, platform, pipe, pairs) -> bool:
+        """Whether the pieces use the ECP5 blocks' own registers (:mod:`hdl.arith.dsp`): when
+        asked for, for that target, when cuts 0 (operands) and 1 (pieces) are both registers and
+        no piece is computed in logic."""
+        return (self._blocks and family(platform) == "ecp5" and pipe.registered(0)
+                and pipe.registered(1)
+                and not any(self._in_logic(*pair) for pair in pairs))
+
     def elaborate(self, platform):
         m = Module()
         af, bf, of = self._a_fmt, self._b_fmt, self._out_fmt
@@ -220,13 +246,27 @@ class FloatMultiplier(wiring.Component):
         is_zero = a.is_zero | b.is_zero
         flags = Cat(sign, is_nan, is_inf, is_zero)
 
+        # The significands multiplied have their hidden bit set whatever the input's class: when
+        # either input is zero, subnormal, infinite or NaN, the flags alone give the result
+        # (round_pack's special results take priority), so such a product is never used. The
+        # operand bits then reach the multipliers through no logic at all.
+        a = a._replace(sig=Cat(af.fields(self.i.payload.a)[2], Const(1, 1)))
+        b = b._replace(sig=Cat(bf.fields(self.i.payload.b)[2], Const(1, 1)))
         # The significand product as partial products of pieces, one hardware multiplier each
         # (no glue logic around them), summed in the next step: multipliers and adders get their
         # own stages.
         wa, wb = len(a.sig), len(b.sig)
         pieces_a, pieces_b = self._pieces(wa, wb)
         pairs = [(pa, pb) for pa in pieces_a for pb in pieces_b]
-        if self._private:
+        if self._in_blocks(platform, pipe, pairs):
+            # The operand and product registers of each piece are the ECP5 block's own (the same
+            # two cuts, the same bits): hdl.arith.dsp.
+            exp, flags = pipe.cut(exp, flags)
+            parts = [ecp5_product(m, a.sig[pa[0]:pa[1]], b.sig[pb[0]:pb[1]], name=f"dsp{n}")
+                     for n, (pa, pb) in enumerate(pairs)]
+            exp, flags = pipe.cut(exp, flags)
+            factors = None
+        elif self._private:
             # One copy of each slice per piece; the copies of a slice differ in power-on value.
             operands, inits, uses = [], [], {}
             for pa, pb in pairs:
@@ -241,12 +281,13 @@ class FloatMultiplier(wiring.Component):
         else:
             sig_a, sig_b, exp, flags = pipe.cut(a.sig, b.sig, exp, flags)
             factors = [(sig_a[pa[0]:pa[1]], sig_b[pb[0]:pb[1]]) for pa, pb in pairs]
-        parts = [_logic_product(x, y) if self._in_logic(*pair) else x * y
-                 for (x, y), pair in zip(factors, pairs)]
-        if len(parts) == 1:
-            product, exp, flags = pipe.cut(parts[0], exp, flags)
-        else:
+        if factors is not None:
+            parts = [_logic_product(x, y) if self._in_logic(*pair) else x * y
+                     for (x, y), pair in zip(factors, pairs)]
             *parts, exp, flags = pipe.cut(*parts, exp, flags)
+        if len(parts) == 1:
+            product = parts[0]
+        else:
             shifted = [(part, pa[0] + pb[0]) for part, (pa, pb) in zip(parts, pairs)]
             if self._split == "both":
                 product = None

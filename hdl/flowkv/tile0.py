@@ -246,7 +246,7 @@ class ScoreTile(wiring.Component):
         scores = []
         score_valid = None
         for h in range(G):
-            dot = FloatDot(BF16, P, FP32)
+            dot = FloatDot(BF16, P, FP32, block_registers=True)
             m.submodules[f"dot{h}"] = dot
             m.d.comb += [dot.i.valid.eq(k_valid),
                          dot.i.payload.a.eq(q_rd.data[h * qw:(h + 1) * qw]),
@@ -254,7 +254,7 @@ class ScoreTile(wiring.Component):
             last = delay(m, k_last, dot.latency, name=f"dot{h}_last", reset=True)
             row = serial_tree(m, dot.o.payload.y, dot.o.valid, last, max_count=B,
                               combine=adder, identity=_NEG_ZERO, name=f"row{h}")
-            scale = FloatMultiplier(FP32, FP32, FP32)
+            scale = FloatMultiplier(FP32, FP32, FP32, block_registers=True)
             m.submodules[f"scale{h}"] = scale
             m.d.comb += [scale.i.valid.eq(row.valid), scale.i.payload.a.eq(row.value),
                          scale.i.payload.b.eq(cfg.scale)]
@@ -410,7 +410,7 @@ class ScoreTile(wiring.Component):
         m.d.comb += self.k.ready.eq(k_ready)
 
         # ---- l = C * l_prev + tree(F) per head --------------------------------------------------
-        m.submodules.lmul = lmul = FloatMultiplier(FP32, FP32, FP32)
+        m.submodules.lmul = lmul = FloatMultiplier(FP32, FP32, FP32, block_registers=True)
         c_out = out_valid & (out.kind == Kind.C)
         m.d.comb += [lmul.i.valid.eq(c_out), lmul.i.payload.a.eq(value),
                      lmul.i.payload.b.eq(Mux(out.first, 0, l_prev[out.head]))]

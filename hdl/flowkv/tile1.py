@@ -285,9 +285,10 @@ class ValueTile(wiring.Component):
             for i in range(P):
                 lane = h * P + i
                 fv = FloatMultiplier(FP32, BF16, FP32, cuts=_LANE_CUTS, split="wide",
-                                     private_operands=True, operand_copy=i % 2)
+                                     private_operands=True, operand_copy=i % 2,
+                                     block_registers=True)
                 cy = FloatMultiplier(FP32, FP32, FP32, cuts=_LANE_CUTS, split="wide",
-                                     private_operands=True)
+                                     private_operands=True, block_registers=True)
                 add = FloatAdder(FP32)
                 m.submodules[f"fv{lane}"] = fv
                 m.submodules[f"cy{lane}"] = cy
@@ -337,10 +338,13 @@ class ValueTile(wiring.Component):
 
         # ---- reciprocals of the final l, one per head ----------------------------------------
         m.submodules.recip = recip = Reciprocal()
-        # Its operand is selected a cycle ahead, into a register, from the next head (the l values
-        # are all written by the cycle the state machine leaves WAIT).
+        # Its operand is selected a cycle ahead, into a register, from the next head: head 0 in
+        # every state but RECIP (the l values are all written by the cycle the state machine
+        # leaves WAIT), so that WAIT's exit test (every accumulator word written back) does not
+        # reach the operand's multiplexer.
         rec_x = Signal(32)
-        m.d.sync += rec_x.eq(l_reg[rb][rec_head_n])
+        rec_next = Mux(process.ongoing("RECIP"), rec_head + rec_issue, 0)
+        m.d.sync += rec_x.eq(l_reg[rb][rec_next])
         m.d.comb += [recip.i.valid.eq(rec_issue), recip.i.payload.x.eq(rec_x)]
         recip_head = delay(m, rec_head, recip.latency, name="recip_head")
         with m.If(recip.o.valid):
@@ -362,7 +366,7 @@ class ValueTile(wiring.Component):
         lanes_out = []
         for i in range(P):
             mul = FloatMultiplier(FP32, FP32, cfg.out_fmt, split="wide", private_operands=True,
-                                  operand_copy=i % 2)
+                                  operand_copy=i % 2, block_registers=True)
             m.submodules[f"out{i}"] = mul
             m.d.comb += [mul.i.valid.eq(out_valid1),
                          mul.i.payload.a.eq(word1[lane_bits * i:lane_bits * (i + 1)]),

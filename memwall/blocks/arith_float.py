@@ -21,12 +21,14 @@ _TB = "cocotb_tests.arith_float_tb"
 
 @dataclass(frozen=True)
 class FpMulParams(BlockParams):
-    """Input formats, result format and register stages of :class:`FloatMultiplier`."""
+    """Input formats, result format, register stages and ``block_registers`` of
+    :class:`FloatMultiplier`."""
 
     a_fmt: str = "fp32"
     b_fmt: str = "fp32"
     out_fmt: str = "fp32"
     stages: int = 5
+    block_registers: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,13 +69,15 @@ class IntToFpParams(BlockParams):
 
 @dataclass(frozen=True)
 class FDotParams(BlockParams):
-    """Element format, lane count, accumulation format and stages of :class:`FloatDot`."""
+    """Element format, lane count, accumulation format, stages and ``block_registers`` of
+    :class:`FloatDot`."""
 
     in_fmt: str = "bf16"
     lanes: int = 8
     acc_fmt: str = "fp32"
     mul_stages: int = 5
     add_stages: int = 6
+    block_registers: bool = False
 
 
 register(Block(
@@ -88,7 +92,8 @@ register(Block(
         "paper": FpMulParams(a_fmt="bf16", b_fmt="bf16", out_fmt="fp32"),
     },
     build=lambda p: FloatMultiplier(float_format(p.a_fmt), float_format(p.b_fmt),
-                                    float_format(p.out_fmt), stages=p.stages),
+                                    float_format(p.out_fmt), stages=p.stages,
+                                    block_registers=p.block_registers),
     golden=_GOLDEN,
     testbench=_TB,
 ))
@@ -169,7 +174,8 @@ register(Block(
         "paper": FDotParams(in_fmt="bf16", lanes=16, add_stages=7),
     },
     build=lambda p: FloatDot(float_format(p.in_fmt), p.lanes, float_format(p.acc_fmt),
-                             mul_stages=p.mul_stages, add_stages=p.add_stages),
+                             mul_stages=p.mul_stages, add_stages=p.add_stages,
+                             block_registers=p.block_registers),
     golden=_GOLDEN,
     testbench=_TB,
 ))

@@ -1,0 +1,105 @@
+# amaranth: UnusedElaboratable=no
+# (components built here only to check their parameter validation are never elaborated)
+"""The ECP5 multiplier blocks of hdl/arith/dsp.py: when the float multiplier uses them, what the
+Verilog for the ECP5 holds, and the pinned parameter messages. Their bits and cycles are checked
+by simulating that Verilog with cocotb_tests/models/MULT18X18D.v (cocotb_tests/test_arith_float.py
+and test_flowkv.py, ``*_ecp5``)."""
+
+import pytest
+from amaranth import Const, Module, Signal, Value
+from amaranth.back import verilog
+
+from cocotb_tests.launcher import MODELS
+from hdl.arith.dsp import ECP5_MULT_WIDTH, FAMILIES, Target, ecp5_product, family
+from hdl.arith.format import BF16, FP32
+from hdl.arith.fpmul import FloatMultiplier
+from memwall import registry
+
+
+def blocks_in(component, target=None) -> int:
+    signals = [Value.cast(v) for _, _, v in component.signature.flatten(component)]
+    text = verilog.convert(component, name="top",
+                           platform=None if target is None else Target(target),
+                           ports=[s for s in signals if not isinstance(s, Const)])
+    return text.count("MULT18X18D ")
+
+
+@pytest.mark.parametrize("a_fmt, b_fmt, split, pieces", [
+    (FP32, FP32, "both", 4), (FP32, FP32, "wide", 4), (FP32, BF16, "wide", 2),
+    (BF16, BF16, "both", 1),
+])
+def test_each_piece_is_one_block_with_its_registers(a_fmt, b_fmt, split, pieces):
+    assert blocks_in(FloatMultiplier(a_fmt, b_fmt, FP32, split=split, block_registers=True),
+                     "ecp5") == pieces
+
+
+def test_generic_verilog_has_no_blocks():
+    assert blocks_in(FloatMultiplier(FP32, FP32, FP32, block_registers=True)) == 0
+
+
+def test_blocks_only_when_asked_for():
+    assert blocks_in(FloatMultiplier(FP32, FP32, FP32), "ecp5") == 0
+
+
+def test_block_registers_must_be_a_bool():
+    with pytest.raises(TypeError, match=r"^Multiplier block_registers must be True or False, "
+                                        r"not 1$"):
+        FloatMultiplier(FP32, FP32, FP32, block_registers=1)
+
+
+@pytest.mark.parametrize("stages, cuts", [(2, None), (3, (1, 2)), (4, (1, 2, 3))])
+def test_blocks_need_both_cuts_registered(stages, cuts):
+    # Operands (cut 0) and pieces (cut 1) must both be registers to become the block's own.
+    assert blocks_in(FloatMultiplier(FP32, FP32, FP32, stages=stages, cuts=cuts,
+                                     block_registers=True), "ecp5") == 0
+
+
+def test_three_stages_with_both_cuts_use_blocks():
+    assert blocks_in(FloatMultiplier(BF16, BF16, FP32, stages=3, cuts=(0, 1),
+                                     block_registers=True), "ecp5") == 1
+
+
+def test_pieces_in_logic_keep_generic_registers():
+    # split="dsp18" computes the fp32 x fp32 6 x 6 piece in logic: the unit stays generic.
+    assert blocks_in(FloatMultiplier(FP32, FP32, FP32, split="dsp18", block_registers=True),
+                     "ecp5") == 0
+
+
+def test_registry_writes_blocks_for_the_ecp5_only():
+    block = registry.get("arith-fpmul")
+    params = block.parameters("default", {"block_registers": "true"})
+    assert block.verilog(params, "ecp5")[0].count("MULT18X18D ") == 4
+    for target in (None, "generic", "ice40"):
+        assert "MULT18X18D" not in block.verilog(params, target)[0]
+
+
+def test_every_family_has_a_simulation_model():
+    assert set(MODELS) == set(FAMILIES)
+    for paths in MODELS.values():
+        for path in paths:
+            assert path.exists() and "module MULT18X18D" in path.read_text()
+
+
+def test_family_of_a_platform():
+    assert family(Target("ecp5")) == "ecp5"
+    assert family(None) is None
+    assert family(object()) is None
+
+
+def test_unknown_family_is_refused():
+    with pytest.raises(ValueError, match=r"^Target family must be one of ecp5, not 'xc7'$"):
+        Target("xc7")
+
+
+@pytest.mark.parametrize("a_bits, b_bits, label, width", [
+    (ECP5_MULT_WIDTH + 1, 8, "first", ECP5_MULT_WIDTH + 1), (8, 0, "second", 0)])
+def test_operand_too_wide_for_the_block_is_refused(a_bits, b_bits, label, width):
+    m = Module()
+    with pytest.raises(ValueError, match=rf"^The {label} operand of an ECP5 multiplier block must "
+                                         rf"be 1 to 18 bits wide, not {width}$"):
+        ecp5_product(m, Signal(a_bits), Signal(b_bits), name="dsp")
+
+
+def test_product_is_as_wide_as_its_operands():
+    m = Module()
+    assert len(ecp5_product(m, Signal(12), Signal(8), name="dsp")) == 20
