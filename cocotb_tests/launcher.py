@@ -113,7 +113,8 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
     runner = get_runner(simulator)
     try:
         runner.build(
-            sources=[source, *MODELS.get(target, ())], hdl_toplevel=block.top, build_dir=build_dir, timescale=TIMESCALE,
+            sources=[source, *MODELS.get(target, ())], hdl_toplevel=block.top,
+            build_dir=build_dir, timescale=TIMESCALE,
             build_args=_BUILD_ARGS[simulator],
             log_file=build_dir / "build.log",
         )

@@ -28,8 +28,9 @@ CASES = [
 ]
 RUNS = [(case[:3], simulator) for case in CASES for simulator in case[3]]
 #: The same testbenches on the Verilog written for the ECP5 with ``block_registers``, where the
-#: multipliers' pieces are MULT18X18D blocks with their own registers (hdl/arith/dsp.py), simulated by
-#: cocotb_tests/models/MULT18X18D.v: fp32 x fp32 (four blocks), bf16 x bf16 (one), a dot product.
+#: multipliers' pieces are MULT18X18D blocks with their own registers (hdl/arith/dsp.py),
+#: simulated by cocotb_tests/models/MULT18X18D.v: fp32 x fp32 (four blocks), bf16 x bf16 (one),
+#: a dot product.
 BLOCKS = {"block_registers": "true"}
 ECP5_CASES = [
     ("arith-fpmul", "default", BLOCKS, BOTH),

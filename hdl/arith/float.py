@@ -31,8 +31,9 @@ from amaranth.lib import data
 
 from .format import FloatFormat
 
-__all__ = ["Unpacked", "unpack", "round_pack", "exponent_shape", "leading_zeros", "normalize",
-           "shift_right_sticky", "Pipeline", "cut_order", "distinct_copies"]
+__all__ = ["Unpacked", "unpack", "normal_significand", "round_pack", "exponent_shape",
+           "leading_zeros", "normalize", "shift_right_sticky", "Pipeline", "cut_order",
+           "distinct_copies"]
 
 
 def exponent_shape(fmt: FloatFormat):
@@ -74,6 +75,17 @@ def unpack(fmt: FloatFormat, bits) -> Unpacked:
     exp = (Cat(exp_field, Const(0, 2)).as_signed() - fmt.bias)[:fmt.exp_bits + 2].as_signed()
     sig = Mux(is_zero | is_special, 0, Cat(frac, Const(1, 1)))
     return Unpacked(sign, exp, sig, is_zero, is_special & (frac == 0), is_special & (frac != 0))
+
+
+def normal_significand(fmt: FloatFormat, bits) -> Value:
+    """Return the significand of ``bits`` read as a normal number: the fraction with the hidden
+    bit set, whatever the input's class (no logic, ``fmt.precision`` bits).
+
+    For a unit whose result, when an input is zero, subnormal, infinite or NaN, comes from the
+    class flags alone (as :func:`round_pack`'s special results do), so that the significand of
+    such an input is never used.
+    """
+    return Cat(fmt.fields(Value.cast(bits))[2], Const(1, 1))
 
 
 def round_pack(fmt: FloatFormat, sign, exp, sig, sticky, *, is_zero=0, is_inf=0,

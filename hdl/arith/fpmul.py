@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..validate import integer
 from .dsp import ECP5_MULT_WIDTH, ecp5_product, family
-from .float import Pipeline, cut_order, round_pack, unpack
+from .float import Pipeline, cut_order, normal_significand, round_pack, unpack
 from .format import FP32, FloatFormat, float_format
 
 __all__ = ["FloatMultiplier", "exact_product", "CUT_POINTS", "SPLITS"]
@@ -144,7 +144,6 @@ class FloatMultiplier(wiring.Component):
 
     Latency ``stages`` cycles from ``i.valid`` to ``o.valid``; one product per cycle.
 
-
     Numerics: round to nearest even; subnormal inputs read as zero, subnormal results flushed to
     zero (IEEE result, then flushed: see :mod:`hdl.arith.float`); overflow gives infinity;
     ``0 x inf`` and NaN inputs give the canonical NaN; the sign of a zero or infinite result is the
@@ -229,8 +228,7 @@ class FloatMultiplier(wiring.Component):
         asked for, for that target, when cuts 0 (operands) and 1 (pieces) are both registers and
         no piece is computed in logic."""
         return (self._blocks and family(platform) == "ecp5" and pipe.registered(0)
-                and pipe.registered(1)
-                and not any(self._in_logic(*pair) for pair in pairs))
+                and pipe.registered(1) and not any(self._in_logic(*pair) for pair in pairs))
 
     def elaborate(self, platform):
         m = Module()
@@ -250,8 +248,8 @@ class FloatMultiplier(wiring.Component):
         # either input is zero, subnormal, infinite or NaN, the flags alone give the result
         # (round_pack's special results take priority), so such a product is never used. The
         # operand bits then reach the multipliers through no logic at all.
-        a = a._replace(sig=Cat(af.fields(self.i.payload.a)[2], Const(1, 1)))
-        b = b._replace(sig=Cat(bf.fields(self.i.payload.b)[2], Const(1, 1)))
+        a = a._replace(sig=normal_significand(af, self.i.payload.a))
+        b = b._replace(sig=normal_significand(bf, self.i.payload.b))
         # The significand product as partial products of pieces, one hardware multiplier each
         # (no glue logic around them), summed in the next step: multipliers and adders get their
         # own stages.
