@@ -260,11 +260,14 @@ class ScoreTile(wiring.Component):
                          scale.i.payload.b.eq(cfg.scale)]
             scores.append(scale.o.payload.y)
             score_valid = scale.o.valid
+            row_sums_valid = row.valid
 
         # ---- writer: score memory, running maximum, chunk completion -----------------------------
         m.submodules.smem = smem = Memory(shape=G * 32 + 1, depth=2 * Lc, init=[])
         s_wr = smem.write_port()
         s_rd = smem.read_port()
+        # The row's tag is read from the FIFO as its sums enter the score scale and travels
+        # beside them, so that the running maximum's update starts from registers.
         tag = Signal(tag_layout)
         running = [Signal(32, name=f"running_max{h}", init=_NEG_INF) for h in range(G)]
         updated = []
@@ -273,7 +276,8 @@ class ScoreTile(wiring.Component):
             new = Signal(32, name=f"max_update{h}")
             m.d.comb += new.eq(Mux(tag.valid, total_order_max(base, scores[h]), base))
             updated.append(new)
-        m.d.comb += [tag.eq(tags.r_data), tags.r_en.eq(score_valid),
+        m.d.comb += [tag.eq(delay(m, tags.r_data, scale.latency, name="score_tag")),
+                     tags.r_en.eq(row_sums_valid),
                      s_wr.addr.eq(Cat(tag.slot[:slot_log], tag.bank)),
                      s_wr.data.eq(Cat(*scores, tag.valid)), s_wr.en.eq(score_valid)]
         with m.If(score_valid):

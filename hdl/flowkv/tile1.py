@@ -338,13 +338,17 @@ class ValueTile(wiring.Component):
 
         # ---- reciprocals of the final l, one per head ----------------------------------------
         m.submodules.recip = recip = Reciprocal()
-        # Its operand is selected a cycle ahead, into a register, from the next head: head 0 in
-        # every state but RECIP (the l values are all written by the cycle the state machine
-        # leaves WAIT), so that WAIT's exit test (every accumulator word written back) does not
-        # reach the operand's multiplexer.
-        rec_x = Signal(32)
-        rec_next = Mux(process.ongoing("RECIP"), rec_head + rec_issue, 0)
-        m.d.sync += rec_x.eq(l_reg[rb][rec_next])
+        # Its operands wait in a chain of registers, head 0 first: loaded from the bank's l values
+        # in every state but RECIP (they are all written by the cycle the state machine leaves
+        # WAIT), shifted by one head per reciprocal issued. No head multiplexer, and nothing of
+        # WAIT's exit test (every accumulator word written back), reaches them.
+        rec_chain = [Signal(32, name=f"rec_x{h}") for h in range(G)]
+        with m.If(process.ongoing("RECIP")):
+            with m.If(rec_issue):
+                m.d.sync += [rec_chain[h].eq(rec_chain[h + 1]) for h in range(G - 1)]
+        with m.Else():
+            m.d.sync += [rec_chain[h].eq(l_reg[rb][h]) for h in range(G)]
+        rec_x = rec_chain[0]
         m.d.comb += [recip.i.valid.eq(rec_issue), recip.i.payload.x.eq(rec_x)]
         recip_head = delay(m, rec_head, recip.latency, name="recip_head")
         with m.If(recip.o.valid):
