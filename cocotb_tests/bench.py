@@ -55,7 +55,7 @@ def bench_family(family: str, presets=("default", "paper"), *, simulator: str = 
                 text, _ = block.verilog(params, target)
                 synth = synthesize(text, block.top, target,
                                    out_dir / block.name / preset / target,
-                                   freq_mhz=block.synth.freq_mhz)
+                                   **block.synth.flow_options())
                 row.update(cells=synth.cells, luts=synth.luts, ffs=synth.ffs, dsps=synth.dsps,
                            cells_by_type=synth.cells_by_type, fmax_mhz=synth.fmax_mhz,
                            device=synth.device, note=synth.note)

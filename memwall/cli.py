@@ -136,7 +136,7 @@ def _synth_designs(args) -> list:
 
 
 def cmd_synth(args) -> int:
-    from synth.flow import synthesize
+    from synth.flow import check_options, synthesize
     from synth.report import markdown_table
 
     designs = _synth_designs(args)
@@ -144,9 +144,17 @@ def cmd_synth(args) -> int:
     for index, (block, params) in enumerate(designs, 1):
         tag = f"[{index}/{len(designs)}] {block.name}: " if len(designs) > 1 else ""
         text, _ = block.verilog(params, args.target)
-        freq = args.freq if args.freq is not None else block.synth.freq_mhz
+        options = block.synth.flow_options()
+        if args.freq is not None:
+            options["freq_mhz"] = args.freq
+        if args.timing_weight is not None:
+            options["timing_weight"] = args.timing_weight
+        try:
+            check_options(args.target, **options)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         workdir = Path(args.output) / block.name / args.preset / args.target
-        report = synthesize(text, block.top, args.target, workdir, freq_mhz=freq,
+        report = synthesize(text, block.top, args.target, workdir, **options,
                             progress=None if args.json else lambda s, t=tag: _status(f"  {t}{s}"))
         reports.append(report)
         dicts.append(dict(report.as_dict(), block=block.name, preset=args.preset,
@@ -195,7 +203,7 @@ def cmd_build(args) -> int:
             _status(f"{tag}: synthesize for {target}")
             synth_text = block.verilog(params, target)[0] if target in FAMILIES else text
             report = synthesize(synth_text, block.top, target, design_dir / target,
-                                freq_mhz=block.synth.freq_mhz,
+                                **block.synth.flow_options(),
                                 progress=lambda s, tag=tag: _status(f"{tag}:   {s}"))
             entry["synth"].append(report.as_dict())
             rows.append(report)
@@ -306,6 +314,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="ecp5", choices=("generic", "ecp5", "ice40"),
                    help="generic gates, Lattice ECP5 or iCE40 (default: ecp5)")
     p.add_argument("--freq", type=float, help="clock constraint in MHz (default: the block's)")
+    p.add_argument("--timing-weight", type=int, metavar="N",
+                   help="nextpnr placer timing weight, 1 to 1000 (default: the block's, else "
+                        "nextpnr's 10)")
     p.add_argument("--json", action="store_true", help="print JSON (Fmax under fmax_mhz)")
     p.set_defaults(func=cmd_synth)
     p = sub.add_parser("build", help="main job: every block through generate, lint and synthesis")

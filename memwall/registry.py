@@ -44,11 +44,19 @@ class SynthSettings:
     presets : tuple of str
         Presets ``memwall bench`` synthesizes (default: all); a preset too large for the
         targets' largest device is left out.
+    timing_weight : int or None
+        nextpnr's placer timing weight for this block (``synth.flow.synthesize``); ``None``
+        (the default) keeps nextpnr's own.
     """
 
     freq_mhz: float = 100.0
     targets: tuple[str, ...] = ("ecp5",)
     presets: tuple[str, ...] = PRESETS
+    timing_weight: int | None = None
+
+    def flow_options(self) -> dict:
+        """Keyword arguments of ``synth.flow.synthesize`` that these settings fix."""
+        return {"freq_mhz": self.freq_mhz, "timing_weight": self.timing_weight}
 
 
 @dataclass(frozen=True)

@@ -57,8 +57,10 @@ two, the convention of Lattice's own map report; distributed RAM ``TRELLIS_DPR16
 fields are ``None`` (memories are mapped to flip-flops there).
 
 Every step writes its script and log into ``workdir``; a failing step raises :class:`SynthError`
-naming the step, the log path and the end of the log. nextpnr runs with a fixed seed, so results
-are reproducible.
+naming the step, the log path and the end of the log; each log begins with the command line that
+wrote it. nextpnr runs with a fixed seed, so results are reproducible, and with nextpnr's own
+placer timing weight unless one is given (``timing_weight``; a block sets its own in its
+``SynthSettings``).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -98,6 +101,9 @@ ICE40_SYNTH_DEVICE = "u"
 CELL_LIBRARIES = {"ecp5": "+/ecp5/cells_bb.v"}
 #: nextpnr placement seed (fixed so that runs are reproducible).
 NEXTPNR_SEED = 1
+#: Range of the analytic placer's timing weight (``--placer-heap-timingweight``; nextpnr's own
+#: default, used when none is given, is 10).
+TIMING_WEIGHTS = range(1, 1001)
 
 # Inputs of the wrapper XOR tree per registered level: one LUT4 per output bit of a level.
 _XOR_FAN_IN = 4
@@ -140,6 +146,8 @@ class SynthReport:
         timed path (``note`` says why).
     freq_mhz : float
         Frequency constraint given to place and route, in MHz.
+    timing_weight : int or None
+        The placer timing weight given to nextpnr (``None``: nextpnr's default).
     seconds : float
         Wall time of the whole flow.
     note : str
@@ -163,6 +171,7 @@ class SynthReport:
     freq_mhz: float
     seconds: float
     note: str = ""
+    timing_weight: int | None = None
     device: str = ""
     utilization: dict[str, tuple[int, int]] = field(default_factory=dict)
 
@@ -186,6 +195,8 @@ def _run(step: str, argv: Sequence[str], log_path: Path, cwd: Path, timeout: flo
         progress(step)
     try:
         with open(log_path, "w") as log:
+            log.write(f"$ {shlex.join(str(a) for a in argv)}\n")     # what was run
+            log.flush()
             proc = subprocess.run(list(argv), cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -451,7 +462,8 @@ def _count_prefix(cells: dict[str, int], *prefixes: str) -> int:
 # Flows
 
 
-def _check_args(target: str, freq_mhz: float) -> None:
+def check_options(target: str, freq_mhz: float, timing_weight: int | None = None) -> None:
+    """Raise ``ValueError`` naming the bad value if :func:`synthesize` would refuse these."""
     if target not in TARGETS:
         raise ValueError(f"Target must be one of {', '.join(repr(t) for t in TARGETS)}, "
                          f"not {target!r}")
@@ -459,6 +471,12 @@ def _check_args(target: str, freq_mhz: float) -> None:
             or not math.isfinite(freq_mhz) or freq_mhz <= 0:
         raise ValueError(f"Frequency constraint freq_mhz must be a positive number of MHz, "
                          f"not {freq_mhz!r}")
+    if timing_weight is not None and (isinstance(timing_weight, bool)
+                                      or not isinstance(timing_weight, int)
+                                      or timing_weight not in TIMING_WEIGHTS):
+        raise ValueError(f"Placer timing weight must be None (nextpnr's default) or an integer "
+                         f"from {TIMING_WEIGHTS.start} to {TIMING_WEIGHTS.stop - 1}, "
+                         f"not {timing_weight!r}")
 
 
 def _generic(verilog_name: str, top: str, workdir: Path, timeout, progress) -> dict:
@@ -489,7 +507,7 @@ def _area(target: str, cells: dict[str, int]) -> dict:
 
 
 def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path, freq_mhz: float,
-          wrap: bool, timeout, progress) -> dict:
+          wrap: bool, timeout, progress, timing_weight: int | None = None) -> dict:
     pnr_top = top
     library = CELL_LIBRARIES.get(target)
     if wrap:
@@ -538,6 +556,8 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
                 "--seed", str(NEXTPNR_SEED)]
         if target == "ecp5":
             argv.append("--out-of-context")
+        if timing_weight is not None:
+            argv += ["--placer-heap-timingweight", str(timing_weight)]
         # Packing alone (seconds) tells whether the design fits; placing a design that does not
         # can take nextpnr twenty minutes before it gives up.
         pack_log = workdir / f"nextpnr_{device}_pack.log"
@@ -573,6 +593,8 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
         else:
             what = "out-of-context: register-to-register paths inside the block only"
         note = f"{where}, {what}"
+        if timing_weight is not None:
+            note += f"; placer timing weight {timing_weight}"
         untimed, worst_ns = _untimed_paths(report)
         if untimed:
             fabric = "none" if fmax is None else f"{fmax:.1f} MHz"
@@ -595,7 +617,8 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
 
 
 def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: float = 100.0,
-               wrap: bool | None = None, timeout: float | None = None,
+               timing_weight: int | None = None, wrap: bool | None = None,
+               timeout: float | None = None,
                progress: Callable[[str], None] | None = None) -> SynthReport:
     """Synthesize ``verilog`` for ``target`` and report its area and timing.
 
@@ -612,6 +635,11 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: 
     freq_mhz : float
         Frequency constraint for place and route, in MHz (it steers nextpnr's effort; the reported
         Fmax is what was achieved).
+    timing_weight : int or None
+        nextpnr's ``--placer-heap-timingweight`` (1 to 1000): how strongly the analytic placer
+        pulls the cells of critical nets together. ``None`` (the default) leaves nextpnr's own
+        value (10). Large designs whose units are spread around fixed multiplier and memory
+        sites place tighter with more (docs/flowkv.md). Ignored for ``generic``.
     wrap : bool or None
         Time the block inside the serial wrapper, so that paths from and to its ports are timed too.
         ``None`` (the default) means ``True`` for ``ecp5`` and ``ice40``. ``False`` is allowed for
@@ -630,14 +658,15 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: 
     Raises
     ------
     ValueError
-        If ``target`` is not one of :data:`TARGETS`, ``freq_mhz`` is not positive, or ``wrap`` is
-        ``False`` for ``ice40``.
+        If ``target`` is not one of :data:`TARGETS`, ``freq_mhz`` is not positive,
+        ``timing_weight`` is outside :data:`TIMING_WEIGHTS`, or ``wrap`` is ``False`` for
+        ``ice40``.
     SynthError
         If a step fails; the message names the step, the log path and the last lines of the log.
     ToolNotFound
         If Yosys or nextpnr is not installed.
     """
-    _check_args(target, freq_mhz)
+    check_options(target, freq_mhz, timing_weight)
     if not isinstance(top, str) or not top:
         raise ValueError(f"Top module name must be a non-empty string, not {top!r}")
     if target == "ice40" and wrap is False:
@@ -654,7 +683,8 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: 
         fields = _generic(verilog_name, top, workdir, timeout, progress)
     else:
         fields = _fpga(verilog_name, verilog, top, target, workdir, float(freq_mhz), wrap,
-                       timeout, progress)
+                       timeout, progress, timing_weight)
     cells = fields.pop("cells_by_type")
     return SynthReport(target=target, top=top, cells=sum(cells.values()), cells_by_type=cells,
-                       freq_mhz=float(freq_mhz), seconds=time.monotonic() - start, **fields)
+                       freq_mhz=float(freq_mhz), seconds=time.monotonic() - start,
+                       timing_weight=None if target == "generic" else timing_weight, **fields)

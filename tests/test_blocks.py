@@ -3,6 +3,7 @@
 import pytest
 
 from memwall import registry
+from synth.flow import check_options
 from synth.lint import lint
 
 #: Presets whose Verilog takes over 20 s to generate and lint (2 cores, Verilator 5.048; the
@@ -35,6 +36,8 @@ def test_registry_entry_is_complete(block):
     for preset in registry.PRESETS:
         params = entry.parameters(preset)
         assert type(params).from_dict(params.as_dict()) == params
+    for target in entry.synth.targets:
+        check_options(target, **entry.synth.flow_options())     # raises on a bad setting
 
 
 def test_slow_lint_cases_are_registered():

@@ -276,6 +276,24 @@ def test_bad_frequency_is_refused(adder_verilog, tmp_path, freq):
         synthesize(adder_verilog, "adder", "ecp5", tmp_path, freq_mhz=freq)
 
 
+@pytest.mark.parametrize("weight", [0, 1001, 2.5, True, "30"])
+def test_bad_timing_weight_is_refused(adder_verilog, tmp_path, weight):
+    with pytest.raises(ValueError, match=r"^Placer timing weight must be None \(nextpnr's "
+                                         r"default\) or an integer from 1 to 1000, not "):
+        synthesize(adder_verilog, "adder", "ecp5", tmp_path, timing_weight=weight)
+
+
+def test_timing_weight_reaches_nextpnr(adder_verilog, tmp_path):
+    report = synthesize(adder_verilog, "adder", "ecp5", tmp_path, timing_weight=30)
+    assert report.timing_weight == 30
+    assert report.note.endswith("; placer timing weight 30")
+    # Each log begins with the command line that wrote it.
+    assert " --placer-heap-timingweight 30" in (tmp_path / "nextpnr_25k.log").read_text()
+    default = synthesize(adder_verilog, "adder", "ecp5", tmp_path / "default")
+    assert default.timing_weight is None and "timing weight" not in default.note
+    assert "timingweight" not in (tmp_path / "default" / "nextpnr_25k.log").read_text()
+
+
 def test_ice40_cannot_be_unwrapped(adder_verilog, tmp_path):
     with pytest.raises(ValueError, match="needs the serial wrapper"):
         synthesize(adder_verilog, "adder", "ice40", tmp_path, wrap=False)
