@@ -116,9 +116,7 @@ class ScoreTile(wiring.Component):
         # ---- the job: command, checks, sweep bounds ------------------------------------------
         c = self.cmd.payload
         position = Signal(cfg.pos_bits)
-        length = Signal(cfg.len_bits)
         lo = Signal(cfg.pos_bits)
-        first_start = Signal(cfg.len_bits)
         last_start = Signal(cfg.len_bits)
         refused = Signal()
         bad = Signal()
@@ -145,7 +143,7 @@ class ScoreTile(wiring.Component):
         bank_refused = Array(Signal(name=f"bank{b}_refused") for b in range(2))
         bank_first = Array(Signal(name=f"bank{b}_first") for b in range(2))
         bank_final = Array(Signal(name=f"bank{b}_final") for b in range(2))
-        bank_rows = Array(Signal(range(Lc + 1), name=f"bank{b}_rows") for b in range(2))
+        bank_last = Array(Signal(range(Lc), name=f"bank{b}_last") for b in range(2))  # rows - 1
         bank_max = Array(Array(Signal(32, name=f"bank{b}_max{h}") for h in range(G))
                          for b in range(2))
 
@@ -167,18 +165,20 @@ class ScoreTile(wiring.Component):
         slot = Signal(range(Lc))
         beat = Signal(range(B))
         ib_n, slot_n, beat_n = next_values(m, ib, slot, beat)
-        row_pos = Signal(cfg.len_bits + 1)
+        # Where the current row stands, kept in registers that move with ``slot`` and
+        # ``chunk_start`` (set in QUERY, updated per row): ``k.ready``'s next value and the bank
+        # bookkeeping then start from flip-flops, not from an adder and comparators.
+        row_pos = Signal(cfg.len_bits + 1)              # chunk_start + slot
+        end_pos = Signal(cfg.len_bits)                  # length - 1, the cache's last row
+        row_chunk_last = Signal()                       # the chunk's last row (or the cache's)
+        job_last_chunk = Signal()                       # chunk_start == last_start
+        first_chunk = Signal()                          # chunk_start == first_start
         row_valid = Signal()
-        row_chunk_last = Signal()
-        job_last_chunk = Signal()
-        first_chunk = Signal()
-        m.d.comb += [
-            row_pos.eq(chunk_start + slot),
-            row_valid.eq((row_pos >= lo) & (row_pos <= position)),
-            row_chunk_last.eq((slot == Lc - 1) | (row_pos == length - 1)),
-            job_last_chunk.eq(chunk_start == last_start),
-            first_chunk.eq(chunk_start == first_start),
-        ]
+        m.d.comb += row_valid.eq((row_pos >= lo) & (row_pos <= position))
+        # Next values of ``row_chunk_last`` when the row advances inside a chunk or to the next.
+        slot_before_last = (slot == Lc - 2) if Lc > 1 else Const(0)
+        next_row_last = (Mux(row_chunk_last, Const(int(Lc == 1)), slot_before_last)
+                         | (row_pos + 1 == end_pos))
         tag_layout = data.StructLayout({"bank": 1, "slot": cfg.slot_bits, "valid": 1,
                                         "chunk_last": 1, "first_row": 1})
         tag_depth = 1 << ((self.score_latency + B - 1) // B + 2).bit_length()
@@ -196,14 +196,18 @@ class ScoreTile(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
-                    m.d.sync += [position.eq(c.position), length.eq(c.length), lo.eq(lo_next),
-                                 first_start.eq(aligned(lo_next)),
+                    m.d.sync += [position.eq(c.position), lo.eq(lo_next),
+                                 end_pos.eq(c.length - 1),
                                  last_start.eq(aligned(c.position)),
                                  chunk_start.eq(aligned(lo_next)),
+                                 row_pos.eq(aligned(lo_next)), first_chunk.eq(1),
                                  refused.eq(bad), q_beat.eq(0), q_head.eq(0)]
                     m.d.comb += [slot_n.eq(0), beat_n.eq(0)]
                     m.next = "QUERY"
             with m.State("QUERY"):
+                # At least one cycle: the row-position registers of the first row settle here.
+                m.d.sync += [row_chunk_last.eq(Const(int(Lc == 1)) | (row_pos == end_pos)),
+                             job_last_chunk.eq(chunk_start == last_start)]
                 m.d.comb += self.q.ready.eq(1)
                 with m.If(self.q.valid):
                     m.d.sync += q_beat.eq(Mux(q_beat == B - 1, 0, q_beat + 1))
@@ -229,8 +233,10 @@ class ScoreTile(wiring.Component):
                     m.d.comb += beat_n.eq(Mux(beat == B - 1, 0, beat + 1))
                     with m.If(beat == B - 1):
                         m.d.comb += [tags.w_en.eq(1), slot_n.eq(slot + 1)]
+                        m.d.sync += [row_pos.eq(row_pos + 1), row_chunk_last.eq(next_row_last)]
                         with m.If(row_chunk_last):
-                            m.d.sync += chunk_start.eq(chunk_start + Lc)
+                            m.d.sync += [chunk_start.eq(chunk_start + Lc), first_chunk.eq(0),
+                                         job_last_chunk.eq(chunk_start + Lc == last_start)]
                             m.d.comb += [slot_n.eq(0), ib_n.eq(~ib)]
                             with m.If(job_last_chunk):
                                 m.d.comb += leave_stream.eq(1)
@@ -283,7 +289,7 @@ class ScoreTile(wiring.Component):
         with m.If(score_valid):
             m.d.sync += [running[h].eq(updated[h]) for h in range(G)]
             with m.If(tag.chunk_last):
-                m.d.sync += bank_rows[tag.bank].eq(tag.slot + 1)
+                m.d.sync += bank_last[tag.bank].eq(tag.slot)
                 m.d.comb += bank_state_n[tag.bank].eq(_FULL)
                 m.d.sync += [bank_max[tag.bank][h].eq(updated[h]) for h in range(G)]
 
@@ -295,7 +301,7 @@ class ScoreTile(wiring.Component):
         e_is_c = Signal()
         e_first = Signal()
         e_final = Signal()
-        e_rows = Signal(range(Lc + 1))
+        e_last = Signal(range(Lc))         # the chunk's last slot
         m_prev = Array(Signal(32, name=f"m_prev{h}") for h in range(G))
         l_prev = Array(Signal(32, name=f"l_prev{h}") for h in range(G))
         pending = Array(Signal(name=f"l_pending{h}") for h in range(G))
@@ -304,7 +310,7 @@ class ScoreTile(wiring.Component):
                                           "last": 1, "head_last": 1, "bank": 1}))
         issuing = Signal()
         m.d.comb += [queue.issue.eq(issuing), s_rd.addr.eq(Cat(e_slot[:slot_log], eb))]
-        head_done = e_slot == e_rows - 1
+        head_done = e_slot == e_last
         with m.FSM(name="engine"):
             with m.State("IDLE"):
                 with m.If(bank_state[eb] == _FULL):
@@ -318,7 +324,7 @@ class ScoreTile(wiring.Component):
                         m.d.comb += bank_state_n[eb].eq(_READING)
                         m.d.sync += [e_head.eq(0), e_slot.eq(0),
                                      e_is_c.eq(1), e_first.eq(bank_first[eb]),
-                                     e_final.eq(bank_final[eb]), e_rows.eq(bank_rows[eb])]
+                                     e_final.eq(bank_final[eb]), e_last.eq(bank_last[eb])]
                         m.next = "ISSUE"
             with m.State("ISSUE"):
                 m.d.comb += [issue.kind.eq(Mux(e_is_c, Kind.C, Kind.F)), issue.head.eq(e_head),
@@ -406,11 +412,16 @@ class ScoreTile(wiring.Component):
         # ``k.ready`` (STREAM, a free tag slot, and a free bank when a chunk begins) is computed
         # one cycle ahead from the next values of the state it reads, so that no combinational
         # path runs from the tile's state out of the pair and back.
+        # The tag FIFO holds one tag per row between its last key beat and its row sum, at most
+        # ``score_latency / B + 1`` rows, and is deeper than that plus two: the test on its
+        # present level (room for the tag a beat taken now may write) never binds.
         k_ready = Signal()
         stream_n = (input_fsm.ongoing("STREAM") & ~leave_stream) | enter_stream
-        tags_level_n = (tags.level + (tags.w_en & tags.w_rdy) - (tags.r_en & tags.r_rdy))
-        m.d.sync += k_ready.eq(stream_n & (tags_level_n[:len(tags.level)] != tag_depth)
-                               & ~((beat_n == 0) & (slot_n == 0) & (bank_state_n[ib_n] != _FREE)))
+        # Whether the next cycle's beat begins a chunk (``beat_n == 0 and slot_n == 0`` wherever
+        # ``stream_n`` holds), from registers.
+        begins_n = Mux(k_take, (beat == B - 1) & row_chunk_last, chunk_begins)
+        m.d.sync += k_ready.eq(stream_n & (tags.level < tag_depth - 1)
+                               & ~(begins_n & (bank_state_n[ib_n] != _FREE)))
         m.d.comb += self.k.ready.eq(k_ready)
 
         # ---- l = C * l_prev + tree(F) per head --------------------------------------------------

@@ -365,16 +365,19 @@ class ValueTile(wiring.Component):
         ctl1 = Signal(out_ctl)
         out_valid1 = Signal()
         m.d.sync += [ctl1.eq(ctl0), out_valid1.eq(d_issue | e_issue)]
-        head_words = Array(y_rd.data[lane_bits * P * h:lane_bits * P * (h + 1)] for h in range(G))
-        word1 = head_words[ctl1.head]
+        # The head selects every lane's word and reciprocal: two copies of ``ctl1.head`` (kept
+        # apart by their power-on values), each steering half of the lanes.
+        heads1 = distinct_copies(m, [ctl0.head], min(P, 2), name="out_head")
         lanes_out = []
         for i in range(P):
+            head1 = heads1[i % len(heads1)]
+            word = Array(y_rd.data[lane_bits * (P * h + i):lane_bits * (P * h + i + 1)]
+                         for h in range(G))
             mul = FloatMultiplier(FP32, FP32, cfg.out_fmt, split="wide", private_operands=True,
                                   operand_copy=i % 2, block_registers=True)
             m.submodules[f"out{i}"] = mul
-            m.d.comb += [mul.i.valid.eq(out_valid1),
-                         mul.i.payload.a.eq(word1[lane_bits * i:lane_bits * (i + 1)]),
-                         mul.i.payload.b.eq(recips[ctl1.head])]
+            m.d.comb += [mul.i.valid.eq(out_valid1), mul.i.payload.a.eq(word[head1]),
+                         mul.i.payload.b.eq(recips[head1])]
             lanes_out.append(mul.o.payload.y)
         ctl_out = Signal(out_ctl)
         m.d.comb += ctl_out.eq(delay(m, ctl1, mul.latency, name="out_ctl"))
