@@ -164,7 +164,7 @@ class ScoreTile(wiring.Component):
         chunk_start = Signal(cfg.len_bits)
         slot = Signal(range(Lc))
         beat = Signal(range(B))
-        ib_n, slot_n, beat_n = next_values(m, ib, slot, beat)
+        ib_n, = next_values(m, ib)
         # Where the current row stands, kept in registers that move with ``slot`` and
         # ``chunk_start`` (set in QUERY, updated per row): ``k.ready``'s next value and the bank
         # bookkeeping then start from flip-flops, not from an adder and comparators.
@@ -202,7 +202,7 @@ class ScoreTile(wiring.Component):
                                  chunk_start.eq(aligned(lo_next)),
                                  row_pos.eq(aligned(lo_next)), first_chunk.eq(1),
                                  refused.eq(bad), q_beat.eq(0), q_head.eq(0)]
-                    m.d.comb += [slot_n.eq(0), beat_n.eq(0)]
+                    m.d.sync += [slot.eq(0), beat.eq(0)]
                     m.next = "QUERY"
             with m.State("QUERY"):
                 # At least one cycle: the row-position registers of the first row settle here.
@@ -230,14 +230,16 @@ class ScoreTile(wiring.Component):
                         m.d.sync += [bank_refused[ib].eq(0), bank_first[ib].eq(first_chunk),
                                      bank_final[ib].eq(job_last_chunk)]
                         m.d.comb += bank_state_n[ib].eq(_FILLING)
-                    m.d.comb += beat_n.eq(Mux(beat == B - 1, 0, beat + 1))
+                    m.d.sync += beat.eq(Mux(beat == B - 1, 0, beat + 1))
                     with m.If(beat == B - 1):
-                        m.d.comb += [tags.w_en.eq(1), slot_n.eq(slot + 1)]
+                        m.d.comb += tags.w_en.eq(1)
+                        m.d.sync += slot.eq(slot + 1)
                         m.d.sync += [row_pos.eq(row_pos + 1), row_chunk_last.eq(next_row_last)]
                         with m.If(row_chunk_last):
                             m.d.sync += [chunk_start.eq(chunk_start + Lc), first_chunk.eq(0),
                                          job_last_chunk.eq(chunk_start + Lc == last_start)]
-                            m.d.comb += [slot_n.eq(0), ib_n.eq(~ib)]
+                            m.d.sync += slot.eq(0)
+                            m.d.comb += ib_n.eq(~ib)
                             with m.If(job_last_chunk):
                                 m.d.comb += leave_stream.eq(1)
                                 m.next = "IDLE"
@@ -417,8 +419,8 @@ class ScoreTile(wiring.Component):
         # present level (room for the tag a beat taken now may write) never binds.
         k_ready = Signal()
         stream_n = (input_fsm.ongoing("STREAM") & ~leave_stream) | enter_stream
-        # Whether the next cycle's beat begins a chunk (``beat_n == 0 and slot_n == 0`` wherever
-        # ``stream_n`` holds), from registers.
+        # Whether the next cycle's beat begins a chunk (``beat`` and ``slot`` both 0 next cycle
+        # wherever ``stream_n`` holds), from registers.
         begins_n = Mux(k_take, (beat == B - 1) & row_chunk_last, chunk_begins)
         m.d.sync += k_ready.eq(stream_n & (tags.level < tag_depth - 1)
                                & ~(begins_n & (bank_state_n[ib_n] != _FREE)))
