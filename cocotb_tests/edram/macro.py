@@ -14,7 +14,12 @@ The model of a 3T gain-cell array (docs/edram.md, "Decay macro"):
   ``(1 - q (1 - 2 BER(t))) / 2``, where ``q`` is the product of ``1 - 2 BER(t_i)`` over the
   earlier restore intervals ``t_i`` since the word was written (an odd number of flips). The macro
   logs that prediction with every read, computed from the retention model and the restore times
-  alone, never from its random draws.
+  alone, never from its random draws, and the word's write count (its *version*).
+* Reads of one word see the same lost cells until the next restore, and an error latched by a
+  refresh until the next write, so bit errors over all reads come in clusters, more spread than a
+  Poisson count of the same mean. The last read of each version of a word is free of that: its
+  bits depend on their own retention draws only, so those errors are a sum of independent
+  Bernoulli trials (the testbench's band check counts them, ``_Tally``).
 
 The macro also checks the controller's contract, every cycle: at most one of ``we``, ``re``,
 ``refresh`` per bank; no live row older than the segment's interval when it is restored or
@@ -89,13 +94,14 @@ class DecayMacro:
         self.retention = np.full((*shape, width), np.inf)  # cycles each cell keeps its charge
         self.restored = np.zeros((banks, rows), np.int64)  # edge of the last restore
         self.parity = np.ones(shape)                       # prod(1 - 2 BER) of past intervals
+        self.version = np.zeros(shape, np.int64)           # writes of each word so far
         self.held = np.zeros((banks, rows), bool)          # holds live data (written, not released)
         self.released = np.full((banks, rows), -10**9, np.int64)
         #: Longest allowed age (cycles) of a held row, or None (no bound: refresh-less).
         self.limit: int | None = None
         self.refreshes = 0
         self.max_age = 0
-        #: One entry per read, in order: ``(bank, row, col, value, truth, p_bit)``.
+        #: One entry per read, in order: ``(bank, row, col, version, value, truth, p_bit)``.
         self.reads: collections.deque = collections.deque()
         self._rdata = 0
         self._bits = 1 << np.arange(width)
@@ -197,6 +203,7 @@ class DecayMacro:
                     value = self.data_field.get(wdata, bank)
                     self.cells[bank, row, col] = self.truth[bank, row, col] = value
                     self.parity[bank, row, col] = 1.0
+                    self.version[bank, row, col] += 1
                     # A release at this same edge (seen first, or later in this cycle) wins.
                     self.held[bank, row] = now > self.released[bank, row]
                 else:
@@ -204,8 +211,8 @@ class DecayMacro:
                     value = int(self.cells[bank, row, col] ^ self._flips(bank, row, now)[col])
                     p_now = float(self._ber(age))
                     p_bit = (1.0 - self.parity[bank, row, col] * (1.0 - 2.0 * p_now)) / 2.0
-                    self.reads.append((bank, row, col, value, int(self.truth[bank, row, col]),
-                                       p_bit))
+                    self.reads.append((bank, row, col, int(self.version[bank, row, col]),
+                                       value, int(self.truth[bank, row, col]), p_bit))
                     pending.append((bank, value))
 
 
