@@ -133,19 +133,22 @@ def round_pack(fmt: FloatFormat, sign, exp, sig, sticky, *, is_zero=0, is_inf=0,
         guard = sig[width - p - 1]
         rest = (sig[:width - p - 1].any() if width - p - 1 else Const(0, 1)) | sticky
     up = guard & (rest | kept[0])
-    # One carry chain: incrementing fraction and biased exponent together renormalizes a carry
-    # out of the fraction (all ones + 1 = next binade). Range checks look at the biased exponent
-    # before rounding, beside the chain, and only combine with ``kept.all() & up`` at the end.
-    biased = Value.cast(exp + fmt.bias)
+    # The fraction's increment is one carry chain; its carry out (all ones + 1 = next binade)
+    # picks the biased exponent plus one, worked out beside it from ``exp``, as are the range
+    # checks (comparisons of ``exp`` with constants, no bias added in front of them). They only
+    # combine with ``kept.all() & up`` at the end.
+    man = fmt.man_bits
     all_ones = kept.all()
-    incremented = Cat(kept[:fmt.man_bits], biased[:fmt.exp_bits]) + up
-    normal = Cat(incremented[:fmt.width - 1], sign)
-    overflow = (biased >= fmt.exp_max_field) | \
-        ((biased == fmt.exp_max_field - 1) & all_ones & up)
-    tiny = biased < 1
+    fraction = (kept[:man] + up)[:man]
+    carry = kept[:man].all() & up
+    exp_field = Mux(carry, (exp + (fmt.bias + 1))[:fmt.exp_bits], (exp + fmt.bias)[:fmt.exp_bits])
+    normal = Cat(fraction, exp_field, sign)
+    max_field = fmt.exp_max_field - fmt.bias          # exp at the biased field of inf/NaN
+    overflow = (exp >= max_field) | ((exp == max_field - 1) & all_ones & up)
+    tiny = exp < 1 - fmt.bias
     # IEEE rounding on the subnormal grid of [2**(emin-1), 2**emin) reaches 2**emin exactly when the
     # kept bits are all ones (value >= 2**emin - half a subnormal ulp); everything else is flushed.
-    to_min_normal = (biased == 0) & all_ones
+    to_min_normal = (exp == -fmt.bias) & all_ones
     is_zero = Value.cast(is_zero) | (sig == 0)
     if cut is not None:
         # The result's sign is the top bit of ``normal``.

@@ -107,27 +107,38 @@ class FloatAdder(wiring.Component):
         is_inf = a.is_inf | b.is_inf
         inf_sign = Mux(a.is_inf, a.sign, b.sign)
         both_zero_sign = a.sign & b.sign       # the sign of an exact zero sum under RNE
-        diff_ba, diff_ab = b.exp - a.exp, a.exp - b.exp
-        (a_sig, b_sig, a_exp, b_exp, a_sign, b_sign, swap, diff_ba, diff_ab, subtract, is_nan,
-         is_inf, inf_sign, both_zero_sign) = pipe.cut(
-            a.sig, b.sig, a.exp, b.exp, a.sign, b.sign, swap, diff_ba, diff_ab, subtract, is_nan,
-            is_inf, inf_sign, both_zero_sign)
+        diff_bits = fmt.exp_bits + 1
+        diff_ba, diff_ab = (b.exp - a.exp)[:diff_bits], (a.exp - b.exp)[:diff_bits]
+        # Whether the alignment shifts the smaller operand out entirely, worked out beside the
+        # magnitude compare for both orders: the alignment stage then starts from a flag.
+        width = p + _EXTRA
+        out_ba, out_ab = diff_ba >= width, diff_ab >= width
+        (a_sig, b_sig, a_exp, b_exp, a_sign, b_sign, swap, diff_ba, diff_ab, out_ba, out_ab,
+         subtract, is_nan, is_inf, inf_sign, both_zero_sign) = pipe.cut(
+            a.sig, b.sig, a.exp, b.exp, a.sign, b.sign, swap, diff_ba, diff_ab, out_ba, out_ab,
+            subtract, is_nan, is_inf, inf_sign, both_zero_sign)
         big_sig = Mux(swap, b_sig, a_sig)
         small_sig = Mux(swap, a_sig, b_sig)
         big_exp = Mux(swap, b_exp, a_exp)
-        diff = (Mux(swap, diff_ba, diff_ab))[:fmt.exp_bits + 1]
+        diff = Mux(swap, diff_ba, diff_ab)
+        shifted_out = Mux(swap, out_ba, out_ab)
         big_sign = Mux(swap, b_sign, a_sign)
         flags = Cat(big_sign, subtract, is_nan, is_inf, inf_sign, both_zero_sign)
         # Align the smaller operand: shift right by the exponent difference, keeping guard and
         # round bits and folding everything shifted further out into a sticky LSB. Coarse
         # (multiples of 8) and fine steps, each ORing what it shifts out into the sticky bit.
-        width = p + _EXTRA
         if not self._balanced:
-            big_sig, small_sig, big_exp, diff, flags = pipe.cut(big_sig, small_sig, big_exp,
-                                                                diff, flags)
+            big_sig, small_sig, big_exp, diff, shifted_out, flags = pipe.cut(
+                big_sig, small_sig, big_exp, diff, shifted_out, flags)
             small_ext = Cat(Const(0, _EXTRA), small_sig)
-            coarse = Mux(diff >= width, width, Cat(Const(0, 3), diff[3:]))
-            aligned, sticky = shift_right_sticky(small_ext, coarse, width)
+            # Below ``width`` the coarse shift is a multiple of 8 under ``width``: a choice
+            # among those by the exponent difference's bits 3 and up (no comparator); at
+            # ``width`` and beyond everything goes to the sticky bit.
+            groups = (width - 1) // 8 + 1
+            select = diff[3:3 + max(1, (groups - 1).bit_length())]
+            wide = Cat(Const(0, width), small_ext) >> Cat(Const(0, 3), select)
+            aligned = Mux(shifted_out, 0, wide[width:])
+            sticky = Mux(shifted_out, small_ext.any(), wide[:width].any())
             fine = diff[:3]
         else:
             # The same shift as a choice among the ``groups`` multiples of 8 below ``width``
@@ -136,7 +147,7 @@ class FloatAdder(wiring.Component):
             small_ext = Cat(Const(0, _EXTRA), small_sig)
             groups = (width - 1) // 8 + 1
             select = diff[3:3 + max(1, (groups - 1).bit_length())]
-            flush = diff >= width
+            flush = shifted_out
             dropped = [Const(0, 1)]
             for g in range(groups - 1):
                 dropped.append(dropped[-1] | small_ext[8 * g:8 * g + 8].any())

@@ -15,7 +15,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..validate import integer
-from .float import Pipeline, round_pack, unpack
+from .float import Pipeline, normal_significand, round_pack, unpack
 from .format import FP32
 
 __all__ = ["Reciprocal", "RSqrt", "recip_seeds", "rsqrt_seeds", "error_width", "SEED_BITS",
@@ -87,7 +87,10 @@ class _NewtonRaphson(wiring.Component):
         pipe = Pipeline(m, self.i.valid, cuts=cuts, stages=cuts + 1)
 
         x = unpack(FP32, self.i.payload.x)
-        index = x.sig[_MAN - SEED_BITS:_MAN]
+        # The significand read as a normal number's (no class test in front of the seed table):
+        # a zero, subnormal, infinite or NaN operand takes its result from the flags.
+        sig = normal_significand(FP32, self.i.payload.x)
+        index = sig[_MAN - SEED_BITS:_MAN]
         if self._sqrt:
             parity = x.exp[0]
             seeds = rsqrt_seeds()
@@ -95,14 +98,14 @@ class _NewtonRaphson(wiring.Component):
             y = table[Cat(index, parity)]
             # result exponent: -(e - parity) / 2 (e - parity is even)
             exp_out = -((x.exp - parity) >> 1)
-            u = Mux(parity, Cat(Const(0, 1), x.sig), x.sig)            # u = m * 2**parity
+            u = Mux(parity, Cat(Const(0, 1), sig), sig)                # u = m * 2**parity
             is_nan = x.is_nan | (x.sign & ~x.is_zero)
             is_inf = x.is_zero
             is_zero = x.is_inf & ~x.sign
         else:
             y = Array(Const(v, SEED_FRAC + 1) for v in recip_seeds())[index]
             exp_out = -x.exp
-            u = x.sig
+            u = sig
             is_nan, is_inf, is_zero = x.is_nan, x.is_zero, x.is_inf
         flags = (x.sign, exp_out, is_nan, is_inf, is_zero)
         y, u, *flags = pipe.cut(y, u, *flags)
