@@ -6,11 +6,14 @@ messages."""
 
 import numpy as np
 import pytest
+from amaranth import Module, Signal
+from amaranth.sim import Simulator
 
 from golden.arith.float import (fadd, fconvert, fdot, fmac, fmul, int_to_float, operand_pairs,
                                 random_codes)
 from hdl.arith.convert import FloatConvert, IntToFloat
 from hdl.arith.fdot import FloatDot
+from hdl.arith.float import at_least
 from hdl.arith.format import BF16, FP16, FP32, float_format
 from hdl.arith.fpadd import FloatAdder
 from hdl.arith.fpmac import FloatMAC
@@ -149,6 +152,28 @@ def test_default_latencies():
     assert IntToFloat().latency == 3
     assert FloatDot(BF16, 16).latency == 5 + 4 * 6
     assert FloatDot(BF16, 1).latency == 5
+
+
+@pytest.mark.parametrize("width", [1, 4, 9])
+def test_at_least_is_the_comparison(width):
+    """``at_least`` (gates, no carry chain) equals ``>=`` for every value and every bound,
+    bounds beyond the value's range included."""
+    value = Signal(width)
+    bounds = range(-1, (1 << width) + 2)
+    outputs = [Signal(name=f"ge{n}") for n in range(len(bounds))]
+    m = Module()
+    m.d.comb += [o.eq(at_least(value, k)) for o, k in zip(outputs, bounds)]
+    sim = Simulator(m)
+    wrong = []
+
+    async def bench(ctx):
+        for x in range(1 << width):
+            ctx.set(value, x)
+            wrong.extend((x, k) for o, k in zip(outputs, bounds) if ctx.get(o) != (x >= k))
+
+    sim.add_testbench(bench)
+    sim.run()
+    assert not wrong, f"at_least differs from >= at (value, bound) {wrong[:5]}"
 
 
 def test_exact_product_claims():

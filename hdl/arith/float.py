@@ -32,8 +32,8 @@ from amaranth.lib import data
 from .format import FloatFormat
 
 __all__ = ["Unpacked", "unpack", "normal_significand", "round_pack", "exponent_shape",
-           "leading_zeros", "normalize", "shift_right_sticky", "Pipeline", "cut_order",
-           "distinct_copies"]
+           "leading_zeros", "normalize", "shift_right_sticky", "at_least", "Pipeline",
+           "cut_order", "distinct_copies"]
 
 
 def exponent_shape(fmt: FloatFormat):
@@ -242,6 +242,25 @@ def shift_right_sticky(value, amount, limit: int):
     amount = Mux(amount > limit, limit, amount)
     wide = Cat(Const(0, width), value) >> amount
     return wide[width:], wide[:width].any()
+
+
+def at_least(value, bound: int) -> Value:
+    """Return ``value >= bound`` (``value`` read unsigned) as gates on its bits, MSB first.
+
+    Yosys maps a comparison to a carry chain; against a constant the test is a small function of
+    the bits, which synthesis then packs into a few LUTs, so it does not add a chain behind the
+    one that computed ``value``.
+    """
+    value = Value.cast(value)
+    bound = int(bound)
+    if bound <= 0:
+        return Const(1, 1)
+    if bound >= 1 << len(value):
+        return Const(0, 1)
+    result = Const(1, 1)                       # the empty suffix is >= the empty bound
+    for i in range(len(value)):                # from the LSB up: value[:i+1] >= bound[:i+1]
+        result = (value[i] & result) if bound >> i & 1 else (value[i] | result)
+    return result
 
 
 def _hold(m: Module, value, name: str):

@@ -9,7 +9,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..validate import integer
-from .float import Pipeline, cut_order, normalize, round_pack, shift_right_sticky, unpack
+from .float import (Pipeline, at_least, cut_order, normalize, round_pack, shift_right_sticky,
+                    unpack)
 from .format import FP32, FloatFormat, float_format
 
 __all__ = ["FloatAdder", "CUT_POINTS"]
@@ -107,12 +108,16 @@ class FloatAdder(wiring.Component):
         is_inf = a.is_inf | b.is_inf
         inf_sign = Mux(a.is_inf, a.sign, b.sign)
         both_zero_sign = a.sign & b.sign       # the sign of an exact zero sum under RNE
+        # Exponent differences from the biased fields (the bias cancels: one carry chain, not
+        # one per unbiasing and one for the difference).
         diff_bits = fmt.exp_bits + 1
-        diff_ba, diff_ab = (b.exp - a.exp)[:diff_bits], (a.exp - b.exp)[:diff_bits]
+        a_field, b_field = fmt.fields(self.i.payload.a)[1], fmt.fields(self.i.payload.b)[1]
+        diff_ba, diff_ab = (b_field - a_field)[:diff_bits], (a_field - b_field)[:diff_bits]
         # Whether the alignment shifts the smaller operand out entirely, worked out beside the
-        # magnitude compare for both orders: the alignment stage then starts from a flag.
+        # magnitude compare for both orders (gates on the difference, no second chain): the
+        # alignment stage then starts from a flag.
         width = p + _EXTRA
-        out_ba, out_ab = diff_ba >= width, diff_ab >= width
+        out_ba, out_ab = at_least(diff_ba, width), at_least(diff_ab, width)
         (a_sig, b_sig, a_exp, b_exp, a_sign, b_sign, swap, diff_ba, diff_ab, out_ba, out_ab,
          subtract, is_nan, is_inf, inf_sign, both_zero_sign) = pipe.cut(
             a.sig, b.sig, a.exp, b.exp, a.sign, b.sign, swap, diff_ba, diff_ab, out_ba, out_ab,
@@ -171,7 +176,7 @@ class FloatAdder(wiring.Component):
         # The MSB of ``total`` has weight 2**(big_exp + 1).
         coarse_steps = [step for step in (32, 16, 8) if step < width + 1]
         shift_coarse, normalized = normalize(total, m, steps=coarse_steps,
-                                             parallel=self._balanced)
+                                             parallel=True)
         exp = big_exp + 1 - shift_coarse
         normalized, exp, flags, total_zero = pipe.cut(normalized, exp, flags, total == 0)
         shift_fine, normalized = normalize(normalized, m, steps=(4, 2, 1),
