@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth import Module, Signal, Value
+from amaranth import Module, Mux, Signal, Value
 from amaranth.lib.fifo import SyncFIFOBuffered
 
 from .validate import integer
@@ -99,8 +99,14 @@ class ResultQueue:
         credits = Signal(range(depth + 1), init=depth, name=f"{name}_credits")
         popped = sink.valid & sink.ready
         m.d.sync += credits.eq(credits - self.issue + popped)
+        # ``credits != 0`` kept in a register of its own, its next value chosen by ``issue`` and
+        # ``popped`` among tests of the present count: the producer's issue logic then starts
+        # from a flip-flop, not from a comparison of the counter.
+        nonzero = Signal(init=1, name=f"{name}_nonzero")
+        m.d.sync += nonzero.eq(Mux(self.issue & ~popped, credits > 1,
+                                   (credits != 0) | (popped & ~self.issue)))
         m.d.comb += [
-            self.can_issue.eq(credits != 0),
+            self.can_issue.eq(nonzero),
             fifo.w_en.eq(self.w_en),
             fifo.w_data.eq(self.w_data),
             sink.valid.eq(fifo.r_rdy),

@@ -312,7 +312,11 @@ class ScoreTile(wiring.Component):
                                           "last": 1, "head_last": 1, "bank": 1}))
         issuing = Signal()
         m.d.comb += [queue.issue.eq(issuing), s_rd.addr.eq(Cat(e_slot[:slot_log], eb))]
-        head_done = e_slot == e_last
+        # ``e_slot == e_last`` (the head's last slot) and ``e_head == G - 1`` in registers moved
+        # with the counters, so that the engine's decision to free a bank (which ``k.ready``'s
+        # next value reads) starts from flip-flops.
+        head_done = Signal()
+        head_last = Signal()
         with m.FSM(name="engine"):
             with m.State("IDLE"):
                 with m.If(bank_state[eb] == _FULL):
@@ -326,23 +330,25 @@ class ScoreTile(wiring.Component):
                         m.d.comb += bank_state_n[eb].eq(_READING)
                         m.d.sync += [e_head.eq(0), e_slot.eq(0),
                                      e_is_c.eq(1), e_first.eq(bank_first[eb]),
-                                     e_final.eq(bank_final[eb]), e_last.eq(bank_last[eb])]
+                                     e_final.eq(bank_final[eb]), e_last.eq(bank_last[eb]),
+                                     head_done.eq(bank_last[eb] == 0), head_last.eq(G == 1)]
                         m.next = "ISSUE"
             with m.State("ISSUE"):
                 m.d.comb += [issue.kind.eq(Mux(e_is_c, Kind.C, Kind.F)), issue.head.eq(e_head),
                              issue.slot.eq(e_slot), issue.first.eq(e_first),
                              issue.final.eq(e_final), issue.bank.eq(eb),
                              issue.head_last.eq(~e_is_c & head_done),
-                             issue.last.eq(~e_is_c & head_done & (e_head == G - 1))]
+                             issue.last.eq(~e_is_c & head_done & head_last)]
                 # C of a head waits for that head's previous l (its product C * l_prev).
                 with m.If(queue.can_issue & (~e_is_c | ~pending[e_head])):
                     m.d.comb += issuing.eq(1)
                     with m.If(e_is_c):
                         m.d.sync += [e_is_c.eq(0), pending[e_head].eq(1)]
                     with m.Elif(~head_done):
-                        m.d.sync += e_slot.eq(e_slot + 1)
-                    with m.Elif(e_head != G - 1):
-                        m.d.sync += [e_slot.eq(0), e_is_c.eq(1), e_head.eq(e_head + 1)]
+                        m.d.sync += [e_slot.eq(e_slot + 1), head_done.eq(e_slot + 1 == e_last)]
+                    with m.Elif(~head_last):
+                        m.d.sync += [e_slot.eq(0), e_is_c.eq(1), e_head.eq(e_head + 1),
+                                     head_done.eq(e_last == 0), head_last.eq(e_head + 1 == G - 1)]
                     with m.Else():
                         m.d.sync += eb.eq(~eb)
                         m.d.comb += bank_state_n[eb].eq(_FREE)

@@ -266,18 +266,20 @@ class ValueTile(wiring.Component):
                      y_rd.addr.eq(Mux(d_issue, d_beat, k))]
         issue1 = Signal()
         k1 = Signal(range(B))
-        zero1 = Signal()                      # the job's first attended row: addend +0
-        m.d.sync += [issue1.eq(acc_issue), k1.eq(k), zero1.eq(p_first & chunk_row0)]
+        m.d.sync += [issue1.eq(acc_issue), k1.eq(k)]
+        # The job's first attended row reads the accumulator as +0 (``Y`` starts at +0, step 8):
+        # the rescale multiplier's ``Y`` operand gets a zero sign and exponent field, which makes
+        # it +0 for the multiplier (flush to zero; its significand bits are then not used), so
+        # the product is ``fmul(C, +0)`` as in the golden model. Two copies of the flag, each
+        # for half of the lanes; it reaches no adder input.
+        zeros1 = distinct_copies(m, [p_first & chunk_row0], 2, name="zero")
+        man = FP32.man_bits
         # Operand registers that synthesis keeps apart (distinct power-on values), so that no
         # one register drives the multiplier blocks of lanes spread over the die: V per head,
         # the rescale factor per lane (up to four copies per head, from the two copies of C).
         v_regs = distinct_copies(m, [self.v.payload.data.as_value()], G, name="v_reg")
         scale1 = [distinct_copies(m, [Mux(chunk_row0, c[rb][h], _ONE) for c in c_reg],
                                   min(P, 2 * c_sources), name=f"rescale{h}") for h in range(G)]
-        # The job's first attended row sets the addend to +0 in every lane, as the rescale
-        # product leaves its multiplier: a two-level tree of distinct copies so that each copy
-        # drives the zeroing of a few lanes only.
-        zeros = None
         results = []
         written = None
         for h in range(G):
@@ -294,18 +296,14 @@ class ValueTile(wiring.Component):
                 m.submodules[f"cy{lane}"] = cy
                 m.submodules[f"acc{lane}"] = add
                 y_old = y_rd.data[lane_bits * lane:lane_bits * (lane + 1)]
+                zero = zeros1[lane * len(zeros1) // (G * P)]
                 m.d.comb += [fv.i.valid.eq(issue1), fv.i.payload.a.eq(f_val),
                              fv.i.payload.b.eq(v_regs[h][16 * i:16 * (i + 1)]),
                              cy.i.valid.eq(issue1),
                              cy.i.payload.a.eq(scale1[h][i % len(scale1[h])]),
-                             cy.i.payload.b.eq(y_old)]
-                if zeros is None:
-                    zero_mid = delay(m, zero1, cy.latency - 2, name="zero")
-                    zeros = distinct_copies(m, distinct_copies(m, [zero_mid], 2, name="zero_a"),
-                                            4, name="zero_b")
-                zero = zeros[lane % len(zeros)]
+                             cy.i.payload.b.eq(Cat(y_old[:man], Mux(zero, 0, y_old[man:])))]
                 m.d.comb += [add.i.valid.eq(fv.o.valid), add.i.payload.a.eq(fv.o.payload.y),
-                             add.i.payload.b.eq(Mux(zero, 0, cy.o.payload.y))]
+                             add.i.payload.b.eq(cy.o.payload.y)]
                 results.append(add.o.payload.y)
                 written = add.o.valid
         write_k = delay(m, k1, fv.latency + add.latency, name="write_word")
