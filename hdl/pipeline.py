@@ -79,7 +79,9 @@ class ResultQueue:
     Members
     -------
     can_issue : Signal, out
-        A credit is available: an item may enter the pipeline this cycle.
+        A credit is available: an item may enter the pipeline this cycle. A register (its
+        value every cycle equals ``credits != 0`` as long as ``issue`` is driven only while
+        ``can_issue``), so the producer's issue logic starts from a flip-flop.
     issue : Signal, in
         An item enters the pipeline this cycle (takes a credit).
     w_en : Signal, in
@@ -93,20 +95,19 @@ class ResultQueue:
         width = len(Value.cast(sink.payload))
         m.submodules[name] = fifo = SyncFIFOBuffered(width=width, depth=depth)
         self.issue = Signal(name=f"{name}_issue")
-        self.can_issue = Signal(name=f"{name}_can_issue")
+        # ``credits != 0``, kept in a register of its own (below).
+        self.can_issue = Signal(init=1, name=f"{name}_can_issue")
         self.w_en = Signal(name=f"{name}_w_en")
         self.w_data = Signal(width, name=f"{name}_w_data")
         credits = Signal(range(depth + 1), init=depth, name=f"{name}_credits")
         popped = sink.valid & sink.ready
         m.d.sync += credits.eq(credits - self.issue + popped)
-        # ``credits != 0`` kept in a register of its own, its next value chosen by ``issue`` and
-        # ``popped`` among tests of the present count: the producer's issue logic then starts
-        # from a flip-flop, not from a comparison of the counter.
-        nonzero = Signal(init=1, name=f"{name}_nonzero")
-        m.d.sync += nonzero.eq(Mux(self.issue & ~popped, credits > 1,
-                                   (credits != 0) | (popped & ~self.issue)))
+        # Its next value is chosen by ``issue`` and ``popped`` among tests of the present count:
+        # the producer's issue logic then starts from a flip-flop, not from a comparison of the
+        # counter.
+        m.d.sync += self.can_issue.eq(Mux(self.issue & ~popped, credits > 1,
+                                          (credits != 0) | (popped & ~self.issue)))
         m.d.comb += [
-            self.can_issue.eq(nonzero),
             fifo.w_en.eq(self.w_en),
             fifo.w_data.eq(self.w_data),
             sink.valid.eq(fifo.r_rdy),
