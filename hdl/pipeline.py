@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from amaranth import Module, Mux, Signal, Value
+from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
 
 from .validate import integer
 
-__all__ = ["stream_stage", "next_values", "ResultQueue"]
+__all__ = ["stream_stage", "next_values", "ResultQueue", "SkidBuffer"]
 
 
 def next_values(m: Module, *registers: Signal) -> list[Signal]:
@@ -84,6 +86,11 @@ class ResultQueue:
         ``can_issue``), so the producer's issue logic starts from a flip-flop.
     issue : Signal, in
         An item enters the pipeline this cycle (takes a credit).
+    cancel : Signal, in
+        An item that took a credit will write no result after all: its credit comes back. A
+        producer that must take the credit before it knows whether the item answers (a
+        ``ready`` from registers) gives it back with this once it knows. Never more often than
+        credits were taken and not yet returned or written.
     w_en : Signal, in
         A result is written this cycle.
     w_data : Signal, in
@@ -95,18 +102,20 @@ class ResultQueue:
         width = len(Value.cast(sink.payload))
         m.submodules[name] = fifo = SyncFIFOBuffered(width=width, depth=depth)
         self.issue = Signal(name=f"{name}_issue")
+        self.cancel = Signal(name=f"{name}_cancel")
         # ``credits != 0``, kept in a register of its own (below).
         self.can_issue = Signal(init=1, name=f"{name}_can_issue")
         self.w_en = Signal(name=f"{name}_w_en")
         self.w_data = Signal(width, name=f"{name}_w_data")
         credits = Signal(range(depth + 1), init=depth, name=f"{name}_credits")
         popped = sink.valid & sink.ready
-        m.d.sync += credits.eq(credits - self.issue + popped)
-        # Its next value is chosen by ``issue`` and ``popped`` among tests of the present count:
+        returned = popped + self.cancel            # credits back this cycle: 0, 1 or 2
+        m.d.sync += credits.eq(credits - self.issue + returned)
+        # Its next value is chosen by ``issue`` and the returns among tests of the present count:
         # the producer's issue logic then starts from a flip-flop, not from a comparison of the
         # counter.
-        m.d.sync += self.can_issue.eq(Mux(self.issue & ~popped, credits > 1,
-                                          (credits != 0) | (popped & ~self.issue)))
+        m.d.sync += self.can_issue.eq(Mux(self.issue & (returned == 0), credits > 1,
+                                          (credits != 0) | (returned > self.issue)))
         m.d.comb += [
             fifo.w_en.eq(self.w_en),
             fifo.w_data.eq(self.w_data),
@@ -114,3 +123,48 @@ class ResultQueue:
             sink.payload.eq(fifo.r_data),
             fifo.r_en.eq(sink.ready),
         ]
+
+
+class SkidBuffer(wiring.Component):
+    """Pass a stream through two registers so that no path crosses it, in either direction.
+
+    A register stage (:func:`stream_stage`) still passes ``o.ready`` combinationally to
+    ``i.ready``. A skid buffer cuts that path as well: ``i.ready`` is a flip-flop, and so are
+    ``o.valid`` and ``o.payload``. When ``o`` stalls, the item accepted in that cycle waits in
+    a second register (the skid) and ``i.ready`` drops the cycle after.
+
+    Parameters
+    ----------
+    shape : shape-castable
+        The payload shape.
+
+    Members
+    -------
+    i : In(stream.Signature(shape))
+        Input; ``i.ready`` is a register (high while the skid register is empty).
+    o : Out(stream.Signature(shape))
+        Output, in order; ``o.valid`` and ``o.payload`` are registers, and ``o.valid`` never
+        depends on ``o.ready`` in the same cycle.
+
+    Latency one cycle; one item per cycle under any pattern of ``o.ready`` that is high at
+    least as often as items arrive; nothing is dropped or duplicated.
+    """
+
+    def __init__(self, shape):
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        i, o = self.i, self.o
+        skid = Signal.like(i.payload, name="skid")
+        skid_valid = Signal()
+        m.d.comb += i.ready.eq(~skid_valid)
+        with m.If(o.ready | ~o.valid):
+            # The output register is free: it takes the skid's item first, else the input's.
+            with m.If(skid_valid):
+                m.d.sync += [o.valid.eq(1), o.payload.eq(skid), skid_valid.eq(0)]
+            with m.Else():
+                m.d.sync += [o.valid.eq(i.valid), o.payload.eq(i.payload)]
+        with m.Elif(i.valid & ~skid_valid):
+            m.d.sync += [skid.eq(i.payload), skid_valid.eq(1)]
+        return m

@@ -1,4 +1,5 @@
-"""hdl/pipeline.py: the result queue keeps every result its credits allowed."""
+"""hdl/pipeline.py: the result queue keeps every result its credits allowed; the skid buffer
+passes every item in order with all of its outputs from registers."""
 
 import random
 
@@ -7,14 +8,17 @@ from amaranth import Elaboratable, Module, Signal
 from amaranth.lib import stream
 from amaranth.sim import Simulator
 
-from hdl.pipeline import ResultQueue, next_values
+from hdl.pipeline import ResultQueue, SkidBuffer, next_values
 
 
 class _Delay(Elaboratable):
-    """Items enter a ``latency``-cycle always-ready pipeline through a ResultQueue's credits."""
+    """Items enter a ``latency``-cycle always-ready pipeline through a ResultQueue's credits.
 
-    def __init__(self, depth: int, latency: int):
-        self.depth, self.latency = depth, latency
+    An odd item is silent when ``cancel_at`` is given: it takes a credit like any other and gives
+    it back ``cancel_at`` cycles later (``queue.cancel``), writing no result."""
+
+    def __init__(self, depth: int, latency: int, cancel_at: int | None = None):
+        self.depth, self.latency, self.cancel_at = depth, latency, cancel_at
         self.i_valid = Signal()
         self.i_data = Signal(8)
         self.i_taken = Signal()
@@ -30,13 +34,18 @@ class _Delay(Elaboratable):
         m.d.sync += [valid[0].eq(self.i_taken), data[0].eq(self.i_data)]
         for k in range(1, self.latency):
             m.d.sync += [valid[k].eq(valid[k - 1]), data[k].eq(data[k - 1])]
-        m.d.comb += [queue.w_en.eq(valid[-1]), queue.w_data.eq(data[-1])]
+        silent = [v & d[0] for v, d in zip(valid, data)] if self.cancel_at is not None else []
+        if silent:
+            m.d.comb += queue.cancel.eq(silent[self.cancel_at - 1])
+        m.d.comb += [queue.w_en.eq(valid[-1] & ~(silent[-1] if silent else 0)),
+                     queue.w_data.eq(data[-1])]
         return m
 
 
-@pytest.mark.parametrize("depth, latency", [(3, 1), (3, 4), (4, 1), (8, 6)])
-def test_result_queue_loses_nothing(depth, latency):
-    dut = _Delay(depth, latency)
+@pytest.mark.parametrize("depth, latency, cancel_at", [
+    (3, 1, None), (3, 4, None), (4, 1, None), (8, 6, None), (3, 4, 1), (4, 3, 3), (8, 6, 2)])
+def test_result_queue_loses_nothing(depth, latency, cancel_at):
+    dut = _Delay(depth, latency, cancel_at)
     rng = random.Random(depth * 10 + latency)
     items = list(range(1, 61))
     got = []
@@ -58,7 +67,27 @@ def test_result_queue_loses_nothing(depth, latency):
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    assert got == items
+    assert got == [k for k in items if cancel_at is None or k % 2 == 0]
+
+
+def test_result_queue_full_rate_with_cancels():
+    """Every other item gives its credit back: with depth = latency + 2, one item per cycle."""
+    dut = _Delay(8, 6, cancel_at=2)
+    taken = []
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 1)
+        for cycle in range(40):
+            ctx.set(dut.i_valid, 1)
+            ctx.set(dut.i_data, cycle)
+            taken.append(ctx.get(dut.i_taken))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert all(taken)
 
 
 def test_result_queue_depth_below_three_is_refused():
@@ -92,3 +121,45 @@ def test_next_values_lead_their_registers_by_a_cycle():
     assert nxt.name == "count_next"
     assert all(shown == after for shown, after in seen)
     assert [after for _, after in seen] == [3, 4, 5, 5, 6, 7, 7, 8]
+
+
+@pytest.mark.parametrize("offer_p, take_p, seed", [(1.0, 1.0, 1), (0.7, 0.6, 7), (1.0, 0.4, 3),
+                                                    (0.4, 1.0, 4), (0.5, 0.5, 5)])
+def test_skid_buffer_order_and_registered_ready(offer_p, take_p, seed):
+    """Items come out in order, none lost or repeated; ``i.ready`` and ``o.valid`` do not move
+    with ``o.ready`` or ``i.valid`` inside a cycle (both are registers); one item per cycle when
+    the source always offers and the sink always takes."""
+    dut = SkidBuffer(8)
+    rng = random.Random(seed)
+    items = list(range(1, 200))
+    got = []
+    cycles = 0
+
+    async def bench(ctx):
+        nonlocal cycles
+        k = 0
+        for _ in range(2000):
+            if len(got) == len(items):
+                break
+            before = (ctx.get(dut.i.ready), ctx.get(dut.o.valid))
+            offer = k < len(items) and rng.random() < offer_p
+            take = rng.random() < take_p
+            ctx.set(dut.i.valid, offer)
+            ctx.set(dut.i.payload, items[k] if offer else 0)
+            ctx.set(dut.o.ready, take)
+            await ctx.delay(1e-9)
+            assert (ctx.get(dut.i.ready), ctx.get(dut.o.valid)) == before
+            if take and ctx.get(dut.o.valid):
+                got.append(ctx.get(dut.o.payload))
+            if offer and ctx.get(dut.i.ready):
+                k += 1
+            await ctx.tick()
+            cycles += 1
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == items
+    if offer_p == take_p == 1.0:
+        assert cycles == len(items) + 1, f"{cycles} cycles for {len(items)} items at full rate"
