@@ -285,8 +285,9 @@ def sweep_refreshes(step: int, rows: int, row, start, end) -> np.ndarray:
     The sweep (docs/edram.md, :class:`hdl.edram.spec.Sweep`) gives row ``row`` a slot at
     cycles ``row * step + k * rows * step``, ``k >= 0``, counted from the phase origin. A row is
     refreshed once for each slot it is live both before and after: ``start < slot < end``, where
-    ``start`` is the cycle its first write is accepted and ``end`` the cycle its release is. A
-    write in the slot cycle itself restores the row, and a release in it ends the need.
+    ``start`` is the cycle its first write takes effect in (the controller's commit cycle) and
+    ``end`` the cycle its release does. A write in the slot cycle itself restores the row, and a
+    release in it ends the need.
     Vectorized over ``row``, ``start`` and ``end``; for a row still live at the end of a
     simulation, pass that cycle as ``end``.
     """

@@ -103,6 +103,7 @@ class DecayMacro:
         self.max_age = 0
         #: One entry per read, in order: ``(bank, row, col, version, value, truth, p_bit)``.
         self.reads: collections.deque = collections.deque()
+        self._events: list[tuple] = []      # (edge, action, arguments), in request order
         self._rdata = 0
         self._bits = 1 << np.arange(width)
         cocotb.start_soon(self._run())
@@ -137,7 +138,19 @@ class DecayMacro:
 
     # ---- called by the testbench's model -------------------------------------------------------
     def release(self, bank: int, row: int, edge: int):
-        """The controller released the row at ``edge``: check its age, stop holding it."""
+        """The controller releases the row at ``edge``: at that edge, after the port's restores
+        of the same edge, check its age and stop holding it. (The model learns of a release when
+        the request is accepted, before it commits.)"""
+        self._events.append((edge, self._release_now, (bank, row, edge)))
+
+    def set_limit(self, limit: int | None, edge: int):
+        """From ``edge`` on (a policy change), a live row may be at most ``limit`` cycles old."""
+        self._events.append((edge, self._set_limit_now, (limit,)))
+
+    def _set_limit_now(self, limit: int | None):
+        self.limit = limit
+
+    def _release_now(self, bank: int, row: int, edge: int):
         if self.held[bank, row]:
             age = edge - self.restored[bank, row]
             self.max_age = max(self.max_age, int(age))
@@ -174,14 +187,20 @@ class DecayMacro:
                 self.rdata.value = rdata
                 pending = []
             await ReadOnly()
-            we, re, ref = (int(self.ports[n].value) for n in ("we", "re", "refresh"))
-            if not (we | re | ref):
-                continue
+            now = self.counter.cycle + 1
+            self._act(now, pending)
+            while self._events and self._events[0][0] <= now:
+                _, action, args = self._events.pop(0)
+                action(*args)
+
+    def _act(self, now: int, pending: list):
+        """What the port shows in this cycle, done by the macro at edge ``now``."""
+        we, re, ref = (int(self.ports[n].value) for n in ("we", "re", "refresh"))
+        if we | re | ref:
             if (we & re) | (we & ref) | (re & ref):
                 raise AssertionError(f"cycle {self.counter.cycle}: {self.segment} bank mask "
                                      f"{(we & re) | (we & ref) | (re & ref):#x} has more than "
                                      f"one of we/re/refresh")
-            now = self.counter.cycle + 1
             rows, cols = int(self.ports["row"].value), int(self.ports["col"].value)
             wdata = int(self.ports["wdata"].value) if we else 0
             for bank in range(self.banks):
@@ -204,8 +223,8 @@ class DecayMacro:
                     self.cells[bank, row, col] = self.truth[bank, row, col] = value
                     self.parity[bank, row, col] = 1.0
                     self.version[bank, row, col] += 1
-                    # A release at this same edge (seen first, or later in this cycle) wins.
-                    self.held[bank, row] = now > self.released[bank, row]
+                    # Releases of this edge come after its writes (see release).
+                    self.held[bank, row] = True
                 else:
                     age = now - self.restored[bank, row]
                     value = int(self.cells[bank, row, col] ^ self._flips(bank, row, now)[col])

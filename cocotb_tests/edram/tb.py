@@ -141,7 +141,7 @@ class EdramTB(BlockTB):
                     dut, segment, banks=self.banks, rows=self.rows, cols=self.cols, width=width,
                     counter=self.counter, clk_mhz=p.clk_mhz, rng=self.np_rng, decay=decay,
                     slack=ctrl.slack)
-            self._set_limits()
+            self._set_limits(0)
         self.origin: int | None = None
         self.first_read: int | None = None
         cocotb.start_soon(self._watch_reset())
@@ -156,9 +156,10 @@ class EdramTB(BlockTB):
                 self.epochs.append((self.origin, self.policy))
                 return
 
-    def _set_limits(self):
+    def _set_limits(self, edge: int):
+        """The active policy's intervals bound the macros' ages from ``edge`` on."""
         for segment, macro in self.macros.items():
-            macro.limit = self.ctrl.plan.interval(self.policy, segment)
+            macro.set_limit(self.ctrl.plan.interval(self.policy, segment), edge)
 
     def status(self) -> dict[str, int]:
         return self.status_codec.unpack(int(self.dut.status.value))
@@ -181,12 +182,20 @@ class EdramTB(BlockTB):
         self.live &= ~rows
 
     def _on_input(self, stream, item, cycle):
-        self.cycle_now = cycle
+        self.accepted_at = cycle
         super()._on_input(stream, item, cycle)
 
+    async def drain(self, stall_cycles: int = 10_000):
+        """Wait as :meth:`BlockTB.drain` does, and until the last accepted request has committed
+        and ``status`` counts its events."""
+        await super().drain(stall_cycles)
+        await ClockCycles(self.clk, self.ctrl.commit_latency + self.ctrl.status_latency)
+
     def model(self, stream, item):
+        """Predict the responses; lifetimes and policy epochs count in the cycle each request
+        commits in (``commit_latency`` after its acceptance, the controller's contract)."""
         op, addr, cls = Op(item["op"]), item["addr"], item["cls"]
-        cycle = self.cycle_now
+        cycle = self.accepted_at + self.ctrl.commit_latency
         g = addr // self.cols
         refused = {"data": 0, "live": 0, "error": 1}
         if op == Op.WRITE:
@@ -202,7 +211,7 @@ class EdramTB(BlockTB):
             return {}
         if op == Op.READ:
             if self.first_read is None:
-                self.first_read = cycle
+                self.first_read = self.accepted_at
             mant_segment = "qo_mant" if self.row_qo[g] else "kv_mant"
             std, mant = int(self.mem["std"][addr]), int(self.mem[mant_segment][addr])
             return {"resp": [{"data": int(golden.merge(std, mant)), "live": int(self.live[g]),
@@ -222,8 +231,8 @@ class EdramTB(BlockTB):
             if self.live.any() or item["data"] >= len(Policy):
                 return {"resp": [refused]}
             self.policy = Policy(item["data"])
-            self.epochs.append((cycle + 1, self.policy))
-            self._set_limits()
+            self.epochs.append((cycle + self.ctrl.policy_latency, self.policy))
+            self._set_limits(cycle + self.ctrl.policy_latency)
             return {}
         raise AssertionError(f"cycle {cycle}: the controller accepted an unknown op {item['op']}")
 

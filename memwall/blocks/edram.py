@@ -32,7 +32,7 @@ class EdramParams(BlockParams):
     slack: int = 8
     policy: str = "shield"
     counter_width: int = 32
-    response_depth: int = 8
+    response_depth: int = 10
 
     def controller_args(self) -> dict:
         """Keyword arguments of :class:`hdl.edram.EdramController`."""
@@ -46,7 +46,7 @@ class EdramParams(BlockParams):
 _PRESETS = {
     # 1 MHz makes one cycle one microsecond: T_std = 45, T_rel = 1216 cycles, so simulations span
     # several relaxed intervals and the decay model shows real errors in seconds.
-    "small": EdramParams(banks=2, rows=8, cols=4, clk_mhz=1.0, slack=3),
+    "small": EdramParams(banks=2, rows=8, cols=4, clk_mhz=1.0, slack=4),
     "default": EdramParams(),
     # The paper's 2 MB workspace (Sec. IV-A): 1 Mi BF16 words; an edge-NPU clock of 1 GHz.
     "paper": EdramParams(banks=16, rows=256, cols=256, clk_mhz=1000.0, slack=16),
