@@ -319,7 +319,7 @@ def test_pe_w4a16_matches_golden(fmacs, transfer):
 
 
 def test_int4_codes_convert_like_golden():
-    from hdl.inflash.pe import _INT4_FP16
+    from hdl.inflash.issuer import _INT4_FP16
     assert _INT4_FP16 == [int(c) for c in int_to_float(np.arange(16), 5, FP16)]
 
 

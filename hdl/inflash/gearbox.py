@@ -7,7 +7,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..pipeline import stream_stage
-from .spec import SCALE_BYTES, Mode, PEConfig, beat_layout, job_layout, word_layout
+from .spec import (SCALE_BYTES, Mode, PEConfig, beat_layout, job_layout, pe_config,
+                   word_layout)
 
 __all__ = ["Gearbox"]
 
@@ -55,9 +56,7 @@ class Gearbox(wiring.Component):
     """
 
     def __init__(self, cfg: PEConfig):
-        if not isinstance(cfg, PEConfig):
-            raise TypeError(f"Gearbox configuration must be a PEConfig, not {cfg!r}")
-        self.cfg = cfg
+        self.cfg = cfg = pe_config(cfg, "Gearbox")
         super().__init__({
             "job": In(stream.Signature(job_layout(cfg))),
             "i": In(stream.Signature(word_layout(cfg))),
