@@ -26,8 +26,9 @@ class AttendAccumulators(wiring.Component):
     (int32) in a memory of ``max_cols / F`` words. Float: ``acc[k] = fadd(fmul(p, v), acc[k])``
     in ``F`` :class:`~hdl.arith.fpmac.FloatMAC` lanes per format; the memory is read at issue, a
     result written in the cycle of a read is passed through (transparent port), one written a
-    cycle later is bypassed into the MAC, and an issue of an accumulator still in the MAC
-    earlier than that must wait (``hazard``): one update per :attr:`acc_loop` cycles. int8: the
+    cycle later is bypassed into the MAC, and an accumulator must not be issued again while its
+    update is in the MAC earlier than that: at most one update per :attr:`acc_loop` cycles
+    (the issue stage keeps to it). int8: the
     exact products and the accumulator into registers, then the sum written back modulo
     ``2**32``; a sum written in the cycle its accumulator is read again is forwarded. The first
     token seeds with ``-0`` (int8: 0). After the last issue, once the lanes are empty and no
@@ -43,20 +44,17 @@ class AttendAccumulators(wiring.Component):
     i : In(issue_layout(cfg))
         The issue register: ``mac`` valids, ``k``, ``seed``, ``p``, ``w`` (the V beat).
     k : In(range(cfg.max_beats + 1))
-        The accumulator of this cycle's candidate issue (read now, used by ``i`` a cycle
-        later); ``hazard`` says whether it may issue.
-    mac_issue, attend_issue : In(1)
-        A float (any) Attend issue this cycle.
+        The accumulator read this cycle: that of the issue reaching ``i`` a cycle later.
     attend_end : In(1)
-        The command's last Attend issue: the drain follows.
+        The command's last Attend issue is chosen (it reaches ``i`` the issue stage's latency
+        later, with ``final``): the drain follows once that issue is on ``i`` and out of the
+        lanes.
     plan : In(plan_layout(cfg))
         ``heads``, ``nb`` and ``head_dim`` of the command (read with ``attend_end``).
     start : In(1)
         An Attend starts (``busy`` rises).
     drained, can_issue : In(1)
         No other result is in the arithmetic; the output queue has a credit.
-    hazard : Out(1)
-        The candidate's accumulator is in the MAC: it must not issue this cycle.
     drain_issue : Out(1)
         A result of the drain takes a credit this cycle.
     results : Out(stream.Signature(result_layout(final=1), always_ready=True))
@@ -70,10 +68,10 @@ class AttendAccumulators(wiring.Component):
         super().__init__({
             "i": In(issue_layout(cfg)),
             "k": In(range(cfg.max_beats + 1)),
-            "mac_issue": In(1), "attend_issue": In(1), "attend_end": In(1),
+            "attend_end": In(1),
             "plan": In(plan_layout(cfg)),
             "start": In(1), "drained": In(1), "can_issue": In(1),
-            "hazard": Out(1), "drain_issue": Out(1),
+            "drain_issue": Out(1),
             "results": Out(stream.Signature(result_layout(final=1), always_ready=True)),
             "busy": Out(1),
         })
@@ -101,13 +99,6 @@ class AttendAccumulators(wiring.Component):
         mac_out = Mux(macs["fp16"][0].o.valid, Cat(u.o.payload.y for u in macs["fp16"]),
                       Cat(u.o.payload.y for u in macs["bf16"]))
         mac_out_k = delay(m, i.k, mac_lat, name="mac_k")
-        recent = [self.mac_issue]
-        recent_k = [self.k]
-        for index in range(mac_lat - 1):            # issues of the last acc_loop - 1 cycles
-            recent.append(delay(m, recent[-1], 1, name=f"mac_issue_{index}", reset=True))
-            recent_k.append(delay(m, recent_k[-1], 1, name=f"mac_issue_k_{index}"))
-        m.d.comb += self.hazard.eq(Cat(v & (k == self.k)
-                                       for v, k in zip(recent[1:], recent_k[1:])).any())
         bypass = mac_out_valid & (mac_out_k == i.k)
         for lane in range(F):
             held = a_rd.data[32 * lane:32 * (lane + 1)]
@@ -134,8 +125,10 @@ class AttendAccumulators(wiring.Component):
         m.d.comb += [a_wr.en.eq(mac_out_valid | sum_valid),
                      a_wr.addr.eq(Mux(sum_valid, sum_k, mac_out_k)),
                      a_wr.data.eq(Mux(sum_valid, int_sums, mac_out))]
-        mac_busy = (Cat(delay(m, self.mac_issue, n, name=f"mac_busy_{n}", reset=True)
-                        for n in range(1, mac_lat + 2)).any() | i.mac.int | sum_valid)
+        # The lanes hold an update from its issue on ``i`` until its sum is written.
+        float_issue = i.mac.fp16 | i.mac.bf16
+        mac_busy = (Cat(delay(m, float_issue, n, name=f"mac_busy_{n}", reset=True)
+                        for n in range(mac_lat + 1)).any() | i.mac.int | sum_valid)
         self._drain(m, a_rd, mac_busy)
         return m
 
@@ -146,22 +139,30 @@ class AttendAccumulators(wiring.Component):
         log_f = F.bit_length() - 1
         drain_wait = Signal()                       # the last token is issued, results pending
         drain_active = Signal()
-        dG, dnb = Signal.like(p.heads), Signal.like(p.nb)
+        dG = Signal.like(p.heads)
+        dG_m1, dnb_m1 = Signal.like(p.heads), Signal.like(p.nb)     # G - 1, ceil(d / F) - 1
         d_last_lane = Signal(range(F))
         dh, dbeat = Signal.like(p.heads), Signal.like(p.nb)
         dlane = Signal(range(F))
         daddr = Signal.like(self.k)
         with m.If(self.attend_end):
-            m.d.sync += [drain_wait.eq(1), dG.eq(p.heads), dnb.eq(p.nb),
+            m.d.sync += [dG.eq(p.heads), dG_m1.eq(p.heads - 1), dnb_m1.eq(p.nb - 1),
                          d_last_lane.eq((p.head_dim - 1)[:log_f] if log_f else 0)]
+        # The wait starts once the last issue is on ``i`` (``attend_end`` comes the issue
+        # stage's latency earlier), so that ``mac_busy`` sees it: after a long gap before the
+        # last token, nothing older keeps the drain from starting ahead of it.
+        i_mac = self.i.mac
+        with m.If(self.i.final & (i_mac.fp16 | i_mac.bf16 | i_mac.int)):
+            m.d.sync += drain_wait.eq(1)
         with m.If(self.start):
             m.d.sync += self.busy.eq(1)
-        with m.If(drain_wait & ~mac_busy & self.drained & ~self.attend_issue):
+        # No Attend issue follows the last one: the next Attend waits for ``busy`` to fall.
+        with m.If(drain_wait & ~mac_busy & self.drained):
             m.d.sync += [drain_wait.eq(0), drain_active.eq(1), dh.eq(0), dbeat.eq(0),
                          dlane.eq(0), daddr.eq(0)]
         drain_issue = drain_active & self.can_issue
-        head_done = (dbeat == dnb - 1) & (dlane == d_last_lane)
-        drain_last = head_done & (dh == dG - 1)
+        head_done = (dbeat == dnb_m1) & (dlane == d_last_lane)
+        drain_last = head_done & (dh == dG_m1)
         with m.If(drain_issue):
             with m.If(head_done):
                 m.d.sync += [dh.eq(dh + 1), dbeat.eq(0), dlane.eq(0), daddr.eq(dh + 1)]

@@ -165,8 +165,9 @@ class InflashPE(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from the transfer of a float matrix's last page word to its last ``y``
-        transfer, with no back-pressure: the gearbox (2), :attr:`float_latency`, and the
-        output queue. The ``pe_latency`` of ``golden.inflash.gemv_timing``."""
+        transfer, with no back-pressure: the read data's register (1), the gearbox (2),
+        :attr:`float_latency`, and the output queue. The ``pe_latency`` of
+        ``golden.inflash.gemv_timing``."""
         return self.pe_latency(Mode.FP16)
 
     def pe_latency(self, mode: Mode, op: Op = Op.GEMV, *, query_heads: int = 1,
@@ -176,9 +177,10 @@ class InflashPE(wiring.Component):
         ``attention_timing``, whose last page ends ``max(transfer, compute)`` cycles after it
         enters the cache register.
 
-        GEMV: the gearbox (:attr:`~hdl.inflash.gearbox.Gearbox.latency`, 2: into its buffer
-        and its output register), the path (:attr:`float_latency`, :attr:`int_latency` for
-        w8a8, :attr:`w4_latency`), the output queue.
+        GEMV: the page reader's register (:attr:`~hdl.inflash.reader.PageReader.latency`, 1),
+        the gearbox (:attr:`~hdl.inflash.gearbox.Gearbox.latency`, 2: into its buffer and its
+        output register), the path (:attr:`float_latency`, :attr:`int_latency` for w8a8,
+        :attr:`w4_latency`), the output queue.
 
         Logit and Attend: the model lets a page's compute start with its first word; the PE
         starts it once the page's first beat is in, which needs ``ceil(min(F, d) e / W)`` words
@@ -196,9 +198,11 @@ class InflashPE(wiring.Component):
         ``attention_timing`` charges to float Attend, that its results need not wait for), which
         depends on whether transfer or compute sets the page's pace: hence ``last_page``, the
         ``(transfer, compute)`` cycles of the model's last page. Then the gearbox's output
-        register, one cycle from a beat to its issue, and Logit: the GEMV's path and the queue;
-        Attend: the accumulator read and the MAC (:attr:`acc_loop`; int8: one product stage),
-        two cycles to start the results, the ``G d`` results one per cycle and the queue.
+        register, one cycle from a beat to its issue, and Logit: the GEMV's path (the issue
+        registers, the dot product, the tree) and the queue; Attend: the issue registers
+        (:attr:`~hdl.inflash.issuer.Issuer.latency`; the accumulator is read between them), the
+        MAC (:attr:`acc_loop`; int8: one product stage), two cycles to start the results, the
+        ``G d`` results one per cycle and the queue.
         (docs/inflash.md, section 5.)
 
         Raises
@@ -210,7 +214,7 @@ class InflashPE(wiring.Component):
         if op == Op.GEMV:
             path = {Mode.W8A8: self.int_latency, Mode.W4A16: self.w4_latency}.get(
                 mode, self.float_latency)
-            return Gearbox.latency + path + ResultPath.latency
+            return PageReader.latency + Gearbox.latency + path + ResultPath.latency
         if last_page is None:
             raise ValueError(f"The latency of {op.name} needs last_page, the (transfer, "
                              f"compute) cycles of the model's last page, not None")
@@ -237,12 +241,14 @@ class InflashPE(wiring.Component):
         # last beat's G heads.
         tail = 1 + (query_heads - 1) * nb if op == Op.LOGIT else query_heads
         lag = max(words + stall + compute - credit, transfer + tail) - max(transfer, compute)
-        lag += Gearbox.latency - 1                 # the gearbox's output register
+        lag += PageReader.latency + Gearbox.latency - 1     # the read data's register, the
+        # gearbox's output register
         if op == Op.LOGIT:
             path = self.int_latency if mode == Mode.W8A8 else self.float_latency
             return lag + 1 + path + ResultPath.latency
-        # beat -> issue (1), accumulator read (1), MAC, drain start (2), G d words, the queue.
-        return lag + 1 + 1 + mac + 2 + query_heads * head_dim + ResultPath.latency
+        # beat -> issue (1), the issue registers (the accumulator is read between them), MAC,
+        # drain start (2), G d words, the queue.
+        return lag + 1 + Issuer.latency + mac + 2 + query_heads * head_dim + ResultPath.latency
 
     @property
     def queue_depth(self) -> int:
@@ -257,7 +263,8 @@ class InflashPE(wiring.Component):
         m.submodules.reader = reader = PageReader(cfg)
         m.submodules.gearbox = gearbox = Gearbox(cfg)
         m.submodules.xbuf = xbuf = XBuffer(cfg)
-        m.submodules.issuer = issuer = Issuer(cfg, header_depth=self.float_latency // 2 + 2)
+        m.submodules.issuer = issuer = Issuer(cfg, header_depth=self.float_latency // 2 + 2,
+                                              acc_loop=self.acc_loop)
         m.submodules.lanes = lanes = DotLanes(cfg)
         m.submodules.epilogue = epilogue = GroupEpilogue(cfg)
         m.submodules.accumulators = acc = AttendAccumulators(cfg)
@@ -294,19 +301,19 @@ class InflashPE(wiring.Component):
                      acc.plan.eq(plan),
                      reader.gemv_start.eq(setup.gemv_start), reader.att_start.eq(setup.att_start),
                      xbuf.gemv_start.eq(setup.gemv_start), xbuf.att_start.eq(setup.att_start),
-                     issuer.att_start.eq(setup.att_start),
+                     issuer.gemv_start.eq(setup.gemv_start), issuer.att_start.eq(setup.att_start),
                      acc.start.eq(setup.att_start & (plan.op == Op.ATTEND)),
                      epilogue.restart.eq(setup.gemv_start & (plan.mode == Mode.W4A16)),
                      results.refuse.eq(setup.refuse)]
 
         # ---- issues: x, the queue's credits, the accumulators ----------------------------------
         m.d.comb += [issuer.x_count.eq(xbuf.count), issuer.x_done.eq(xbuf.done),
+                     issuer.x_take.eq(xbuf.take), issuer.x_done_next.eq(xbuf.done_next),
                      issuer.p_ready.eq(xbuf.p_ready), xbuf.rd_addr.eq(issuer.x_addr),
                      issuer.x_data.eq(xbuf.rd_data), xbuf.p_release.eq(issuer.p_release),
                      issuer.can_issue.eq(results.can_issue), issuer.drained.eq(results.drained),
-                     issuer.attend_busy.eq(acc.busy), issuer.hazard.eq(acc.hazard),
-                     lanes.i.eq(issuer.o), acc.i.eq(issuer.o), acc.k.eq(issuer.k),
-                     acc.mac_issue.eq(issuer.mac_issue), acc.attend_issue.eq(issuer.attend_issue),
+                     issuer.attend_busy.eq(acc.busy),
+                     lanes.i.eq(issuer.o), acc.i.eq(issuer.o), acc.k.eq(issuer.read_k),
                      acc.attend_end.eq(issuer.attend_end), acc.drained.eq(results.drained),
                      acc.can_issue.eq(results.can_issue),
                      results.row_issue.eq(issuer.row_issue),

@@ -7,6 +7,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from ..pipeline import stream_stage
 from .setup import plan_layout
 from .spec import (Mapping, PEConfig, page_data_layout, pe_config, read_layout,
                    word_layout)
@@ -49,17 +50,22 @@ class PageReader(wiring.Component):
     rd_cmd : Out(stream.Signature(read_layout(cfg)))
         The page reads, in stream order.
     rd_data : In(stream.Signature(page_data_layout(cfg)))
-        The reads' words; ``last`` on a read's final word. ``ready`` looks at ``last`` only
-        with ``valid``.
+        The reads' words; ``last`` on a read's final word. A word enters a register stage
+        (:func:`~hdl.pipeline.stream_stage`): ``ready`` is high while that register is empty or
+        being drained and a read is taken whose last word has not come (words sent before
+        their read wait), and never looks at the payload.
     words : Out(stream.Signature(word_layout(cfg)))
-        The same words with ``bytes``, the stream bytes they hold; back-pressure passes to
-        ``rd_data`` in the same cycle.
+        The same words, :attr:`latency` cycle later, with ``bytes``, the stream bytes they
+        hold: ``valid`` and the payload are registers.
     busy : Out(1)
         Reads of the current command remain to be offered or taken.
 
     A read is offered one cycle after the previous one is taken (GEMV: in the cycle after the
     start); an attention read a cycle after it is built (naive: a cycle per token of its run).
     """
+
+    #: Cycles from a word taken on ``rd_data`` to it on ``words``.
+    latency = 1
 
     def __init__(self, cfg: PEConfig):
         self.cfg = cfg = pe_config(cfg, "Page reader")
@@ -79,24 +85,29 @@ class PageReader(wiring.Component):
         r = self.rd_cmd.payload
 
         # ---- the read data: the last word of a read holds its tail only ------------------
+        # One register stage, which also looks up the size of a read's last word as it enters:
+        # ``words`` (valid, data, bytes) and the ``ready`` the plane sees start from flip-flops.
+        # Words enter only while a read is taken and not yet ended, so a last word finds its
+        # read's size (a plane sends a read's words after taking it; this costs it nothing).
         m.submodules.read_tails = tails = SyncFIFO(width=W.bit_length(), depth=_READS_IN_FLIGHT)
         read_taken = self.rd_cmd.valid & self.rd_cmd.ready
         word = self.rd_data.payload
-        # A read's last word waits for its size (its read was taken before it). ``last`` is
-        # looked at only with ``valid``: the payload of an idle stream may be anything (X in a
-        # simulator), and ``ready`` must not follow it.
-        last_word = self.rd_data.valid & word.last
+        gated = stream.Signature(page_data_layout(cfg)).create(path=("gated",))
+        entering = Signal(word_layout(cfg))
+        m.d.comb += [gated.valid.eq(self.rd_data.valid & tails.r_rdy), gated.payload.eq(word),
+                     self.rd_data.ready.eq(gated.ready & tails.r_rdy),
+                     entering.data.eq(word.data),
+                     entering.bytes.eq(Mux(word.last, tails.r_data, W))]
+        stream_stage(m, gated, self.words, entering)
+        # ``last`` is looked at only with ``valid``: the payload of an idle stream may be anything.
         m.d.comb += [tails.w_en.eq(read_taken), tails.w_data.eq(((r.bytes - 1) & (W - 1)) + 1),
-                     self.words.valid.eq(self.rd_data.valid & (~last_word | tails.r_rdy)),
-                     self.rd_data.ready.eq(self.words.ready & (~last_word | tails.r_rdy)),
-                     self.words.payload.data.eq(word.data),
-                     self.words.payload.bytes.eq(Mux(word.last, tails.r_data, W)),
-                     tails.r_en.eq(last_word & self.rd_data.ready)]
+                     tails.r_en.eq(self.rd_data.valid & self.rd_data.ready & word.last)]
 
         # ---- GEMV: pages page .. page + n - 1 ----------------------------------------------
         remaining = Signal(cfg.stream_bits)         # GEMV bytes still to be read
         next_page = Signal(cfg.page_bits)
-        pl_active, pl_offer = Signal(), Signal()    # the attention reads are not all taken
+        pl_active = Signal()                        # the attention reads are not all taken
+        pl_offer = Signal()
         rq = Signal(read_layout(cfg))               # the attention read on offer
         gemv_bytes = Mux(remaining >= P, P, remaining)
         with m.If(pl_offer):
@@ -118,15 +129,23 @@ class PageReader(wiring.Component):
     def _walk(self, m, rq, pl_active, pl_offer):
         """The attention walk: build the next read into ``rq`` and offer it."""
         cfg, p = self.cfg, self.plan
-        pl_page = Signal(len(p.first_page))
+        # Pages of a walk the plane holds, columns within a page, bytes of one K or V stream:
+        # no wider, so that the walk's sums stay short carry chains.
+        pl_page = Signal(cfg.page_bits + 1)
         pl_col = Signal(len(p.first_col))
-        pl_left = Signal(len(p.total))              # page-level: bytes not yet read
+        pl_left = Signal(cfg.stream_bits)           # page-level: bytes not yet read
         pl_tokens = Signal(cfg.tokens_bits)         # naive: tokens not yet in a read
         pl_build = Signal()                         # naive: rq holds a read being built
+        # Naive: the next token's column is past the page's entries when pl_col >= room; then
+        # the column is pl_col - room and the page moves one further. Both sums and the test
+        # start from registers, side by side.
+        room = Signal(len(p.page_used))             # page_used - col_step
+        step1 = Signal(len(p.page_step) + 1)        # page_step + 1
         with m.If(self.att_start):
             m.d.sync += [pl_active.eq(1), pl_page.eq(p.first_page), pl_left.eq(p.total),
                          pl_tokens.eq(p.tokens), pl_build.eq(0),
-                         pl_col.eq(Mux(p.mapping == Mapping.PAGE, 0, p.first_col))]
+                         pl_col.eq(Mux(p.mapping == Mapping.PAGE, 0, p.first_col)),
+                         room.eq(p.page_used - p.col_step), step1.eq(p.page_step + 1)]
         with m.Elif(pl_active & ~pl_offer):
             with m.If(p.mapping == Mapping.PAGE):
                 full = pl_left >= p.page_used
@@ -137,10 +156,9 @@ class PageReader(wiring.Component):
                 with m.If(pl_left == nbytes):
                     m.d.sync += pl_active.eq(0)
             with m.Else():
-                column = pl_col + p.col_step
-                carry = column >= p.page_used
-                advance = [pl_col.eq(Mux(carry, column - p.page_used, column)),
-                           pl_page.eq(pl_page + p.page_step + carry),
+                carry = pl_col >= room
+                advance = [pl_col.eq(Mux(carry, pl_col - room, pl_col + p.col_step)),
+                           pl_page.eq(Mux(carry, pl_page + step1, pl_page + p.page_step)),
                            pl_tokens.eq(pl_tokens - 1)]
                 with m.If(~pl_build):
                     m.d.sync += [rq.page.eq(pl_page), rq.column.eq(pl_col),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth import Module, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -49,7 +49,7 @@ class ResultPath(wiring.Component):
     can_issue : Out(1)
         A credit is available (a register).
     drained : Out(1)
-        No result is in the arithmetic.
+        No result is in the arithmetic (a register).
 
     Latency: a result written is on ``y`` 2 cycles later (:attr:`latency`).
     """
@@ -64,7 +64,7 @@ class ResultPath(wiring.Component):
             "floats": _in(), "groups": _in(), "ints": _in(), "drains": _in(),
             "refuse": In(1), "row_issue": In(1), "drain_issue": In(1),
             "y": Out(stream.Signature(y_layout(self.cfg))),
-            "can_issue": Out(1), "drained": Out(1),
+            "can_issue": Out(1), "drained": Out(1, init=1),
         })
 
     def elaborate(self, platform):
@@ -85,7 +85,10 @@ class ResultPath(wiring.Component):
         done = self.floats.valid | self.groups.valid | self.ints.valid | self.drains.valid
         issue = self.row_issue | self.drain_issue
         m.d.comb += [queue.issue.eq(issue | self.refuse), queue.w_en.eq(done | self.refuse),
-                     queue.w_data.eq(out), self.can_issue.eq(queue.can_issue),
-                     self.drained.eq(inflight == 0)]
-        m.d.sync += inflight.eq(inflight + issue - done)
+                     queue.w_data.eq(out), self.can_issue.eq(queue.can_issue)]
+        # Both outcomes of the late ``issue`` from registers, selected last.
+        left = Signal.like(inflight)
+        m.d.comb += left.eq(inflight - done)
+        m.d.sync += [inflight.eq(Mux(issue, inflight + 1 - done, left)),
+                     self.drained.eq(~issue & Mux(done, inflight == 1, inflight == 0))]
         return m

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..arith.dsp import ECP5_MULT_WIDTH, ecp5_product, family
 from .divider import SerialDivider
 from .spec import (IMPLEMENTED_MODES, MAX_KV_HEADS, MAX_LAYERS, MAX_TOKENS, Mapping, Mode, Op,
                    PEConfig, command_layout, job_layout, pe_config)
 
-__all__ = ["CommandSetup", "plan_layout"]
+__all__ = ["CommandSetup", "Path", "plan_layout"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,18 @@ class _Widths:
         return self.mul_a + self.mul_b
 
 
+class Path(enum.IntEnum):
+    """The arithmetic path of a command (``plan.path``): a command starts on a path when the
+    results of the others are out (their latencies differ, and results leave in order)."""
+
+    FLOAT = 0
+    INT = 1
+    W4 = 2
+    LOGIT_FLOAT = 3
+    LOGIT_INT = 4
+    ATTEND = 5
+
+
 def plan_layout(cfg: PEConfig) -> data.StructLayout:
     """The set-up's result (:class:`CommandSetup`'s ``plan``): the command's fields and the sizes
     of its page stream, reads and beats.
@@ -50,7 +64,9 @@ def plan_layout(cfg: PEConfig) -> data.StructLayout:
     page walk (docs/inflash.md, section 5): ``page_used``, bytes of a full KV page (``T_p``
     entries); ``stride``, ``S = 2 L H``; ``first_page``; naive mapping: ``first_col`` (byte
     column of the first entry), ``col_step`` (``(S mod T_p)`` entries in bytes) and
-    ``page_step`` (``S // T_p``).
+    ``page_step`` (``S // T_p``). ``ops``: issues per token of an attention command,
+    ``G ceil(d / F)``. Decoded: ``att`` (Logit or Attend), ``logit``, ``attend``, ``int``
+    (w8a8, int8 KV), ``w4`` (a w4a16 GEMV), ``path`` (:class:`Path`).
     """
     w = _Widths.of(cfg)
     return data.StructLayout({
@@ -59,8 +75,10 @@ def plan_layout(cfg: PEConfig) -> data.StructLayout:
         "mapping": 1, "entry": cfg.cols_bits + 1, "nb": cfg.cols_bits, "pb": cfg.query_bits,
         "last_mask": cfg.fmacs, "size": cfg.stream_bits, "total": w.product,
         "x_beats": w.product, "page_used": cfg.page_bytes.bit_length() + 1, "stride": w.wide,
-        "first_page": w.product + 1, "first_col": w.product, "col_step": w.product,
-        "page_step": w.div})
+        "first_page": w.product + 1, "first_col": cfg.page_bytes.bit_length(),
+        "col_step": cfg.page_bytes.bit_length(),
+        "page_step": w.div, "ops": w.product, "att": 1, "logit": 1, "attend": 1, "int": 1,
+        "w4": 1, "path": 3})
 
 
 class CommandSetup(wiring.Component):
@@ -70,7 +88,7 @@ class CommandSetup(wiring.Component):
     with the registers the rest of the PE reads (``plan``). A GEMV is sized with one
     multiplication (``rows cols`` times the bytes per element); an attention command computes
     its page walk (docs/inflash.md, section 5) with a serial divider and one shared multiplier
-    whose operands and product are registers (three cycles a multiply). Then the command is
+    whose operands, pieces and product are registers (four cycles a multiply). Then the command is
     checked (the refusal rules of :class:`~hdl.inflash.pe.InflashPE`) and
 
     * refused: ``refuse`` pulses once the earlier results are out (``drained``, no Attend
@@ -101,14 +119,17 @@ class CommandSetup(wiring.Component):
         is taken, which needs ``idle``.
     job : Out(stream.Signature(job_layout(cfg)))
         The gearbox's job: the mode, the shape (attention: ``tokens x head_dim``) and the
-        stream length.
+        stream length; ``valid`` a register, with the start.
     gemv_start, att_start : Out(1)
-        The GEMV (Logit or Attend) starts this cycle: reads, ``x`` and beats begin.
+        The GEMV (Logit or Attend) starts this cycle: reads, ``x`` and beats begin. Registers.
     refuse : Out(1)
-        The command is refused: one error word enters the output queue this cycle.
+        The command is refused: one error word enters the output queue this cycle. A
+        register.
 
-    Latency: a GEMV starts 5 cycles after its command is taken (:attr:`gemv_cycles`), an
-    attention command after its divisions (``div`` bits each) and multiplications.
+    Latency: a GEMV starts :attr:`gemv_cycles` cycles after its command is taken, an
+    attention command after its divisions (``div`` bits each) and multiplications; the
+    refusal rules are worked out into a register before the start is decided, and the start
+    (or refusal) pulses come from registers a cycle after that decision.
     """
 
     def __init__(self, cfg: PEConfig):
@@ -122,8 +143,8 @@ class CommandSetup(wiring.Component):
         })
 
     #: Cycles from a GEMV command taken to its start, with nothing to wait for: the multiply's
-    #: three states and the check.
-    gemv_cycles = 4
+    #: four states, the page count, the verdict's register, the check and the start's register.
+    gemv_cycles = 8
 
     def elaborate(self, platform):
         m = Module()
@@ -131,39 +152,47 @@ class CommandSetup(wiring.Component):
         w = _Widths.of(cfg)
         P = cfg.page_bytes
         self._mul_a, self._mul_b = Signal(w.mul_a), Signal(w.mul_b)
-        self._product = Signal(w.product)
-        # Operands and product registered (a multiply takes three states): the set-up's paths
-        # were the PE's critical ones, state decode -> operand mux -> multiplier -> sum.
-        m.d.sync += self._product.eq(self._mul_a * self._mul_b)
+        self._product = self._multiplier(m, platform)
         self._div = SerialDivider(m, w.div, "walk_div")
+        self._page_end = Signal(cfg.stream_bits + 1)    # GEMV: page + its page count
         self._layout = {name: Signal(cfg.layout_bits, name=name)
                         for name in ("layers", "kv_heads", "layer", "head")}
         self._walk = {name: Signal(width, name=name) for name, width in (
-            ("tp", w.div), ("first_entry", w.wide), ("ops", w.product), ("wraps", w.div),
+            ("tp", w.div), ("first_entry", w.wide), ("wraps", w.div),
             ("last_page", w.product + 1), ("slot_step", w.div), ("end_entry", w.product + 1),
             ("limit", w.product))}
-        bad = self._bad(m)
-        att = (p.op == Op.LOGIT) | (p.op == Op.ATTEND)
+        bad = Signal()
+        att = p.att
         with m.FSM(name="command"):
             self._latch(m)
             self._states(m)
+            with m.State("VERDICT"):
+                # The refusal rules into a register: the start below fans out widely.
+                m.d.sync += bad.eq(self._bad(m))
+                m.next = "CHECK"
+            # The decision, then its pulses from registers a cycle later (they fan out over the
+            # whole PE); what the decision tested cannot change in between, since nothing runs.
             with m.State("CHECK"):
                 with m.If(bad):
                     m.next = "REFUSE"
                 with m.Elif(att):
                     # An Attend reuses the accumulators: the previous one's results must be out.
-                    with m.If(((p.op != Op.ATTEND) | ~self.attend_busy) & self.job.ready):
-                        m.d.comb += [self.att_start.eq(1), self.job.valid.eq(1)]
-                        m.next = "IDLE"
+                    with m.If((~p.attend | ~self.attend_busy) & self.job.ready):
+                        m.d.sync += [self.att_start.eq(1), self.job.valid.eq(1)]
+                        m.next = "GO"
                 # w4a16: the group sums X of the previous GEMV must be used up first.
                 with m.Elif(((p.mode != Mode.W4A16) | self.drained) & self.job.ready):
-                    m.d.comb += [self.gemv_start.eq(1), self.job.valid.eq(1)]
-                    m.next = "IDLE"
+                    m.d.sync += [self.gemv_start.eq(1), self.job.valid.eq(1)]
+                    m.next = "GO"
             with m.State("REFUSE"):
                 # After every earlier result, so that answers keep command order.
                 with m.If(self.drained & self.can_refuse & ~self.attend_busy):
-                    m.d.comb += self.refuse.eq(1)
-                    m.next = "IDLE"
+                    m.d.sync += self.refuse.eq(1)
+                    m.next = "GO"
+            with m.State("GO"):
+                m.d.sync += [self.gemv_start.eq(0), self.att_start.eq(0), self.refuse.eq(0),
+                             self.job.valid.eq(0)]
+                m.next = "IDLE"
         m.d.comb += [self.job.payload.mode.eq(p.mode),
                      self.job.payload.rows.eq(Mux(att, p.tokens, p.rows)),
                      self.job.payload.cols.eq(Mux(att, p.head_dim, p.cols)),
@@ -173,26 +202,23 @@ class CommandSetup(wiring.Component):
     def _bad(self, m):
         """The refusal rules, from the set-up's registers (valid in CHECK)."""
         cfg, p, walk, lay = self.cfg, self.plan, self._walk, self._layout
-        log_p = cfg.page_bytes.bit_length() - 1
         log_g = cfg.group_size.bit_length() - 1
         plane_pages = cfg.geometry.pages
-        pages = Signal(cfg.stream_bits)
-        m.d.comb += pages.eq((p.size + cfg.page_bytes - 1) >> log_p)
         implemented = Cat(p.mode == code for code in IMPLEMENTED_MODES).any()
         gemv_bad = ((p.rows == 0) | (p.rows > cfg.max_rows) | (p.cols == 0)
                     | (p.cols > cfg.max_cols) | ~implemented | (p.op == 3)
                     | ((p.mode == Mode.W4A16) & (p.cols[:log_g] != 0))
-                    | (p.page + pages > plane_pages))
+                    | (self._page_end > plane_pages))
         fits = Mux(p.mapping == Mapping.PAGE, walk["last_page"] < plane_pages,
                    (p.page < plane_pages) & (walk["end_entry"] < walk["limit"]))
         att_bad = ((p.mode == Mode.W4A16) | (p.tokens == 0) | (p.tokens > MAX_TOKENS)
                    | (p.heads == 0) | (p.heads > cfg.max_query_heads)
                    | (p.head_dim == 0) | (p.head_dim > cfg.max_head_dim)
-                   | (p.entry > cfg.page_bytes) | (walk["ops"] > cfg.max_beats)
+                   | (p.entry > cfg.page_bytes) | (p.ops > cfg.max_beats)
                    | (lay["layers"] == 0) | (lay["layers"] > MAX_LAYERS) | (lay["kv_heads"] == 0)
                    | (lay["kv_heads"] > MAX_KV_HEADS) | (lay["layer"] >= lay["layers"])
                    | (lay["head"] >= lay["kv_heads"]) | ~fits)
-        return Mux((p.op == Op.LOGIT) | (p.op == Op.ATTEND), att_bad, gemv_bad)
+        return Mux(p.att, att_bad, gemv_bad)
 
     def _latch(self, m):
         """IDLE: take a command into the registers."""
@@ -213,19 +239,58 @@ class CommandSetup(wiring.Component):
                              p.nb.eq((d_m1 >> log_f) + 1),
                              p.pb.eq(((c.query_heads - 1) >> log_f) + 1),
                              p.last_mask.eq(Cat(i <= d_m1[:log_f] for i in range(F)))]
-                with m.If((c.op == Op.LOGIT) | (c.op == Op.ATTEND)):
+                att, logit, is_int = ((c.op == Op.LOGIT) | (c.op == Op.ATTEND), c.op == Op.LOGIT,
+                                      c.mode == Mode.W8A8)
+                w4 = (c.mode == Mode.W4A16) & ~att
+                m.d.sync += [p.att.eq(att), p.logit.eq(logit), p.attend.eq(c.op == Op.ATTEND),
+                             p.int.eq(is_int), p.w4.eq(w4),
+                             p.path.eq(Mux(c.op == Op.ATTEND, Path.ATTEND,
+                                           Mux(logit, Mux(is_int, Path.LOGIT_INT,
+                                                          Path.LOGIT_FLOAT),
+                                               Mux(is_int, Path.INT,
+                                                   Mux(w4, Path.W4, Path.FLOAT)))))]
+                with m.If(att):
                     m.next = "PER_PAGE"
                 with m.Else():
                     m.next = "SIZE"
 
+    def _multiplier(self, m, platform):
+        """The set-up's one multiplier: ``mul_a`` and ``mul_b`` (the operands of the state that
+        drives them) into registers, their ``ECP5_MULT_WIDTH``-bit pieces' products into
+        registers, the product into a register: three cycles. On the ECP5 the first two
+        registers are each piece's ``MULT18X18D``'s own (:func:`~hdl.arith.dsp.ecp5_product`), so
+        the multiply runs between the block's registers."""
+        a, b = self._mul_a, self._mul_b
+        chunk = ECP5_MULT_WIDTH
+        terms = []
+        for i in range(0, len(a), chunk):
+            for j in range(0, len(b), chunk):
+                x, y = a[i:i + chunk], b[j:j + chunk]
+                if family(platform) == "ecp5":
+                    piece = ecp5_product(m, x, y, name=f"mul_{i}_{j}")
+                else:
+                    rx = Signal.like(x, name=f"mul_a_{i}_{j}")
+                    ry = Signal.like(y, name=f"mul_b_{i}_{j}")
+                    piece = Signal(len(x) + len(y), name=f"mul_{i}_{j}_p")
+                    m.d.sync += [rx.eq(x), ry.eq(y), piece.eq(rx * ry)]
+                terms.append(piece << (i + j))
+        product = Signal(len(a) + len(b))
+        total = terms[0]
+        for term in terms[1:]:
+            total = total + term
+        m.d.sync += product.eq(total)
+        return product
+
     def _multiply(self, m, name, after, a, b, *assignments, then=None):
-        """States ``name``, ``name_MUL`` and ``name_SUM``: the operands into their registers,
-        the product into its register, then ``assignments`` (or ``then()``) from the product
-        and on to ``after``."""
+        """States ``name``, ``name_MUL``, ``name_ADD`` and ``name_SUM``: the operands into the
+        multiplier's registers, its pieces' products, the product (:meth:`_multiplier`), then
+        ``assignments`` (or ``then()``) from the product and on to ``after``."""
         with m.State(name):
-            m.d.sync += [self._mul_a.eq(a), self._mul_b.eq(b)]
+            m.d.comb += [self._mul_a.eq(a), self._mul_b.eq(b)]
             m.next = f"{name}_MUL"
         with m.State(f"{name}_MUL"):
+            m.next = f"{name}_ADD"
+        with m.State(f"{name}_ADD"):
             m.next = f"{name}_SUM"
         with m.State(f"{name}_SUM"):
             m.d.sync += [target.eq(value) for target, value in assignments]
@@ -265,7 +330,14 @@ class CommandSetup(wiring.Component):
                     m.d.sync += p.size.eq((product >> 1) + (product >> (log_g - 2)))
                 with m.Default():
                     m.d.sync += p.size.eq(product << 1)
-            m.next = "CHECK"
+            m.next = "PAGES"
+
+        with m.State("PAGES"):
+            # The GEMV's page after its last: its own cycle, so that the verdict's test of it
+            # is one comparison.
+            log_p = cfg.page_bytes.bit_length() - 1
+            m.d.sync += self._page_end.eq(p.page + (p.size >> log_p) + (p.size[:log_p] != 0))
+            m.next = "VERDICT"
 
         def walk_next():
             with m.If(p.mapping == Mapping.PAGE):
@@ -281,11 +353,11 @@ class CommandSetup(wiring.Component):
         mul(m, "ENTRY", "TOTAL", Cat(attend, lay["layer"]), lay["kv_heads"],
             (walk["first_entry"], product + lay["head"]))
         mul(m, "TOTAL", "OPS", p.tokens, p.entry, (p.total, product))
-        mul(m, "OPS", "X_BEATS", p.heads, p.nb, (walk["ops"], product))
+        mul(m, "OPS", "X_BEATS", p.heads, p.nb, (p.ops, product))
         mul(m, "X_BEATS", None, p.tokens, p.pb,
-            (p.x_beats, Mux(p.op == Op.LOGIT, walk["ops"], product)), then=walk_next)
+            (p.x_beats, Mux(p.op == Op.LOGIT, p.ops, product)), then=walk_next)
         divide(m, "WRAPS", "LAST_PAGE", p.tokens - 1, walk["tp"], walk["wraps"])
-        mul(m, "LAST_PAGE", "CHECK", walk["wraps"], p.stride,
+        mul(m, "LAST_PAGE", "VERDICT", walk["wraps"], p.stride,
             (walk["last_page"], product + p.page + walk["first_entry"]),
             (p.first_page, p.page + walk["first_entry"]))
         divide(m, "FIRST_PAGE", "PAGE_STEP", walk["first_entry"], walk["tp"], p.first_page,
@@ -297,5 +369,5 @@ class CommandSetup(wiring.Component):
         mul(m, "COLUMN_STEP", "END_ENTRY", walk["slot_step"], p.entry, (p.col_step, product))
         mul(m, "END_ENTRY", "LIMIT", p.tokens - 1, p.stride,
             (walk["end_entry"], product + walk["first_entry"]))
-        mul(m, "LIMIT", "CHECK", cfg.geometry.pages - p.page, walk["tp"],
+        mul(m, "LIMIT", "VERDICT", cfg.geometry.pages - p.page, walk["tp"],
             (walk["limit"], product))

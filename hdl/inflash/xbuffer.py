@@ -45,6 +45,11 @@ class XBuffer(wiring.Component):
         GEMV and Logit: words written so far. Attend: the ring's write position.
     done : Out(1)
         Every beat of the current command is in.
+    take : Out(1)
+        A beat is taken this cycle (``count`` and ``done`` change at the clock edge).
+    done_next : Out(1)
+        ``done`` of the next cycle (for a reader that keeps its test of ``count`` in a
+        register).
     p_ready : Out(1)
         Attend: the oldest token's ``p`` is complete in the ring.
     p_release : In(1)
@@ -63,7 +68,7 @@ class XBuffer(wiring.Component):
             "rd_addr": In(range(cfg.x_depth)),
             "rd_data": Out(16 * F),
             "count": Out(range(cfg.x_depth)),
-            "done": Out(1),
+            "done": Out(1), "take": Out(1), "done_next": Out(1),
             "p_ready": Out(1),
             "p_release": In(1),
             "sums": Out(stream.Signature(data.StructLayout({"data": 16 * F, "end": 1}),
@@ -93,6 +98,9 @@ class XBuffer(wiring.Component):
                      self.done.eq(x_left == 0),
                      self.p_ready.eq((p_occ == 2) | ((p_occ == 1) & (p_wbeat == 0)))]
         x_take = self.x.valid & self.x.ready
+        m.d.comb += [self.take.eq(x_take),
+                     self.done_next.eq(Mux(x_take, x_left == 1, x_left == 0)
+                                       & ~self.gemv_start & ~self.att_start)]
         with m.If(self.gemv_start):
             m.d.sync += [x_left.eq(((p.cols - 1) >> log_f) + 1), x_addr.eq(0)]
         with m.If(self.att_start):
