@@ -32,6 +32,15 @@ RUNS = [pytest.param(c, sim, id=f"{case_id(*c)}-{sim}") for c in CASES for sim i
         if sim == "icarus" or case_id(*c) not in ICARUS_ONLY]
 
 
+def test_inflash_ecp5():
+    """The PE's Verilog for the ECP5 (the set-up's multiplier pieces on MULT18X18D blocks with
+    their own registers, cocotb_tests/models/MULT18X18D.v): bit-exact, the same page reads and
+    refusals as the generic Verilog, whose cycles it keeps."""
+    run_block("inflash", registry.get("inflash").parameters("small"), "icarus",
+              testcase=["random_gemvs", "refused", "random_attention", "attention_refusals"],
+              target="ecp5")
+
+
 @pytest.mark.parametrize("case, simulator", RUNS)
 def test_inflash(case, simulator):
     block, preset, overrides, tests = case

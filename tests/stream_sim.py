@@ -42,11 +42,12 @@ def _get(ctx, view, fields):
 
 def run_streams(component, inputs: Mapping[str, Sequence], outputs: Mapping[str, Sequence[str]],
                 *, done, idle: float = 0.3, stall: float = 0.3, seed: int = 0,
-                max_cycles: int = 200_000, finish=None):
+                max_cycles: int = 200_000, finish=None, accepted_at=None):
     """Run ``component`` until ``done(received)`` is true; return ``(received, cycles)``.
 
     ``finish``, if given, is awaited with the simulator context once ``done`` holds (to read
-    memories or state at the end of the run).
+    memories or state at the end of the run). ``accepted_at``, if given, a dict, gets per input
+    stream the list of cycles in which its items were taken.
 
     ``inputs`` maps a stream name to its payloads; ``outputs`` maps a stream name to the payload
     fields to record. ``received`` maps each output stream to a list of dicts. The run fails
@@ -89,6 +90,8 @@ def run_streams(component, inputs: Mapping[str, Sequence], outputs: Mapping[str,
             cycle += 1
             for name, ok in accepted.items():
                 sent[name] += int(bool(ok))
+                if ok and accepted_at is not None:
+                    accepted_at.setdefault(name, []).append(cycle - 1)
             for name, value in delivered.items():
                 received[name].append(value)
         state["cycles"] = cycle

@@ -27,6 +27,7 @@ from golden import inflash as golden
 from golden.arith.float import from_float, int_to_float
 from hdl.arith.format import BF16, FP16
 from hdl.inflash import FlashGeometry, Gearbox, InflashPE, Mapping, Mode, Op, PEConfig
+from hdl.inflash.setup import CommandSetup
 from hdl.inflash.spec import WriteError
 from hdl.inflash.unit import InflashUnit
 from hdl.inflash.writer import KVWriter
@@ -319,7 +320,7 @@ def test_pe_w4a16_matches_golden(fmacs, transfer):
 
 
 def test_int4_codes_convert_like_golden():
-    from hdl.inflash.pe import _INT4_FP16
+    from hdl.inflash.issuer import _INT4_FP16
     assert _INT4_FP16 == [int(c) for c in int_to_float(np.arange(16), 5, FP16)]
 
 
@@ -376,17 +377,20 @@ def test_full_rate_latency():
     after the last page word (rows of one beat: one result per cycle)."""
     pe = _pe()
     job = _Job(pe.cfg, "fp16", 16, 2, 0, np.random.default_rng(5))   # one page, 16 rows
+    taken = {}
     got, cycles = run_streams(pe, {"cmd": [job.cmd()], "x": _x_beats(job.x, 2),
                                    "rd_data": _plane_words(job.words)},
                               {"y": ["value"], "rd_cmd": ["page"]},
-                              done=lambda r: len(r["y"]) >= 16, idle=0.0, stall=0.0)
+                              done=lambda r: len(r["y"]) >= 16, idle=0.0, stall=0.0,
+                              accepted_at=taken)
     assert [o["value"] for o in got["y"]] == job.y()
-    # Cycle 0 takes the command, 1 to 3 size it (operands, product, size: the set-up's
-    # multiplier is registered), 4 checks it (the gearbox takes the job), x arrives in cycle 5;
-    # the 16 words are offered from cycle 0 and the gearbox takes them from cycle 5, one per
-    # cycle, the last in cycle 20 (16 rows of one beat, one beat per word).
-    last_word = 5 + len(job.words) - 1
-    assert cycles == last_word + pe.latency + 1
+    # Cycle 0 takes the command, the set-up starts it gemv_cycles later, the read follows a
+    # cycle after; the 16 words, offered from cycle 0, enter the read data's register once the
+    # read is taken, one per cycle (16 rows of one beat, one beat per word).
+    words = taken["rd_data"]
+    assert words[0] > CommandSetup.gemv_cycles + 1
+    assert words == list(range(words[0], words[0] + len(job.words)))
+    assert cycles == words[-1] + pe.latency + 1
 
 
 # --- attention: Logit and Attend on KV pages ---------------------------------------------------

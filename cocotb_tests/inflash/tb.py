@@ -48,6 +48,8 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from golden import inflash as golden
 from golden.arith.float import from_float
 from hdl.arith.format import BF16, FP16
+from hdl.inflash.gearbox import Gearbox
+from hdl.inflash.reader import PageReader
 from hdl.inflash.spec import (ATTENTION_MODES, IMPLEMENTED_MODES, MAX_KV_HEADS, MAX_LAYERS,
                               MAX_TOKENS, Mapping, Mode, Op, WriteError)
 
@@ -691,6 +693,13 @@ async def refused(dut):
     tb.check_block_reads()
 
 
+def _buffered_beats(cfg, mode: str) -> int:
+    """Beats of compute the read register and the gearbox's buffer hold at most."""
+    held = Gearbox(cfg).capacity + PageReader.latency * cfg.transfer_bytes
+    elements = {"fp16": held // 2, "bf16": held // 2, "w8a8": held, "w4a16": 2 * held}[mode]
+    return -(-elements // cfg.fmacs)
+
+
 @cocotb.test()
 async def full_rate(dut):
     """One GEMV per mode, no idle cycles, no back-pressure, no gaps: page period and total
@@ -741,8 +750,14 @@ async def full_rate(dut):
             "first_stream": int(starts[0] - t0), "pe_latency": pe_latency}
         tb.log.info("%s: page starts %s", mode, (starts - t0).tolist())
         if len(starts) > 1:
-            assert abs(period - model_period) <= 0.01 * model_period, \
-                f"{mode}: page period {period:.2f} cycles, model {model_period:.2f} (over 1%)"
+            # The read register and the gearbox's buffer let a page's last word go, and the
+            # next page start, before its compute ends, once: the RTL may lead the model by
+            # the beats they hold; it may never lag by more than 1 % of the period.
+            span, model_span = steady[-1] - steady[0], model[-1] - model[0]
+            lead = _buffered_beats(cfg, mode)
+            assert -lead <= span - model_span <= 0.01 * model_span, \
+                f"{mode}: pages 1 to {len(starts) - 1} streamed in {span} cycles, model " \
+                f"{model_span} (lead at most {lead}, lag at most 1 %)"
         assert total <= timing.total + compute, \
             f"{mode}: {total} cycles, model {timing.total} + one page compute {compute}"
         assert starts[0] - t0 == timing.tR, \

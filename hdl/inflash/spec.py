@@ -23,7 +23,7 @@ __all__ = ["MAX_FMACS", "busy_cycles", "FlashGeometry", "Mode", "IMPLEMENTED_MOD
            "Mapping", "ATTENTION_MODES", "MAX_ROWS", "MAX_COLS", "MAX_TRANSFER", "MAX_TOKENS",
            "MAX_LAYERS", "MAX_KV_HEADS", "MAX_QUERY_HEADS", "PEConfig", "command_layout",
            "x_layout", "read_layout", "page_data_layout", "word_layout", "job_layout",
-           "beat_layout", "y_layout", "MAX_KV_SLOTS", "WriteError", "WriterConfig",
+           "beat_layout", "y_layout", "pe_config", "MAX_KV_SLOTS", "WriteError", "WriterConfig",
            "kv_open_layout", "kv_word_layout", "program_layout", "kv_record_layout",
            "kv_status_layout", "flash_command_layout"]
 
@@ -355,6 +355,14 @@ class PEConfig(_PlaneConfig):
         """Width of a query-head count (``G_max + 1`` is expressible, so it can be refused)."""
         return (self.max_query_heads + 1).bit_length()
 
+
+
+def pe_config(cfg, what: str) -> PEConfig:
+    """Return ``cfg`` if it is a :class:`PEConfig`; ``what`` names the component it
+    configures in the ``TypeError`` otherwise."""
+    if not isinstance(cfg, PEConfig):
+        raise TypeError(f"{what} configuration must be a PEConfig, not {cfg!r}")
+    return cfg
 
 
 def command_layout(cfg: PEConfig) -> data.StructLayout:
