@@ -181,7 +181,8 @@ def test_gatherer_words_in_order_under_back_pressure():
 # --- token buffer --------------------------------------------------------------------------------
 
 def test_token_buffer_stores_reads_and_normalizes_in_place():
-    """Chunks stored into both halves read back one cycle later; an activation written in the
+    """Chunks stored into one half and activations into the other read back (a stored chunk
+    from the cycle after its transfer, through the transparent read); an activation written in the
     cycle its row is read comes back at once (transparent read); chunks normalized in place
     read back as ``golden`` ``requantize(x, m, shift)`` in the ``clamp`` range, the other half
     untouched."""
@@ -208,7 +209,7 @@ def test_token_buffer_stores_reads_and_normalizes_in_place():
         await idle(ctx)
         for h in range(2):
             for j in range(C):
-                port = dut.store if j % 2 else dut.act
+                port = dut.act if h else dut.store
                 ctx.set(port.valid, 1)
                 _set(ctx, port.payload, {"half": h, "j": j, "data": rows[h, j].tolist()})
                 await ctx.tick()

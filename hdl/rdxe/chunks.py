@@ -27,8 +27,8 @@ class TokenBuffer(wiring.Component):
     """Keep two halves of ``chunks`` token chunks: stored, read back, normalized in place.
 
     Operations alternate between the halves (the sequencer's ``half``). Each half has one write
-    port, taken in the order ``store``, ``act``, normalized chunk; the sequencer never gives two
-    of them the same half in one cycle.
+    port, taken in the order ``store`` (a cycle late), ``act``, normalized chunk; the sequencer
+    never gives two of them the same half in one cycle.
 
     Parameters
     ----------
@@ -37,7 +37,8 @@ class TokenBuffer(wiring.Component):
     Members
     -------
     store : In(stream.Signature(store_layout(cfg), always_ready=True))
-        An ``x`` chunk written into chunk ``j`` of ``half``.
+        An ``x`` chunk written into chunk ``j`` of ``half`` one cycle later (readable from the
+        cycle after the transfer).
     act : In(stream.Signature(store_layout(cfg), always_ready=True))
         An activation chunk written likewise (a P.V's pass 0, kept for its later passes).
     read : In(stream.Signature(StructLayout({"half": 1, "j": ...}), always_ready=True))
@@ -80,20 +81,24 @@ class TokenBuffer(wiring.Component):
         req = self.norm.payload
         norm_j = delay(m, req.j, _NORM_READ + norm.latency, name="norm_j")
         norm_half = delay(m, req.half, _NORM_READ + norm.latency, name="norm_half")
+        # An x chunk is written a cycle after it is taken: the sequencer's decision to issue then
+        # ends in registers, not at the block RAMs' write ports.
+        store = data.View(self.store.payload.shape(),
+                          delay(m, self.store.payload.as_value(), 1, name="store"))
+        store_valid = delay(m, self.store.valid, 1, name="store_valid", reset=True)
         reads = []
         for h in range(2):
             m.submodules[f"half{h}"] = mem = Memory(shape=row_shape, depth=cfg.chunks, init=[])
             wr = mem.write_port()
             rd = mem.read_port(transparent_for=[wr])
-            mine_x = self.store.valid & (self.store.payload.half == h)
+            mine_x = store_valid & (store.half == h)
             mine_act = self.act.valid & (self.act.payload.half == h)
             mine_norm = norm.o.valid & (norm_half == h)
             norm_read = self.norm.valid & (req.half == h)
             m.d.comb += [
                 wr.en.eq(mine_x | mine_act | mine_norm),
-                wr.addr.eq(Mux(mine_x, self.store.payload.j,
-                               Mux(mine_act, self.act.payload.j, norm_j))),
-                wr.data.eq(Mux(mine_x, self.store.payload.data,
+                wr.addr.eq(Mux(mine_x, store.j, Mux(mine_act, self.act.payload.j, norm_j))),
+                wr.data.eq(Mux(mine_x, store.data,
                                Mux(mine_act, self.act.payload.data, norm.o.payload.data))),
                 rd.addr.eq(Mux(norm_read, req.j, self.read.payload.j)),
                 rd.en.eq(norm_read | (self.read.valid & (self.read.payload.half == h))),

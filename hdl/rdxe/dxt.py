@@ -84,7 +84,7 @@ class Dxt(wiring.Component):
     resp : Out(stream.Signature(response_layout()))
 
     Timing: ``golden.rdxe``'s cycle model, exactly (docs/rdxe.md section 6): an operation's first
-    request goes out ``Latency.lead`` cycles (28 at ``operand_stages`` 4) before its first chunk meets VAC 0's lane tree;
+    request goes out ``Latency.lead`` cycles (29 at ``operand_stages`` 4) before its first chunk meets VAC 0's lane tree;
     its last GBUS word ``done - 1`` cycles after that, its response ``response`` (2) cycles later;
     one chunk per cycle into HLINK, one GBUS word of 4 results per cycle out.
     """

@@ -9,6 +9,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..arith.tree import delay
+from ..pipeline import SkidBuffer, stream_stage
 from ..validate import index_bits
 from .sequencer import SCORE, op_layout
 from .spec import (CODE_BITS, DESTS, GBUS_BYTES, DxtConfig, check_config, kv_layout,
@@ -36,6 +37,19 @@ def kv_word_layout(cfg: DxtConfig) -> data.StructLayout:
         "word": unsigned(index_bits(_words(cfg))),
         "token": unsigned(index_bits(cfg.capacity + 1)),
         "group": unsigned(index_bits(cfg.kv_groups))})
+
+
+#: A word's checks: which of its 4 results the VACs must produce (``need``), which exist
+#: (``keep``), whether it is its operation's last word (``last_word``) and last word of results
+#: (``last``).
+_CHECKS = data.StructLayout({"need": GBUS_BYTES, "keep": GBUS_BYTES, "last_word": 1, "last": 1})
+
+
+def _checks(total, outputs):
+    """The checks of a word with ``total`` outputs of the VACs and ``outputs`` results left."""
+    return Cat(Cat(total > k for k in range(GBUS_BYTES)),
+               Cat(outputs > k for k in range(GBUS_BYTES)),
+               total <= GBUS_BYTES, outputs <= GBUS_BYTES)
 
 
 def _slot_vac(w, vacs: int):
@@ -69,7 +83,8 @@ class Gatherer(wiring.Component):
     results : In(stream.Signature(result_layout(vac))).array(vacs)
         The VACs' ``o``; ``ready`` when their word is taken.
     o : Out(stream.Signature(word_layout()))
-        Result words; ``valid`` and ``payload`` from registers.
+        Result words, through a :class:`~hdl.pipeline.SkidBuffer`: ``valid`` and ``payload``
+        from registers, and ``ready`` goes into registers only.
     resp : Out(stream.Signature(response_layout()))
         One per operation, when its last word is taken (a queue of 4).
     scores : Out(stream.Signature(score_write_layout(ve), always_ready=True))
@@ -82,8 +97,9 @@ class Gatherer(wiring.Component):
     fire : Out(1)
         A word is taken (for cycle measurements).
 
-    Timing: one word per cycle; a word leaves on ``o`` the cycle after it is taken. Assumes
-    each VAC's results come in output order.
+    Timing: one word per cycle; a word leaves on ``o`` the cycle after it is taken; while ``o``
+    stalls, one more word is taken into the skid register. Assumes each VAC's results come in
+    output order.
     """
 
     def __init__(self, cfg: DxtConfig):
@@ -103,36 +119,48 @@ class Gatherer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         N = self.cfg.vacs
-        op = self.ops.payload
+        # The operation at the head waits in a register with its first word's checks made, and
+        # each word's checks for the next are registered when it is taken: the decision to take
+        # a word starts from flip-flops and no comparison sits in front of it.
+        head = stream.Signature(data.StructLayout({"op": op_layout(self.cfg),
+                                                   "first": _CHECKS})).create()
+        first = Signal(head.payload.shape())
+        m.d.comb += [first.op.eq(self.ops.payload),
+                     first.first.eq(_checks(self.ops.payload.total, self.ops.payload.outputs))]
+        stream_stage(m, self.ops, head, first)
+        op = head.payload.op
         w = Signal(range(_words(self.cfg)))
-        # Outputs left from this word on (registers, so that no adder sits in front of the
-        # word's checks): all of them at the operation's first word.
+        at_first = Signal(init=1)                  # the next word is its operation's first
         rem_total, rem_out = Signal.like(op.total), Signal.like(op.outputs)
-        left_t = Mux(w == 0, op.total, rem_total)
-        left_o = Mux(w == 0, op.outputs, rem_out)
+        rem = Signal(_CHECKS)
+        checks = data.View(_CHECKS, Mux(at_first, head.payload.first.as_value(),
+                                        rem.as_value()))
+        left_t = Mux(at_first, op.total, rem_total)
+        left_o = Mux(at_first, op.outputs, rem_out)
         slot_vac = _slot_vac(w, N)
-        need = [left_t > k for k in range(GBUS_BYTES)]
-        keep = [left_o > k for k in range(GBUS_BYTES)]
         valids = Array(r.valid for r in self.results)
         ys = Array(r.payload.y for r in self.results)
         ready_all = Const(1, 1)
         word = Signal(word_layout())
         for k in range(GBUS_BYTES):
-            ready_all = ready_all & (~need[k] | valids[slot_vac + k])
-            m.d.comb += [word.data[k].eq(ys[slot_vac + k]), word.keep[k].eq(keep[k])]
-        last_word = left_t <= GBUS_BYTES
-        m.d.comb += word.last.eq(left_o <= GBUS_BYTES)
-        out_free = ~self.o.valid | self.o.ready
+            ready_all = ready_all & (~checks.need[k] | valids[slot_vac + k])
+            m.d.comb += [word.data[k].eq(ys[slot_vac + k]), word.keep[k].eq(checks.keep[k])]
+        last_word = checks.last_word
+        m.d.comb += word.last.eq(checks.last)
+        # The words leave through a skid buffer, so that o.ready reaches no further than its
+        # registers.
+        m.submodules.out = out = SkidBuffer(word_layout())
+        wiring.connect(m, out.o, wiring.flipped(self.o))
         m.submodules.responses = resp = SyncFIFOBuffered(width=1, depth=_RESP_QUEUE)
         m.d.comb += [self.resp.valid.eq(resp.r_rdy), self.resp.payload.error.eq(resp.r_data),
                      resp.r_en.eq(self.resp.ready)]
-        emits = ((op.kind == _OUT) | (op.kind == SCORE)) & keep[0]
+        emits = ((op.kind == _OUT) | (op.kind == SCORE)) & checks.keep[0]
         fire = self.fire
-        m.d.comb += fire.eq(self.ops.valid & ~op.refused & ready_all & (~emits | out_free) &
+        m.d.comb += fire.eq(head.valid & ~op.refused & ready_all & (~emits | out.i.ready) &
                             resp.w_rdy)
-        refused = self.ops.valid & op.refused & resp.w_rdy
+        refused = head.valid & op.refused & resp.w_rdy
         done = (fire & last_word) | refused
-        m.d.comb += [self.ops.ready.eq(done), resp.w_en.eq(done), resp.w_data.eq(refused)]
+        m.d.comb += [head.ready.eq(done), resp.w_en.eq(done), resp.w_data.eq(refused)]
         # The KV writes land a cycle after the word, and the VE's maximum follows its last score
         # two cycles later: so do the completions that release Q.K^T and P.V.
         m.d.sync += self.kv_done.eq(fire & last_word & ((op.kind == _KEY) |
@@ -140,17 +168,17 @@ class Gatherer(wiring.Component):
         m.d.comb += self.qk_done.eq(delay(m, fire & last_word & (op.kind == SCORE), _QK_SETTLE,
                                           name="qk_done", reset=True))
         with m.If(fire):
-            m.d.sync += [w.eq(Mux(last_word, 0, w + 1)), rem_total.eq(left_t - GBUS_BYTES),
-                         rem_out.eq(Mux(left_o > GBUS_BYTES, left_o - GBUS_BYTES, 0))]
-        with m.If(fire & emits):
-            m.d.sync += [self.o.valid.eq(1), self.o.payload.eq(word)]
-        with m.Elif(self.o.ready):
-            m.d.sync += self.o.valid.eq(0)
+            next_t = left_t - GBUS_BYTES
+            next_o = Mux(left_o > GBUS_BYTES, left_o - GBUS_BYTES, 0)
+            m.d.sync += [w.eq(Mux(last_word, 0, w + 1)), at_first.eq(last_word),
+                         rem_total.eq(next_t), rem_out.eq(next_o),
+                         rem.eq(_checks(next_t, next_o))]
+        m.d.comb += [out.i.valid.eq(fire & emits), out.i.payload.eq(word)]
         for v, result in enumerate(self.results):
-            m.d.comb += result.ready.eq(fire & _in_word(v, slot_vac, N) & need[v & 3])
+            m.d.comb += result.ready.eq(fire & _in_word(v, slot_vac, N) & checks.need[v & 3])
         scores = self.scores.payload
         m.d.sync += [self.scores.valid.eq(fire & (op.kind == SCORE)), scores.word.eq(w),
-                     scores.first.eq(w == 0), scores.data.eq(word.data),
+                     scores.first.eq(at_first), scores.data.eq(word.data),
                      scores.keep.eq(word.keep)]
         kv = self.kv.payload
         m.d.comb += [self.kv.valid.eq(fire & ((op.kind == _KEY) | (op.kind == _VALUE))),

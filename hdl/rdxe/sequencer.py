@@ -8,6 +8,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..arith.requant import SHIFT_BITS
+from ..pipeline import SkidBuffer
 from ..validate import index_bits, integer
 from .spec import (CODE_BITS, DESTS, OPS, DxtConfig, check_config, chunk_layout,
                    command_layout)
@@ -81,27 +82,42 @@ def op_layout(cfg: DxtConfig) -> data.StructLayout:
         "token": unsigned(index_bits(cfg.capacity + 1))})
 
 
-class _Decode:
-    """The command's fields, decoded combinationally (the sequencer registers what it keeps)."""
+def _decode_layout(cfg: DxtConfig) -> data.StructLayout:
+    """A command's decoded fields: its kind, whether it is refused (``bad``), the outputs the
+    gatherer sends, the passes, the KV group and the chunks of a P.V."""
+    most = max(cfg.max_outputs, cfg.capacity)
+    return data.StructLayout({
+        "is_rms": 1, "is_qk": 1, "is_pv": 1, "gemv_like": 1, "writes_kv": 1, "bad": 1,
+        "kind": 2, "outputs": unsigned(index_bits(most + 1)),
+        "passes": unsigned(index_bits(most + 1)), "group": unsigned(index_bits(cfg.kv_groups)),
+        "pv_chunks": unsigned(index_bits(cfg.chunks + 2))})
 
-    def __init__(self, cfg: DxtConfig, cmd):
-        N, L = cfg.vacs, cfg.lanes
-        self.is_rms, self.is_qk, self.is_pv = cmd.op == _RMS, cmd.op == _QK, cmd.op == _PV
-        self.gemv_like = gemv_like = (cmd.op == _GEMV) | self.is_rms
-        self.writes_kv = gemv_like & ((cmd.dest == _KEY) | (cmd.dest == _VALUE))
-        self.pv_chunks = (cmd.tokens + L - 1) >> (L.bit_length() - 1)
-        self.bad = Mux(gemv_like,
+
+def _decode(m: Module, cfg: DxtConfig, cmd) -> data.View:
+    """Decode ``cmd`` combinationally (docs/rdxe.md section 4.2: what is refused)."""
+    N, L = cfg.vacs, cfg.lanes
+    dec = Signal(_decode_layout(cfg), name="decoded")
+    is_rms, is_qk, is_pv = cmd.op == _RMS, cmd.op == _QK, cmd.op == _PV
+    gemv_like = (cmd.op == _GEMV) | is_rms
+    writes_kv = gemv_like & ((cmd.dest == _KEY) | (cmd.dest == _VALUE))
+    outputs = Mux(gemv_like, cmd.outputs, Mux(is_qk, cmd.tokens, cfg.head_dim))
+    m.d.comb += [
+        dec.is_rms.eq(is_rms), dec.is_qk.eq(is_qk), dec.is_pv.eq(is_pv),
+        dec.gemv_like.eq(gemv_like), dec.writes_kv.eq(writes_kv),
+        dec.bad.eq(Mux(gemv_like,
                        (cmd.outputs == 0) | (cmd.chunks == 0) | (cmd.chunks > cfg.chunks) |
                        (cmd.dest > _VALUE) |
-                       (self.writes_kv & ((cmd.outputs != cfg.head_dim) |
-                                          (cmd.head >= cfg.kv_groups) |
-                                          (cmd.tokens >= cfg.capacity))),
+                       (writes_kv & ((cmd.outputs != cfg.head_dim) |
+                                     (cmd.head >= cfg.kv_groups) |
+                                     (cmd.tokens >= cfg.capacity))),
                        (cmd.tokens == 0) | (cmd.tokens > cfg.capacity) |
-                       (cmd.head >= cfg.heads))
-        self.outputs = Mux(gemv_like, cmd.outputs, Mux(self.is_qk, cmd.tokens, cfg.head_dim))
-        self.passes = (self.outputs + N - 1) >> (N.bit_length() - 1)
-        self.group = Mux(gemv_like, cmd.head, cmd.head // cfg.group_size)
-        self.kind = Mux(gemv_like, cmd.dest, Mux(self.is_qk, SCORE, _OUT))
+                       (cmd.head >= cfg.heads))),
+        dec.kind.eq(Mux(gemv_like, cmd.dest, Mux(is_qk, SCORE, _OUT))),
+        dec.outputs.eq(outputs),
+        dec.passes.eq((outputs + N - 1) >> (N.bit_length() - 1)),
+        dec.group.eq(Mux(gemv_like, cmd.head, cmd.head // cfg.group_size)),
+        dec.pv_chunks.eq((cmd.tokens + L - 1) >> (L.bit_length() - 1))]
+    return dec
 
 
 class _State:
@@ -212,9 +228,9 @@ class Sequencer(wiring.Component):
             "issue": Out(1), "start": Out(1),
         })
 
-    def _queues(self, m: Module, dec: _Decode):
+    def _queues(self, m: Module, dec):
         """The operation and constants queues, written from the decoded command."""
-        cfg, cmd = self.cfg, self.cmd.payload
+        cfg, cmd = self.cfg, self._command.payload.cmd
         layout = op_layout(cfg)
         m.submodules.ops = ops = SyncFIFOBuffered(width=layout.size, depth=_OP_QUEUE)
         m.submodules.consts = consts = SyncFIFOBuffered(width=64, depth=_CONST_QUEUE)
@@ -234,7 +250,15 @@ class Sequencer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        dec = _Decode(cfg, self.cmd.payload)
+        # The command waits, decoded, in a skid buffer: cmd.ready is a register, and the
+        # decision to start an operation starts from registers.
+        command = data.StructLayout({"cmd": command_layout(cfg), "dec": _decode_layout(cfg)})
+        m.submodules.command = skid = SkidBuffer(command)
+        m.d.comb += [skid.i.valid.eq(self.cmd.valid), self.cmd.ready.eq(skid.i.ready),
+                     skid.i.payload.cmd.eq(self.cmd.payload),
+                     skid.i.payload.dec.eq(_decode(m, cfg, self.cmd.payload))]
+        self._command = skid.o
+        dec = skid.o.payload.dec
         ops, consts = self._queues(m, dec)
         s = _State(cfg)
 
@@ -318,13 +342,13 @@ class Sequencer(wiring.Component):
         with m.Else():
             m.next = "RUN"
 
-    def _accept(self, m: Module, s: _State, dec: _Decode, ops, consts):
+    def _accept(self, m: Module, s: _State, dec, ops, consts):
         """IDLE: take a command, register what the operation keeps, start or refuse it."""
-        cfg, cmd = self.cfg, self.cmd.payload
+        cfg, cmd = self.cfg, self._command.payload.cmd
         R, c = cfg.key_rows, cfg.value_rows
         room = ops.w_rdy & (consts.w_rdy | ~dec.is_rms)
-        m.d.comb += self.cmd.ready.eq(room)
-        with m.If(self.cmd.valid & room):
+        m.d.comb += self._command.ready.eq(room)
+        with m.If(self._command.valid & room):
             m.d.comb += [ops.w_en.eq(1), consts.w_en.eq(dec.is_rms & ~dec.bad)]
             vrc = dec.is_rms | dec.is_pv
             m.d.sync += [
@@ -353,7 +377,7 @@ class Sequencer(wiring.Component):
                 with m.Else():
                     self._begin(m, cmd.seq & dec.is_pv, cmd.seq & dec.is_rms)
 
-    def _fsm(self, m: Module, s: _State, dec: _Decode, ops, consts):
+    def _fsm(self, m: Module, s: _State, dec, ops, consts):
         L = self.cfg.lanes
         with m.FSM(name="sequencer"):
             with m.State("IDLE"):
