@@ -172,7 +172,9 @@ class Sequencer(wiring.Component):
     Members
     -------
     cmd : In(stream.Signature(command_layout(cfg)))
-        Commands; taken while ``ops`` and ``consts`` have room and the sequencer is idle.
+        Commands, taken into a :class:`~hdl.pipeline.SkidBuffer` with their decode (``ready``
+        a register); the sequencer starts one when it is idle and ``ops`` and ``consts`` have
+        room.
     x : In(stream.Signature(chunk_layout(lanes)))
         Token chunks: pass 0 of a GEMV, an RMSNorm and a Q.K^T, and those of a refused command.
     req : Out(stream.Signature(request_layout(cfg), always_ready=True))
@@ -199,8 +201,9 @@ class Sequencer(wiring.Component):
     issue, start : Out(1)
         A request issues; it is its operation's first (for cycle measurements).
 
-    Timing: an accepted command that waits for nothing issues its first request ``accept + 1``
-    = 2 cycles after the previous operation's last (``golden.rdxe.Latency``); then one request
+    Timing: a command that waits for nothing issues its first request ``decode + accept`` = 2
+    cycles after it is taken alone, and ``accept + 1`` = 2 cycles after the previous
+    operation's last when it was already waiting (``golden.rdxe.Latency``); then one request
     per cycle while ``can_issue`` (and, for ``x`` chunks, ``x.valid``). Assumes every request
     lands ``request_latency`` cycles after it issues, and that ``can_issue`` counts places for
     their chunks. Bad parameters raise ``TypeError``/``ValueError`` naming them.
