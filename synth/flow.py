@@ -58,19 +58,29 @@ fields are ``None`` (memories are mapped to flip-flops there).
 
 Every step writes its script and log into ``workdir``; a failing step raises :class:`SynthError`
 naming the step, the log path and the end of the log; each log begins with the command line that
-wrote it. nextpnr runs with a fixed seed, so results are reproducible, and with nextpnr's own
+wrote it. nextpnr runs with fixed seeds, so results are reproducible, and with nextpnr's own
 placer timing weight unless one is given (``timing_weight``; a block sets its own in its
 ``SynthSettings``).
+
+Placement moves Fmax by 5 to 10 % on large designs, so one placement says little. With
+``seeds = N`` the same netlist is placed and routed with nextpnr seeds 1 to N (as many at once as
+there are cores): ``fmax_mhz`` is then the median over the seeds, and ``fmax_mhz_min``,
+``fmax_mhz_max`` and ``fmax_mhz_seeds`` (one per seed, in seed order) keep the spread. Seed 1
+writes ``report.json`` and ``nextpnr_<device>.log``; seed ``k > 1`` writes ``report_seed<k>.json``
+and ``nextpnr_<device>_seed<k>.log``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shlex
+import statistics
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -99,8 +109,11 @@ ICE40_SYNTH_DEVICE = "u"
 #: Black-box declarations of the primitives a design for the target may instantiate (the
 #: ECP5 multiplier blocks of :mod:`hdl.arith.dsp`), read before the hierarchy is checked.
 CELL_LIBRARIES = {"ecp5": "+/ecp5/cells_bb.v"}
-#: nextpnr placement seed (fixed so that runs are reproducible).
+#: nextpnr placement seed of a single-seed run (fixed so that runs are reproducible); a run over
+#: ``seeds = N`` uses seeds 1 to N.
 NEXTPNR_SEED = 1
+#: Placement seeds one run may ask for.
+SEED_COUNTS = range(1, 65)
 #: Range of the analytic placer's timing weight (``--placer-heap-timingweight``; nextpnr's own
 #: default, used when none is given, is 10).
 TIMING_WEIGHTS = range(1, 1001)
@@ -142,8 +155,8 @@ class SynthReport:
     brams : int or None
         Block RAM count (``None`` for ``generic``).
     fmax_mhz : float or None
-        Lowest achieved Fmax over the clocks, in MHz; ``None`` when there is no timing model or no
-        timed path (``note`` says why).
+        Lowest achieved Fmax over the clocks, in MHz, the median over the placement seeds;
+        ``None`` when there is no timing model or no timed path (``note`` says why).
     freq_mhz : float
         Frequency constraint given to place and route, in MHz.
     timing_weight : int or None
@@ -157,6 +170,10 @@ class SynthReport:
     utilization : dict of str to tuple of (int, int)
         nextpnr's ``(used, available)`` per BEL type, for the types used (empty for ``generic``);
         includes the wrapper when one was used.
+    fmax_mhz_seeds : tuple of float
+        Fmax of each placement, seeds 1 to N in order (empty when there is no Fmax).
+    fmax_mhz_min, fmax_mhz_max : float or None
+        Lowest and highest of ``fmax_mhz_seeds``.
     """
 
     target: str
@@ -174,12 +191,24 @@ class SynthReport:
     timing_weight: int | None = None
     device: str = ""
     utilization: dict[str, tuple[int, int]] = field(default_factory=dict)
+    fmax_mhz_seeds: tuple[float, ...] = ()
+
+    @property
+    def fmax_mhz_min(self) -> float | None:
+        return min(self.fmax_mhz_seeds, default=None)
+
+    @property
+    def fmax_mhz_max(self) -> float | None:
+        return max(self.fmax_mhz_seeds, default=None)
 
     def as_dict(self) -> dict:
-        """Return the report as a JSON-serialisable dictionary (Fmax under ``fmax_mhz``)."""
+        """Return the report as a JSON-serialisable dictionary (Fmax under ``fmax_mhz``, the
+        median over the seeds, with ``fmax_mhz_min``, ``fmax_mhz_max`` and ``fmax_mhz_seeds``)."""
         d = asdict(self)
         d["cells_by_type"] = dict(self.cells_by_type)
         d["utilization"] = {k: list(v) for k, v in self.utilization.items()}
+        d["fmax_mhz_seeds"] = list(self.fmax_mhz_seeds)
+        d["fmax_mhz_min"], d["fmax_mhz_max"] = self.fmax_mhz_min, self.fmax_mhz_max
         return d
 
 
@@ -462,7 +491,8 @@ def _count_prefix(cells: dict[str, int], *prefixes: str) -> int:
 # Flows
 
 
-def check_options(target: str, freq_mhz: float, timing_weight: int | None = None) -> None:
+def check_options(target: str, freq_mhz: float, timing_weight: int | None = None,
+                  seeds: int = 1) -> None:
     """Raise ``ValueError`` naming the bad value if :func:`synthesize` would refuse these."""
     if target not in TARGETS:
         raise ValueError(f"Target must be one of {', '.join(repr(t) for t in TARGETS)}, "
@@ -477,6 +507,9 @@ def check_options(target: str, freq_mhz: float, timing_weight: int | None = None
         raise ValueError(f"Placer timing weight must be None (nextpnr's default) or an integer "
                          f"from {TIMING_WEIGHTS.start} to {TIMING_WEIGHTS.stop - 1}, "
                          f"not {timing_weight!r}")
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds not in SEED_COUNTS:
+        raise ValueError(f"Placement seed count (seeds) must be an integer from "
+                         f"{SEED_COUNTS.start} to {SEED_COUNTS.stop - 1}, not {seeds!r}")
 
 
 def _generic(verilog_name: str, top: str, workdir: Path, timeout, progress) -> dict:
@@ -506,8 +539,9 @@ def _area(target: str, cells: dict[str, int]) -> dict:
                 dsps=_count(cells, "SB_MAC16"), brams=_count(cells, "SB_RAM40_4K"))
 
 
-def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path, freq_mhz: float,
-          wrap: bool, timeout, progress, timing_weight: int | None = None) -> dict:
+def _netlist(verilog_name: str, verilog: str, top: str, target: str, workdir: Path, wrap: bool,
+             timeout, progress) -> dict[str, int]:
+    """Write the serial wrapper if asked, run Yosys into ``net.json``; return the block's cells."""
     pnr_top = top
     library = CELL_LIBRARIES.get(target)
     if wrap:
@@ -541,19 +575,99 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
         script += "rename -hide w:*]\n"
     script += synth_cmd + "\ntee -q -o stat.json stat -json\n"
     _yosys(step, f"synth_{target}", script, workdir, timeout, progress)
-    cells = _stat_module(step, workdir / "stat.json", workdir / f"synth_{target}.log", top)
+    return _stat_module(step, workdir / "stat.json", workdir / f"synth_{target}.log", top)
 
+
+def _seed_files(device: str, seed: int) -> tuple[str, str]:
+    """The report and log names of one placement seed (seed 1 keeps the plain names)."""
+    if seed == 1:
+        return "report.json", f"nextpnr_{device}.log"
+    return f"report_seed{seed}.json", f"nextpnr_{device}_seed{seed}.log"
+
+
+def _place(step: str, argv: list[str], device: str, seeds: int, workdir: Path, timeout,
+           progress) -> list[tuple[dict, Path]] | dict[str, tuple[int, int]]:
+    """Place and route with seeds 1 to ``seeds``, as many at once as there are cores.
+
+    Returns each seed's ``(report, log path)`` in seed order, or the over-used resources when
+    placement showed that the design does not fit after all. Any other failure raises.
+    """
+    def one(seed: int):
+        report_name, log_name = _seed_files(device, seed)
+        (workdir / report_name).unlink(missing_ok=True)
+        run_argv = [*argv, "--report", report_name, "--seed", str(seed)]
+        label = step if seeds == 1 else f"{step}, seed {seed} of {seeds}"
+        try:
+            _run(label, run_argv, workdir / log_name, workdir, timeout, progress)
+        except SynthError as exc:
+            return exc, workdir / log_name
+        return _read_json(label, workdir / report_name, workdir / log_name), workdir / log_name
+
+    with ThreadPoolExecutor(max_workers=min(seeds, os.cpu_count() or 1)) as pool:
+        results = list(pool.map(one, range(1, seeds + 1)))
+    failures = [(exc, log) for exc, log in results if isinstance(exc, SynthError)]
+    for exc, log in failures:
+        if not _overuse(log):
+            raise exc
+    if failures:
+        return _overuse(failures[0][1])
+    return results
+
+
+def _timing(reports: list[tuple[dict, Path]], cells: dict[str, int], target: str, where: str,
+            wrap: bool, timing_weight: int | None) -> dict:
+    """Fmax (median over the seeds), the spread, utilisation and the note from nextpnr's reports."""
+    first = reports[0][0]
+    util = {k: (int(v["used"]), int(v["available"]))
+            for k, v in first.get("utilization", {}).items() if int(v.get("used", 0))}
+    if wrap:
+        what = "timed inside the serial wrapper (all ports registered; area of the block alone)"
+    else:
+        what = "out-of-context: register-to-register paths inside the block only"
+    note = f"{where}, {what}"
+    if timing_weight is not None:
+        note += f"; placer timing weight {timing_weight}"
+    if len(reports) > 1:
+        note += f"; Fmax is the median over nextpnr seeds 1 to {len(reports)}"
+    fmaxes = [_fmax(report) for report, _ in reports]
+    untimed, worst_ns = set(), 0.0
+    for report, _ in reports:
+        clocks, ns = _untimed_paths(report)
+        untimed.update(clocks)
+        worst_ns = max(worst_ns, ns)
+    if untimed:
+        timed = [f for f in fmaxes if f is not None]
+        fabric = "none" if not timed else f"{statistics.median(timed):.1f} MHz"
+        note += (f"; no Fmax: nextpnr times no path to or from {', '.join(sorted(untimed))}, "
+                 f"which has no Fmax of its own (longest such path {worst_ns:.1f} ns)")
+        if cells.get("SB_MAC16"):
+            note += ("; it is the constant CLK net of an SB_MAC16 used without its internal "
+                     "registers: nextpnr-ice40 models every SB_MAC16 port as registered, "
+                     "cutting each path through such a DSP in two untimed segments")
+        note += f"; Fmax of the timed paths alone: {fabric}"
+        fmaxes = []
+    elif any(f is None for f in fmaxes):
+        note += "; no Fmax: nextpnr found no clocked timing path"
+        fmaxes = []
+    elif target == "ice40" and cells.get("SB_MAC16"):
+        note += ("; nextpnr-ice40 times SB_MAC16 ports as registered, so delay inside the "
+                 "DSPs is not counted")
+    return dict(**_area(target, cells), cells_by_type=cells,
+                fmax_mhz=statistics.median(fmaxes) if fmaxes else None,
+                fmax_mhz_seeds=tuple(fmaxes), device=where, utilization=util, note=note)
+
+
+def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path, freq_mhz: float,
+          wrap: bool, timeout, progress, timing_weight: int | None = None,
+          seeds: int = 1) -> dict:
+    cells = _netlist(verilog_name, verilog, top, target, workdir, wrap, timeout, progress)
     nextpnr = tool_path(f"yowasp-nextpnr-{target}")
     devices = ECP5_DEVICES if target == "ecp5" else (ICE40_DEVICE,)
     for index, (device, package, part) in enumerate(devices):
         step = f"nextpnr-{target} place & route" + (f" on {part}" if index else "")
         where = f"{part} {package.upper()}"
-        report_path = workdir / "report.json"
-        report_path.unlink(missing_ok=True)
-        log_path = workdir / f"nextpnr_{device}.log"
         argv = [nextpnr, f"--{device}", "--package", package, "--freq", f"{freq_mhz:g}",
-                "--json", "net.json", "--report", report_path.name, "--timing-allow-fail",
-                "--seed", str(NEXTPNR_SEED)]
+                "--json", "net.json", "--timing-allow-fail"]
         if target == "ecp5":
             argv.append("--out-of-context")
         if timing_weight is not None:
@@ -562,62 +676,30 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
         # can take nextpnr twenty minutes before it gives up.
         pack_log = workdir / f"nextpnr_{device}_pack.log"
         try:
-            _run(f"{step} (packing)", [*argv, "--pack-only"], pack_log, workdir, timeout,
-                 progress)
+            _run(f"{step} (packing)", [*argv, "--seed", str(NEXTPNR_SEED), "--pack-only"],
+                 pack_log, workdir, timeout, progress)
         except SynthError:
             pass    # an over-full device may fail packing; its utilisation is in the log
         over = _overuse(pack_log)
         if not over:
-            try:
-                _run(step, argv, log_path, workdir, timeout, progress)
-            except SynthError:
-                over = _overuse(log_path)
-                if not over:
-                    raise
-        if over:
-            util = _utilisation_from_log(pack_log) or _utilisation_from_log(log_path)
-            if index + 1 < len(devices):
-                continue
-            overuse = ", ".join(f"{k} {u}/{a}" for k, (u, a) in over.items())
-            util = {k: v for k, v in util.items() if v[0]}
-            return dict(**_area(target, cells), cells_by_type=cells, fmax_mhz=None,
-                        device=where, utilization=util,
-                        note=f"too large to place on {where} ({overuse}"
-                             f"{', with the serial wrapper' if wrap else ''}); area only, no Fmax")
-        report = _read_json(step, report_path, log_path)
-        util = {k: (int(v["used"]), int(v["available"]))
-                for k, v in report.get("utilization", {}).items() if int(v.get("used", 0))}
-        fmax = _fmax(report)
-        if wrap:
-            what = "timed inside the serial wrapper (all ports registered; area of the block alone)"
-        else:
-            what = "out-of-context: register-to-register paths inside the block only"
-        note = f"{where}, {what}"
-        if timing_weight is not None:
-            note += f"; placer timing weight {timing_weight}"
-        untimed, worst_ns = _untimed_paths(report)
-        if untimed:
-            fabric = "none" if fmax is None else f"{fmax:.1f} MHz"
-            note += (f"; no Fmax: nextpnr times no path to or from {', '.join(untimed)}, which "
-                     f"has no Fmax of its own (longest such path {worst_ns:.1f} ns)")
-            if cells.get("SB_MAC16"):
-                note += ("; it is the constant CLK net of an SB_MAC16 used without its internal "
-                         "registers: nextpnr-ice40 models every SB_MAC16 port as registered, "
-                         "cutting each path through such a DSP in two untimed segments")
-            note += f"; Fmax of the timed paths alone: {fabric}"
-            fmax = None
-        elif fmax is None:
-            note += "; no Fmax: nextpnr found no clocked timing path"
-        elif target == "ice40" and cells.get("SB_MAC16"):
-            note += ("; nextpnr-ice40 times SB_MAC16 ports as registered, so delay inside the "
-                     "DSPs is not counted")
-        return dict(**_area(target, cells), cells_by_type=cells, fmax_mhz=fmax,
-                    device=where, utilization=util, note=note)
+            placed = _place(step, argv, device, seeds, workdir, timeout, progress)
+            if not isinstance(placed, dict):
+                return _timing(placed, cells, target, where, wrap, timing_weight)
+            over = placed
+        util = _utilisation_from_log(pack_log)
+        if index + 1 < len(devices):
+            continue
+        overuse = ", ".join(f"{k} {u}/{a}" for k, (u, a) in over.items())
+        util = {k: v for k, v in util.items() if v[0]}
+        return dict(**_area(target, cells), cells_by_type=cells, fmax_mhz=None,
+                    device=where, utilization=util,
+                    note=f"too large to place on {where} ({overuse}"
+                         f"{', with the serial wrapper' if wrap else ''}); area only, no Fmax")
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: float = 100.0,
-               timing_weight: int | None = None, wrap: bool | None = None,
+               timing_weight: int | None = None, seeds: int = 1, wrap: bool | None = None,
                timeout: float | None = None,
                progress: Callable[[str], None] | None = None) -> SynthReport:
     """Synthesize ``verilog`` for ``target`` and report its area and timing.
@@ -640,6 +722,9 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: 
         pulls the cells of critical nets together. ``None`` (the default) leaves nextpnr's own
         value (10). Large designs whose units are spread around fixed multiplier and memory
         sites place tighter with more (docs/flowkv.md). Ignored for ``generic``.
+    seeds : int
+        Place and route the netlist with nextpnr seeds 1 to ``seeds`` (1 to 64; in parallel, one
+        process per core) and report the median Fmax with the spread. Ignored for ``generic``.
     wrap : bool or None
         Time the block inside the serial wrapper, so that paths from and to its ports are timed too.
         ``None`` (the default) means ``True`` for ``ecp5`` and ``ice40``. ``False`` is allowed for
@@ -659,14 +744,14 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: 
     ------
     ValueError
         If ``target`` is not one of :data:`TARGETS`, ``freq_mhz`` is not positive,
-        ``timing_weight`` is outside :data:`TIMING_WEIGHTS`, or ``wrap`` is ``False`` for
-        ``ice40``.
+        ``timing_weight`` is outside :data:`TIMING_WEIGHTS`, ``seeds`` outside
+        :data:`SEED_COUNTS`, or ``wrap`` is ``False`` for ``ice40``.
     SynthError
         If a step fails; the message names the step, the log path and the last lines of the log.
     ToolNotFound
         If Yosys or nextpnr is not installed.
     """
-    check_options(target, freq_mhz, timing_weight)
+    check_options(target, freq_mhz, timing_weight, seeds)
     if not isinstance(top, str) or not top:
         raise ValueError(f"Top module name must be a non-empty string, not {top!r}")
     if target == "ice40" and wrap is False:
@@ -683,7 +768,7 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: 
         fields = _generic(verilog_name, top, workdir, timeout, progress)
     else:
         fields = _fpga(verilog_name, verilog, top, target, workdir, float(freq_mhz), wrap,
-                       timeout, progress, timing_weight)
+                       timeout, progress, timing_weight, seeds)
     cells = fields.pop("cells_by_type")
     return SynthReport(target=target, top=top, cells=sum(cells.values()), cells_by_type=cells,
                        freq_mhz=float(freq_mhz), seconds=time.monotonic() - start,

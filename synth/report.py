@@ -28,13 +28,17 @@ def markdown_table(reports: Sequence[SynthReport] | Iterable[SynthReport], *,
     notes : bool
         Append each distinct ``note`` as a numbered footnote and reference it from the Fmax column.
 
-    Fields that do not apply (LUTs of the generic flow, a missing Fmax) are shown as ``–``.
+    Fields that do not apply (LUTs of the generic flow, a missing Fmax) are shown as ``–``. A
+    report over several placement seeds shows the median Fmax with the lowest and highest.
     """
     reports = list(reports)
     footnotes: list[str] = []
     rows = []
     for r in reports:
         fmax = "–" if r.fmax_mhz is None else f"{r.fmax_mhz:.1f}"
+        if len(r.fmax_mhz_seeds) > 1:
+            fmax += (f" ({r.fmax_mhz_min:.1f} to {r.fmax_mhz_max:.1f}, "
+                     f"{len(r.fmax_mhz_seeds)} seeds)")
         if notes and r.note:
             if r.note not in footnotes:
                 footnotes.append(r.note)

@@ -42,6 +42,11 @@ def test_list_shows_every_block_and_preset(capsys):
      "Frequency constraint freq_mhz must be a positive number of MHz, not -5.0"),
     (("synth", "umdam", "--timing-weight", "0"),
      "Placer timing weight must be None (nextpnr's default) or an integer from 1 to 1000, not 0"),
+    (("synth", "umdam", "--seeds", "0"),
+     "Placement seed count (seeds) must be an integer from 1 to 64, not 0"),
+    (("synth", "umdam", "--seeds", "two"), "argument --seeds: invalid int value: 'two'"),
+    (("build", "--seeds", "100"),
+     "Placement seed count (seeds) must be an integer from 1 to 64, not 100"),
     (("synth", "rdxe", "--set", "lanes=4"),
      "--set needs one block, not the family 'rdxe'; its blocks are rdxe-vac, rdxe-dxt"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
@@ -99,6 +104,17 @@ def test_synth_json_has_fmax(capsys, tmp_path):
     # beyond the ready logic.
     assert report["ffs"] == 33 + 1
     assert report["luts"] <= 2
+
+
+def test_synth_over_seeds_reports_the_median(capsys, tmp_path):
+    code, out, err = run(capsys, "synth", "umdam-composer", "--seeds", "2", "--json",
+                         "-o", str(tmp_path))
+    assert code == 0
+    report = json.loads(out)
+    assert len(report["fmax_mhz_seeds"]) == 2
+    assert report["fmax_mhz"] == sum(report["fmax_mhz_seeds"]) / 2
+    assert report["fmax_mhz_min"] == min(report["fmax_mhz_seeds"])
+    assert report["fmax_mhz_max"] == max(report["fmax_mhz_seeds"])
 
 
 def test_synth_takes_a_block_or_a_family():

@@ -7,6 +7,7 @@ DP16KD (18 Kbit) or four iCE40 SB_RAM40_4K (4 Kbit each).
 
 import json
 import math
+import statistics
 
 import pytest
 from amaranth import Module
@@ -292,6 +293,44 @@ def test_timing_weight_reaches_nextpnr(adder_verilog, tmp_path):
     default = synthesize(adder_verilog, "adder", "ecp5", tmp_path / "default")
     assert default.timing_weight is None and "timing weight" not in default.note
     assert "timingweight" not in (tmp_path / "default" / "nextpnr_25k.log").read_text()
+
+
+@pytest.mark.parametrize("seeds", [0, 65, 2.5, True, "3"])
+def test_bad_seed_count_is_refused(adder_verilog, tmp_path, seeds):
+    with pytest.raises(ValueError, match=r"^Placement seed count \(seeds\) must be an integer "
+                                         r"from 1 to 64, not "):
+        synthesize(adder_verilog, "adder", "ecp5", tmp_path, seeds=seeds)
+
+
+@pytest.mark.parametrize("target", ["ecp5", "ice40"])
+def test_seeds_place_the_same_netlist_and_report_the_median(tmp_path, target):
+    """Each seed is its own placement of the one netlist; Fmax is their median."""
+    report = synthesize(to_verilog(Counter(16), "counter"), "counter", target, tmp_path,
+                        seeds=3)
+    seeds = report.fmax_mhz_seeds
+    assert len(seeds) == 3 and all(f > 0 for f in seeds)
+    assert report.fmax_mhz == statistics.median(seeds)
+    assert report.fmax_mhz_min == min(seeds) and report.fmax_mhz_max == max(seeds)
+    device = "25k" if target == "ecp5" else "up5k"
+    for seed, report_name in ((1, "report.json"), (2, "report_seed2.json"),
+                              (3, "report_seed3.json")):
+        placed = json.loads((tmp_path / report_name).read_text())
+        assert min(float(v["achieved"]) for v in placed["fmax"].values()) == seeds[seed - 1]
+        log = tmp_path / (f"nextpnr_{device}.log" if seed == 1
+                          else f"nextpnr_{device}_seed{seed}.log")
+        assert f" --seed {seed}" in log.read_text().splitlines()[0]
+    assert report.note.endswith("; Fmax is the median over nextpnr seeds 1 to 3")
+    d = report.as_dict()
+    assert d["fmax_mhz_seeds"] == list(seeds) and d["fmax_mhz_min"] == min(seeds)
+    assert "3 seeds)" in markdown_table([report])
+
+
+def test_one_seed_reports_its_own_fmax(adder_reports):
+    report = adder_reports[0]["ecp5"]
+    assert report.fmax_mhz_seeds == (report.fmax_mhz,)
+    assert report.fmax_mhz_min == report.fmax_mhz_max == report.fmax_mhz
+    assert "seeds" not in markdown_table([report])
+    assert adder_reports[0]["generic"].fmax_mhz_seeds == ()
 
 
 def test_ice40_cannot_be_unwrapped(adder_verilog, tmp_path):
