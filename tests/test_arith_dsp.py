@@ -11,9 +11,11 @@ from amaranth.back import verilog
 
 from cocotb_tests.launcher import MODELS
 from hdl.arith.dsp import ECP5_MULT_WIDTH, FAMILIES, Target, ecp5_product, family
+from hdl.arith.exp2 import Exp2
 from hdl.arith.format import BF16, FP32
 from hdl.arith.fpmul import FloatMultiplier
 from hdl.arith.idot import IntDot
+from hdl.arith.recip import Reciprocal, RSqrt
 from hdl.arith.requant import Requantizer
 from memwall import registry
 
@@ -112,16 +114,22 @@ def test_product_is_as_wide_as_its_operands():
     (lambda: Requantizer(25, 8, mult_bits=8, block_registers=True), 2),
     (lambda: Requantizer(stages=3, block_registers=True), 4),
     (lambda: IntDot(4, block_registers=True), 4),
+    (lambda: Exp2(block_registers=True), 1),
+    (lambda: Reciprocal(block_registers=True), 10),
+    (lambda: RSqrt(iterations=1, block_registers=True), 7),
 ])
 def test_product_registers_become_the_blocks_output_registers(unit, blocks):
-    """A requantizer's partial products and a dot product's lane products: one block each, for
-    the ECP5 only, and only when asked for."""
+    """A requantizer's, exp2's and a Newton-Raphson unit's partial products and a dot
+    product's lane products: one block each, for the ECP5 only, and only when asked for."""
     assert blocks_in(unit(), "ecp5") == blocks
     assert blocks_in(unit()) == 0
 
 
 @pytest.mark.parametrize("unit", [lambda: Requantizer(), lambda: IntDot(4),
-                                  lambda: Requantizer(stages=2, block_registers=True)])
+                                  lambda: Requantizer(stages=2, block_registers=True),
+                                  lambda: Exp2(stages=5, block_registers=True),
+                                  lambda: Exp2(table_bits=5, block_registers=True),
+                                  lambda: RSqrt()])
 def test_no_blocks_without_a_product_register_or_the_option(unit):
     assert blocks_in(unit(), "ecp5") == 0
 
@@ -130,7 +138,12 @@ def test_no_blocks_without_a_product_register_or_the_option(unit):
     (lambda: Requantizer(block_registers=1),
      "Requantizer block_registers must be True or False, not 1"),
     (lambda: IntDot(4, block_registers="yes"),
-     "IntDot block_registers must be True or False, not 'yes'")])
+     "IntDot block_registers must be True or False, not 'yes'"),
+    (lambda: Exp2(block_registers=0), "Exp2 block_registers must be True or False, not 0"),
+    (lambda: Reciprocal(block_registers=None),
+     "Reciprocal block_registers must be True or False, not None"),
+    (lambda: RSqrt(block_registers="no"),
+     "RSqrt block_registers must be True or False, not 'no'")])
 def test_product_block_registers_must_be_a_bool(build, message):
     with pytest.raises(TypeError, match=f"^{message}$"):
         build()

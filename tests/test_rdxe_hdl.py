@@ -756,6 +756,41 @@ def _write_scores(ctx, unit, scores, *, first_word=0):
     ctx.set(unit.scores.valid, 0)
 
 
+def test_activations_running_maximum_of_kept_scores():
+    """Words of four scores with random keep masks, ties and gaps: two cycles after each word
+    ``max`` is the maximum of the kept scores since the last ``first`` word (unkept bytes,
+    however large, never count; a word of no kept score leaves it, or restarts it at -128)."""
+    unit = Activations(VeConfig(lanes=4, score_rows=16))
+    rng = random.Random(7)
+    checked = []
+
+    async def bench(ctx):
+        want, pending = -128, []
+        for n in range(400):
+            if rng.random() < 0.25:
+                ctx.set(unit.scores.valid, 0)
+            else:
+                first = n == 0 or rng.random() < 0.1
+                vals = [rng.choice([-128, -1, 0, 5, 5, 126, 127, rng.randrange(-128, 128)])
+                        for _ in range(4)]
+                keep = rng.randrange(16)
+                kept = [v for k, v in enumerate(vals) if keep >> k & 1]
+                want = max(kept + [-128 if first else want])
+                ctx.set(unit.scores.valid, 1)
+                _set(ctx, unit.scores.payload, {"word": rng.randrange(16), "data": vals,
+                                                "keep": keep, "first": int(first)})
+            pending.append(want)
+            await ctx.tick()
+            if len(pending) > 1:
+                got, expect = ctx.get(unit.max), pending.pop(0)
+                assert got == expect, f"cycle {n}: max expected {expect}, got {got}"
+                checked.append(got)
+        ctx.set(unit.scores.valid, 0)
+
+    _bench(unit, bench)
+    assert len(set(checked)) > 5
+
+
 @pytest.mark.parametrize("lanes, T, seed", [(4, 13, 0), (8, 33, 1), (16, 16, 2)])
 def test_activations_match_golden(lanes, T, seed):
     """Scores written back as GBUS words (the stale bytes of an earlier, longer head must not
