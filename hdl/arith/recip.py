@@ -146,7 +146,7 @@ class _NewtonRaphson(wiring.Component):
 
     def _registered_partials(self, m, pipe, a, b, keep, name):
         """The partial products of ``a * b`` registered at the next cut, with ``keep`` (the
-        values that travel along): ``(parts, keep)``. For the ECP5 with ``block_registers`` each
+        values that travel along: ``y``, ``u``, then the flags): ``(parts, keep)``. For the ECP5 with ``block_registers`` each
         partial product's register is its ``MULT18X18D``'s output register."""
         if self._ecp5:
             parts = [ecp5_product(m, sa.as_unsigned(), sb.as_unsigned(), name=f"{name}{n}",
@@ -156,8 +156,10 @@ class _NewtonRaphson(wiring.Component):
                                                   for _, sb in _slices(b))]
             return parts, list(pipe.cut(*keep))
         parts = _partials(a, b)
-        rest = pipe.cut(*parts, *keep)
-        return rest[:len(parts)], rest[len(parts):]
+        # The registers in the order they had before block_registers: the generic Verilog is
+        # then the same, and arith-recip's and arith-rsqrt's measured figures still hold.
+        y, u, *rest = pipe.cut(keep[0], keep[1], *parts, *keep[2:])
+        return rest[:len(parts)], [y, u, *rest[len(parts):]]
 
     def _step(self, m, pipe, step, y, frac, u, flags):
         """One Newton-Raphson step on ``y`` (``frac`` fraction bits): ``(y, 30, u, flags)`` out.

@@ -157,8 +157,7 @@ class RcUnit(wiring.Component):
 
     def _units(self):
         return (IntDot(self.cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS, acc_bits=ACC_BITS),
-                IntToFloat(ACC_BITS, FP32), FloatMAC(FP32, FP32), RSqrt(block_registers=True),
-                Reciprocal(block_registers=True),
+                IntToFloat(ACC_BITS, FP32), FloatMAC(FP32, FP32), RSqrt(), Reciprocal(),
                 Requantizer(max(FP32.precision + 1, self.cfg.rc_mant_bits + 2),
                             self.cfg.rc_mant_bits + 2, clamp="full", mult_bits=2))
 
@@ -204,9 +203,9 @@ class RcUnit(wiring.Component):
 
         # RMSNorm: v = fmac(S, 1/K, eps), r = rsqrt(v).
         m.submodules.fmac = fmac = FloatMAC(FP32, FP32)
-        # The Newton-Raphson products on the ECP5 blocks' own registers (hdl.arith.dsp): the
-        # blocks sit far from the VE's logic.
-        m.submodules.rsqrt = rsqrt = RSqrt(block_registers=True)
+        # Not on the blocks' own registers: with them (and Reciprocal's) the router did not
+        # converge (docs/rdxe.md, step 5).
+        m.submodules.rsqrt = rsqrt = RSqrt()
         rms = to_float.o.valid & ~softmax
         m.d.comb += [fmac.i.valid.eq(rms), fmac.i.payload.a.eq(value),
                      fmac.i.payload.b.eq(self.consts.payload.inv_k),
@@ -216,7 +215,7 @@ class RcUnit(wiring.Component):
         rms_seq = delay(m, seq, rms_lat, name="rms_seq")
 
         # Softmax: r = reciprocal(P), held back to the RMSNorm path's latency.
-        m.submodules.recip = recip = Reciprocal(block_registers=True)
+        m.submodules.recip = recip = Reciprocal()
         m.d.comb += [recip.i.valid.eq(to_float.o.valid & softmax), recip.i.payload.x.eq(value)]
         pad = rms_lat - recip.latency
         sm_valid = delay(m, recip.o.valid, pad, name="recip_valid", reset=True)
