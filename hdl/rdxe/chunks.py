@@ -16,11 +16,11 @@ from .spec import CODE_BITS, DxtConfig, check_config, hlink_layout, ve_tap_layou
 from .vac import unit_latency
 from .ve import Normalizer
 
-__all__ = ["TokenBuffer", "ChunkFeed", "READ_LATENCY"]
+__all__ = ["TokenBuffer", "ChunkFeed"]
 
-#: Cycles from a read to its chunk on ``TokenBuffer.data``: the block RAM's read and a register
-#: behind it (a block RAM's clock-to-output leaves no time for the logic behind it).
-READ_LATENCY = 2
+#: Cycles from a normalization request to the chunk at the normalizer's input: the read and a
+#: register behind it (a block RAM's clock-to-output leaves no time for a multiplier).
+_NORM_READ = 2
 
 
 class TokenBuffer(wiring.Component):
@@ -42,16 +42,14 @@ class TokenBuffer(wiring.Component):
     act : In(stream.Signature(store_layout(cfg), always_ready=True))
         An activation chunk written likewise (a P.V's pass 0, kept for its later passes).
     read : In(stream.Signature(StructLayout({"half": 1, "j": ...}), always_ready=True))
-        A chunk to read: on ``data`` :data:`READ_LATENCY` (2) cycles later, with the writes of
-        that chunk in the cycle of the read and in the cycle after it (a one-chunk P.V's second
-        pass reads the activation stored a cycle after its read).
+        A chunk to read: on ``data`` one cycle later. The read is transparent for the write of
+        the same cycle (a one-chunk P.V's second pass reads the activation being stored).
     norm : In(stream.Signature(normalize_request_layout(cfg), always_ready=True))
         Chunk ``j`` of ``half`` to rewrite as ``requantize(x, m, shift)`` (the sequential
-        mode): read, scaled by a :class:`~hdl.rdxe.ve.Normalizer`, written back
+        mode): read, registered, scaled by a :class:`~hdl.rdxe.ve.Normalizer`, written back
         :attr:`norm_latency` cycles later. Not in the same cycle as ``read``.
     data : Out(ArrayLayout(signed(8), lanes))
-        The chunk read (``read`` or ``norm``) :data:`READ_LATENCY` cycles before, from
-        registers and one multiplexer.
+        The chunk read (``read`` or ``norm``) the cycle before.
 
     One read and one write per half per cycle; no back-pressure.
     """
@@ -73,7 +71,7 @@ class TokenBuffer(wiring.Component):
     @property
     def norm_latency(self) -> int:
         """Cycles from a ``norm`` request to the write of its normalized chunk."""
-        return READ_LATENCY + unit_latency(self._normalizer())
+        return _NORM_READ + unit_latency(self._normalizer())
 
     def elaborate(self, platform):
         m = Module()
@@ -81,19 +79,14 @@ class TokenBuffer(wiring.Component):
         row_shape = data.ArrayLayout(signed(CODE_BITS), cfg.lanes)
         m.submodules.normalizer = norm = self._normalizer()
         req = self.norm.payload
-        norm_j = delay(m, req.j, READ_LATENCY + norm.latency, name="norm_j")
-        norm_half = delay(m, req.half, READ_LATENCY + norm.latency, name="norm_half")
+        norm_j = delay(m, req.j, _NORM_READ + norm.latency, name="norm_j")
+        norm_half = delay(m, req.half, _NORM_READ + norm.latency, name="norm_half")
         # An x chunk is written a cycle after it is taken: the sequencer's decision to issue then
         # ends in registers, not at the block RAMs' write ports.
         store = data.View(self.store.payload.shape(),
                           delay(m, self.store.payload.as_value(), 1, name="store"))
         store_valid = delay(m, self.store.valid, 1, name="store_valid", reset=True)
-        rd_half = Mux(self.norm.valid, req.half, self.read.payload.half)
-        rd_j = Mux(self.norm.valid, req.j, self.read.payload.j)
-        # The read's chunk, a cycle later: a write to it in that cycle replaces what was read.
-        half1 = delay(m, rd_half, 1, name="read_half")
-        j1 = delay(m, rd_j, 1, name="read_j")
-        rows, hits, writes = [], [], []
+        reads = []
         for h in range(2):
             m.submodules[f"half{h}"] = mem = Memory(shape=row_shape, depth=cfg.chunks, init=[])
             wr = mem.write_port()
@@ -107,22 +100,20 @@ class TokenBuffer(wiring.Component):
                 wr.addr.eq(Mux(mine_x, store.j, Mux(mine_act, self.act.payload.j, norm_j))),
                 wr.data.eq(Mux(mine_x, store.data,
                                Mux(mine_act, self.act.payload.data, norm.o.payload.data))),
-                rd.addr.eq(rd_j),
+                rd.addr.eq(Mux(norm_read, req.j, self.read.payload.j)),
                 rd.en.eq(norm_read | (self.read.valid & (self.read.payload.half == h))),
             ]
-            rows.append(delay(m, rd.data.as_value(), 1, name=f"row{h}"))
-            hits.append(wr.en & (wr.addr == j1))
-            writes.append(wr.data.as_value())
-        half2 = delay(m, half1, 1, name="read_half2")
-        late = delay(m, Mux(half1, hits[1], hits[0]), 1, name="late_write")
-        late_data = delay(m, Mux(half1, writes[1], writes[0]), 1, name="late_data")
-        m.d.comb += self.data.eq(Mux(late, late_data, Mux(half2, rows[1], rows[0])))
+            reads.append(rd.data.as_value())
+        read_half = delay(m, Mux(self.norm.valid, req.half, self.read.payload.half), 1,
+                          name="read_half")
+        m.d.comb += self.data.eq(Mux(read_half, reads[1], reads[0]))
         m.d.comb += [
-            norm.i.valid.eq(delay(m, self.norm.valid, READ_LATENCY, name="norm_valid",
+            norm.i.valid.eq(delay(m, self.norm.valid, _NORM_READ, name="norm_valid",
                                   reset=True)),
-            norm.i.payload.data.eq(self.data),
-            norm.i.payload.m.eq(delay(m, req.m, READ_LATENCY, name="norm_m")),
-            norm.i.payload.shift.eq(delay(m, req.shift, READ_LATENCY, name="norm_shift"))]
+            norm.i.payload.data.eq(delay(m, self.data.as_value(), _NORM_READ - 1,
+                                         name="norm_data")),
+            norm.i.payload.m.eq(delay(m, req.m, _NORM_READ, name="norm_m")),
+            norm.i.payload.shift.eq(delay(m, req.shift, _NORM_READ, name="norm_shift"))]
         return m
 
 

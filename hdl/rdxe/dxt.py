@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..pipeline import DelayLine
 from ..validate import index_bits
-from .chunks import READ_LATENCY, ChunkFeed, TokenBuffer
+from .chunks import ChunkFeed, TokenBuffer
 from .gbus import Gatherer, KvWriter
 from .sequencer import Sequencer, chunk_flags, request_layout
 from .spec import (CODE_BITS, DxtConfig, check_config, chunk_layout, command_layout,
@@ -132,8 +132,8 @@ class Dxt(wiring.Component):
         ve = cfg.ve_config()
         lat = self.request_latency
         m.submodules.sequencer = seq = Sequencer(cfg, request_latency=lat)
-        m.submodules.requests = line = DelayLine(request_layout(cfg), lat - READ_LATENCY)
-        m.submodules.request_tail = tail = DelayLine(request_layout(cfg), READ_LATENCY)
+        m.submodules.requests = line = DelayLine(request_layout(cfg), lat - 1)
+        m.submodules.request_tail = tail = DelayLine(request_layout(cfg), 1)
         m.submodules.tokens = tokens = TokenBuffer(cfg)
         m.submodules.feed = feed = ChunkFeed(cfg, depth=lat + _QUEUE_SLACK,
                                              tap_delay=self.row_latency)

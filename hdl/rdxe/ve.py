@@ -203,8 +203,6 @@ class RcUnit(wiring.Component):
 
         # RMSNorm: v = fmac(S, 1/K, eps), r = rsqrt(v).
         m.submodules.fmac = fmac = FloatMAC(FP32, FP32)
-        # Not on the blocks' own registers: with them (and Reciprocal's) the router did not
-        # converge (docs/rdxe.md, step 5).
         m.submodules.rsqrt = rsqrt = RSqrt()
         rms = to_float.o.valid & ~softmax
         m.d.comb += [fmac.i.valid.eq(rms), fmac.i.payload.a.eq(value),
@@ -234,24 +232,6 @@ class RcUnit(wiring.Component):
             self.rc.payload.shift.eq(delay(m, conv.shift, _RC_OUT, name="rc_shift")),
             self.rc.payload.seq.eq(delay(m, conv.tags["seq"], _RC_OUT, name="rc_seq"))]
         return m
-
-
-def _word_maximum(m: Module, values: list):
-    """The maximum of ``values`` by every pairwise comparison at once and one selection: one
-    comparator deep instead of ``log2(len)`` levels of compare-and-select."""
-    n = len(values)
-    ge = {(i, j): values[i] >= values[j] for i in range(n) for j in range(i + 1, n)}
-    wins = []
-    for i in range(n):
-        win = Signal(name=f"word_win{i}")
-        # Ties go to the lower index, so exactly one value wins.
-        m.d.comb += win.eq(Cat(*(ge[i, j] if i < j else ~ge[j, i]
-                                 for j in range(n) if j != i)).all())
-        wins.append(win)
-    result = values[-1]
-    for i in reversed(range(n - 1)):
-        result = Mux(wins[i], values[i], result)
-    return result
 
 
 def score_write_layout(cfg: VeConfig) -> data.StructLayout:
@@ -314,8 +294,7 @@ class Activations(wiring.Component):
         # The multipliers' registers are the ECP5 blocks' own when built for that target
         # (hdl.arith.dsp): the VE's blocks sit far from its logic.
         return (IntToFloat(CODE_BITS + 1, BF16),
-                FloatMultiplier(BF16, FP32, FP32, block_registers=True),
-                Exp2(block_registers=True),
+                FloatMultiplier(BF16, FP32, FP32, block_registers=True), Exp2(),
                 Requantizer(FP32.precision + 1, CODE_BITS, clamp="symmetric",
                             mult_bits=CODE_BITS, block_registers=True))
 
@@ -350,10 +329,12 @@ class Activations(wiring.Component):
         en = Signal(L)
         m.d.comb += [en.eq(w.keep << (offset * GBUS_BYTES)),
                      wr.en.eq(Mux(self.scores.valid, en, 0))]
-        # The running maximum: the word's maximum, registered, then the update (the maximum
-        # follows a write by two cycles).
-        word_max = delay(m, _word_maximum(m, [Mux(w.keep[k], w.data[k], -128)
-                                              for k in range(GBUS_BYTES)]), 1, name="word_max")
+        # The running maximum: the word's maximum by a tree of comparisons, registered, then the
+        # update (the maximum follows a write by two cycles).
+        values = [Mux(w.keep[k], w.data[k], -128) for k in range(GBUS_BYTES)]
+        while len(values) > 1:
+            values = [Mux(a > b, a, b) for a, b in zip(values[::2], values[1::2])]
+        word_max = delay(m, values[0], 1, name="word_max")
         word_first = delay(m, w.first, 1, name="word_first")
         word_valid = delay(m, self.scores.valid, 1, name="word_valid", reset=True)
         running = Signal(signed(CODE_BITS), init=-128)
