@@ -18,6 +18,15 @@ CASES = [
 ]
 
 
+#: The same testbenches on the Verilog written for the ECP5 with ``block_registers``: exp2's
+#: multiply and every Newton-Raphson partial product (signed and unsigned slices) on MULT18X18D
+#: blocks whose output register is the product register (cocotb_tests/models/MULT18X18D.v).
+BLOCKS = {"block_registers": "true"}
+ECP5_CASES = [
+    ("arith-exp2", "default", BLOCKS),
+    ("arith-recip", "default", BLOCKS),
+    ("arith-rsqrt", "default", {**BLOCKS, "iterations": "3"}),
+]
 
 
 @pytest.mark.parametrize("simulator", SIMULATORS)
@@ -26,3 +35,10 @@ def test_arith_func(case, simulator):
     block, preset, overrides = case
     params = registry.get(block).parameters(preset, overrides)
     run_block(block, params, simulator)
+
+
+@pytest.mark.parametrize("case", ECP5_CASES, ids=[f"{case_id(*c)}-ecp5" for c in ECP5_CASES])
+def test_arith_func_ecp5(case):
+    block, preset, overrides = case
+    run_block(block, registry.get(block).parameters(preset, overrides), "icarus",
+              target="ecp5")

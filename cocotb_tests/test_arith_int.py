@@ -22,11 +22,28 @@ CASES = [
 ]
 
 
-
-
 @pytest.mark.parametrize("simulator", SIMULATORS)
 @pytest.mark.parametrize("case", CASES, ids=[case_id(*c) for c in CASES])
 def test_arith_int(case, simulator):
     block, preset, overrides = case
     params = registry.get(block).parameters(preset, overrides)
     run_block(block, params, simulator)
+
+
+#: The same testbenches on the Verilog written for the ECP5 with ``block_registers``: the
+#: requantizer's partial products (signed and unsigned pieces) and the dot product's lane
+#: products on MULT18X18D blocks whose output register is the product register, simulated by
+#: cocotb_tests/models/MULT18X18D.v.
+BLOCKS = {"block_registers": "true"}
+ECP5_CASES = [
+    ("arith-requant", "default", BLOCKS),
+    ("arith-requant", "paper", {**BLOCKS, "mult_signed": "false", "stages": "3"}),
+    ("arith-idot", "small", BLOCKS),
+]
+
+
+@pytest.mark.parametrize("case", ECP5_CASES, ids=[f"{case_id(*c)}-ecp5" for c in ECP5_CASES])
+def test_arith_int_ecp5(case):
+    block, preset, overrides = case
+    run_block(block, registry.get(block).parameters(preset, overrides), "icarus",
+              target="ecp5")

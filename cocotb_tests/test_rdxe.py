@@ -30,3 +30,20 @@ def test_rdxe(case, simulator):
     block, preset, overrides, tests = case
     run_block(block, registry.get(block).parameters(preset, overrides), simulator,
               testcase=tests)
+
+
+#: The Verilog for the ECP5: the VAC's lane products, PPU and RCU and the VE's multipliers on
+#: MULT18X18D blocks with their own registers (cocotb_tests/models/MULT18X18D.v).
+ECP5_CASES = [
+    ("rdxe-vac", "small", {}, ["fused_random", "full_rate"]),
+    ("rdxe-dxt", "small", {}, ["random_ops", "full_rate"]),
+]
+
+
+@pytest.mark.parametrize("case", ECP5_CASES, ids=[case_id(*c) for c in ECP5_CASES])
+def test_rdxe_ecp5(case):
+    """Bit-exact and at the generic Verilog's cycles: ``full_rate`` checks the cycle counts
+    against the cycle model."""
+    block, preset, overrides, tests = case
+    run_block(block, registry.get(block).parameters(preset, overrides), "icarus",
+              testcase=tests, target="ecp5")

@@ -1139,7 +1139,15 @@ class Latency:
     ``hdl.rdxe.Vac.row_latency = 1 + operand_stages``), ``wait`` (the sequencer seeing the
     sequential mode's factor), ``response`` (the response queue), ``word`` (the result stream's
     register) and ``accept`` (the sequencer's decode: an operation that waits for nothing issues
-    its first request ``accept + 1`` cycles after the previous operation's last).
+    its first request ``accept + 1`` cycles after the previous operation's last). ``decode`` is
+    the register a command waits in, decoded, before the sequencer takes it: a command taken
+    alone issues its first request ``decode + accept`` cycles later (back to back it is decoded
+    while the previous operation issues, so the spacing above stays). ``split`` is the
+    VE's register between exp2's result, split into the requantizer's significand and shift, and
+    the activation requantizer (docs/rdxe.md section 9.1: the DXT's critical path ran through
+    that split into the requantizer's multiplier). ``rc_out`` is the VE's register on the RC
+    factor after the conversion's renormalization and saturation, before the factor fans out to
+    the VACs.
     """
 
     requant: int = 4
@@ -1158,6 +1166,9 @@ class Latency:
     response: int = 2
     word: int = 1
     accept: int = 1
+    split: int = 1
+    rc_out: int = 1
+    decode: int = 1
 
     def dot(self, lanes: int) -> int:
         return 1 + (lanes.bit_length() - 1)
@@ -1165,8 +1176,8 @@ class Latency:
     @property
     def activation(self) -> int:
         """``E``: the VE's exp path from a score to its activation, ``int_to_float + fmul +
-        exp2 + requant``."""
-        return self.int_to_float + self.fmul + self.exp2 + self.requant
+        exp2 + split + requant``."""
+        return self.int_to_float + self.fmul + self.exp2 + self.split + self.requant
 
     @property
     def request(self) -> int:
@@ -1182,11 +1193,11 @@ class Latency:
 
     @property
     def factor(self) -> int:
-        """A sum's final accumulator to its RC factor in the VE's converter: ``int_to_float +
-        max(fmul + fadd + rsqrt, reciprocal) + requant`` (the reciprocal waits for the RMSNorm
-        path, so factors leave in order)."""
+        """A sum's final accumulator to its RC factor leaving the VE: ``int_to_float +
+        max(fmul + fadd + rsqrt, reciprocal) + requant + rc_out`` (the reciprocal waits for the
+        RMSNorm path, so factors leave in order)."""
         return (self.int_to_float + max(self.fmul + self.fadd + self.rsqrt, self.reciprocal)
-                + self.requant)
+                + self.requant + self.rc_out)
 
 
 @dataclass(frozen=True)

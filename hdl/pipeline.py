@@ -7,9 +7,10 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
+from .arith.tree import delay
 from .validate import integer
 
-__all__ = ["stream_stage", "next_values", "ResultQueue", "SkidBuffer"]
+__all__ = ["stream_stage", "next_values", "ResultQueue", "SkidBuffer", "DelayLine"]
 
 
 def next_values(m: Module, *registers: Signal) -> list[Signal]:
@@ -167,4 +168,40 @@ class SkidBuffer(wiring.Component):
                 m.d.sync += [o.valid.eq(i.valid), o.payload.eq(i.payload)]
         with m.Elif(i.valid & ~skid_valid):
             m.d.sync += [skid.eq(i.payload), skid_valid.eq(1)]
+        return m
+
+
+class DelayLine(wiring.Component):
+    """Delay an always-ready stream by a fixed number of register stages.
+
+    Parameters
+    ----------
+    shape : shape-castable
+        The payload shape.
+    cycles : int
+        Register stages, 1 to 4096: the latency.
+
+    Members
+    -------
+    i : In(stream.Signature(shape, always_ready=True))
+        Input; taken every cycle (no back-pressure).
+    o : Out(stream.Signature(shape, always_ready=True))
+        ``i`` exactly ``cycles`` cycles later: ``o.valid`` from registers with a reset (no item
+        comes out of reset), ``o.payload`` from reset-less registers (qualified by ``valid``).
+
+    One item per cycle, in order; nothing is dropped. Assumes its consumer takes every item
+    (``o`` has no ``ready``). A bad ``cycles`` raises ``TypeError``/``ValueError`` naming it.
+    """
+
+    def __init__(self, shape, cycles: int):
+        self.cycles = integer(cycles, "Delay line length", 1, 4096)
+        super().__init__({"i": In(stream.Signature(shape, always_ready=True)),
+                          "o": Out(stream.Signature(shape, always_ready=True))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += [self.o.valid.eq(delay(m, self.i.valid, self.cycles, name="valid",
+                                           reset=True)),
+                     self.o.payload.eq(delay(m, Value.cast(self.i.payload), self.cycles,
+                                             name="payload"))]
         return m

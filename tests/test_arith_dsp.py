@@ -11,8 +11,12 @@ from amaranth.back import verilog
 
 from cocotb_tests.launcher import MODELS
 from hdl.arith.dsp import ECP5_MULT_WIDTH, FAMILIES, Target, ecp5_product, family
+from hdl.arith.exp2 import Exp2
 from hdl.arith.format import BF16, FP32
 from hdl.arith.fpmul import FloatMultiplier
+from hdl.arith.idot import IntDot
+from hdl.arith.recip import Reciprocal, RSqrt
+from hdl.arith.requant import Requantizer
 from memwall import registry
 
 
@@ -103,3 +107,55 @@ def test_operand_too_wide_for_the_block_is_refused(a_bits, b_bits, label, width)
 def test_product_is_as_wide_as_its_operands():
     m = Module()
     assert len(ecp5_product(m, Signal(12), Signal(8), name="dsp")) == 20
+
+
+@pytest.mark.parametrize("unit, blocks", [
+    (lambda: Requantizer(block_registers=True), 4),                      # 32 x 32: 2 x 2 pieces
+    (lambda: Requantizer(25, 8, mult_bits=8, block_registers=True), 2),
+    (lambda: Requantizer(stages=3, block_registers=True), 4),
+    (lambda: IntDot(4, block_registers=True), 4),
+    (lambda: Exp2(block_registers=True), 1),
+    (lambda: Reciprocal(block_registers=True), 10),
+    (lambda: RSqrt(iterations=1, block_registers=True), 7),
+])
+def test_product_registers_become_the_blocks_output_registers(unit, blocks):
+    """A requantizer's, exp2's and a Newton-Raphson unit's partial products and a dot
+    product's lane products: one block each, for the ECP5 only, and only when asked for."""
+    assert blocks_in(unit(), "ecp5") == blocks
+    assert blocks_in(unit()) == 0
+
+
+@pytest.mark.parametrize("unit", [lambda: Requantizer(), lambda: IntDot(4),
+                                  lambda: Requantizer(stages=2, block_registers=True),
+                                  lambda: Exp2(stages=5, block_registers=True),
+                                  lambda: Exp2(table_bits=5, block_registers=True),
+                                  lambda: RSqrt()])
+def test_no_blocks_without_a_product_register_or_the_option(unit):
+    assert blocks_in(unit(), "ecp5") == 0
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: Requantizer(block_registers=1),
+     "Requantizer block_registers must be True or False, not 1"),
+    (lambda: IntDot(4, block_registers="yes"),
+     "IntDot block_registers must be True or False, not 'yes'"),
+    (lambda: Exp2(block_registers=0), "Exp2 block_registers must be True or False, not 0"),
+    (lambda: Reciprocal(block_registers=None),
+     "Reciprocal block_registers must be True or False, not None"),
+    (lambda: RSqrt(block_registers="no"),
+     "RSqrt block_registers must be True or False, not 'no'")])
+def test_product_block_registers_must_be_a_bool(build, message):
+    with pytest.raises(TypeError, match=f"^{message}$"):
+        build()
+
+
+def test_signed_product_without_input_registers():
+    """``ecp5_product`` with signed operands and only the output register: the operands are
+    sign-extended to the block's 18 bits, the signedness ports set, the input registers off."""
+    m = Module()
+    a, b = Signal(8), Signal(5)
+    p = ecp5_product(m, a, b, name="blk", signs=(True, False), input_registers=False)
+    assert p.shape().signed and len(p) == 13
+    text = verilog.convert(m, ports=[a, b, p])
+    assert '.REG_INPUTA_CLK("NONE")' in text and '.REG_OUTPUT_CLK("CLK0")' in text
+    assert ".SIGNEDA(1'h1)" in text and ".SIGNEDB(1'h0)" in text

@@ -798,30 +798,32 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
     assert got.total == max(ready.values()) + lat.requant + 1
     assert got.done == gbus_done({o: r + lat.requant for o, r in ready.items()})
     assert got.macs == outputs * inputs
-    # Fused: the RC factor is ready when the VE's chain over the C chunks is done.
+    # Fused: the RC factor is ready when the VE's chain over the C chunks is done (dot 5,
+    # accumulator 1, int_to_float 3, fmul 5, fadd 6, rsqrt 16, conversion 4, its output register
+    # 1, broadcast 1).
     C = -(-inputs // 16)
-    rc_ready = C - 1 + 5 + 1 + 3 + 5 + 6 + 16 + 4 + 1
+    rc_ready = C - 1 + 5 + 1 + 3 + 5 + 6 + 16 + 4 + 1 + 1
     fused = R.rmsnorm_gemv_cycles(outputs, inputs, DEFAULT)
     assert fused.rc_ready == rc_ready
     entries = rcu_entries(ready, 16, rc_ready)
     assert fused.total == max(entries.values()) + 8 + 1
     assert fused.done == gbus_done({o: e + 8 for o, e in entries.items()})
     assert fused.hold == sum(1 for o, r in ready.items() if o % 16 == 0 and r < rc_ready)
-    # Sequential: the factor, the sequencer's wait 1, C normalizing reads, the GEMV's lead 28
-    # (request 21, chunk queue 2, operand path 5), then the plain GEMV.
+    # Sequential: the factor, the sequencer's wait 1, C normalizing reads, the GEMV's lead 29
+    # (request 22, chunk queue 2, operand path 5), then the plain GEMV.
     seq = R.rmsnorm_gemv_cycles(outputs, inputs, DEFAULT, mode="sequential")
-    assert seq.total == rc_ready + 1 + C + 28 + got.total
-    assert seq.done == rc_ready + 1 + C + 28 + got.done
+    assert seq.total == rc_ready + 1 + C + 29 + got.total
+    assert seq.done == rc_ready + 1 + C + 29 + got.done
 
 
 def test_gemv_cycles_by_hand():
     # 16 x 16 on 16 VACs: one chunk each; VAC 15 gets it at cycle 15, IntDot 5, accumulator 1,
-    # PPU 4: result at cycle 25, 26 cycles. Fused: rc at 0 + 5 + 1 + 3 + 5 + 6 + 16 + 4 + 1 = 41,
-    # RCU + PPU 8: 50 cycles.
+    # PPU 4: result at cycle 25, 26 cycles. Fused: rc at 0 + 5 + 1 + 3 + 5 + 6 + 16 + 4 + 1 + 1
+    # = 42, RCU + PPU 8: 51 cycles.
     plain = R.gemv_cycles(16, 16, DEFAULT)
     assert (plain.total, plain.utilization) == (26, 256 / (256 * 26))
     fused = R.rmsnorm_gemv_cycles(16, 16, DEFAULT)
-    assert (fused.total, fused.rc_ready, fused.hold) == (50, 41, 1)
+    assert (fused.total, fused.rc_ready, fused.hold) == (51, 42, 1)
 
 
 def test_long_gemv_utilization_and_fused_overhead():
@@ -830,10 +832,11 @@ def test_long_gemv_utilization_and_fused_overhead():
         fused = R.rmsnorm_gemv_cycles(M, K, DEFAULT)
         seq = R.rmsnorm_gemv_cycles(M, K, DEFAULT, mode="sequential")
         assert plain.utilization >= 0.95
-        # A VAC parks the accumulators it finishes during the VE's 35 cycles after the stream
-        # (int_to_float 3, fmac 11, rsqrt 16, conversion 4, broadcast 1): ceil(35 / C).
+        # A VAC parks the accumulators it finishes during the VE's 36 cycles after the stream
+        # (int_to_float 3, fmac 11, rsqrt 16, conversion 4, its register 1, broadcast 1):
+        # ceil(36 / C).
         C = K // 16
-        assert fused.total <= 1.05 * plain.total and fused.hold == -(-35 // C)
+        assert fused.total <= 1.05 * plain.total and fused.hold == -(-36 // C)
         assert seq.total > fused.total
 
 
@@ -842,15 +845,16 @@ def test_softmax_pv_cycles_match_schedule(tokens):
     # The activations reach VAC 0 and the VE's sum at cycle j; the reciprocal waits for the
     # RMSNorm path (fmac 11 + rsqrt 16 = 27 > 12), so rc_ready is RMSNorm's formula.
     C = -(-tokens // 16)
-    rc_ready = C - 1 + 5 + 1 + 3 + 27 + 4 + 1
+    rc_ready = C - 1 + 5 + 1 + 3 + 27 + 4 + 1 + 1
     ready = schedule(64, tokens, DEFAULT)
     fused = R.softmax_pv_cycles(tokens, DEFAULT)
     assert fused.rc_ready == rc_ready
     assert fused.total == last_rcu_entry(ready, 16, rc_ready) + 8 + 1
     seq = R.softmax_pv_cycles(tokens, DEFAULT, mode="sequential")
-    assert seq.total == rc_ready + 1 + C + 28 + R.gemv_cycles(64, tokens, DEFAULT).total
+    assert seq.total == rc_ready + 1 + C + 29 + R.gemv_cycles(64, tokens, DEFAULT).total
     assert seq.total > fused.total
-    assert R.Latency().lead == 2 + 19 + 2 + 5
+    # Score read 2, E = int_to_float 3 + fmul 5 + exp2 7 + split 1 + requant 4, queue 2, row 5.
+    assert R.Latency().lead == 2 + 20 + 2 + 5
 
 
 @pytest.mark.parametrize("tokens", [1, 5, 64, 100, 1024])

@@ -1,5 +1,6 @@
 """hdl/pipeline.py: the result queue keeps every result its credits allowed; the skid buffer
-passes every item in order with all of its outputs from registers."""
+passes every item in order with all of its outputs from registers; the delay line gives every
+item back exactly its length later."""
 
 import random
 
@@ -8,7 +9,7 @@ from amaranth import Elaboratable, Module, Signal
 from amaranth.lib import stream
 from amaranth.sim import Simulator
 
-from hdl.pipeline import ResultQueue, SkidBuffer, next_values
+from hdl.pipeline import DelayLine, ResultQueue, SkidBuffer, next_values
 
 
 class _Delay(Elaboratable):
@@ -163,3 +164,38 @@ def test_skid_buffer_order_and_registered_ready(offer_p, take_p, seed):
     assert got == items
     if offer_p == take_p == 1.0:
         assert cycles == len(items) + 1, f"{cycles} cycles for {len(items)} items at full rate"
+
+
+@pytest.mark.parametrize("cycles, seed", [(1, 1), (3, 2), (20, 3)])
+def test_delay_line_gives_every_item_back_its_length_later(cycles, seed):
+    """Random valid items come out in order, each exactly ``cycles`` cycles after it went in;
+    nothing comes out of reset, and an invalid cycle stays invalid."""
+    dut = DelayLine(8, cycles)
+    rng = random.Random(seed)
+    sent, got = [], []
+
+    async def bench(ctx):
+        for cycle in range(120):
+            offer = cycle < 90 and rng.random() < 0.6
+            value = rng.randrange(256)
+            ctx.set(dut.i.valid, offer)
+            ctx.set(dut.i.payload, value)
+            if offer:
+                sent.append((cycle, value))
+            if ctx.get(dut.o.valid):
+                got.append((cycle, ctx.get(dut.o.payload)))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == [(cycle + cycles, value) for cycle, value in sent]
+
+
+@pytest.mark.parametrize("cycles, error, message", [
+    (0, ValueError, "Delay line length must be between 1 and 4096, not 0"),
+    (1.5, TypeError, "Delay line length must be an integer between 1 and 4096, not 1.5")])
+def test_delay_line_length_errors(cycles, error, message):
+    with pytest.raises(error, match=message.replace(".", r"\.")):
+        DelayLine(8, cycles)

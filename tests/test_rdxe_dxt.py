@@ -494,7 +494,7 @@ def test_accuracy_within_the_documented_bounds():
 def _timed(prog: Program):
     """Run ``prog`` with no idle cycles and no back-pressure; return, for its last operation, the
     cycles of its first request, its last result leaving a PPU, its last GBUS word and its
-    response (``Dxt.start``, ``Vac.result_valid``, ``Dxt.gbus``, ``resp.valid``)."""
+    response (``Dxt.start``, ``Dxt.result``, ``Dxt.gbus``, ``resp.valid``)."""
     tile = Tile(prog.cfg, len(prog.wmem) + len(prog.ppu))
     dxt = tile.dxt
     inputs = {"wmem": prog.wmem, "ppu": prog.ppu, "cmd": prog.cmds, "x": prog.x}
@@ -518,7 +518,7 @@ def _timed(prog: Program):
                                  ("resp", tile.resp.valid)):
                 if ctx.get(signal):
                     events[name].append(cycle)
-            if any(ctx.get(v.result_valid) for v in dxt.vacs):
+            if ctx.get(dxt.result):
                 events["result"].append(cycle)
             await ctx.tick()
             cycle += 1
@@ -543,7 +543,7 @@ def test_cycles_match_the_model(op, size):
     and the GBUS included)."""
     cfg = DxtConfig(**SMALL)
     prog = Program(cfg)
-    params, lat = prog.params, golden.Latency(row=Dxt(cfg).vacs[0].row_latency)
+    params, lat = prog.params, golden.Latency(row=Dxt(cfg).row_latency)
     rng = np.random.default_rng(9)
     kind, _, mode = op.partition("-")
     if kind in ("gemv", "rmsnorm"):

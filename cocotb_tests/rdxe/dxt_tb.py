@@ -482,8 +482,8 @@ ENV_OP = "MEMWALL_RDXE_OP"
 
 def model_cycles(cfg, params, kind, mode, a, b) -> int:
     """Cycles from an operation's command taken to its response, by ``golden.rdxe``'s cycle
-    model, for an operation that waits for nothing: the decode, ``lead`` to cycle 0, ``done``,
-    the response queue."""
+    model, for an operation that waits for nothing: the command's decode register, the
+    sequencer's accept, ``lead`` to cycle 0, ``done``, the response queue."""
     lat = golden.Latency(row=1 + cfg.operand_stages)
     if kind == "gemv":
         c = golden.gemv_cycles(a, b, params, lat)
@@ -493,7 +493,7 @@ def model_cycles(cfg, params, kind, mode, a, b) -> int:
         c = golden.qk_cycles(a, params, lat)
     else:
         c = golden.softmax_pv_cycles(a, params, mode=mode, lat=lat)
-    return lat.accept + lat.lead + c.done - 1 + lat.response
+    return lat.decode + lat.accept + lat.lead + c.done - 1 + lat.response
 
 
 @cocotb.test()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import Cat, ClockSignal, Const, Instance, Module, Signal, Value
+from amaranth import Cat, ClockSignal, Const, Instance, Module, Signal, Value, signed
 
 __all__ = ["FAMILIES", "Target", "family", "ECP5_MULT_WIDTH", "ecp5_product"]
 
@@ -59,14 +59,20 @@ def family(platform) -> str | None:
     return platform.family if isinstance(platform, Target) else None
 
 
-def ecp5_product(m: Module, a: Value, b: Value, *, name: str) -> Signal:
+def ecp5_product(m: Module, a: Value, b: Value, *, name: str,
+                 signs: tuple[bool, bool] = (False, False),
+                 input_registers: bool = True) -> Signal:
     """Return ``a * b`` two cycles late, from one ECP5 ``MULT18X18D`` and its own registers.
 
-    ``a`` and ``b`` (unsigned, at most :data:`ECP5_MULT_WIDTH` bits each) enter the block's input
-    registers (``REG_INPUTA``, ``REG_INPUTB``); the product leaves its output register
-    (``REG_OUTPUT``), all on ``CLK0`` of the ``sync`` domain, always enabled, never reset (as a
-    pipeline register of :class:`~hdl.arith.float.Pipeline`). Latency two cycles, one product per
-    cycle. The returned signal is ``len(a) + len(b)`` bits wide.
+    ``a`` and ``b`` (at most :data:`ECP5_MULT_WIDTH` bits each, read as two's complement where
+    ``signs`` says so, else unsigned) enter the block's input registers (``REG_INPUTA``,
+    ``REG_INPUTB``); the product leaves its output register (``REG_OUTPUT``), all on ``CLK0`` of
+    the ``sync`` domain, always enabled, never reset (as a pipeline register of
+    :class:`~hdl.arith.float.Pipeline`). Latency two cycles, one product per cycle. With
+    ``input_registers=False`` the operands go straight to the multiplier and only the output
+    register remains: latency one cycle (a unit whose product register follows a multiply of
+    unregistered operands). The returned signal is ``len(a) + len(b)`` bits wide, signed when
+    either operand is.
 
     Raises
     ------
@@ -79,21 +85,26 @@ def ecp5_product(m: Module, a: Value, b: Value, *, name: str) -> Signal:
             raise ValueError(f"The {label} operand of an ECP5 multiplier block must be 1 to "
                              f"{ECP5_MULT_WIDTH} bits wide, not {len(value)}")
     width = len(a) + len(b)
-    product = Signal(width, name=f"{name}_p")
+    product = Signal(signed(width) if any(signs) else width, name=f"{name}_p")
     ports = {"i_CLK0": ClockSignal("sync"), "i_CE0": Const(1), "i_RST0": Const(0),
-             "i_SIGNEDA": Const(0), "i_SIGNEDB": Const(0),
+             "i_SIGNEDA": Const(int(signs[0])), "i_SIGNEDB": Const(int(signs[1])),
              "i_SOURCEA": Const(0), "i_SOURCEB": Const(0)}
-    a18 = Cat(a, Const(0, ECP5_MULT_WIDTH - len(a)))
-    b18 = Cat(b, Const(0, ECP5_MULT_WIDTH - len(b)))
+
+    def extend(value: Value, is_signed: bool) -> Value:
+        fill = value[-1] if is_signed else Const(0, 1)
+        return Cat(value, fill.replicate(ECP5_MULT_WIDTH - len(value)))
+
+    a18, b18 = extend(a, signs[0]), extend(b, signs[1])
     for n in range(ECP5_MULT_WIDTH):
         ports[f"i_A{n}"] = a18[n]
         ports[f"i_B{n}"] = b18[n]
         ports[f"i_C{n}"] = Const(0)
     for n in range(width):
         ports[f"o_P{n}"] = product[n]
+    inputs = "CLK0" if input_registers else "NONE"
     m.submodules[name] = Instance(
         "MULT18X18D",
-        p_REG_INPUTA_CLK="CLK0", p_REG_INPUTB_CLK="CLK0", p_REG_INPUTC_CLK="NONE",
+        p_REG_INPUTA_CLK=inputs, p_REG_INPUTB_CLK=inputs, p_REG_INPUTC_CLK="NONE",
         p_REG_PIPELINE_CLK="NONE", p_REG_OUTPUT_CLK="CLK0",
         p_GSR="DISABLED", p_RESETMODE="SYNC", p_MULT_BYPASS="DISABLED",
         **ports)

@@ -9,6 +9,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..validate import integer
+from .dsp import ECP5_MULT_WIDTH, ecp5_product, family
 from .float import Pipeline, round_pack, unpack
 from .format import FP32
 
@@ -32,6 +33,8 @@ _CUTS = 8
 #: address when the tables map to one) rather than with the barrel shift: on its own on an ECP5
 #: the 7-stage unit went from 105 to 135.5 MHz (shift plus negation was a 9.5 ns stage).
 _CUT_ORDER = (3, 1, 4, 0, 5, 6, 2, 7)
+#: The cut point after the multiply.
+_MULTIPLY_CUT = 5
 
 
 def exp2_tables(table_bits: int) -> tuple[list[int], list[int]]:
@@ -70,6 +73,12 @@ class Exp2(wiring.Component):
         multiply, after the add), spread evenly, get registers, and the output is registered;
         the eighth stage splits the fixed-point conversion (shift, then negation), the ninth the
         rounding (increment, then the choice among the special results).
+    block_registers : bool
+        ``True``: elaborated for the ECP5 (``platform=hdl.arith.dsp.Target("ecp5")``) with the
+        product registered (``stages`` 6 or more) and its operands 18 bits or less
+        (``table_bits`` 6 or more), the multiply is one ``MULT18X18D`` whose output register is
+        the product register (:func:`hdl.arith.dsp.ecp5_product` without input registers). The
+        same latency and bits. Default ``False``: generic registers for every target.
 
     Members
     -------
@@ -85,9 +94,13 @@ class Exp2(wiring.Component):
     ``x`` gives 1; an integer ``x`` in [-126, 127] gives ``2**x`` exactly.
     """
 
-    def __init__(self, *, table_bits: int = 7, stages: int = 7):
+    def __init__(self, *, table_bits: int = 7, stages: int = 7, block_registers: bool = False):
         self._table_bits = integer(table_bits, "Exp2 table index bits", 4, 10)
         self._stages = integer(stages, "Exp2 pipeline stages", 1, _CUTS + 1)
+        if not isinstance(block_registers, bool):
+            raise TypeError(f"Exp2 block_registers must be True or False, not "
+                            f"{block_registers!r}")
+        self._blocks = block_registers
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"x": 32}), always_ready=True)),
             "o": Out(stream.Signature(data.StructLayout({"y": 32}), always_ready=True)),
@@ -100,6 +113,10 @@ class Exp2(wiring.Component):
     @property
     def stages(self) -> int:
         return self._stages
+
+    @property
+    def block_registers(self) -> bool:
+        return self._blocks
 
     @property
     def latency(self) -> int:
@@ -142,8 +159,13 @@ class Exp2(wiring.Component):
         # A second register: a table mapped to block RAM has a slow clock-to-output.
         c0, c1, r, n, inf, zero, nan = pipe.cut(c0, c1, r, n, inf, zero, nan)
 
-        product = c1 * r
-        c0, product, n, inf, zero, nan = pipe.cut(c0, product, n, inf, zero, nan)
+        if (self._blocks and family(platform) == "ecp5" and pipe.registered(_MULTIPLY_CUT)
+                and max(len(c1), len(r)) <= ECP5_MULT_WIDTH):
+            product = ecp5_product(m, c1, r, name="dsp", input_registers=False)
+            c0, n, inf, zero, nan = pipe.cut(c0, n, inf, zero, nan)
+        else:
+            product = c1 * r
+            c0, product, n, inf, zero, nan = pipe.cut(c0, product, n, inf, zero, nan)
 
         shift_out = EXP2_FRAC + EXP2_C1_FRAC - EXP2_C0_FRAC
         y = (c0 + (product >> shift_out))[:EXP2_C0_FRAC + 1]       # in [1, 2): MSB is set

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from amaranth import Module, Signal, signed
+from amaranth import Module, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..validate import integer, power_of_two
+from .dsp import ecp5_product, family
 from .tree import delay, reduce_tree, tree_latency
 
 __all__ = ["IntDot", "accumulator_bits"]
@@ -46,6 +47,11 @@ class IntDot(wiring.Component):
         check makes overflow impossible: the result is the exact dot product.
     register_every : int
         Registers in the adder tree every this many levels (1: every level, the default), 1 to 6.
+    block_registers : bool
+        ``True``: elaborated for the ECP5 (``platform=hdl.arith.dsp.Target("ecp5")``), each
+        lane's product is one ``MULT18X18D`` whose output register is the product register
+        (:func:`hdl.arith.dsp.ecp5_product` without input registers). The same latency and
+        bits. Default ``False``: generic registers for every target.
 
     Members
     -------
@@ -64,7 +70,7 @@ class IntDot(wiring.Component):
     """
 
     def __init__(self, lanes: int = 16, *, a_bits: int = 8, b_bits: int = 8, acc_bits: int = 32,
-                 register_every: int = 1):
+                 register_every: int = 1, block_registers: bool = False):
         self._lanes = lanes
         power_of_two(lanes, "Lane count", 1, 64)
         self._a_bits = integer(a_bits, "Operand a width", 2, 16)
@@ -78,6 +84,10 @@ class IntDot(wiring.Component):
                              f"lanes of {a_bits} x {b_bits}-bit products, not {acc_bits}")
         self._acc_bits = acc_bits
         self._register_every = integer(register_every, "Tree register spacing", 1, 6)
+        if not isinstance(block_registers, bool):
+            raise TypeError(f"IntDot block_registers must be True or False, not "
+                            f"{block_registers!r}")
+        self._blocks = block_registers
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "a": data.ArrayLayout(signed(a_bits), lanes),
@@ -98,9 +108,16 @@ class IntDot(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         products = []
+        blocks = self._blocks and family(platform) == "ecp5"
         for k in range(self._lanes):
+            a, b = self.i.payload.a[k], self.i.payload.b[k]
+            if blocks:
+                products.append(ecp5_product(m, Value.cast(a).as_unsigned(),
+                                             Value.cast(b).as_unsigned(), name=f"dsp_{k}",
+                                             signs=(True, True), input_registers=False))
+                continue
             product = Signal(signed(self._a_bits + self._b_bits), name=f"product_{k}")
-            m.d.comb += product.eq(self.i.payload.a[k] * self.i.payload.b[k])
+            m.d.comb += product.eq(a * b)
             products.append(delay(m, product, 1, name=f"product_{k}"))
         valid = delay(m, self.i.valid, 1, name="product_valid", reset=True)
         total, total_valid, _ = reduce_tree(m, products, lambda m, a, b: a + b, valid=valid,

@@ -15,6 +15,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..validate import integer
+from .dsp import ecp5_product, family
 from .float import Pipeline, normal_significand, round_pack, unpack
 from .format import FP32
 
@@ -63,10 +64,14 @@ class _NewtonRaphson(wiring.Component):
     _sqrt = False
     _CUTS_PER_STEP = 4
 
-    def __init__(self, *, iterations: int = 2):
+    def __init__(self, *, iterations: int = 2, block_registers: bool = False):
         name = "RSqrt" if self._sqrt else "Reciprocal"
         self._iterations = integer(iterations, f"{name} Newton-Raphson iteration count", 0,
                                    MAX_ITERATIONS)
+        if not isinstance(block_registers, bool):
+            raise TypeError(f"{name} block_registers must be True or False, not "
+                            f"{block_registers!r}")
+        self._blocks = block_registers
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"x": 32}), always_ready=True)),
             "o": Out(stream.Signature(data.StructLayout({"y": 32}), always_ready=True)),
@@ -77,12 +82,18 @@ class _NewtonRaphson(wiring.Component):
         return self._iterations
 
     @property
+    def block_registers(self) -> bool:
+        return self._blocks
+
+    @property
     def latency(self) -> int:
         """Cycles from ``i.valid`` to ``o.valid``: ``4 + cycles_per_step * iterations``."""
         return 4 + self._CUTS_PER_STEP * self._iterations
 
     def elaborate(self, platform):
         m = Module()
+        # Every cut is a register, so each partial product's register may be its block's own.
+        self._ecp5 = self._blocks and family(platform) == "ecp5"
         cuts = 3 + self._CUTS_PER_STEP * self._iterations
         pipe = Pipeline(m, self.i.valid, cuts=cuts, stages=cuts + 1)
 
@@ -114,7 +125,7 @@ class _NewtonRaphson(wiring.Component):
 
         frac = SEED_FRAC                          # fraction bits of y
         for step in range(self._iterations):
-            y, frac, u, flags = self._step(pipe, step, y, frac, u, flags)
+            y, frac, u, flags = self._step(m, pipe, step, y, frac, u, flags)
 
         # y in [2**28, 2**31) (units 2**-30 when frac = 30): normalize, then round.
         sign, exp_out, is_nan, is_inf, is_zero = flags
@@ -133,7 +144,24 @@ class _NewtonRaphson(wiring.Component):
         pipe.output(self.o, {"y": result})
         return m
 
-    def _step(self, pipe, step, y, frac, u, flags):
+    def _registered_partials(self, m, pipe, a, b, keep, name):
+        """The partial products of ``a * b`` registered at the next cut, with ``keep`` (the
+        values that travel along: ``y``, ``u``, then the flags): ``(parts, keep)``. For the ECP5 with ``block_registers`` each
+        partial product's register is its ``MULT18X18D``'s output register."""
+        if self._ecp5:
+            parts = [ecp5_product(m, sa.as_unsigned(), sb.as_unsigned(), name=f"{name}{n}",
+                                  input_registers=False,
+                                  signs=(sa.shape().signed, sb.shape().signed))
+                     for n, (sa, sb) in enumerate((sa, sb) for _, sa in _slices(a)
+                                                  for _, sb in _slices(b))]
+            return parts, list(pipe.cut(*keep))
+        parts = _partials(a, b)
+        # The registers in the order they had before block_registers: the generic Verilog is
+        # then the same, and arith-recip's and arith-rsqrt's measured figures still hold.
+        y, u, *rest = pipe.cut(keep[0], keep[1], *parts, *keep[2:])
+        return rest[:len(parts)], [y, u, *rest[len(parts):]]
+
+    def _step(self, m, pipe, step, y, frac, u, flags):
         """One Newton-Raphson step on ``y`` (``frac`` fraction bits): ``(y, 30, u, flags)`` out.
 
         Every multiply takes two cycles: the partial products of 17-bit slices (one DSP each),
@@ -141,9 +169,8 @@ class _NewtonRaphson(wiring.Component):
         """
         width = error_width(step)
         if self._sqrt:
-            parts = _partials(y, y)
-            y, u, *rest = pipe.cut(y, u, *parts, *flags)
-            parts, flags = rest[:len(parts)], rest[len(parts):]
+            parts, (y, u, *flags) = self._registered_partials(m, pipe, y, y, (y, u, *flags),
+                                                              f"dsp_square{step}_")
             sq_frac = min(2 * frac, NR_FRAC)
             square = _sum(parts, y, y) >> (2 * frac - sq_frac)   # y**2, sq_frac fraction bits
             y, u, square, *flags = pipe.cut(y, u, square, *flags)
@@ -154,16 +181,14 @@ class _NewtonRaphson(wiring.Component):
             a, b = u, y
             scale = _MAN + frac
             drop = scale - NR_FRAC                             # e = 1 - u * y
-        parts = _partials(a, b)
-        y, u, *rest = pipe.cut(y, u, *parts, *flags)
-        parts, flags = rest[:len(parts)], rest[len(parts):]
+        parts, (y, u, *flags) = self._registered_partials(m, pipe, a, b, (y, u, *flags),
+                                                          f"dsp_product{step}_")
         product = _sum(parts, a, b)
         diff = (Const(1 << scale, scale + 2) - product).as_signed()
         e = (diff >> drop)[:width].as_signed()
         y, u, e, *flags = pipe.cut(y, u, e, *flags)
-        parts = _partials(y, e)
-        y, u, *rest = pipe.cut(y, u, *parts, *flags)
-        parts, flags = rest[:len(parts)], rest[len(parts):]
+        parts, (y, u, *flags) = self._registered_partials(m, pipe, y, e, (y, u, *flags),
+                                                          f"dsp_correction{step}_")
         correction = _sum(parts, y, e) >> frac                 # 30 fraction bits
         y_new = (Cat(Const(0, NR_FRAC - frac), y) + correction)[:NR_FRAC + 1]
         y_new, u, *flags = pipe.cut(y_new, u, *flags)
@@ -215,6 +240,11 @@ class Reciprocal(_NewtonRaphson):
     iterations : int
         Newton-Raphson steps, 0 to 3 (default 2). Worst relative error over all fp32 inputs with a
         normal result: about ``2**-7.9`` (0 steps), ``2**-15.8`` (1), below ``2**-23`` (2, 3).
+    block_registers : bool
+        ``True``: elaborated for the ECP5 (``platform=hdl.arith.dsp.Target("ecp5")``), each
+        partial product is one ``MULT18X18D`` whose output register is the partial-product
+        register (:func:`hdl.arith.dsp.ecp5_product` without input registers). The same latency
+        and bits. Default ``False``: generic registers for every target.
 
     Members
     -------
@@ -247,6 +277,8 @@ class RSqrt(_NewtonRaphson):
     iterations : int
         Newton-Raphson steps, 0 to 3 (default 2). Worst relative error over all positive normal
         fp32 inputs: about ``2**-8.7`` (0 steps), ``2**-16.8`` (1), below ``2**-23`` (2, 3).
+    block_registers : bool
+        As :class:`Reciprocal`'s.
 
     Members
     -------

@@ -7,6 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..validate import integer
+from .dsp import ecp5_product, family
 from .tree import delay
 
 __all__ = ["Requantizer", "CLAMPS", "SHIFT_BITS"]
@@ -63,6 +64,13 @@ class Requantizer(wiring.Component):
         Pipeline depth, 1 to 4; the latency equals it. Registers sit after: 4: the partial
         products, the full product, the shift and rounding decision, the saturated result;
         3: all but the shift; 2: the product and the result; 1: the result only.
+    block_registers : bool
+        ``True``: elaborated for the ECP5 (``platform=hdl.arith.dsp.Target("ecp5")``) with the
+        partial products registered (``stages`` 3 or 4), each partial product is one
+        ``MULT18X18D`` whose output register is that partial-product register
+        (:func:`hdl.arith.dsp.ecp5_product` without input registers): the multiply no longer
+        sits between two fabric routes. The same latency and bits. Default ``False``: generic
+        registers for every target.
 
     Members
     -------
@@ -79,7 +87,8 @@ class Requantizer(wiring.Component):
     """
 
     def __init__(self, in_bits: int = 32, out_bits: int = 8, *, clamp: str = "symmetric",
-                 mult_bits: int = 32, mult_signed: bool = True, stages: int = 4):
+                 mult_bits: int = 32, mult_signed: bool = True, stages: int = 4,
+                 block_registers: bool = False):
         self._in_bits = integer(in_bits, "Input width", 2, 48)
         self._out_bits = integer(out_bits, "Output width", 2, in_bits)
         if clamp not in CLAMPS:
@@ -91,6 +100,10 @@ class Requantizer(wiring.Component):
             raise TypeError(f"Multiplier signedness must be True or False, not {mult_signed!r}")
         self._mult_signed = mult_signed
         self._stages = integer(stages, "Pipeline stages", 1, 4)
+        if not isinstance(block_registers, bool):
+            raise TypeError(f"Requantizer block_registers must be True or False, not "
+                            f"{block_registers!r}")
+        self._blocks = block_registers
         mult_shape = signed(mult_bits) if mult_signed else unsigned(mult_bits)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
@@ -121,13 +134,21 @@ class Requantizer(wiring.Component):
 
         # Partial products: at most 18 x 18 signed each (one DSP multiplier apiece).
         x, mult = self.i.payload.x, self.i.payload.m
+        blocks = self._blocks and family(platform) == "ecp5" and "partial" in registered
         partials = []
         for x_lsb, x_piece in _slices(x, self._in_bits, True):
             for m_lsb, m_piece in _slices(mult, self._mult_bits, self._mult_signed):
                 product = Signal(signed(x_piece.shape().width + m_piece.shape().width + 1),
                                  name=f"pp_{x_lsb}_{m_lsb}")
-                m.d.comb += product.eq(x_piece * m_piece)
-                partials.append((x_lsb + m_lsb, stage("partial", product)))
+                if blocks:
+                    m.d.comb += product.eq(ecp5_product(
+                        m, x_piece.as_unsigned(), m_piece.as_unsigned(),
+                        name=f"dsp_{x_lsb}_{m_lsb}", input_registers=False,
+                        signs=(x_piece.shape().signed, m_piece.shape().signed)))
+                    partials.append((x_lsb + m_lsb, product))
+                else:
+                    m.d.comb += product.eq(x_piece * m_piece)
+                    partials.append((x_lsb + m_lsb, stage("partial", product)))
         shift = stage("partial", self.i.payload.shift)
 
         # Exact product x * m (fits product_bits as a signed number).

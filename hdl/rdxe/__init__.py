@@ -1,8 +1,12 @@
 """rDXE decoder execution tile (issue 5): the vector-accumulate core (VAC) with its PPU, RCU and
 KV cache, the credit-keeping HLINK source, the vector engine (VE) of VRC and the DXT that
-assembles them. The golden model is ``golden/rdxe.py`` (docs/rdxe_models.md)."""
+assembles them from its sub-components (sequencer, token buffer, chunk feed, gatherer, KV
+writer). The golden model is ``golden/rdxe.py`` (docs/rdxe_models.md)."""
 
+from .chunks import ChunkFeed, TokenBuffer
 from .dxt import Dxt
+from .gbus import Gatherer, KvWriter
+from .sequencer import Sequencer
 from .spec import (DESTS, GBUS_BYTES, OPS, DxtConfig, KVGeometry, VacConfig, VeConfig,
                    command_layout, hlink_layout, kv_layout, ppu_layout, rc_layout,
                    response_layout, result_layout, wmem_layout, word_layout)
@@ -10,6 +14,7 @@ from .vac import MAX_VACS, HlinkSource, Vac
 from .ve import Activations, Normalizer, RcUnit
 
 __all__ = ["VacConfig", "VeConfig", "DxtConfig", "KVGeometry", "Vac", "HlinkSource", "RcUnit",
-           "Activations", "Normalizer", "Dxt", "MAX_VACS", "GBUS_BYTES", "OPS", "DESTS",
+           "Activations", "Normalizer", "Dxt", "Sequencer", "TokenBuffer", "ChunkFeed",
+           "Gatherer", "KvWriter", "MAX_VACS", "GBUS_BYTES", "OPS", "DESTS",
            "hlink_layout", "rc_layout", "wmem_layout", "ppu_layout", "kv_layout",
            "result_layout", "command_layout", "word_layout", "response_layout"]

@@ -169,15 +169,19 @@ class Vac(wiring.Component):
 
     # --- latencies, read off the shared units ---------------------------------------------------
 
+    # The products' registers are the ECP5 multiplier blocks' own (hdl.arith.dsp) when built for
+    # that target: in a DXT the blocks sit far from the VAC's logic.
     def _dot(self) -> IntDot:
-        return IntDot(self.cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS, acc_bits=ACC_BITS)
+        return IntDot(self.cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS, acc_bits=ACC_BITS,
+                      block_registers=True)
 
     def _ppu(self) -> Requantizer:
-        return Requantizer(ACC_BITS, CODE_BITS, clamp=self.cfg.clamp, mult_bits=self.cfg.mult_bits)
+        return Requantizer(ACC_BITS, CODE_BITS, clamp=self.cfg.clamp, mult_bits=self.cfg.mult_bits,
+                           block_registers=True)
 
     def _rcu(self) -> Requantizer:
         return Requantizer(ACC_BITS, ACC_BITS, clamp="full", mult_bits=self.cfg.rc_mant_bits,
-                           mult_signed=False)
+                           mult_signed=False, block_registers=True)
 
     @property
     def dot_latency(self) -> int:
@@ -224,6 +228,8 @@ class Vac(wiring.Component):
         link_i, link_o = self.hlink_i.payload, self.hlink_o.payload
 
         # ---- HLINK register; the WMEM row is read in the same cycle --------------------------
+        # The memories read whatever the chunk's valid bit (the row is dropped with it), so that
+        # the source's decision to send a chunk does not reach the block RAMs.
         m.d.sync += [self.hlink_o.valid.eq(self.hlink_i.valid), link_o.eq(link_i)]
         m.d.comb += [self.hlink_i.ready.eq(1), self.rc.ready.eq(1)]
         row_shape = data.ArrayLayout(signed(CODE_BITS), cfg.lanes)
@@ -232,7 +238,7 @@ class Vac(wiring.Component):
         w_rd = wmem.read_port()
         m.d.comb += [w_wr.addr.eq(self.wmem.payload.addr), w_wr.data.eq(self.wmem.payload.data),
                      w_wr.en.eq(self.wmem.valid), self.wmem.ready.eq(1), self.kv.ready.eq(1),
-                     w_rd.addr.eq(link_i.row), w_rd.en.eq(self.hlink_i.valid & ~link_i.kv)]
+                     w_rd.addr.eq(link_i.row), w_rd.en.eq(~link_i.kv)]
         operand = delay(m, w_rd.data.as_value(), 1, name="wmem_row")
         if cfg.kv_rows:
             # The KV cache: byte-enabled writes (iWuR), one full row read per cycle.
@@ -243,7 +249,7 @@ class Vac(wiring.Component):
             k_rd = kv_cache.read_port()
             m.d.comb += [k_wr.addr.eq(self.kv.payload.addr), k_wr.data.eq(self.kv.payload.data),
                          k_wr.en.eq(Mux(self.kv.valid, self.kv.payload.en, 0)),
-                         k_rd.addr.eq(link_i.row), k_rd.en.eq(self.hlink_i.valid & link_i.kv)]
+                         k_rd.addr.eq(link_i.row), k_rd.en.eq(link_i.kv)]
             # Each memory's row is registered before the choice (a block RAM's clock-to-output,
             # 5.8 ns on ECP5, leaves room for nothing behind it); the chunk's kv bit, registered
             # with it, picks the row.

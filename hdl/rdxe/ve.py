@@ -49,6 +49,11 @@ P_ONE = 127
 _SHIFT_MAX = (1 << SHIFT_BITS) - 1
 #: Cycles of the score buffer's read: the synchronous read and a register behind it.
 _READ = 2
+#: Registers between exp2's result, split into a significand and a shift, and the activation
+#: requantizer (``golden.rdxe.Latency.split``).
+_SPLIT = 1
+#: Registers on the RC factor after its conversion (``golden.rdxe.Latency.rc_out``).
+_RC_OUT = 1
 
 
 def _check(cfg) -> VeConfig:
@@ -138,7 +143,8 @@ class RcUnit(wiring.Component):
         operation's ``seq`` tag.
 
     Latency (defaults): ``dot 5 + accumulate 1 + int_to_float 3 + fmac 11 + rsqrt 16 +
-    requant 4 = 40`` cycles at 16 lanes (``golden.rdxe.Latency``); one chunk per cycle.
+    requant 4 + rc_out 1 = 41`` cycles at 16 lanes (``golden.rdxe.Latency``); one chunk per
+    cycle.
     """
 
     def __init__(self, cfg: VeConfig):
@@ -167,14 +173,15 @@ class RcUnit(wiring.Component):
         """Cycles from an operation's last chunk on ``tap`` to its factor on ``rc``."""
         lat = self.latencies
         return (lat["dot"] + 1 + lat["int_to_float"] + max(lat["fmac"] + lat["rsqrt"],
-                                                            lat["reciprocal"]) + lat["requant"])
+                                                            lat["reciprocal"]) + lat["requant"]
+                + _RC_OUT)
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
         tap = self.tap.payload
         m.submodules.dot = dot = IntDot(cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS,
-                                        acc_bits=ACC_BITS)
+                                        acc_bits=ACC_BITS, block_registers=True)
         m.d.comb += dot.i.valid.eq(self.tap.valid)
         for k in range(cfg.lanes):
             m.d.comb += [dot.i.payload.a[k].eq(tap.data[k]),
@@ -218,9 +225,12 @@ class RcUnit(wiring.Component):
         frac = Mux(sm_valid, cfg.prob_frac, cfg.norm_frac)
         conv = _ToRc(m, cfg, rsqrt.o.valid | sm_valid, r, frac,
                      {"seq": Mux(sm_valid, sm_seq, rms_seq)})
-        m.d.comb += [self.rc.valid.eq(conv.valid), self.rc.payload.m.eq(conv.m),
-                     self.rc.payload.shift.eq(conv.shift),
-                     self.rc.payload.seq.eq(conv.tags["seq"])]
+        # Registered: the factor fans out to every VAC's factor queue across the tile.
+        m.d.comb += [
+            self.rc.valid.eq(delay(m, conv.valid, _RC_OUT, name="rc_valid", reset=True)),
+            self.rc.payload.m.eq(delay(m, conv.m, _RC_OUT, name="rc_m")),
+            self.rc.payload.shift.eq(delay(m, conv.shift, _RC_OUT, name="rc_shift")),
+            self.rc.payload.seq.eq(delay(m, conv.tags["seq"], _RC_OUT, name="rc_seq"))]
         return m
 
 
@@ -265,9 +275,10 @@ class Activations(wiring.Component):
         The running maximum.
 
     Latency (defaults): the score read 2 (the read and a register), then ``int_to_float 3 +
-    fmul 5 + exp2 7 + requant 4``: 21 cycles; one row per cycle. ``s - max`` is an integer in [-255, 0], exact in bf16, so the
-    conversion is to bf16 and the multiply bf16 x fp32 -> fp32: the same single rounding as
-    ``golden.rdxe``'s fp32 x fp32 with a narrower multiplier.
+    fmul 5 + exp2 7 + split 1 + requant 4``: 22 cycles; one row per cycle. ``s - max`` is an
+    integer in [-255, 0], exact in bf16, so the conversion is to bf16 and the multiply bf16 x
+    fp32 -> fp32: the same single rounding as ``golden.rdxe``'s fp32 x fp32 with a narrower
+    multiplier.
     """
 
     def __init__(self, cfg: VeConfig):
@@ -280,15 +291,19 @@ class Activations(wiring.Component):
         })
 
     def _units(self):
-        return (IntToFloat(CODE_BITS + 1, BF16), FloatMultiplier(BF16, FP32, FP32), Exp2(),
+        # The multipliers' registers are the ECP5 blocks' own when built for that target
+        # (hdl.arith.dsp): the VE's blocks sit far from its logic.
+        return (IntToFloat(CODE_BITS + 1, BF16),
+                FloatMultiplier(BF16, FP32, FP32, block_registers=True), Exp2(),
                 Requantizer(FP32.precision + 1, CODE_BITS, clamp="symmetric",
-                            mult_bits=CODE_BITS))
+                            mult_bits=CODE_BITS, block_registers=True))
 
     @property
     def exp_latency(self) -> int:
         """Cycles from the score read's data to the activation: ``int_to_float + fmul + exp2 +
-        requant`` (``E`` of golden.rdxe)."""
-        return sum(unit_latency(u) for u in self._units())
+        split + requant`` (``E`` of golden.rdxe; ``split`` the register in front of the
+        requantizer)."""
+        return sum(unit_latency(u) for u in self._units()) + _SPLIT
 
     @property
     def latency(self) -> int:
@@ -330,7 +345,9 @@ class Activations(wiring.Component):
         # ---- activations: lanes copies of the exp path --------------------------------------
         rd = buf.read_port()
         req = self.req.payload
-        m.d.comb += [rd.addr.eq(req.row), rd.en.eq(self.req.valid)]
+        # The row is read every cycle (what no request asked for is dropped by its valid bit):
+        # the sequencer's decision to issue does not reach the block RAM.
+        m.d.comb += rd.addr.eq(req.row)
         # The row is registered once more: a block RAM's clock-to-output leaves no time for the
         # subtraction and the conversion's first step behind it.
         scores = delay(m, rd.data.as_value(), 1, name="scores")
@@ -338,18 +355,11 @@ class Activations(wiring.Component):
         valid = delay(m, self.req.valid, _READ, name="read_valid", reset=True)
         count = delay(m, req.count, _READ, name="count")
         scale = delay(m, req.scale, _READ, name="scale")
-        units = self._units()
-        for u in units:
-            u._MustUse__used = True
-        i2f_lat = units[0].latency
-        scale = delay(m, scale, i2f_lat, name="scale_f")
-        keep_lat = sum(u.latency for u in units)
+        keep_lat = self.exp_latency
         for k in range(L):
-            to_float = IntToFloat(CODE_BITS + 1, BF16)
-            mul = FloatMultiplier(BF16, FP32, FP32)
-            exp = Exp2()
-            quant = Requantizer(FP32.precision + 1, CODE_BITS, clamp="symmetric",
-                                mult_bits=CODE_BITS)
+            to_float, mul, exp, quant = self._units()
+            if k == 0:
+                scale = delay(m, scale, to_float.latency, name="scale_f")
             m.submodules[f"to_float{k}"] = to_float
             m.submodules[f"mul{k}"] = mul
             m.submodules[f"exp{k}"] = exp
@@ -360,13 +370,18 @@ class Activations(wiring.Component):
                          mul.i.valid.eq(to_float.o.valid), mul.i.payload.a.eq(to_float.o.payload.y),
                          mul.i.payload.b.eq(scale),
                          exp.i.valid.eq(mul.o.valid), exp.i.payload.x.eq(mul.o.payload.y)]
-            # p = RNE(127 * e) = requantize(sig, 127, 23 - exp), the shift capped at 63.
+            # p = RNE(127 * e) = requantize(sig, 127, 23 - exp), the shift capped at 63; the
+            # split is registered so that the requantizer's multipliers start from flip-flops.
             sig, field, _ = _fp32_fields(m, exp.o.payload.y, f"exp{k}")
             shift = Signal(SHIFT_BITS, name=f"pshift{k}")
-            m.d.comb += [shift.eq(Mux(field < FP32.bias + FP32.man_bits - _SHIFT_MAX, _SHIFT_MAX,
-                                      (FP32.bias + FP32.man_bits - field)[:SHIFT_BITS])),
-                         quant.i.valid.eq(exp.o.valid), quant.i.payload.x.eq(sig),
-                         quant.i.payload.m.eq(P_ONE), quant.i.payload.shift.eq(shift)]
+            m.d.comb += shift.eq(Mux(field < FP32.bias + FP32.man_bits - _SHIFT_MAX, _SHIFT_MAX,
+                                     (FP32.bias + FP32.man_bits - field)[:SHIFT_BITS]))
+            m.d.comb += [
+                quant.i.valid.eq(delay(m, exp.o.valid, _SPLIT, name=f"split_valid{k}",
+                                       reset=True)),
+                quant.i.payload.x.eq(delay(m, sig, _SPLIT, name=f"split_sig{k}")),
+                quant.i.payload.m.eq(P_ONE),
+                quant.i.payload.shift.eq(delay(m, shift, _SPLIT, name=f"split_shift{k}"))]
             live = delay(m, k < count, keep_lat, name=f"live{k}")
             m.d.comb += self.p.payload.data[k].eq(Mux(live, quant.o.payload.y, 0))
         m.d.comb += self.p.valid.eq(delay(m, valid, keep_lat, name="p_valid", reset=True))
@@ -399,7 +414,8 @@ class Normalizer(wiring.Component):
 
     def _unit(self):
         return Requantizer(CODE_BITS, CODE_BITS, clamp=self.cfg.clamp,
-                           mult_bits=self.cfg.rc_mant_bits, mult_signed=False)
+                           mult_bits=self.cfg.rc_mant_bits, mult_signed=False,
+                           block_registers=True)
 
     @property
     def latency(self) -> int:

@@ -13,23 +13,27 @@ from ..registry import Block, register
 
 @dataclass(frozen=True)
 class Exp2Params(BlockParams):
-    """Chord-table size (``2**table_bits`` segments) and register stages (the latency).
+    """Chord-table size (``2**table_bits`` segments), register stages (the latency) and
+    ``block_registers``.
 
     Checked by :class:`hdl.arith.exp2.Exp2` (the registry builds the component to validate).
     """
 
     table_bits: int = 7
     stages: int = 7
+    block_registers: bool = False
 
 
 @dataclass(frozen=True)
 class NewtonParams(BlockParams):
-    """Newton-Raphson iteration count (0 to 3); the latency grows with it.
+    """Newton-Raphson iteration count (0 to 3; the latency grows with it) and
+    ``block_registers``.
 
     Checked by :class:`hdl.arith.recip.Reciprocal` / :class:`~hdl.arith.recip.RSqrt`.
     """
 
     iterations: int = 2
+    block_registers: bool = False
 
 
 register(Block(
@@ -44,7 +48,8 @@ register(Block(
         # FlowKV softmax: exp(x) = exp2(x * log2 e) on fp32 scores; the default accuracy.
         "paper": Exp2Params(),
     },
-    build=lambda p: Exp2(table_bits=p.table_bits, stages=p.stages),
+    build=lambda p: Exp2(table_bits=p.table_bits, stages=p.stages,
+                       block_registers=p.block_registers),
     golden="golden.arith.func",
     testbench="cocotb_tests.arith_func_tb",
 ))
@@ -64,7 +69,7 @@ register(Block(
     summary="fp32 reciprocal: 7-bit seed table + Newton-Raphson steps (2: rel. error < 2**-23)",
     params=NewtonParams,
     presets=_NEWTON_PRESETS,
-    build=lambda p: Reciprocal(iterations=p.iterations),
+    build=lambda p: Reciprocal(iterations=p.iterations, block_registers=p.block_registers),
     golden="golden.arith.func",
     testbench="cocotb_tests.arith_func_tb",
 ))
@@ -75,7 +80,7 @@ register(Block(
     summary="fp32 1/sqrt(x): parity + 7-bit seed table + Newton-Raphson steps, IEEE rSqrt specials",
     params=NewtonParams,
     presets=_NEWTON_PRESETS,
-    build=lambda p: RSqrt(iterations=p.iterations),
+    build=lambda p: RSqrt(iterations=p.iterations, block_registers=p.block_registers),
     golden="golden.arith.func",
     testbench="cocotb_tests.arith_func_tb",
 ))

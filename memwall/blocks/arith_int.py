@@ -13,7 +13,8 @@ from ..registry import Block, register
 
 @dataclass(frozen=True)
 class RequantParams(BlockParams):
-    """Requantizer widths, clamp range, multiplier width and signedness, pipeline depth.
+    """Requantizer widths, clamp range, multiplier width and signedness, pipeline depth and
+    ``block_registers``.
 
     The parameters are checked by :class:`hdl.arith.requant.Requantizer` (the registry builds the
     component to validate them).
@@ -25,17 +26,20 @@ class RequantParams(BlockParams):
     mult_bits: int = 32
     mult_signed: bool = True
     stages: int = 4
+    block_registers: bool = False
 
 
 @dataclass(frozen=True)
 class IntDotParams(BlockParams):
-    """Dot-product lane count, operand and accumulator widths, tree register spacing."""
+    """Dot-product lane count, operand and accumulator widths, tree register spacing and
+    ``block_registers``."""
 
     lanes: int = 16
     a_bits: int = 8
     b_bits: int = 8
     acc_bits: int = 32
     register_every: int = 1
+    block_registers: bool = False
 
 
 register(Block(
@@ -52,7 +56,8 @@ register(Block(
         "paper": RequantParams(clamp="full"),
     },
     build=lambda p: Requantizer(p.in_bits, p.out_bits, clamp=p.clamp, mult_bits=p.mult_bits,
-                                mult_signed=p.mult_signed, stages=p.stages),
+                                mult_signed=p.mult_signed, stages=p.stages,
+                                block_registers=p.block_registers),
     golden="golden.arith.requant",
     testbench="cocotb_tests.arith_int_tb",
 ))
@@ -69,7 +74,8 @@ register(Block(
         "paper": IntDotParams(lanes=16, a_bits=8, b_bits=4),
     },
     build=lambda p: IntDot(p.lanes, a_bits=p.a_bits, b_bits=p.b_bits, acc_bits=p.acc_bits,
-                           register_every=p.register_every),
+                           register_every=p.register_every,
+                           block_registers=p.block_registers),
     golden="golden.arith.idot",
     testbench="cocotb_tests.arith_int_tb",
 ))
