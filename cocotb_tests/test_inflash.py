@@ -4,7 +4,7 @@ import pytest
 
 from memwall import registry
 
-from .launcher import SIMULATORS, case_id, run_block
+from .launcher import case_id, case_runs, run_block
 
 ALL = ["random_gemvs", "corner_cases", "refused", "full_rate"]
 #: Logit and Attend on KV pages (the small preset).
@@ -26,10 +26,10 @@ CASES = [
 
 #: Cases run under Icarus only: building the 16-lane case under Verilator takes about 6 min of
 #: CPU from a cold build folder (as in CI), by far the longest build of the suite; the small
-#: preset's cases check the same RTL, at other widths, under Verilator.
-ICARUS_ONLY = {case_id(*CASES[3])}
-RUNS = [pytest.param(c, sim, id=f"{case_id(*c)}-{sim}") for c in CASES for sim in SIMULATORS
-        if sim == "icarus" or case_id(*c) not in ICARUS_ONLY]
+#: preset's cases check the same RTL, at other widths, under Verilator. The compute- and
+#: transfer-bound variants run under Verilator with --slow (about 75 and 100 s each in make test).
+RUNS = case_runs(CASES, icarus_only={case_id(*CASES[3])},
+                 verilator_slow={case_id(*CASES[1]), case_id(*CASES[2])})
 
 
 def test_inflash_ecp5():
