@@ -1,8 +1,11 @@
 """memwall's command line: list, generate, lint, synth and build (the main job).
 
 Every user mistake (unknown block, preset, parameter, target, a value out of range) ends with exit
-status 2 and one line naming the problem and the allowed values. A tool that fails ends with exit
-status 1 and the tool's own words.
+status 2 and one line naming the problem and the allowed values; so does an output folder that is
+a file or cannot be written, and a parameter given twice. A tool that fails ends with exit status 1
+and the tool's own words. SIGINT (Ctrl-C) stops the tools started, prints "memwall: interrupted"
+and ends with status 130. Files are written into a scratch folder and moved into place only when
+the command succeeds (:mod:`memwall.output`), so no half-written output is left behind.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ from pathlib import Path
 from hdl.arith.dsp import FAMILIES
 
 from . import registry
+from .output import OutputError, Staged, output_folder
 from .params import ParameterError
 
 EXIT_USAGE = 2
 EXIT_TOOL = 1
+#: The shell's status for a command stopped by SIGINT (128 + 2).
+EXIT_INTERRUPTED = 130
 
 
 class UsageError(Exception):
@@ -35,9 +41,13 @@ def _overrides(pairs: list[str] | None) -> dict[str, str]:
     result = {}
     for pair in pairs or []:
         name, sep, value = pair.partition("=")
-        if not sep or not name.strip():
+        name, value = name.strip(), value.strip()
+        if not sep or not name:
             raise UsageError(f"--set takes NAME=VALUE, not {pair!r}")
-        result[name.strip()] = value.strip()
+        if name in result:
+            raise UsageError(f"parameter {name} is given twice with --set ({result[name]!r} and "
+                             f"{value!r}); give each parameter once")
+        result[name] = value
     return result
 
 
@@ -97,9 +107,11 @@ def generate(block, params, preset: str, out_dir: Path,
 
 def cmd_generate(args) -> int:
     block, params = _design(args)
-    verilog_path, manifest_path, manifest = generate(block, params, args.preset, Path(args.output),
-                                                     args.target)
-    print(f"wrote {verilog_path} and {manifest_path}")
+    staged = Staged(args.output)
+    with staged as stage:
+        verilog_path, manifest_path, manifest = generate(block, params, args.preset, stage,
+                                                         args.target)
+    print(f"wrote {staged.final(verilog_path)} and {staged.final(manifest_path)}")
     for port in manifest["ports"]:
         print(f"  {port['direction']:6} {port['width']:4}  {port['name']}")
     return 0
@@ -111,8 +123,10 @@ def cmd_lint(args) -> int:
     from synth.lint import lint
 
     block, params = _design(args)
-    text, _ = block.verilog(params)
-    report = lint(text, block.top, Path(args.output) / block.name / args.preset / "lint")
+    staged = Staged(args.output)
+    with staged as stage:
+        text, _ = block.verilog(params)
+        report = lint(text, block.top, stage / block.name / args.preset / "lint")
     codes = ", ".join(f"{k} {v}" for k, v in sorted(report.by_code.items())) or "none"
     print(f"{block.name} ({args.preset}): {report.errors} errors, {report.warnings} warnings "
           f"(-Wall): {codes}")
@@ -140,6 +154,7 @@ def cmd_synth(args) -> int:
     from synth.report import markdown_table
 
     designs = _synth_designs(args)
+    output_folder(args.output)
     reports, dicts = [], []
     for index, (block, params) in enumerate(designs, 1):
         tag = f"[{index}/{len(designs)}] {block.name}: " if len(designs) > 1 else ""
@@ -154,9 +169,11 @@ def cmd_synth(args) -> int:
             check_options(args.target, **options)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        workdir = Path(args.output) / block.name / args.preset / args.target
-        report = synthesize(text, block.top, args.target, workdir, **options,
-                            progress=None if args.json else lambda s, t=tag: _status(f"  {t}{s}"))
+        with Staged(args.output) as stage:
+            workdir = stage / block.name / args.preset / args.target
+            report = synthesize(text, block.top, args.target, workdir, **options,
+                                progress=None if args.json
+                                else lambda s, t=tag: _status(f"  {t}{s}"))
         reports.append(report)
         dicts.append(dict(report.as_dict(), block=block.name, preset=args.preset,
                           parameters=params.as_dict()))
@@ -169,60 +186,52 @@ def cmd_synth(args) -> int:
 
 # --- build (the main job) -------------------------------------------------------------------
 
-def cmd_build(args) -> int:
-    from synth.flow import check_options, synthesize
+def _build_block(block, params, args, staged: Staged, tag: str) -> tuple[dict, list]:
+    """Generate, lint and synthesize one block of ``memwall build`` into ``staged``'s scratch
+    folder; return its report entry (paths where the files end up) and its synthesis reports."""
+    from synth.flow import synthesize
     from synth.lint import lint
+
+    design_dir = staged.stage / block.name
+    _status(f"{tag}: generate ({args.preset})")
+    verilog_path, _, manifest = generate(block, params, args.preset, design_dir)
+    text = verilog_path.read_text()
+    _status(f"{tag}: verilator lint -Wall")
+    lint_report = lint(text, block.top, design_dir / "lint")
+    entry = {
+        "block": block.name, "family": block.family, "preset": args.preset,
+        "parameters": params.as_dict(), "verilog": str(staged.final(verilog_path)),
+        "port_bits": sum(p["width"] for p in manifest["ports"]),
+        "lint": {"errors": lint_report.errors, "warnings": lint_report.warnings,
+                 "by_code": lint_report.by_code},
+        "synth": [],
+    }
+    if not lint_report.ok:
+        _status(f"{tag}: lint found {lint_report.errors} error(s); see "
+                f"{staged.final(lint_report.log_path)}")
+    reports = []
+    for target in args.target or block.synth.targets:
+        _status(f"{tag}: synthesize for {target}")
+        synth_text = block.verilog(params, target)[0] if target in FAMILIES else text
+        report = synthesize(synth_text, block.top, target, design_dir / target,
+                            **block.synth.flow_options(), seeds=args.seeds,
+                            progress=lambda s, tag=tag: _status(f"{tag}:   {s}"))
+        entry["synth"].append(report.as_dict())
+        reports.append(report)
+        fmax = "n/a" if report.fmax_mhz is None else f"{report.fmax_mhz:.1f} MHz"
+        if len(report.fmax_mhz_seeds) > 1:
+            fmax += (f" (median of {len(report.fmax_mhz_seeds)} seeds, "
+                     f"{report.fmax_mhz_min:.1f} to {report.fmax_mhz_max:.1f})")
+        _status(f"{tag}: {target}: {report.cells} cells, {report.luts} LUTs, {report.ffs} FFs, "
+                f"Fmax {fmax} ({report.seconds:.1f} s)")
+    return entry, reports
+
+
+def _build_report(preset: str, elapsed: float, results: list, rows: list) -> str:
+    """The Markdown report of ``memwall build``."""
     from synth.report import markdown_table
 
-    try:
-        check_options("ecp5", 100.0, seeds=args.seeds)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    out = Path(args.output)
-    names = args.block or [b.name for b in registry.blocks()]
-    chosen = [registry.get(n) for n in names]
-    results, rows = [], []
-    started = time.monotonic()
-    for index, block in enumerate(chosen, 1):
-        tag = f"[{index}/{len(chosen)}] {block.name}"
-        params = block.parameters(args.preset)
-        _status(f"{tag}: generate ({args.preset})")
-        design_dir = out / block.name
-        verilog_path, _, manifest = generate(block, params, args.preset, design_dir)
-        text = verilog_path.read_text()
-        _status(f"{tag}: verilator lint -Wall")
-        lint_report = lint(text, block.top, design_dir / "lint")
-        entry = {
-            "block": block.name, "family": block.family, "preset": args.preset,
-            "parameters": params.as_dict(), "verilog": str(verilog_path),
-            "port_bits": sum(p["width"] for p in manifest["ports"]),
-            "lint": {"errors": lint_report.errors, "warnings": lint_report.warnings,
-                     "by_code": lint_report.by_code},
-            "synth": [],
-        }
-        if not lint_report.ok:
-            _status(f"{tag}: lint found {lint_report.errors} error(s); see "
-                    f"{lint_report.log_path}")
-        targets = args.target or block.synth.targets
-        for target in targets:
-            _status(f"{tag}: synthesize for {target}")
-            synth_text = block.verilog(params, target)[0] if target in FAMILIES else text
-            report = synthesize(synth_text, block.top, target, design_dir / target,
-                                **block.synth.flow_options(), seeds=args.seeds,
-                                progress=lambda s, tag=tag: _status(f"{tag}:   {s}"))
-            entry["synth"].append(report.as_dict())
-            rows.append(report)
-            fmax = "n/a" if report.fmax_mhz is None else f"{report.fmax_mhz:.1f} MHz"
-            if len(report.fmax_mhz_seeds) > 1:
-                fmax += (f" (median of {len(report.fmax_mhz_seeds)} seeds, "
-                         f"{report.fmax_mhz_min:.1f} to {report.fmax_mhz_max:.1f})")
-            _status(f"{tag}: {target}: {report.cells} cells, {report.luts} LUTs, {report.ffs} FFs, "
-                    f"Fmax {fmax} ({report.seconds:.1f} s)")
-        results.append(entry)
-    elapsed = time.monotonic() - started
-    (out / "report.json").write_text(json.dumps(
-        {"preset": args.preset, "seconds": round(elapsed, 1), "blocks": results}, indent=2) + "\n")
-    lines = [f"# memwall build report ({args.preset} preset)", "",
+    lines = [f"# memwall build report ({preset} preset)", "",
              f"{len(results)} blocks; generate, Verilator lint and synthesis took {elapsed:.0f} s.",
              "Produced by `memwall build`; Fmax is nextpnr's estimate, out of context.", "",
              "## Lint (Verilator -Wall)", "", "| block | errors | warnings | warning codes |",
@@ -237,7 +246,35 @@ def cmd_build(args) -> int:
         params = ", ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}"
                            for k, v in e["parameters"].items())
         lines.append(f"- **{e['block']}**: {params}")
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_build(args) -> int:
+    from synth.flow import check_options
+
+    try:
+        check_options("ecp5", 100.0, seeds=args.seeds)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    out = output_folder(args.output)
+    names = args.block or [b.name for b in registry.blocks()]
+    chosen = [registry.get(n) for n in names]
+    results, rows = [], []
+    started = time.monotonic()
+    for index, block in enumerate(chosen, 1):
+        params = block.parameters(args.preset)
+        staged = Staged(out)        # each finished block's files stay if a later one fails
+        with staged:
+            entry, reports = _build_block(block, params, args, staged,
+                                          f"[{index}/{len(chosen)}] {block.name}")
+        results.append(entry)
+        rows += reports
+    elapsed = time.monotonic() - started
+    with Staged(out) as stage:
+        (stage / "report.json").write_text(json.dumps(
+            {"preset": args.preset, "seconds": round(elapsed, 1), "blocks": results},
+            indent=2) + "\n")
+        (stage / "report.md").write_text(_build_report(args.preset, elapsed, results, rows))
     _status(f"wrote {out / 'report.md'} and {out / 'report.json'} ({elapsed:.0f} s)")
     failed = [e["block"] for e in results if e["lint"]["errors"]]
     if failed:
@@ -274,16 +311,19 @@ def cmd_reproduce(args) -> int:
         raise UsageError(f"unknown paper {args.paper!r}; papers are {', '.join(PAPERS)}, all")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be at least 1, not {args.workers}")
+    output_folder(args.output)
     try:
         with dask_client(args.scheduler, args.workers) as client:
             workers = len(client.scheduler_info()["workers"])
             where = args.scheduler or f"a local Dask cluster of {workers} worker processes"
             _status(f"reproduce: running on {where}")
             for paper in papers:
-                result, report = run(paper, Path(args.output), quick=args.quick, client=client,
-                                     progress=_status)
+                staged = Staged(args.output)
+                with staged as stage:
+                    result, report = run(paper, stage, quick=args.quick, client=client,
+                                         progress=_status)
                 print(f"## {result.title}\n\n{comparison_table(result.rows)}\n")
-                _status(f"wrote {report}" + (f" and {len(result.plots)} plot(s)"
+                _status(f"wrote {staged.final(report)}" + (f" and {len(result.plots)} plot(s)"
                                              if result.plots else ""))
     except ReproduceError as exc:
         raise UsageError(str(exc)) from exc
@@ -366,9 +406,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:         # `memwall list | head`
         sys.stderr.close()
         return 0
-    except (UsageError, ParameterError) as exc:
+    except (UsageError, ParameterError, OutputError) as exc:
         print(f"memwall: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:       # SIGINT: child tools are stopped where they were started
+        print("memwall: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as exc:
         from synth.flow import SynthError
         from synth.toolchain import ToolNotFound

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import math
 import os
 import sys
@@ -235,8 +236,10 @@ def dask_client(scheduler: str | None = None, workers: int | None = None):
     n = workers if workers is not None else (os.cpu_count() or 1)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
         raise ReproduceError(f"--workers must be an integer from 1 to 1024, not {workers!r}")
+    # Workers log at ERROR only: an interrupt cancels their tasks, which they report as warnings.
     with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                      host="127.0.0.1") as cluster, Client(cluster) as client:
+                      host="127.0.0.1", silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as client:
         yield client
 
 

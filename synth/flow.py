@@ -76,7 +76,6 @@ import json
 import math
 import os
 import re
-import shlex
 import statistics
 import subprocess
 import time
@@ -85,7 +84,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .toolchain import ToolNotFound, log_tail, tool_path
+from .toolchain import ToolNotFound, log_tail, run_logged, stop_children, tool_path
 
 __all__ = ["TARGETS", "SynthError", "SynthReport", "Port", "ToolNotFound", "synthesize",
            "design_ports", "serial_wrapper"]
@@ -223,20 +222,16 @@ def _run(step: str, argv: Sequence[str], log_path: Path, cwd: Path, timeout: flo
     if progress is not None:
         progress(step)
     try:
-        with open(log_path, "w") as log:
-            log.write(f"$ {shlex.join(str(a) for a in argv)}\n")     # what was run
-            log.flush()
-            proc = subprocess.run(list(argv), cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, timeout=timeout)
+        status = run_logged(argv, log_path, cwd, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise SynthError(step, log_path,
                          f"timed out after {timeout} s; last lines of the log:\n"
                          f"{log_tail(log_path)}") from None
     except OSError as exc:
         raise SynthError(step, log_path, f"could not start {argv[0]}: {exc}") from None
-    if proc.returncode != 0:
+    if status != 0:
         raise SynthError(step, log_path,
-                         f"exit status {proc.returncode}; last lines of the log:\n"
+                         f"exit status {status}; last lines of the log:\n"
                          f"{log_tail(log_path)}")
 
 
@@ -604,7 +599,12 @@ def _place(step: str, argv: list[str], device: str, seeds: int, workdir: Path, t
         return _read_json(label, workdir / report_name, workdir / log_name), workdir / log_name
 
     with ThreadPoolExecutor(max_workers=min(seeds, os.cpu_count() or 1)) as pool:
-        results = list(pool.map(one, range(1, seeds + 1)))
+        try:
+            results = list(pool.map(one, range(1, seeds + 1)))
+        except BaseException:       # an interrupt reaches this thread only: stop the others' tools
+            pool.shutdown(wait=False, cancel_futures=True)
+            stop_children()
+            raise
     failures = [(exc, log) for exc, log in results if isinstance(exc, SynthError)]
     for exc, log in failures:
         if not _overuse(log):

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .toolchain import log_tail, tool_path
+from .toolchain import log_tail, run_logged, tool_path
 
 __all__ = ["MODES", "FormalError", "FormalResult", "prove", "assert_proved", "read_vcd",
            "trace_table"]
@@ -325,9 +325,7 @@ def prove(design, ports: Sequence | None, workdir: Path, *, mode: str = "prove",
             "check.sby"]
     log_path = workdir / f"sby_{mode}.log"
     try:
-        with open(log_path, "w") as log:
-            proc = subprocess.run(argv, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, timeout=timeout)
+        status_code = run_logged(argv, log_path, workdir, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         raise FormalError(f"sby {mode} timed out after {timeout} s; log: {log_path}\n"
                           f"{log_tail(log_path)}") from None
@@ -335,7 +333,7 @@ def prove(design, ports: Sequence | None, workdir: Path, *, mode: str = "prove",
     status = status_file.read_text().split()[0] if status_file.is_file() else "ERROR"
     if status not in ("PASS", "FAIL", "UNKNOWN"):
         raise FormalError(f"sby {mode} ended with status {status} (exit status "
-                          f"{proc.returncode}); log: {log_path}\n{log_tail(log_path)}")
+                          f"{status_code}); log: {log_path}\n{log_tail(log_path)}")
 
     log = log_path.read_text(errors="replace")
     failures = [m.groups() for m in map(_SUMMARY_FAIL.search, log.splitlines()) if m]

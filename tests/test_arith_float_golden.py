@@ -302,3 +302,13 @@ def test_corner_codes_cover_classes():
     values = to_float(codes, FP32)
     assert np.isnan(values).sum() >= 3 and np.isinf(values).sum() == 2
     assert ((values == 0) & np.signbit(values)).any() and ((codes & 0x7F800000) == 0).sum() >= 6
+
+
+def test_a_format_name_instead_of_a_format_says_what_is_wanted():
+    from hdl.arith.format import FloatFormat
+    with pytest.raises(TypeError, match=r"golden float models take a FloatFormat \(BF16, FP16, "
+                                        r"FP32 from hdl.arith.format\), not the str 'bf16'"):
+        to_float(0, "bf16")
+    with pytest.raises(ValueError, match="golden float models cover bf16, fp16, fp32, not the "
+                                         "format fp8"):
+        to_float(0, FloatFormat("fp8", 4, 3))

@@ -1,7 +1,12 @@
 """The command line: listing, generation, synthesis, the main job and its error messages."""
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +149,86 @@ def test_build_writes_reports(capsys, tmp_path):
         assert block["synth"][0]["fmax_mhz"] > 0
     text = (tmp_path / "report.md").read_text()
     assert "## Area and timing" in text and "| umdam_composer | ecp5 |" in text
+
+
+def test_a_parameter_given_twice_is_refused(capsys, tmp_path):
+    code, _, err = run(capsys, "generate", "umdam", "--set", "channels=2", "--set", "channels=8",
+                       "-o", str(tmp_path))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert ("parameter channels is given twice with --set ('2' and '8'); give each parameter "
+            "once") in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def _unusable_outputs(tmp_path):
+    a_file = tmp_path / "README.md"
+    a_file.write_text("mine\n")
+    return [(str(a_file), "is a file, not a folder"),
+            ("/dev/null", "is a device, not a folder"),
+            (str(a_file / "sub"), "cannot create output folder"),
+            ("/proc/memwall-out", "cannot create output folder")]
+
+
+@pytest.mark.parametrize("command", [
+    ("generate", "umdam"), ("lint", "umdam"), ("synth", "umdam"), ("build", "--block", "umdam"),
+    ("reproduce", "umdam", "--quick")])
+def test_an_unusable_output_folder_is_one_line_and_nothing_is_written(capsys, tmp_path, command):
+    for output, message in _unusable_outputs(tmp_path):
+        code, out, err = run(capsys, *command, "-o", output)
+        assert code == 2, (output, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("memwall: error: "), err
+        assert message in lines[0] and output in lines[0]
+        assert "Traceback" not in err
+    assert (tmp_path / "README.md").read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md"]
+
+
+def test_outputs_are_staged_and_moved_into_place(capsys, tmp_path):
+    (tmp_path / "mine.txt").write_text("kept\n")
+    code, out, _ = run(capsys, "generate", "umdam", "--preset", "small", "-o", str(tmp_path))
+    assert code == 0
+    assert f"wrote {tmp_path / 'umdam.v'} and {tmp_path / 'umdam.json'}" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt", "umdam.json", "umdam.v"]
+
+
+def _processes_under(folder):
+    """Process ids whose working folder is ``folder`` or below it."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if cwd == str(folder) or cwd.startswith(f"{folder}/"):
+            found.append(proc.name)
+    return found
+
+
+@pytest.mark.parametrize("command, running", [
+    (("synth", "umdam-composer", "--seeds", "2"), "seed 1 of 2"),   # nextpnr in worker threads
+    (("reproduce", "rdxe"), "ring simulations:"),                   # Dask worker processes
+], ids=["synth", "reproduce"])
+def test_sigint_stops_the_tools_and_leaves_no_partial_output(tmp_path, command, running):
+    out_dir = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "memwall.cli", *command, "-o", str(out_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    lines = []
+    for line in proc.stderr:        # interrupt once the tools run
+        lines.append(line)
+        if running in line:
+            break
+    else:
+        pytest.fail(f"the command never reached {running!r}: {''.join(lines)}")
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 130
+    # Progress lines written before the signal landed may come first; nothing else may.
+    assert rest.strip().splitlines()[-1] == "memwall: interrupted", rest
+    assert all(running.split()[0] in line or "seed" in line or "memwall: interrupted" == line
+               for line in rest.strip().splitlines()), rest
+    assert proc.stdout.read() == ""
+    assert _processes_under(out_dir) == []
+    # Nothing of the interrupted run is left: no scratch folder, no report, no Verilog.
+    assert [p for p in out_dir.rglob("*") if not p.is_dir()] == []

@@ -32,9 +32,13 @@ _DTYPES = {BF16: ml_dtypes.bfloat16, FP16: np.float16, FP32: np.float32}
 
 
 def _check(fmt: FloatFormat):
+    if not isinstance(fmt, FloatFormat):
+        raise TypeError(f"golden float models take a FloatFormat ("
+                        f"{', '.join(f.name.upper() for f in _DTYPES)} from hdl.arith.format), "
+                        f"not the {type(fmt).__name__} {fmt!r}")
     if fmt not in _DTYPES:
         raise ValueError(f"golden float models cover {', '.join(f.name for f in _DTYPES)}, "
-                         f"not {fmt!r}")
+                         f"not the format {fmt.name}")
 
 
 def storage(fmt: FloatFormat):
