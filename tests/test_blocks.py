@@ -8,11 +8,14 @@ from synth.lint import lint
 
 #: Presets whose Verilog takes over 20 s to generate and lint (2 cores, Verilator 5.048; the
 #: flowkv paper pair is 10 MB of Verilog, 46 s to generate and 34 s to lint): they run with
-#: ``--slow`` (``make test-all``) and ``memwall lint``. ``make test`` lints the same blocks at
-#: ``small`` and ``default`` (the same RTL at smaller sizes) and every other block at every preset.
+#: ``--slow`` (``make test-all``) and ``memwall lint``. ``make test`` lints each of these blocks
+#: at one preset that holds the same RTL: flowkv, rdxe-dxt and inflash-unit at ``default``,
+#: flowkv-array at ``small``, the in-flash PE inside inflash-unit (17 to 35 s each, loaded machine).
 SLOW = {("flowkv", "paper"), ("flowkv-array", "paper"), ("flowkv-array", "default"),
         ("rdxe-dxt", "paper"), ("inflash", "paper"), ("inflash-unit", "paper"),
-        ("edram", "paper"), ("edram-fpga", "paper")}
+        ("edram", "paper"), ("edram-fpga", "paper"),
+        ("flowkv", "small"), ("rdxe-dxt", "small"), ("inflash", "small"), ("inflash", "default"),
+        ("inflash-unit", "small")}
 
 CASES = [pytest.param(b.name, p, id=f"{b.name}-{p}",
                       marks=[pytest.mark.slow] if (b.name, p) in SLOW else [])
