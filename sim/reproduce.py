@@ -206,6 +206,40 @@ class Context:
         return results
 
 
+def _connect(client_type, scheduler: str):
+    """A client of the scheduler at ``scheduler``, or :class:`ReproduceError` in one line."""
+    try:
+        return client_type(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ReproduceError(f"cannot reach the Dask scheduler at {scheduler!r}: "
+                             f"{exc}") from exc
+    except Exception as exc:    # noqa: BLE001 - whatever the wrong server's bytes made of Dask
+        # Another server's reply read as Dask's protocol: a frame length of exabytes
+        # (MemoryError), a bad header (struct or msgpack errors), ...
+        raise ReproduceError(f"{scheduler!r} answers, but not as a Dask scheduler "
+                             f"({type(exc).__name__}: {str(exc)[:120]})") from exc
+
+
+#: Evaluated on every worker of an existing cluster: can it import the models?
+_WORKER_CHECK = "__import__('importlib.util').util.find_spec('sim.reproduce') is not None"
+
+
+def _check_workers(client, scheduler: str) -> None:
+    """Refuse, in one line, a cluster with no workers or with workers that lack memwall."""
+    try:
+        found = client.run(eval, _WORKER_CHECK)
+    except Exception as exc:    # noqa: BLE001 - a worker that cannot even answer
+        raise ReproduceError(f"the Dask workers at {scheduler!r} cannot run memwall's models "
+                             f"({type(exc).__name__}: {str(exc)[:120]})") from exc
+    if not found:
+        raise ReproduceError(f"the Dask cluster at {scheduler!r} has no workers")
+    lacking = sorted(w for w, ok in found.items() if not ok)
+    if lacking:
+        raise ReproduceError(f"{len(lacking)} of {len(found)} Dask workers at {scheduler!r} "
+                             f"lack memwall (install it in their environment): "
+                             f"{', '.join(lacking[:3])}{' ...' if len(lacking) > 3 else ''}")
+
+
 @contextlib.contextmanager
 def dask_client(scheduler: str | None = None, workers: int | None = None):
     """A Dask client: on ``scheduler`` if given, else on a local cluster of ``workers`` processes.
@@ -223,12 +257,9 @@ def dask_client(scheduler: str | None = None, workers: int | None = None):
         if workers is not None:
             raise ReproduceError("--workers applies to the local cluster; an existing cluster "
                                  "(--scheduler) has its own workers")
+        client = _connect(Client, scheduler)
         try:
-            client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
-        except (OSError, TimeoutError, ValueError) as exc:
-            raise ReproduceError(f"cannot reach the Dask scheduler at {scheduler!r}: "
-                                 f"{exc}") from exc
-        try:
+            _check_workers(client, scheduler)
             yield client
         finally:
             client.close()

@@ -1,6 +1,10 @@
 """sim/reproduce.py and `memwall reproduce`: tables, the parallel map (serial, local Dask cluster,
 an existing scheduler on loopback), reports and error messages."""
 
+import socket
+import threading
+import time
+
 import pytest
 
 from memwall.cli import main
@@ -71,6 +75,53 @@ def test_unreachable_scheduler_is_one_line(capsys, monkeypatch):
     assert code == 2
     assert len(err) == 1 and err[0].startswith(
         "memwall: error: cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'")
+
+
+@pytest.fixture
+def not_a_scheduler():
+    """A TCP server on loopback that answers every connection as an HTTP server would."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+def test_a_server_that_is_not_a_scheduler_is_one_line(capsys, tmp_path, not_a_scheduler):
+    started = time.monotonic()
+    code = main(["reproduce", "umdam", "--quick", "--scheduler", not_a_scheduler,
+                 "-o", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and time.monotonic() - started < rp.CONNECT_TIMEOUT_S
+    assert len(err) == 1 and err[0].startswith(
+        f"memwall: error: '{not_a_scheduler}' answers, but not as a Dask scheduler ("), err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_workers_without_memwall_are_one_line(capsys, tmp_path, monkeypatch):
+    from distributed import LocalCluster
+
+    # What a worker without memwall answers to the check: no module sim.reproduce.
+    monkeypatch.setattr(rp, "_WORKER_CHECK",
+                        "__import__('importlib.util').util.find_spec('no_such_module') is not None")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp",
+                      host="127.0.0.1", dashboard_address=None) as cluster:
+        code = main(["reproduce", "umdam", "--quick", "--scheduler", cluster.scheduler_address,
+                     "-o", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith(
+        f"memwall: error: 2 of 2 Dask workers at '{cluster.scheduler_address}' lack memwall "
+        "(install it in their environment): tcp://127.0.0.1:"), err
 
 
 def test_local_cluster_runs_a_reproduction(capsys, tmp_path):
