@@ -11,14 +11,17 @@ ALL = ["random_gemvs", "corner_cases", "refused", "full_rate"]
 ATTENTION = ["random_attention", "attention_refusals", "attention_pipeline"]
 #: (block, preset, overrides, cocotb tests). The small preset is read-bound (tR 40 cycles, a
 #: page in 16 transfers and 16 fp16 beats); F = 1 with tR = 20 cycles is compute-bound; one byte
-#: per cycle is transfer-bound (64 cycles a page); F = 16 with 16-byte words and 128-byte pages.
+#: per cycle is transfer-bound (64 cycles a page); F = 16 with 16-byte words and 128-byte pages
+#: (its attention: results bit for bit with idle cycles and back-pressure; the cycle counts at
+#: F = 16 are tests/test_inflash_hdl.py's test_attention_timing, attention_pipeline's 76 s here
+#: ran them again on the same design).
 CASES = [
     ("inflash", "small", {}, ALL + ATTENTION),
     ("inflash", "small", {"fmacs": "1", "tR_us": "0.05"}, ["random_gemvs", "full_rate"]),
     ("inflash", "small", {"transfer_bytes": "1", "fmacs": "4"},
      ["random_gemvs", "full_rate", "attention_pipeline"]),
     ("inflash", "small", {"fmacs": "16", "transfer_bytes": "16", "page_bytes": "128"},
-     ["random_gemvs", "corner_cases", "full_rate", "attention_pipeline"]),
+     ["random_gemvs", "corner_cases", "full_rate", "random_attention"]),
     # The PE and the KV page writer on one flash port (programs with tP busy).
     ("inflash-unit", "small", {}, ["kv_write_read", "kv_overflow"]),
 ]
