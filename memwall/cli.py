@@ -1,4 +1,4 @@
-"""memwall's command line: list, generate, lint, synth and build (the main job).
+"""memwall's command line: list, generate, lint, synth, build (the main job), bench, reproduce.
 
 Every user mistake (unknown block, preset, parameter, target, a value out of range) ends with exit
 status 2 and one line naming the problem and the allowed values; so does an output folder that is
@@ -30,6 +30,18 @@ EXIT_INTERRUPTED = 130
 
 class UsageError(Exception):
     """A mistake in the command line; printed as one line, exit status 2."""
+
+
+class _Version(argparse.Action):
+    """``--version``: memwall's version and commit, worked out only when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import version_line
+        print(version_line())
+        parser.exit()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -334,7 +346,9 @@ def cmd_reproduce(args) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="memwall", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action=_Version, help="print memwall's version and commit")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
+                                metavar="COMMAND")
 
     def design_args(p, output_default):
         p.add_argument("block", help="registered block (see `memwall list`)")

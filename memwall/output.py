@@ -16,6 +16,8 @@ from pathlib import Path
 
 __all__ = ["OutputError", "output_folder", "Staged", "STAGE_PREFIX"]
 
+#: Suffixes of the files a command writes; an output folder named like one is refused.
+FILE_SUFFIXES = (".v", ".sv", ".json", ".md", ".png", ".log", ".bit", ".svf")
 #: Name prefix of the scratch folders :class:`Staged` makes (followed by the process id).
 STAGE_PREFIX = ".partial-"
 
@@ -35,6 +37,9 @@ def _kind(mode: int) -> str:
 def output_folder(path) -> Path:
     """Create ``path`` if needed and return it; raise :class:`OutputError` if it is not a folder
     this process can write."""
+    if not str(path).strip():
+        raise OutputError("the output folder is empty; give a folder with -o (-o . for the "
+                          "current folder)")
     folder = Path(path)
     try:
         mode = folder.stat().st_mode
@@ -45,6 +50,10 @@ def output_folder(path) -> Path:
     if mode is not None and not stat.S_ISDIR(mode):
         raise OutputError(f"output folder {folder} is {_kind(mode)}, not a folder; "
                           f"give a folder (new or existing) with -o")
+    if mode is None and folder.suffix.lower() in FILE_SUFFIXES:
+        raise OutputError(f"output folder {folder} ends in {folder.suffix}: -o names a folder, "
+                          f"and the files are written into it (<top>.v, <top>.json, ...); "
+                          f"give -o {folder.parent}")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

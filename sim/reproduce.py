@@ -253,6 +253,10 @@ def dask_client(scheduler: str | None = None, workers: int | None = None):
     except ImportError as exc:  # pragma: no cover - a dependency of the project
         raise ReproduceError(f"Dask's distributed package is missing ({exc}); reinstall memwall "
                              "(`make venv`)") from exc
+    # An interrupt can land inside distributed's `sync`, whose cancel callback then fails on
+    # the event loop (a NameError, distributed 2026.8) and tornado logs it with a traceback;
+    # the client's own errors reach us as exceptions, so that log stays quiet.
+    logging.getLogger("tornado.application").setLevel(logging.CRITICAL)
     if scheduler is not None:
         if workers is not None:
             raise ReproduceError("--workers applies to the local cluster; an existing cluster "

@@ -166,7 +166,9 @@ def _unusable_outputs(tmp_path):
     return [(str(a_file), "is a file, not a folder"),
             ("/dev/null", "is a device, not a folder"),
             (str(a_file / "sub"), "cannot create output folder"),
-            ("/proc/memwall-out", "cannot create output folder")]
+            ("/proc/memwall-out", "cannot create output folder"),
+            (str(tmp_path / "umdam.v"), "ends in .v: -o names a folder"),
+            ("", "the output folder is empty; give a folder with -o (-o . for the current folder)")]
 
 
 @pytest.mark.parametrize("command", [
@@ -232,3 +234,21 @@ def test_sigint_stops_the_tools_and_leaves_no_partial_output(tmp_path, command, 
     assert _processes_under(out_dir) == []
     # Nothing of the interrupted run is left: no scratch folder, no report, no Verilog.
     assert [p for p in out_dir.rglob("*") if not p.is_dir()] == []
+
+
+def test_version_and_every_command_in_the_top_level_help():
+    root = Path(__file__).resolve().parents[1]
+    version = subprocess.run([sys.executable, "-m", "memwall", "--version"], capture_output=True,
+                             text=True, cwd=root)
+    assert version.returncode == 0 and version.stderr == ""
+    from importlib.metadata import version as installed
+    assert re.fullmatch(rf"memwall {re.escape(installed('memwall'))}( \(commit [0-9a-f]{{10}}"
+                        rf"(-dirty)?\))?\n", version.stdout), version.stdout
+    helped = subprocess.run([sys.executable, "-m", "memwall", "--help"], capture_output=True,
+                            text=True, cwd=root)
+    assert helped.returncode == 0
+    from memwall.cli import _parser
+    commands = next(a for a in _parser()._subparsers._group_actions).choices
+    for name in commands:
+        assert re.search(rf"^\s+{name}\b", helped.stdout, re.M), name
+        assert name in helped.stdout.split("\n\n")[1], name      # and in the description
