@@ -26,6 +26,8 @@ EXIT_USAGE = 2
 EXIT_TOOL = 1
 #: The shell's status for a command stopped by SIGINT (128 + 2).
 EXIT_INTERRUPTED = 130
+#: `synth`/`build --fail-on-timing` when a block misses its clock constraint.
+EXIT_TIMING = 3
 
 
 class UsageError(Exception):
@@ -192,8 +194,18 @@ def cmd_synth(args) -> int:
     if args.json:
         print(json.dumps(dicts[0] if len(dicts) == 1 else dicts, indent=2))
     else:
-        print(markdown_table(reports), end="")
-    return 0
+        print(markdown_table(reports, names=[b.name for b, _ in designs]), end="")
+    return _timing_verdict([(b.name, r) for (b, _), r in zip(designs, reports)],
+                           args.fail_on_timing)
+
+
+def _timing_verdict(named_reports, fail: bool) -> int:
+    """Name the blocks that miss their clock constraint, last on stderr; the exit status."""
+    missed = [(name, r) for name, r in named_reports if r.timing_met is False]
+    for name, r in missed:
+        _status(f"timing MISSED: {name} on {r.device}: {r.fmax_mhz:.1f} MHz against "
+                f"{r.freq_mhz:g} MHz (slack {r.slack_ns:+.2f} ns)")
+    return EXIT_TIMING if fail and missed else 0
 
 
 # --- build (the main job) -------------------------------------------------------------------
@@ -222,6 +234,9 @@ def _build_block(block, params, args, staged: Staged, tag: str) -> tuple[dict, l
         _status(f"{tag}: lint found {lint_report.errors} error(s); see "
                 f"{staged.final(lint_report.log_path)}")
     reports = []
+    if not (args.target or block.synth.targets):
+        entry["synth_skipped"] = block.synth.skip_reason
+        _status(f"{tag}: not synthesized: {block.synth.skip_reason}")
     for target in args.target or block.synth.targets:
         _status(f"{tag}: synthesize for {target}")
         synth_text = block.verilog(params, target)[0] if target in FAMILIES else text
@@ -239,20 +254,36 @@ def _build_block(block, params, args, staged: Staged, tag: str) -> tuple[dict, l
     return entry, reports
 
 
-def _build_report(preset: str, elapsed: float, results: list, rows: list) -> str:
+def _build_report(preset: str, elapsed: float, results: list, rows: list, names: list) -> str:
     """The Markdown report of ``memwall build``."""
-    from synth.report import markdown_table
+    from synth.report import markdown_table, timing_verdict
+    from synth.toolchain import tool_versions
 
+    from . import version_line
+
+    tools = ", ".join(f"{k} {v}" for k, v in tool_versions().items())
     lines = [f"# memwall build report ({preset} preset)", "",
              f"{len(results)} blocks; generate, Verilator lint and synthesis took {elapsed:.0f} s.",
              "Produced by `memwall build`; Fmax is nextpnr's estimate, out of context.", "",
+             f"{version_line()}; {tools}.", "",
              "## Lint (Verilator -Wall)", "", "| block | errors | warnings | warning codes |",
              "|---|---:|---:|---|"]
     for e in results:
         codes = ", ".join(f"{k} {v}" for k, v in sorted(e["lint"]["by_code"].items()))
         lines.append(f"| {e['block']} | {e['lint']['errors']} | {e['lint']['warnings']} | "
                      f"{codes or '-'} |")
-    lines += ["", "## Area and timing", "", markdown_table(rows)]
+    lines += ["", "## Area and timing", "", markdown_table(rows, names=names)]
+    skipped = [e for e in results if "synth_skipped" in e]
+    if skipped:
+        lines += ["Not synthesized:", ""]
+        lines += [f"- **{e['block']}**: {e['synth_skipped']}" for e in skipped]
+        lines.append("")
+    missed = [r for r in rows if r.timing_met is False]
+    lines += [f"Timing: {sum(r.timing_met is True for r in rows)} met, {len(missed)} missed"
+              + (": " + ", ".join(f"{n} ({r.target}, {r.fmax_mhz:.1f} MHz against "
+                                  f"{r.freq_mhz:g}, slack {r.slack_ns:+.2f} ns)"
+                                  for n, r in zip(names, rows) if r.timing_met is False)
+                 if missed else "") + ".", ""]
     lines += ["## Parameters", ""]
     for e in results:
         params = ", ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}"
@@ -271,7 +302,7 @@ def cmd_build(args) -> int:
     out = output_folder(args.output)
     names = args.block or [b.name for b in registry.blocks()]
     chosen = [registry.get(n) for n in names]
-    results, rows = [], []
+    results, rows, named = [], [], []
     started = time.monotonic()
     for index, block in enumerate(chosen, 1):
         params = block.parameters(args.preset)
@@ -281,18 +312,20 @@ def cmd_build(args) -> int:
                                           f"[{index}/{len(chosen)}] {block.name}")
         results.append(entry)
         rows += reports
+        named += [(block.name, r) for r in reports]
     elapsed = time.monotonic() - started
     with Staged(out) as stage:
         (stage / "report.json").write_text(json.dumps(
             {"preset": args.preset, "seconds": round(elapsed, 1), "blocks": results},
             indent=2) + "\n")
-        (stage / "report.md").write_text(_build_report(args.preset, elapsed, results, rows))
+        (stage / "report.md").write_text(_build_report(args.preset, elapsed, results, rows,
+                                                       [n for n, _ in named]))
     _status(f"wrote {out / 'report.md'} and {out / 'report.json'} ({elapsed:.0f} s)")
     failed = [e["block"] for e in results if e["lint"]["errors"]]
     if failed:
         _status(f"lint errors in {', '.join(failed)}")
-        return EXIT_TOOL
-    return 0
+    timing = _timing_verdict(named, args.fail_on_timing)
+    return EXIT_TOOL if failed else timing
 
 
 # --- bench --------------------------------------------------------------------------------
@@ -358,6 +391,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="override one parameter (repeatable; tuples comma-separated)")
         p.add_argument("-o", "--output", default=output_default, help="output folder")
 
+    def fail_on_timing(p):
+        p.add_argument("--fail-on-timing", action="store_true",
+                       help=f"exit with status {EXIT_TIMING} when a block misses its clock "
+                            f"constraint (the misses are listed last either way)")
+
     p = sub.add_parser("list", help="show the blocks, their presets and parameters")
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("generate", help="write a block's Verilog and JSON manifest")
@@ -385,6 +423,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print JSON (Fmax under fmax_mhz: the median over the seeds; "
                         "fmax_mhz_min, fmax_mhz_max, fmax_mhz_seeds)")
+    fail_on_timing(p)
     p.set_defaults(func=cmd_synth)
     p = sub.add_parser("build", help="main job: every block through generate, lint and synthesis")
     p.add_argument("-o", "--output", default="build", help="output folder (default: build)")
@@ -394,6 +433,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="synthesis target (repeatable; default: each block's own)")
     p.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="nextpnr seeds per placement; Fmax is their median (default: 1)")
+    fail_on_timing(p)
     p.set_defaults(func=cmd_build)
     p = sub.add_parser("bench", help="measure a block family's throughput, latency, area, Fmax")
     p.add_argument("family", help="block family, e.g. umdam")

@@ -47,12 +47,20 @@ class SynthSettings:
     timing_weight : int or None
         nextpnr's placer timing weight for this block (``synth.flow.synthesize``); ``None``
         (the default) keeps nextpnr's own.
+    skip_reason : str
+        Why the block is not synthesized, required when ``targets`` is empty; the build report
+        shows it in place of the block's row.
     """
 
     freq_mhz: float = 100.0
     targets: tuple[str, ...] = ("ecp5",)
     presets: tuple[str, ...] = PRESETS
     timing_weight: int | None = None
+    skip_reason: str = ""
+
+    def __post_init__(self):
+        if not self.targets and not self.skip_reason:
+            raise ValueError("SynthSettings without targets needs a skip_reason saying why")
 
     def flow_options(self) -> dict:
         """Keyword arguments of ``synth.flow.synthesize`` that these settings fix."""

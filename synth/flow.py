@@ -113,6 +113,10 @@ CELL_LIBRARIES = {"ecp5": "+/ecp5/cells_bb.v"}
 NEXTPNR_SEED = 1
 #: Placement seeds one run may ask for.
 SEED_COUNTS = range(1, 65)
+#: nextpnr BEL types shown as the device's use, with their short names, in display order.
+DEVICE_USE = (("TRELLIS_COMB", "LUT"), ("TRELLIS_FF", "FF"), ("MULT18X18D", "DSP"),
+              ("DP16KD", "BRAM"), ("ICESTORM_LC", "LC"), ("ICESTORM_DSP", "DSP"),
+              ("ICESTORM_RAM", "BRAM"))
 #: Range of the analytic placer's timing weight (``--placer-heap-timingweight``; nextpnr's own
 #: default, used when none is given, is 10).
 TIMING_WEIGHTS = range(1, 1001)
@@ -173,6 +177,15 @@ class SynthReport:
         Fmax of each placement, seeds 1 to N in order (empty when there is no Fmax).
     fmax_mhz_min, fmax_mhz_max : float or None
         Lowest and highest of ``fmax_mhz_seeds``.
+    critical_path : tuple of (str, str) or None
+        Start and end cell of nextpnr's critical path at the placement whose Fmax is the median
+        (the lower of the two middle ones for an even count), wrapper prefix and packing suffix
+        removed; ``None`` without an Fmax.
+    slack_ns : float or None
+        Clock period of the constraint minus the achieved one: negative when the constraint is
+        missed (the worst negative slack), ``None`` without an Fmax.
+    timing_met : bool or None
+        Whether ``fmax_mhz`` reaches ``freq_mhz``; ``None`` without an Fmax.
     """
 
     target: str
@@ -191,6 +204,23 @@ class SynthReport:
     device: str = ""
     utilization: dict[str, tuple[int, int]] = field(default_factory=dict)
     fmax_mhz_seeds: tuple[float, ...] = ()
+    critical_path: tuple[str, str] | None = None
+
+    @property
+    def slack_ns(self) -> float | None:
+        if self.fmax_mhz is None:
+            return None
+        return 1000.0 / self.freq_mhz - 1000.0 / self.fmax_mhz
+
+    @property
+    def timing_met(self) -> bool | None:
+        return None if self.fmax_mhz is None else self.fmax_mhz >= self.freq_mhz
+
+    def use_percent(self) -> dict[str, float]:
+        """Share of the device's logic cells, flip-flops, DSPs and block RAMs used, in percent
+        (the BEL types nextpnr reports, by their short names)."""
+        return {name: 100.0 * self.utilization[bel][0] / self.utilization[bel][1]
+                for bel, name in DEVICE_USE if self.utilization.get(bel, (0, 0))[1]}
 
     @property
     def fmax_mhz_min(self) -> float | None:
@@ -208,6 +238,9 @@ class SynthReport:
         d["utilization"] = {k: list(v) for k, v in self.utilization.items()}
         d["fmax_mhz_seeds"] = list(self.fmax_mhz_seeds)
         d["fmax_mhz_min"], d["fmax_mhz_max"] = self.fmax_mhz_min, self.fmax_mhz_max
+        d["critical_path"] = list(self.critical_path) if self.critical_path else None
+        d["slack_ns"], d["timing_met"] = self.slack_ns, self.timing_met
+        d["use_percent"] = self.use_percent()
         return d
 
 
@@ -448,6 +481,23 @@ def _fmax(report: dict) -> float | None:
     return min(achieved) if achieved else None
 
 
+_PACKED_SUFFIX = re.compile(r"_(TRELLIS|DP16KD|MULT18X18D|SB_|ICESTORM|LUT4|CCU2C)\w*$")
+
+
+def _cell_name(cell: str) -> str:
+    """A nextpnr cell as the design's signal: no wrapper prefix, no packing suffix."""
+    return _PACKED_SUFFIX.sub("", cell.removeprefix("wrap_dut."))
+
+
+def _critical_path(report: dict) -> tuple[str, str] | None:
+    """Start and end cell of the longest of nextpnr's critical paths in ``report``."""
+    paths = [cp["path"] for cp in report.get("critical_paths", []) if cp.get("path")]
+    if not paths:
+        return None
+    path = max(paths, key=lambda p: sum(step.get("delay", 0) for step in p))
+    return _cell_name(path[0]["from"]["cell"]), _cell_name(path[-1]["to"]["cell"])
+
+
 def _clock_of(endpoint: str) -> str | None:
     """Return the clock of a nextpnr path endpoint (``"posedge clk"``), ``None`` for ``<async>``."""
     edge, _, clock = endpoint.partition(" ")
@@ -652,9 +702,13 @@ def _timing(reports: list[tuple[dict, Path]], cells: dict[str, int], target: str
     elif target == "ice40" and cells.get("SB_MAC16"):
         note += ("; nextpnr-ice40 times SB_MAC16 ports as registered, so delay inside the "
                  "DSPs is not counted")
+    median_seed = sorted(range(len(fmaxes)), key=fmaxes.__getitem__)[(len(fmaxes) - 1) // 2] \
+        if fmaxes else None
     return dict(**_area(target, cells), cells_by_type=cells,
                 fmax_mhz=statistics.median(fmaxes) if fmaxes else None,
-                fmax_mhz_seeds=tuple(fmaxes), device=where, utilization=util, note=note)
+                fmax_mhz_seeds=tuple(fmaxes), device=where, utilization=util, note=note,
+                critical_path=None if median_seed is None
+                else _critical_path(reports[median_seed][0]))
 
 
 def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path, freq_mhz: float,

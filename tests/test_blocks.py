@@ -51,3 +51,12 @@ def test_slow_lint_cases_are_registered():
         assert block in names and preset in registry.PRESETS, (block, preset)
         assert (block, "small") not in SLOW, block
 
+
+
+def test_a_block_left_unsynthesized_says_why():
+    from memwall.registry import SynthSettings
+
+    with pytest.raises(ValueError, match="SynthSettings without targets needs a skip_reason"):
+        SynthSettings(targets=())
+    for block in registry.blocks():
+        assert block.synth.targets or block.synth.skip_reason, block.name

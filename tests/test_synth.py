@@ -377,6 +377,31 @@ def test_report_dict_and_table(adder_reports):
     assert "[1] generic gates" in table
 
 
+def test_report_judges_timing_against_the_constraint(adder_reports):
+    from dataclasses import replace
+
+    ecp5 = adder_reports[0]["ecp5"]
+    assert ecp5.fmax_mhz > ecp5.freq_mhz and ecp5.timing_met is True
+    assert ecp5.slack_ns == pytest.approx(1000 / ecp5.freq_mhz - 1000 / ecp5.fmax_mhz)
+    # The critical path is named by the design's cells, without the wrapper or packing names.
+    start, end = ecp5.critical_path
+    assert start and end and not any(c.startswith("wrap_dut.") or "TRELLIS" in c
+                                     for c in (start, end))
+    use = ecp5.use_percent()
+    assert set(use) <= {"LUT", "FF", "DSP", "BRAM"} and 0 < use["FF"] < 100
+    used, available = ecp5.utilization["TRELLIS_FF"]
+    assert use["FF"] == pytest.approx(100 * used / available)
+    # The same result against a constraint it misses: negative slack, MISSED in the table.
+    fast = replace(ecp5, freq_mhz=2 * ecp5.fmax_mhz)
+    assert fast.timing_met is False and fast.slack_ns == pytest.approx(-1000 / fast.freq_mhz)
+    row = next(line for line in markdown_table([fast], names=["my-adder"]).splitlines()
+               if line.startswith("| my-adder |"))
+    assert f"| {fast.slack_ns:+.2f} | MISSED |" in row and f"`{start}` → `{end}`" in row
+    generic = adder_reports[0]["generic"]
+    assert generic.timing_met is None and generic.slack_ns is None
+    assert generic.critical_path is None and generic.as_dict()["timing_met"] is None
+
+
 def test_report_is_frozen(adder_reports):
     report: SynthReport = adder_reports[0]["generic"]
     with pytest.raises(AttributeError):
