@@ -349,25 +349,29 @@ def cmd_bench(args) -> int:
 # --- reproduce ----------------------------------------------------------------------------
 
 def cmd_reproduce(args) -> int:
-    from sim.reproduce import PAPERS, ReproduceError, comparison_table, dask_client, run
+    from sim.reproduce import (PAPERS, QUICK_LABEL, ReproduceError, comparison_table, dask_client,
+                               run)
 
     papers = list(PAPERS) if args.paper == "all" else [args.paper]
     if args.paper != "all" and args.paper not in PAPERS:
         raise UsageError(f"unknown paper {args.paper!r}; papers are {', '.join(PAPERS)}, all")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be at least 1, not {args.workers}")
-    output_folder(args.output)
+    # A quick run has its own folder, so that it never replaces the full-size reports.
+    out = output_folder(args.output)
+    out = out / "quick" if args.quick else out      # made by the first paper's Staged
     try:
         with dask_client(args.scheduler, args.workers) as client:
             workers = len(client.scheduler_info()["workers"])
             where = args.scheduler or f"a local Dask cluster of {workers} worker processes"
             _status(f"reproduce: running on {where}")
             for paper in papers:
-                staged = Staged(args.output)
+                staged = Staged(out)
                 with staged as stage:
                     result, report = run(paper, stage, quick=args.quick, client=client,
                                          progress=_status)
-                print(f"## {result.title}\n\n{comparison_table(result.rows)}\n")
+                title = result.title + (f" ({QUICK_LABEL})" if args.quick else "")
+                print(f"## {title}\n\n{comparison_table(result.rows)}\n")
                 _status(f"wrote {staged.final(report)}" + (f" and {len(result.plots)} plot(s)"
                                              if result.plots else ""))
     except ReproduceError as exc:
@@ -444,7 +448,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("paper", help="shield, rdxe, umdam, kvnand, flowkv or all")
     p.add_argument("-o", "--output", default="build/reproduce",
                    help="output folder (default: build/reproduce)")
-    p.add_argument("--quick", action="store_true", help="reduced size (the test suite's)")
+    p.add_argument("--quick", action="store_true",
+                   help="reduced size (the test suite's), written under OUTPUT/quick and "
+                        "labelled so in every table and plot")
     p.add_argument("--workers", type=int,
                    help="worker processes of the local Dask cluster (default: one per core)")
     p.add_argument("--scheduler", metavar="ADDRESS",

@@ -250,9 +250,7 @@ def reproduce(ctx):
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = ctx.plot_path("decode_tps.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    path = ctx.save_plot(fig, "decode_tps.png", dpi=110)
     res.plots.append(path)
 
     res.notes += [

@@ -914,9 +914,7 @@ def _plot(ctx, name: str, draw, *, ncols: int = 1, size=(7.0, 4.2)):
     fig, axes = plt.subplots(1, ncols, figsize=size, squeeze=False)
     draw(fig, axes[0])
     fig.tight_layout()
-    path = ctx.plot_path(name)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    path = ctx.save_plot(fig, name, dpi=110)
     return path
 
 

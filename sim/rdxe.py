@@ -826,7 +826,7 @@ def _pm(values, scale: float = 100.0, fmt: str = ".1f") -> str:
     return f"{mean:{fmt}} ± {std:{fmt}}" if len(values) > 1 else f"{mean:{fmt}}"
 
 
-def _gantt(ctx, path) -> None:
+def _gantt(ctx, name: str) -> Path:
     """A Gantt chart of the ring for a small case: 4 DXEs, 6 short requests, 4 resident."""
     import matplotlib
     matplotlib.use("Agg")
@@ -859,8 +859,7 @@ def _gantt(ctx, path) -> None:
               fontsize=8, title="request", title_fontsize=8)
     ax.set_ylim(-0.6, ring.servers + 0.9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return ctx.save_plot(fig, name, dpi=120)
 
 
 def reproduce(ctx) -> "Result":
@@ -1014,14 +1013,10 @@ def reproduce(ctx) -> "Result":
     b.set_title("rDXE utilization vs. concurrent requests")
     b.legend(fontsize=8)
     fig.tight_layout()
-    path = ctx.plot_path("utilization.png")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    path = ctx.save_plot(fig, "utilization.png", dpi=120)
     plots.append(path)
 
-    path = ctx.plot_path("gantt.png")
-    _gantt(ctx, path)
-    plots.append(path)
+    plots.append(_gantt(ctx, "gantt.png"))
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for (system, batch), (label, style) in styles.items():
@@ -1033,9 +1028,7 @@ def reproduce(ctx) -> "Result":
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = ctx.plot_path("latency.png")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    path = ctx.save_plot(fig, "latency.png", dpi=120)
     plots.append(path)
 
     pad = {b: _stats([r["useful"] / r["busy"] for r in by[(key, "batch", b)]])[0]

@@ -2,7 +2,7 @@
 
 Every paper has a module in ``sim/`` with a function ``reproduce(ctx) -> Result``. The function
 computes its figures from the model (never from the paper's numbers), puts the paper's value beside
-each one in a :class:`Row`, and writes its plots through ``ctx.plot_path``. :func:`run` renders
+each one in a :class:`Row`, and writes its plots through ``ctx.save_plot``. :func:`run` renders
 the result to ``<out>/<paper>/report.md`` and returns it; ``memwall reproduce`` is the front end.
 
 Sweeps go through :meth:`Context.map`, which runs the points in parallel on a Dask cluster: a
@@ -75,7 +75,7 @@ class Result:
     rows: list[Row] = field(default_factory=list)
     #: (heading, Markdown body) sections after the comparison, e.g. a full sweep table.
     tables: list[tuple[str, str]] = field(default_factory=list)
-    #: Plot files written under the output folder (``ctx.plot_path``), in the report's order.
+    #: Plot files written under the output folder (``ctx.save_plot``), in the report's order.
     plots: list[Path] = field(default_factory=list)
     #: Paragraphs: assumptions, cross-checks, and why figures differ.
     notes: list[str] = field(default_factory=list)
@@ -127,6 +127,10 @@ def comparison_table(rows: Sequence[Row]) -> str:
         align="lrrrl")
 
 
+#: How a quick run's tables and plots are labelled.
+QUICK_LABEL = "quick: reduced size (--quick)"
+
+
 def _status(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -160,6 +164,24 @@ class Context:
         if not name.endswith(".png"):
             raise ValueError(f"plot names end in .png, not {name!r}")
         return self.out_dir / name
+
+    def save_plot(self, fig, name: str, *, dpi: int = 110) -> Path:
+        """Write ``fig`` as the plot ``name`` and close it; a quick run's plot says so in its
+        corner. The file appears whole: written under a temporary name, then renamed."""
+        import matplotlib.pyplot as plt
+
+        path = self.plot_path(name)
+        if self.quick:
+            fig.text(0.995, 0.005, QUICK_LABEL, ha="right", va="bottom", fontsize=7,
+                     color="0.4")
+        partial = path.with_name(f".{path.name}.partial")
+        try:
+            fig.savefig(partial, dpi=dpi, format="png")
+            os.replace(partial, path)
+        finally:
+            plt.close(fig)
+            partial.unlink(missing_ok=True)
+        return path
 
     def progress(self, message: str) -> None:
         self._progress(f"[{self.name}] {message}")
@@ -286,8 +308,8 @@ def _module(paper: str):
 
 def render(paper: str, result: Result, out_dir: Path, *, quick: bool, seconds: float) -> str:
     """The Markdown report of one reproduction (plots linked relative to ``out_dir``)."""
-    size = "reduced size (--quick)" if quick else "full size"
-    lines = [f"# {result.title}", "",
+    size = QUICK_LABEL if quick else "full size"
+    lines = [f"# {result.title}" + (f" ({QUICK_LABEL})" if quick else ""), "",
              f"`memwall reproduce {paper}{' --quick' if quick else ''}`: {size}, "
              f"{seconds:.1f} s. The difference is ours relative to the paper's.", "",
              comparison_table(result.rows), ""]

@@ -293,9 +293,7 @@ def _plot(ctx, name: str, draw, *, size=(7, 4.2)) -> Path:
     draw(ax)
     if len(fig.axes) == 1:
         fig.tight_layout()
-    path = ctx.plot_path(name)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    path = ctx.save_plot(fig, name, dpi=110)
     return path
 
 

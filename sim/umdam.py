@@ -1105,9 +1105,7 @@ def reproduce(ctx):
     ax2.set_title("Re-layout from the PIM layout to the NPU tensor")
     ax2.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    path = ctx.plot_path("mapping_bandwidth.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    path = ctx.save_plot(fig, "mapping_bandwidth.png", dpi=110)
     res.plots.append(path)
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -1134,9 +1132,7 @@ def reproduce(ctx):
     ax2.grid(True, alpha=0.3)
     ax2.legend(fontsize=7, ncol=2, loc="lower left")
     fig.tight_layout()
-    path = ctx.plot_path("speedup.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    path = ctx.save_plot(fig, "speedup.png", dpi=110)
     res.plots.append(path)
 
     fig, ax = plt.subplots(figsize=(8, 4.2))
@@ -1161,9 +1157,7 @@ def reproduce(ctx):
     ax.legend(fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    path = ctx.plot_path("breakdown.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    path = ctx.save_plot(fig, "breakdown.png", dpi=110)
     res.plots.append(path)
 
     # Notes.

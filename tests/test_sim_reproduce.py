@@ -1,6 +1,7 @@
 """sim/reproduce.py and `memwall reproduce`: tables, the parallel map (serial, local Dask cluster,
 an existing scheduler on loopback), reports and error messages."""
 
+import re
 import socket
 import threading
 import time
@@ -130,9 +131,29 @@ def test_local_cluster_runs_a_reproduction(capsys, tmp_path):
     assert code == 0, err
     assert "a local Dask cluster of 2 worker processes" in err
     assert "[shield] Algorithm 1 fault injection: 24/24 points" in err
-    report = (tmp_path / "shield" / "report.md").read_text()
+    # A quick run has its own folder and says it is one: report title, terminal table, plots.
+    report = (tmp_path / "quick" / "shield" / "report.md").read_text()
+    assert not (tmp_path / "shield").exists()
     assert report.startswith("# SHIELD") and "![fault_injection](fault_injection.png)" in report
+    assert report.splitlines()[0].endswith(f"({rp.QUICK_LABEL})")
+    assert re.search(rf"^## .*\({re.escape(rp.QUICK_LABEL)}\)$", out, re.M)
     assert "| SHIELD gain, Summary, Qwen3-8B | 1.35 x |" in out
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_a_plot_is_written_whole_and_labelled_when_quick(tmp_path, quick):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ctx = rp.Context(tmp_path, quick=quick, progress=lambda s: None)
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    path = ctx.save_plot(fig, "line.png")
+    assert path == tmp_path / "line.png" and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["line.png"]      # no partial file left
+    assert [t.get_text() for t in fig.texts] == ([rp.QUICK_LABEL] if quick else [])
+    assert not plt.fignum_exists(fig.number)                         # closed
 
 
 def test_existing_scheduler_runs_a_reproduction_and_reports_failures(capsys, tmp_path):
@@ -148,7 +169,7 @@ def test_existing_scheduler_runs_a_reproduction_and_reports_failures(capsys, tmp
         out, err = capsys.readouterr()
         assert code == 0, err
         assert f"running on {address}" in err
-        assert (tmp_path / "flowkv" / "decode_tps.png").stat().st_size > 10_000
+        assert (tmp_path / "quick" / "flowkv" / "decode_tps.png").stat().st_size > 10_000
         assert "| Gemma3-4B decode TPS at 1K | 14.4 tok/s |" in out
         with Client(address) as client:
             ctx = rp.Context(tmp_path, client=client, progress=lambda s: None)
