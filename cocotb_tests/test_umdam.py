@@ -32,3 +32,18 @@ def test_umdam(case, simulator):
     block, preset, overrides = case
     params = registry.get(block).parameters(preset, overrides)
     run_block(block, params, simulator)
+
+
+@pytest.mark.parametrize("variable", ["MEMWALL_WAVES", "WAVES"])
+def test_waves_on_request_and_the_seed_to_rerun_with(monkeypatch, variable):
+    """The launcher's switches: a seed from MEMWALL_SEED is the one cocotb runs with, and
+    waveforms are written where waves_file says (Icarus: FST, through memwall's dump module)."""
+    from .launcher import _seed, waves_file
+
+    monkeypatch.setenv("MEMWALL_SEED", "1234")
+    monkeypatch.setenv(variable, "1")
+    block = registry.get("umdam")
+    results = run_block("umdam", block.parameters("small"), "icarus", testcase="random_traffic")
+    assert _seed(results) == "1234"
+    waves = waves_file(results.parent, block.top, "icarus")
+    assert waves.read_bytes()[:1] == b"\x00" and waves.stat().st_size > 1000   # FST header block
