@@ -179,6 +179,7 @@ def cmd_synth(args) -> int:
         if args.timing_weight is not None:
             options["timing_weight"] = args.timing_weight
         options["seeds"] = args.seeds
+        options["device"] = args.device
         try:
             check_options(args.target, **options)
         except ValueError as exc:
@@ -213,7 +214,7 @@ def _timing_verdict(named_reports, fail: bool) -> int:
 def _build_block(block, params, args, staged: Staged, tag: str) -> tuple[dict, list]:
     """Generate, lint and synthesize one block of ``memwall build`` into ``staged``'s scratch
     folder; return its report entry (paths where the files end up) and its synthesis reports."""
-    from synth.flow import synthesize
+    from synth.flow import devices, synthesize
     from synth.lint import lint
 
     design_dir = staged.stage / block.name
@@ -240,8 +241,9 @@ def _build_block(block, params, args, staged: Staged, tag: str) -> tuple[dict, l
     for target in args.target or block.synth.targets:
         _status(f"{tag}: synthesize for {target}")
         synth_text = block.verilog(params, target)[0] if target in FAMILIES else text
+        device = args.device if args.device in [d[2] for d in devices(target)] else None
         report = synthesize(synth_text, block.top, target, design_dir / target,
-                            **block.synth.flow_options(), seeds=args.seeds,
+                            **block.synth.flow_options(), seeds=args.seeds, device=device,
                             progress=lambda s, tag=tag: _status(f"{tag}:   {s}"))
         entry["synth"].append(report.as_dict())
         reports.append(report)
@@ -293,12 +295,15 @@ def _build_report(preset: str, elapsed: float, results: list, rows: list, names:
 
 
 def cmd_build(args) -> int:
-    from synth.flow import check_options
+    from synth.flow import check_options, devices
 
     try:
         check_options("ecp5", 100.0, seeds=args.seeds)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    parts = [d[2] for t in ("ecp5", "ice40") for d in devices(t)]
+    if args.device is not None and args.device not in parts:
+        raise UsageError(f"--device must be one of {', '.join(parts)}, not {args.device!r}")
     out = output_folder(args.output)
     names = args.block or [b.name for b in registry.blocks()]
     chosen = [registry.get(n) for n in names]
@@ -395,6 +400,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="override one parameter (repeatable; tuples comma-separated)")
         p.add_argument("-o", "--output", default=output_default, help="output folder")
 
+    def device_arg(p, text):
+        from synth.flow import devices
+        parts = ", ".join(d[2] for t in ("ecp5", "ice40") for d in devices(t))
+        p.add_argument("--device", metavar="PART", help=f"{text}: {parts}")
+
     def fail_on_timing(p):
         p.add_argument("--fail-on-timing", action="store_true",
                        help=f"exit with status {EXIT_TIMING} when a block misses its clock "
@@ -427,6 +437,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print JSON (Fmax under fmax_mhz: the median over the seeds; "
                         "fmax_mhz_min, fmax_mhz_max, fmax_mhz_seeds)")
+    device_arg(p, "the part to place on (default: the target's smallest that fits)")
     fail_on_timing(p)
     p.set_defaults(func=cmd_synth)
     p = sub.add_parser("build", help="main job: every block through generate, lint and synthesis")
@@ -437,6 +448,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="synthesis target (repeatable; default: each block's own)")
     p.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="nextpnr seeds per placement; Fmax is their median (default: 1)")
+    device_arg(p, "the part to place on, for the targets it belongs to (default: each target's "
+                  "smallest that fits)")
     fail_on_timing(p)
     p.set_defaults(func=cmd_build)
     p = sub.add_parser("bench", help="measure a block family's throughput, latency, area, Fmax")

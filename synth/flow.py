@@ -87,7 +87,7 @@ from typing import Callable, Sequence
 from .toolchain import ToolNotFound, log_tail, run_logged, stop_children, tool_path
 
 __all__ = ["TARGETS", "SynthError", "SynthReport", "Port", "ToolNotFound", "synthesize",
-           "design_ports", "serial_wrapper"]
+           "devices", "design_ports", "serial_wrapper"]
 
 #: The targets :func:`synthesize` accepts.
 TARGETS = ("generic", "ecp5", "ice40")
@@ -536,12 +536,23 @@ def _count_prefix(cells: dict[str, int], *prefixes: str) -> int:
 # Flows
 
 
+def devices(target: str) -> tuple[tuple[str, str, str], ...]:
+    """The ``(nextpnr flag, package, part)`` devices the flow knows for ``target``, smallest
+    first (none for ``generic``)."""
+    return {"ecp5": ECP5_DEVICES, "ice40": (ICE40_DEVICE,)}.get(target, ())
+
+
 def check_options(target: str, freq_mhz: float, timing_weight: int | None = None,
-                  seeds: int = 1) -> None:
+                  seeds: int = 1, device: str | None = None) -> None:
     """Raise ``ValueError`` naming the bad value if :func:`synthesize` would refuse these."""
     if target not in TARGETS:
         raise ValueError(f"Target must be one of {', '.join(repr(t) for t in TARGETS)}, "
                          f"not {target!r}")
+    parts = [part for _, _, part in devices(target)]
+    if device is not None and device not in parts:
+        raise ValueError(f"Device for target {target!r} must be "
+                         + (f"one of {', '.join(parts)}" if parts else "none (no placement)")
+                         + f", not {device!r}")
     if isinstance(freq_mhz, bool) or not isinstance(freq_mhz, (int, float)) \
             or not math.isfinite(freq_mhz) or freq_mhz <= 0:
         raise ValueError(f"Frequency constraint freq_mhz must be a positive number of MHz, "
@@ -713,11 +724,11 @@ def _timing(reports: list[tuple[dict, Path]], cells: dict[str, int], target: str
 
 def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path, freq_mhz: float,
           wrap: bool, timeout, progress, timing_weight: int | None = None,
-          seeds: int = 1) -> dict:
+          seeds: int = 1, part_name: str | None = None) -> dict:
     cells = _netlist(verilog_name, verilog, top, target, workdir, wrap, timeout, progress)
     nextpnr = tool_path(f"yowasp-nextpnr-{target}")
-    devices = ECP5_DEVICES if target == "ecp5" else (ICE40_DEVICE,)
-    for index, (device, package, part) in enumerate(devices):
+    tried = [d for d in devices(target) if part_name in (None, d[2])]
+    for index, (device, package, part) in enumerate(tried):
         step = f"nextpnr-{target} place & route" + (f" on {part}" if index else "")
         where = f"{part} {package.upper()}"
         argv = [nextpnr, f"--{device}", "--package", package, "--freq", f"{freq_mhz:g}",
@@ -741,7 +752,7 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
                 return _timing(placed, cells, target, where, wrap, timing_weight)
             over = placed
         util = _utilisation_from_log(pack_log)
-        if index + 1 < len(devices):
+        if index + 1 < len(tried):
             continue
         overuse = ", ".join(f"{k} {u}/{a}" for k, (u, a) in over.items())
         util = {k: v for k, v in util.items() if v[0]}
@@ -753,7 +764,8 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
 
 
 def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: float = 100.0,
-               timing_weight: int | None = None, seeds: int = 1, wrap: bool | None = None,
+               timing_weight: int | None = None, seeds: int = 1, device: str | None = None,
+               wrap: bool | None = None,
                timeout: float | None = None,
                progress: Callable[[str], None] | None = None) -> SynthReport:
     """Synthesize ``verilog`` for ``target`` and report its area and timing.
@@ -779,6 +791,9 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: 
     seeds : int
         Place and route the netlist with nextpnr seeds 1 to ``seeds`` (1 to 64; in parallel, one
         process per core) and report the median Fmax with the spread. Ignored for ``generic``.
+    device : str or None
+        The part to place on (``"LFE5U-45F"``; :func:`devices`); ``None`` (the default) tries
+        the target's parts from the smallest and takes the first the design fits.
     wrap : bool or None
         Time the block inside the serial wrapper, so that paths from and to its ports are timed too.
         ``None`` (the default) means ``True`` for ``ecp5`` and ``ice40``. ``False`` is allowed for
@@ -799,13 +814,14 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: 
     ValueError
         If ``target`` is not one of :data:`TARGETS`, ``freq_mhz`` is not positive,
         ``timing_weight`` is outside :data:`TIMING_WEIGHTS`, ``seeds`` outside
-        :data:`SEED_COUNTS`, or ``wrap`` is ``False`` for ``ice40``.
+        :data:`SEED_COUNTS`, ``device`` is not one of the target's :func:`devices`, or
+        ``wrap`` is ``False`` for ``ice40``.
     SynthError
         If a step fails; the message names the step, the log path and the last lines of the log.
     ToolNotFound
         If Yosys or nextpnr is not installed.
     """
-    check_options(target, freq_mhz, timing_weight, seeds)
+    check_options(target, freq_mhz, timing_weight, seeds, device)
     if not isinstance(top, str) or not top:
         raise ValueError(f"Top module name must be a non-empty string, not {top!r}")
     if target == "ice40" and wrap is False:
@@ -822,7 +838,7 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: 
         fields = _generic(verilog_name, top, workdir, timeout, progress)
     else:
         fields = _fpga(verilog_name, verilog, top, target, workdir, float(freq_mhz), wrap,
-                       timeout, progress, timing_weight, seeds)
+                       timeout, progress, timing_weight, seeds, device)
     cells = fields.pop("cells_by_type")
     return SynthReport(target=target, top=top, cells=sum(cells.values()), cells_by_type=cells,
                        freq_mhz=float(freq_mhz), seconds=time.monotonic() - start,

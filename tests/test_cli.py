@@ -55,6 +55,12 @@ def test_list_shows_every_block_and_preset(capsys):
     (("synth", "rdxe", "--set", "lanes=4"),
      "--set needs one block, not the family 'rdxe'; its blocks are rdxe-vac, rdxe-dxt"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
+    (("synth", "umdam", "--device", "XC7"),
+     "Device for target 'ecp5' must be one of LFE5U-25F, LFE5U-45F, LFE5U-85F, not 'XC7'"),
+    (("synth", "umdam", "--target", "generic", "--device", "LFE5U-25F"),
+     "Device for target 'generic' must be none (no placement), not 'LFE5U-25F'"),
+    (("build", "--device", "foo"),
+     "--device must be one of LFE5U-25F, LFE5U-45F, LFE5U-85F, iCE40UP5K, not 'foo'"),
 ])
 def test_bad_input_is_one_line_with_status_2(capsys, argv, message):
     code, out, err = run(capsys, *argv)
@@ -279,3 +285,10 @@ def test_version_and_every_command_in_the_top_level_help():
     for name in commands:
         assert re.search(rf"^\s+{name}\b", helped.stdout, re.M), name
         assert name in helped.stdout.split("\n\n")[1], name      # and in the description
+
+
+def test_synth_places_on_the_device_named(capsys, tmp_path):
+    code, out, _ = run(capsys, "synth", "umdam", "--device", "LFE5U-85F", "--json",
+                       "-o", str(tmp_path))
+    assert code == 0
+    assert json.loads(out)["device"] == "LFE5U-85F CABGA381"      # not the smallest that fits
