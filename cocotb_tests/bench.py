@@ -2,7 +2,8 @@
 
 Throughput and latency come from the block testbench's ``full_rate`` test (no idle cycles, no
 back-pressure) under Verilator; area and Fmax from the synthesis flow (ECP5, nextpnr out of
-context). Run with ``memwall bench FAMILY``; results go to ``build/bench/FAMILY.{md,json}``.
+context). Run with ``memwall bench FAMILY``; results go to ``build/bench/FAMILY.{md,json}`` (``-o``
+another folder), the simulators' output to ``FAMILY.log`` there.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def bench_family(family: str, presets=("default", "paper"), *, simulator: str = 
                 text, _ = block.verilog(params, target)
                 synth = synthesize(text, block.top, target,
                                    out_dir / block.name / preset / target,
-                                   **block.synth.flow_options())
+                                   **block.synth.flow_options(),
+                                   progress=lambda step, tag=tag: progress(f"{tag}:   {step}"))
                 row.update(cells=synth.cells, luts=synth.luts, ffs=synth.ffs, dsps=synth.dsps,
                            cells_by_type=synth.cells_by_type, fmax_mhz=synth.fmax_mhz,
                            device=synth.device, note=synth.note)

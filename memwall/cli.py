@@ -11,7 +11,9 @@ the command succeeds (:mod:`memwall.output`), so no half-written output is left 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -335,19 +337,41 @@ def cmd_build(args) -> int:
 
 # --- bench --------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def _stdout_to(path: Path):
+    """Send this process's and its children's standard output (file descriptor 1) to ``path``:
+    the simulators' logs go there, and the command's own stdout keeps only its results."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(path, "w") as log:
+            os.dup2(log.fileno(), 1)
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def cmd_bench(args) -> int:
     from cocotb_tests.bench import bench_family
 
     from cocotb_tests.launcher import SimulationError
 
+    staged = Staged(args.output)
+    log = staged.stage / f"{args.family}.log"
     try:
-        _, md_path = bench_family(args.family, tuple(args.preset or ("default", "paper")),
-                                  simulator=args.simulator, progress=_status)
+        with staged, _stdout_to(log):
+            _, md_path = bench_family(args.family, tuple(args.preset or ("default", "paper")),
+                                      simulator=args.simulator, out_dir=staged.stage,
+                                      progress=_status)
     except (SimulationError, AssertionError) as exc:
-        print(f"memwall: bench {args.family}: {exc}", file=sys.stderr)
+        print(f"memwall: bench {args.family}: {exc} (simulator log: {log})", file=sys.stderr)
         return EXIT_TOOL
+    md_path = staged.final(md_path)
     print(md_path.read_text(), end="")
-    _status(f"wrote {md_path} and {md_path.with_suffix('.json')}")
+    _status(f"wrote {md_path} and {md_path.with_suffix('.json')}; the simulators' output is in "
+            f"{staged.final(log)}")
     return 0
 
 
@@ -456,6 +480,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("family", help="block family, e.g. umdam")
     p.add_argument("--preset", action="append", help="preset (repeatable; default: default, paper)")
     p.add_argument("--simulator", default="verilator", choices=("icarus", "verilator"))
+    p.add_argument("-o", "--output", default="build/bench",
+                   help="output folder: FAMILY.md, FAMILY.json, the simulators' log FAMILY.log "
+                        "(default: build/bench)")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("reproduce", help="run a paper's system model beside the paper's figures")
     p.add_argument("paper", help="shield, rdxe, umdam, kvnand, flowkv or all")

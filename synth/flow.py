@@ -249,13 +249,26 @@ class SynthReport:
 
 
 
+def _phase(log_path: Path) -> str:
+    """What a running tool is doing: the last line of its log that names a step."""
+    for line in reversed(log_tail(log_path, 40).splitlines()):
+        line = line.strip()
+        if line.startswith(("Info: ", "Info:")) or re.match(r"^\d+(\.\d+)*\. ", line):
+            return line.removeprefix("Info:").strip()[:100]
+    return "running"
+
+
 def _run(step: str, argv: Sequence[str], log_path: Path, cwd: Path, timeout: float | None,
          progress: Callable[[str], None] | None) -> None:
     """Run ``argv`` logging to ``log_path``; raise :class:`SynthError` if it fails."""
     if progress is not None:
         progress(step)
+    def beat(seconds: float) -> None:
+        progress(f"{step}: {seconds / 60:.0f} min, {_phase(log_path)}")
+
     try:
-        status = run_logged(argv, log_path, cwd, timeout=timeout)
+        status = run_logged(argv, log_path, cwd, timeout=timeout,
+                            heartbeat=None if progress is None else beat)
     except subprocess.TimeoutExpired:
         raise SynthError(step, log_path,
                          f"timed out after {timeout} s; last lines of the log:\n"

