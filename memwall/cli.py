@@ -79,21 +79,33 @@ def _status(message: str):
 
 # --- list -----------------------------------------------------------------------------------
 
+def _list_parameters(b) -> None:
+    print(f"\n{b.name}: parameters by preset")
+    presets = list(b.presets)
+    print("| parameter | " + " | ".join(presets) + " |")
+    print("|---|" + "---|" * len(presets))
+    for name in b.params.names():
+        values = [b.presets[p].as_dict()[name] for p in presets]
+        cells = [",".join(map(str, v)) if isinstance(v, list) else str(v) for v in values]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
 def cmd_list(args) -> int:
-    blocks = registry.blocks()
-    print("| block | family | status | summary |")
-    print("|---|---|---|---|")
+    blocks = [registry.get(args.block)] if args.block else registry.blocks()
+    print("| block | family | paper | status | summary |")
+    print("|---|---|---|---|---|")
     for b in blocks:
-        print(f"| {b.name} | {b.family} | {b.status} | {b.summary} |")
+        paper = registry.FAMILY_PAPERS.get(b.family) or "-"
+        print(f"| {b.name} | {b.family} | {paper} | {b.status} | {b.summary} |")
     for b in blocks:
-        print(f"\n{b.name}: parameters by preset")
-        presets = list(b.presets)
-        print("| parameter | " + " | ".join(presets) + " |")
-        print("|---|" + "---|" * len(presets))
-        for name in b.params.names():
-            values = [b.presets[p].as_dict()[name] for p in presets]
-            cells = [",".join(map(str, v)) if isinstance(v, list) else str(v) for v in values]
-            print(f"| {name} | " + " | ".join(cells) + " |")
+        _list_parameters(b)
+    if not args.block:
+        print("\nPapers (`memwall reproduce PAPER`) and the blocks that implement them")
+        print("| paper | family | blocks |")
+        print("|---|---|---|")
+        for family, paper in registry.FAMILY_PAPERS.items():
+            names = ", ".join(b.name for b in blocks if b.family == family)
+            print(f"| {paper or '- (shared numeric units)'} | {family} | {names} |")
     return 0
 
 
@@ -434,7 +446,9 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"exit with status {EXIT_TIMING} when a block misses its clock "
                             f"constraint (the misses are listed last either way)")
 
-    p = sub.add_parser("list", help="show the blocks, their presets and parameters")
+    p = sub.add_parser("list", help="show the blocks, their presets and parameters, and the "
+                                    "papers they implement")
+    p.add_argument("block", nargs="?", help="show this block only")
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("generate", help="write a block's Verilog and JSON manifest")
     design_args(p, "build/generated")

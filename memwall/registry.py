@@ -21,10 +21,14 @@ from hdl.arith.dsp import FAMILIES, Target
 
 from .params import BlockParams, ParameterError
 
-__all__ = ["PRESETS", "SynthSettings", "Block", "register", "get", "blocks", "UnknownBlock"]
+__all__ = ["PRESETS", "FAMILY_PAPERS", "SynthSettings", "Block", "register", "get", "blocks", "UnknownBlock"]
 
 #: Presets every block defines.
 PRESETS = ("small", "default", "paper")
+#: Block family -> the paper it implements, by the name `memwall reproduce` takes (the shared
+#: numeric units implement none).
+FAMILY_PAPERS = {"edram": "shield", "umdam": "umdam", "rdxe": "rdxe", "inflash": "kvnand",
+                 "flowkv": "flowkv", "arith": None}
 
 
 class UnknownBlock(ParameterError):

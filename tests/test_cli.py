@@ -308,3 +308,18 @@ def test_bench_writes_its_table_to_stdout_and_the_simulators_to_a_log(capfd, tmp
     assert {r["block"] for r in rows} == {"umdam", "umdam-composer", "umdam-tilegen"}
     assert "umdam (small):   nextpnr-ecp5 place & route" in err
     assert not list(tmp_path.glob(".partial-*"))
+
+
+def test_list_one_block_and_the_papers_map(capsys):
+    from sim.reproduce import PAPERS
+
+    code, out, _ = run(capsys, "list", "umdam-tilegen")
+    assert code == 0
+    assert "umdam-tilegen: parameters by preset" in out and "| umdam-tilegen | umdam | umdam |" in out
+    assert "umdam-composer" not in out
+    # Every family is mapped, and every paper `memwall reproduce` takes has its family.
+    assert set(registry.FAMILY_PAPERS) == {b.family for b in registry.blocks()}
+    assert {p for p in registry.FAMILY_PAPERS.values() if p} == set(PAPERS)
+    _, out, _ = run(capsys, "list")
+    assert "| kvnand | inflash | inflash, inflash-unit |" in out
+    assert "| shield | edram | edram, edram-fpga |" in out
