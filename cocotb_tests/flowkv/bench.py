@@ -59,9 +59,10 @@ def extra(out_dir: Path, simulator: str, progress: Callable[[str], None]) -> str
     (out_dir / "flowkv-rates.json").write_text(json.dumps(rows, indent=2) + "\n")
     p = rows[0]
     lines = ["", "## Stream rates of one pair", "",
-             f"`default` pair (d = {block.parameters('default').head_dim}, "
+             f"The `default` pair (d = {block.parameters('default').head_dim}, "
              f"P = {block.parameters('default').lanes}, L_c = "
-             f"{block.parameters('default').chunk}, max_tokens = {max(LENGTHS)}), one decode step "
+             f"{block.parameters('default').chunk}) with max_tokens raised from "
+             f"{block.parameters('default').max_tokens} to {max(LENGTHS)}, one decode step "
              f"at p = L - 1, {simulator}, no idle cycles, no back-pressure. Ideal: "
              f"d / P = {p['ideal_cycles_per_row']} cycles per row on each stream. Bandwidth: "
              "K and V beats over the step's total cycles, of 2 per cycle. Model: "

@@ -254,7 +254,7 @@ async def full_rate(dut):
     # Steady state: the V stream after its first chunk (tile 1 waits for chunk 0's F first).
     tb.report("full_rate", items=rows * B, cycles=v_span, per_cycle=round(rows * B / v_span, 4),
               latency=o_mon.first_cycle - c_mon.first_cycle,
-              latency_meaning="decode command to the first output beat (flowkv)",
+              latency_meaning="decode command to the first output beat",
               rows=rows, ideal_cycles_per_row=B,
               k_cycles_per_row=round(k_span / rows, 3), v_cycles_per_row=round(v_span / rows, 3),
               k_stalls=k_mon.stalls, v_stalls=v_mon.stalls,

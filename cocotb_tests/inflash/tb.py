@@ -769,7 +769,7 @@ async def full_rate(dut):
     beats = fig["rows"] * -(-fig["cols"] // cfg.fmacs)
     tb.report("full_rate", items=beats, cycles=fig["total"],
               per_cycle=round(beats / fig["total"], 4), latency=fig["pe_latency"],
-              latency_meaning=f"last page word to last y (inflash, {first})",
+              latency_meaning=f"last page word to last y ({first})",
               **{f"{m}_{k}": v for m, f in figures.items() for k, v in f.items()})
     tb.check_block_reads()
 

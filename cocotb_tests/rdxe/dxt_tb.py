@@ -470,7 +470,7 @@ async def full_rate(dut):
              golden.gemv_cycles(M, K, tb.dmodel.params, lat).done + lat.word)
     tb.report("full_rate", items=items, cycles=span, per_cycle=round(items / span, 4),
               latency=o.first_cycle - x.first_cycle, latency_meaning="first token chunk taken "
-              "to the first result word (rdxe-dxt)", macs=macs, M=M, K=K, count=count,
+              "to the first result word", macs=macs, M=M, K=K, count=count,
               utilization=round(macs / (cfg.vacs * cfg.lanes * span), 4), model=model)
     assert span == model, f"{count} GEMVs of {M} x {K} took {span} cycles, the model {model}"
 

@@ -695,7 +695,7 @@ async def full_rate(dut):
     latency = out.first_cycle - (chunks.first_cycle + C - 1)
     tb.report("full_rate", items=M * C, cycles=span, per_cycle=round(M * C / span, 4),
               latency=latency, latency_meaning="last chunk of an output on hlink_i to its "
-              "result on o (rdxe-vac)", chunks_per_output=C, results=M,
+              "result on o", chunks_per_output=C, results=M,
               result_span=out.last_cycle - out.first_cycle + 1, credit_stalls=tb.source.stalls)
     assert tb.source.stalls == 0, f"the source waited {tb.source.stalls} cycles for credits"
     assert span == M * C, f"{M * C} chunks took {span} cycles, not one per cycle"
