@@ -68,6 +68,8 @@ def _overrides(pairs: list[str] | None) -> dict[str, str]:
 
 
 def _design(args):
+    if getattr(args, "name", None) is not None:
+        registry.check_module_name(args.name)
     block = registry.get(args.block)
     params = block.parameters(args.preset, _overrides(args.set))
     return block, params
@@ -112,23 +114,25 @@ def cmd_list(args) -> int:
 # --- generate -------------------------------------------------------------------------------
 
 def generate(block, params, preset: str, out_dir: Path,
-             target: str | None = None) -> tuple[Path, Path, dict]:
+             target: str | None = None, name: str | None = None) -> tuple[Path, Path, dict]:
     """Write ``<top>.v`` and ``<top>.json`` (the manifest) into ``out_dir``; the Verilog for
-    ``target`` (see :meth:`memwall.registry.Block.verilog`), generic by default."""
-    text, component = block.verilog(params, target)
+    ``target`` (see :meth:`memwall.registry.Block.verilog`), generic by default, its top module
+    ``name`` (default: the block's name with ``_`` for ``-``)."""
+    top = name or block.top
+    text, component = block.verilog(params, target, name=top)
     out_dir.mkdir(parents=True, exist_ok=True)
-    verilog_path = out_dir / f"{block.top}.v"
+    verilog_path = out_dir / f"{top}.v"
     verilog_path.write_text(text)
     manifest = {
         "block": block.name,
-        "top": block.top,
+        "top": top,
         "preset": preset,
         "target": target if target in FAMILIES else "generic",
         "parameters": params.as_dict(),
         "verilog": verilog_path.name,
         "ports": registry.ports(component, text),
     }
-    manifest_path = out_dir / f"{block.top}.json"
+    manifest_path = out_dir / f"{top}.json"
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     return verilog_path, manifest_path, manifest
 
@@ -138,7 +142,7 @@ def cmd_generate(args) -> int:
     staged = Staged(args.output)
     with staged as stage:
         verilog_path, manifest_path, manifest = generate(block, params, args.preset, stage,
-                                                         args.target)
+                                                         args.target, args.name)
     print(f"wrote {staged.final(verilog_path)} and {staged.final(manifest_path)}")
     for port in manifest["ports"]:
         print(f"  {port['direction']:6} {port['width']:4}  {port['name']}")
@@ -171,9 +175,10 @@ def _synth_designs(args) -> list:
     family = [b for b in registry.blocks() if b.family == args.block]
     if args.block in {b.name for b in registry.blocks()} or not family:
         return [_design(args)]
-    if args.set:
-        raise UsageError(f"--set needs one block, not the family {args.block!r}; its blocks are "
-                         f"{', '.join(b.name for b in family)}")
+    for option, given in (("--set", args.set), ("--name", args.name)):
+        if given:
+            raise UsageError(f"{option} needs one block, not the family {args.block!r}; its "
+                             f"blocks are {', '.join(b.name for b in family)}")
     return [(b, b.parameters(args.preset)) for b in family]
 
 
@@ -186,7 +191,8 @@ def cmd_synth(args) -> int:
     reports, dicts = [], []
     for index, (block, params) in enumerate(designs, 1):
         tag = f"[{index}/{len(designs)}] {block.name}: " if len(designs) > 1 else ""
-        text, _ = block.verilog(params, args.target)
+        top = args.name or block.top
+        text, _ = block.verilog(params, args.target, name=top)
         options = block.synth.flow_options()
         if args.freq is not None:
             options["freq_mhz"] = args.freq
@@ -200,7 +206,7 @@ def cmd_synth(args) -> int:
             raise UsageError(str(exc)) from None
         with Staged(args.output) as stage:
             workdir = stage / block.name / args.preset / args.target
-            report = synthesize(text, block.top, args.target, workdir, **options,
+            report = synthesize(text, top, args.target, workdir, **options,
                                 progress=None if args.json
                                 else lambda s, t=tag: _status(f"  {t}{s}"))
         reports.append(report)
@@ -436,6 +442,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="override one parameter (repeatable; tuples comma-separated)")
         p.add_argument("-o", "--output", default=output_default, help="output folder")
 
+    def name_arg(p):
+        p.add_argument("--name", metavar="MODULE",
+                       help="the top module's name, which every submodule's name starts with "
+                            "(default: the block's name with _ for -), so that two "
+                            "configurations can share one design")
+
     def device_arg(p, text):
         from synth.flow import devices
         parts = ", ".join(d[2] for t in ("ecp5", "ice40") for d in devices(t))
@@ -452,6 +464,7 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("generate", help="write a block's Verilog and JSON manifest")
     design_args(p, "build/generated")
+    name_arg(p)
     p.add_argument("--target", default="generic", choices=("generic", *FAMILIES),
                    help="generic Verilog, or Verilog for an ECP5: its multipliers instantiate "
                         "MULT18X18D blocks with their own registers (default: generic)")
@@ -463,6 +476,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("synth", help="synthesize a block (or every block of a family) and "
                                      "estimate area and Fmax")
     design_args(p, "build/synth")
+    name_arg(p)
     p.add_argument("--target", default="ecp5", choices=("generic", "ecp5", "ice40"),
                    help="generic gates, Lattice ECP5 or iCE40 (default: ecp5)")
     p.add_argument("--freq", type=float, help="clock constraint in MHz (default: the block's)")

@@ -21,7 +21,8 @@ from hdl.arith.dsp import FAMILIES, Target
 
 from .params import BlockParams, ParameterError
 
-__all__ = ["PRESETS", "FAMILY_PAPERS", "SynthSettings", "Block", "register", "get", "blocks", "UnknownBlock"]
+__all__ = ["PRESETS", "FAMILY_PAPERS", "check_module_name", "plain_module_names", "SynthSettings",
+           "Block", "register", "get", "blocks", "UnknownBlock"]
 
 #: Presets every block defines.
 PRESETS = ("small", "default", "paper")
@@ -147,7 +148,8 @@ class Block:
             raise ParameterError(str(exc)) from None
 
     def verilog(self, params: BlockParams,
-                target: str | None = None) -> tuple[str, wiring.Component]:
+                target: str | None = None, *,
+                name: str | None = None) -> tuple[str, wiring.Component]:
         """Return the Verilog text of the block and the component it was made from.
 
         The ports are the component's signature members, less constant ones: the ``ready`` of an
@@ -156,16 +158,48 @@ class Block:
         of :data:`hdl.arith.dsp.FAMILIES` (``"ecp5"``) the units instantiate its multiplier blocks
         with their own registers (:mod:`hdl.arith.dsp`); any other target, or ``None``, gives
         generic Verilog.
+
+        The top module is ``name`` (default :attr:`top`) and every submodule's name starts with
+        it: ``flowkv__tile0__U_12`` for Amaranth's ``\\flowkv.tile0.U$12``, a plain identifier
+        (:func:`plain_module_names`), so that two configurations under two names can share one
+        design.
         """
+        top = check_module_name(name) if name is not None else self.top
         component = self.elaborate(params)
         platform = Target(target) if target in FAMILIES else None
         signals = [Value.cast(value) for _, _, value in component.signature.flatten(component)]
         ports = [s for s in signals if not isinstance(s, Const)]
-        text = verilog.convert(component, name=self.top, platform=platform, ports=ports)
-        return text, component
+        text = verilog.convert(component, name=top, platform=platform, ports=ports)
+        return plain_module_names(text, top), component
 
     def golden_module(self):
         return importlib.import_module(self.golden)
+
+
+#: A Verilog-2005 simple identifier (what a top module name given by a user must be).
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+#: Verilog-2005 keywords a module name may not be (those a block name could plausibly clash with).
+_KEYWORDS = frozenset("module endmodule input output inout wire reg integer begin end always "
+                      "assign initial function task case default generate parameter".split())
+
+
+def check_module_name(name: str) -> str:
+    """Return ``name`` if it can name a Verilog module, else raise :class:`ParameterError`."""
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name) or name in _KEYWORDS \
+            or "$" in name:
+        raise ParameterError(f"module name must be a Verilog identifier (a letter or _, then "
+                             f"letters, digits and _; not a keyword), not {name!r}")
+    return name
+
+
+def plain_module_names(text: str, top: str) -> str:
+    """Rename the escaped submodule names Amaranth writes (``\\top.a.U$3``) to plain identifiers
+    (``top__a__U_3``): dots become ``__``, any other character that a simple identifier may not
+    hold ``_``."""
+    def plain(match: re.Match) -> str:
+        dotted = match.group(1)
+        return re.sub(r"[^A-Za-z0-9_]", "_", dotted.replace(".", "__")) + " "
+    return re.sub(rf"\\({re.escape(top)}\.\S+) ", plain, text)
 
 
 def ports(component: wiring.Component, verilog_text: str | None = None) -> list[dict]:

@@ -59,6 +59,11 @@ def test_list_shows_every_block_and_preset(capsys):
      "Device for target 'ecp5' must be one of LFE5U-25F, LFE5U-45F, LFE5U-85F, not 'XC7'"),
     (("synth", "umdam", "--target", "generic", "--device", "LFE5U-25F"),
      "Device for target 'generic' must be none (no placement), not 'LFE5U-25F'"),
+    (("generate", "umdam", "--name", "3x"),
+     "module name must be a Verilog identifier (a letter or _, then letters, digits and _; not a "
+     "keyword), not '3x'"),
+    (("synth", "rdxe", "--name", "x"),
+     "--name needs one block, not the family 'rdxe'; its blocks are rdxe-vac, rdxe-dxt"),
     (("build", "--device", "foo"),
      "--device must be one of LFE5U-25F, LFE5U-45F, LFE5U-85F, iCE40UP5K, not 'foo'"),
 ])
@@ -323,3 +328,19 @@ def test_list_one_block_and_the_papers_map(capsys):
     _, out, _ = run(capsys, "list")
     assert "| kvnand | inflash | inflash, inflash-unit |" in out
     assert "| shield | edram | edram, edram-fpga |" in out
+
+
+def test_two_configurations_named_apart_share_one_design(capsys, tmp_path):
+    for name, lanes in (("kv_a", "2"), ("kv_b", "1")):
+        code, out, _ = run(capsys, "generate", "flowkv", "--preset", "small", "--set",
+                           f"lanes={lanes}", "--name", name, "-o", str(tmp_path))
+        assert code == 0 and f"wrote {tmp_path / name}.v" in out
+        text = (tmp_path / f"{name}.v").read_text()
+        modules = re.findall(r"^module ([^\s(]+)", text, re.M)
+        assert modules[0] == name and len(modules) > 10
+        assert all(m.startswith(f"{name}__") for m in modules[1:])      # plain, prefixed
+        assert json.loads((tmp_path / f"{name}.json").read_text())["top"] == name
+    both = subprocess.run(["iverilog", "-g2005", "-o", str(tmp_path / "both.vvp"),
+                           str(tmp_path / "kv_a.v"), str(tmp_path / "kv_b.v")],
+                          capture_output=True, text=True)
+    assert both.returncode == 0, both.stderr
