@@ -113,16 +113,22 @@ def cmd_list(args) -> int:
 
 # --- generate -------------------------------------------------------------------------------
 
-def generate(block, params, preset: str, out_dir: Path,
-             target: str | None = None, name: str | None = None) -> tuple[Path, Path, dict]:
+#: The line `memwall generate` starts its Verilog with (the cocotb launcher's timescale too).
+TIMESCALE_LINE = "`timescale 1ns / 1ps\n"
+
+
+def generate(block, params, preset: str, out_dir: Path, target: str | None = None,
+             name: str | None = None, *, src: bool = True,
+             timescale: bool = True) -> tuple[Path, Path, dict]:
     """Write ``<top>.v`` and ``<top>.json`` (the manifest) into ``out_dir``; the Verilog for
     ``target`` (see :meth:`memwall.registry.Block.verilog`), generic by default, its top module
-    ``name`` (default: the block's name with ``_`` for ``-``)."""
+    ``name`` (default: the block's name with ``_`` for ``-``), with ``src`` attributes and a
+    leading `` `timescale`` line unless told otherwise."""
     top = name or block.top
-    text, component = block.verilog(params, target, name=top)
+    text, component = block.verilog(params, target, name=top, src=src)
     out_dir.mkdir(parents=True, exist_ok=True)
     verilog_path = out_dir / f"{top}.v"
-    verilog_path.write_text(text)
+    verilog_path.write_text((TIMESCALE_LINE if timescale else "") + text)
     manifest = {
         "block": block.name,
         "top": top,
@@ -141,8 +147,9 @@ def cmd_generate(args) -> int:
     block, params = _design(args)
     staged = Staged(args.output)
     with staged as stage:
-        verilog_path, manifest_path, manifest = generate(block, params, args.preset, stage,
-                                                         args.target, args.name)
+        verilog_path, manifest_path, manifest = generate(
+            block, params, args.preset, stage, args.target, args.name, src=not args.no_src,
+            timescale=not args.no_timescale)
     print(f"wrote {staged.final(verilog_path)} and {staged.final(manifest_path)}")
     for port in manifest["ports"]:
         print(f"  {port['direction']:6} {port['width']:4}  {port['name']}")
@@ -465,6 +472,11 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="write a block's Verilog and JSON manifest")
     design_args(p, "build/generated")
     name_arg(p)
+    p.add_argument("--no-src", action="store_true",
+                   help="leave out the (* src *) attributes (by default they name source lines "
+                        "relative to the project, never absolute paths)")
+    p.add_argument("--no-timescale", action="store_true",
+                   help="leave out the leading `timescale 1ns / 1ps line")
     p.add_argument("--target", default="generic", choices=("generic", *FAMILIES),
                    help="generic Verilog, or Verilog for an ECP5: its multipliers instantiate "
                         "MULT18X18D blocks with their own registers (default: generic)")

@@ -9,8 +9,11 @@ synthesis settings.
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import sysconfig
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Mapping
 
 from amaranth import Const, Elaboratable, Value
@@ -148,8 +151,8 @@ class Block:
             raise ParameterError(str(exc)) from None
 
     def verilog(self, params: BlockParams,
-                target: str | None = None, *,
-                name: str | None = None) -> tuple[str, wiring.Component]:
+                target: str | None = None, *, name: str | None = None,
+                src: bool = True) -> tuple[str, wiring.Component]:
         """Return the Verilog text of the block and the component it was made from.
 
         The ports are the component's signature members, less constant ones: the ``ready`` of an
@@ -162,15 +165,17 @@ class Block:
         The top module is ``name`` (default :attr:`top`) and every submodule's name starts with
         it: ``flowkv__tile0__U_12`` for Amaranth's ``\\flowkv.tile0.U$12``, a plain identifier
         (:func:`plain_module_names`), so that two configurations under two names can share one
-        design.
+        design. ``src`` attributes name source lines relative to the project root (memwall's
+        files) or to Python's library folders (Amaranth's); ``src=False`` leaves them out.
         """
         top = check_module_name(name) if name is not None else self.top
         component = self.elaborate(params)
         platform = Target(target) if target in FAMILIES else None
         signals = [Value.cast(value) for _, _, value in component.signature.flatten(component)]
         ports = [s for s in signals if not isinstance(s, Const)]
-        text = verilog.convert(component, name=top, platform=platform, ports=ports)
-        return plain_module_names(text, top), component
+        text = verilog.convert(component, name=top, platform=platform, ports=ports,
+                               emit_src=src)
+        return _relative_src(plain_module_names(text, top)), component
 
     def golden_module(self):
         return importlib.import_module(self.golden)
@@ -181,6 +186,19 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 #: Verilog-2005 keywords a module name may not be (those a block name could plausibly clash with).
 _KEYWORDS = frozenset("module endmodule input output inout wire reg integer begin end always "
                       "assign initial function task case default generate parameter".split())
+
+
+#: Folders that ``src`` attributes are made relative to: the project root, the folder Python
+#: libraries (Amaranth) are installed in and Python's own, so no file names the checkout or the
+#: machine it came from.
+_SRC_ROOTS = (str(Path(__file__).resolve().parents[1]) + os.sep,
+              sysconfig.get_paths()["purelib"] + os.sep, sysconfig.get_paths()["stdlib"] + os.sep)
+
+
+def _relative_src(text: str) -> str:
+    for root in _SRC_ROOTS:
+        text = text.replace(root, "")
+    return text
 
 
 def check_module_name(name: str) -> str:
