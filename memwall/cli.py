@@ -118,26 +118,24 @@ TIMESCALE_LINE = "`timescale 1ns / 1ps\n"
 
 
 def generate(block, params, preset: str, out_dir: Path, target: str | None = None,
-             name: str | None = None, *, src: bool = True,
-             timescale: bool = True) -> tuple[Path, Path, dict]:
+             name: str | None = None, *, src: bool = True, timescale: bool = True,
+             overrides: dict[str, str] | None = None) -> tuple[Path, Path, dict]:
     """Write ``<top>.v`` and ``<top>.json`` (the manifest) into ``out_dir``; the Verilog for
     ``target`` (see :meth:`memwall.registry.Block.verilog`), generic by default, its top module
     ``name`` (default: the block's name with ``_`` for ``-``), with ``src`` attributes and a
-    leading `` `timescale`` line unless told otherwise."""
+    leading `` `timescale`` line unless told otherwise; the manifest is
+    :func:`memwall.manifest.manifest` (``overrides``: the ``--set`` values it records)."""
+    from .manifest import manifest as contract
+
     top = name or block.top
     text, component = block.verilog(params, target, name=top, src=src)
+    text = (TIMESCALE_LINE if timescale else "") + text
     out_dir.mkdir(parents=True, exist_ok=True)
     verilog_path = out_dir / f"{top}.v"
-    verilog_path.write_text((TIMESCALE_LINE if timescale else "") + text)
-    manifest = {
-        "block": block.name,
-        "top": top,
-        "preset": preset,
-        "target": target if target in FAMILIES else "generic",
-        "parameters": params.as_dict(),
-        "verilog": verilog_path.name,
-        "ports": registry.ports(component, text),
-    }
+    verilog_path.write_text(text)
+    manifest = contract(block, params, preset=preset, overrides=overrides or {}, target=target,
+                        top=top, verilog_name=verilog_path.name, verilog_text=text,
+                        component=component)
     manifest_path = out_dir / f"{top}.json"
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     return verilog_path, manifest_path, manifest
@@ -149,7 +147,7 @@ def cmd_generate(args) -> int:
     with staged as stage:
         verilog_path, manifest_path, manifest = generate(
             block, params, args.preset, stage, args.target, args.name, src=not args.no_src,
-            timescale=not args.no_timescale)
+            timescale=not args.no_timescale, overrides=_overrides(args.set))
     print(f"wrote {staged.final(verilog_path)} and {staged.final(manifest_path)}")
     for port in manifest["ports"]:
         print(f"  {port['direction']:6} {port['width']:4}  {port['name']}")

@@ -29,6 +29,31 @@ def test_verilator_lint_clean(block, preset, tmp_path):
     report = lint(text, entry.top, tmp_path)
     assert report.ok, f"{block} ({preset}): {report.errors} lint errors:\n" + \
         "\n".join(report.messages[:20])
+    _check_manifest(entry, preset, text, component)
+
+
+def _check_manifest(entry, preset, text, component):
+    """The block's manifest is valid under the shipped JSON Schema and describes the Verilog:
+    every port in exactly one stream or in other_ports, streams' ports declared as listed."""
+    import jsonschema
+
+    from memwall.manifest import manifest, schema
+
+    found = manifest(entry, entry.parameters(preset), preset=preset, overrides={}, target=None,
+                     top=entry.top, verilog_name=f"{entry.top}.v", verilog_text=text,
+                     component=component)
+    jsonschema.validate(found, schema())
+    names = [p["name"] for p in found["ports"]]
+    in_streams = [n for st in found["streams"] for n in st["ports"].values()]
+    assert sorted(in_streams + found["other_ports"] + (["clk", "rst"] if found["clock"] else [])) \
+        == sorted(names)
+    directions = {p["name"]: p["direction"] for p in found["ports"]}
+    for st in found["streams"]:
+        ready = st["ports"].get("ready")
+        inward = "input" if st["direction"] == "sink" else "output"
+        assert directions[st["ports"]["valid"]] == inward
+        assert ready is None or directions[ready] != inward
+        assert (st["protocol"] == "valid-ready") == (ready is not None)
 
 
 @pytest.mark.parametrize("block", [b.name for b in registry.blocks()])

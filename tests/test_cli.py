@@ -1,5 +1,6 @@
 """The command line: listing, generation, synthesis, the main job and its error messages."""
 
+import hashlib
 import json
 import os
 import re
@@ -87,6 +88,13 @@ def test_generate_writes_verilog_and_manifest(capsys, tmp_path):
     manifest = json.loads((tmp_path / "umdam.json").read_text())
     assert manifest["block"] == "umdam" and manifest["preset"] == "small"
     assert manifest["parameters"]["mappings"] == ["umdam", "ianus"]
+    assert manifest["overrides"] == {"mappings": "umdam,ianus"}
+    assert manifest["verilog_sha256"] == hashlib.sha256(verilog.encode()).hexdigest()
+    assert manifest["reset"] == {"port": "rst", "active": "high", "synchronous": True,
+                                 "cycles": 1, "note": "registers only; memory contents are not "
+                                                      "reset"}
+    assert [(st["name"], st["direction"], st["protocol"]) for st in manifest["streams"]] == \
+        [("i", "sink", "valid-ready"), ("o", "source", "valid-ready")]
     # Every manifest port is declared in the Verilog with that direction and width.
     for port in manifest["ports"]:
         width = f"[{port['width'] - 1}:0] " if port["width"] > 1 else ""
