@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import shtab
+
 from hdl.arith.dsp import FAMILIES
 
 from . import registry
@@ -433,14 +435,27 @@ def cmd_reproduce(args) -> int:
 
 # --- entry point ----------------------------------------------------------------------------
 
+#: Shell functions that complete block names (shtab's per-argument completion).
+BLOCKS = {"bash": "_memwall_blocks", "zsh": "_memwall_blocks"}
+
+
+def _completion_preamble() -> dict[str, str]:
+    names = " ".join(b.name for b in registry.blocks())
+    return {"bash": f"_memwall_blocks() {{ compgen -W '{names}' -- \"$1\"; }}",
+            "zsh": f"_memwall_blocks() {{ compadd {names}; }}"}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="memwall", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action=_Version, help="print memwall's version and commit")
+    shtab.add_argument_to(parser, "--print-completion", help="print a shell completion script "
+                          "(bash, zsh or tcsh): source <(memwall --print-completion bash)",
+                          preamble=_completion_preamble())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
                                 metavar="COMMAND")
 
     def design_args(p, output_default):
-        p.add_argument("block", help="registered block (see `memwall list`)")
+        p.add_argument("block", help="registered block (see `memwall list`)").complete = BLOCKS
         p.add_argument("--preset", default="default",
                        help=f"parameter preset: {', '.join(registry.PRESETS)} (default: default)")
         p.add_argument("--set", action="append", metavar="NAME=VALUE",

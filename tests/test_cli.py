@@ -369,3 +369,26 @@ def test_generated_verilog_is_portable_and_reproducible(capsys, tmp_path):
         "-o", str(tmp_path / "c"))
     bare = (tmp_path / "c" / "flowkv.v").read_text()
     assert "(* src" not in bare and "`timescale" not in bare
+
+
+def _complete(script: Path, *words: str) -> list[str]:
+    """What bash completes for the command line ``words`` (the last one being typed)."""
+    line = " ".join(words)
+    driver = (f"source {script}; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; "
+              f"COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}; _shtab_memwall; "
+              'printf "%s\\n" "${COMPREPLY[@]}"')
+    done = subprocess.run(["bash", "-c", driver], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_shell_completion_knows_commands_options_and_blocks(tmp_path):
+    printed = subprocess.run([sys.executable, "-m", "memwall", "--print-completion", "bash"],
+                             capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert printed.returncode == 0 and printed.stderr == ""
+    script = tmp_path / "memwall.bash"
+    script.write_text(printed.stdout)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    assert _complete(script, "memwall", "sy") == ["synth"]
+    assert _complete(script, "memwall", "generate", "edram") == ["edram", "edram-fpga"]
+    assert "--fail-on-timing" in _complete(script, "memwall", "build", "--f")
