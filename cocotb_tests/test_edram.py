@@ -31,7 +31,10 @@ def test_edram(case, simulator):
               testcase=tests)
 
 
-@pytest.mark.parametrize("simulator", SIMULATORS)
+#: A long run (59 s under Icarus, 28 s under Verilator on a loaded machine): Verilator in make
+#: test, Icarus with --slow; the same RTL is checked under Icarus by test_edram's cases.
+@pytest.mark.parametrize("simulator", [pytest.param("icarus", marks=pytest.mark.slow),
+                                       "verilator"])
 def test_edram_decay(simulator):
     """Retention decay under SHIELD: std clean, mantissa errors as the model predicts."""
     params = registry.get("edram").parameters("small", DECAY)
@@ -40,8 +43,8 @@ def test_edram_decay(simulator):
 
 
 # The negative control checks the testbench's error detector, not the RTL under a second
-# simulator (test_edram_decay runs the same RTL and checks under both): Icarus only, which
-# saves a Verilator build (about 35 s of the suite's CPU).
+# simulator (test_edram_decay runs the same RTL and checks under both, Icarus with --slow):
+# Icarus only, which saves a Verilator build (about 35 s of the suite's CPU).
 @pytest.mark.parametrize("simulator", ["icarus"])
 def test_edram_decay_broken_policy(simulator):
     """The same test with the standard segment on the relaxed interval finds exponent errors."""
