@@ -127,6 +127,7 @@ def generate(block, params, preset: str, out_dir: Path, target: str | None = Non
     ``name`` (default: the block's name with ``_`` for ``-``), with ``src`` attributes and a
     leading `` `timescale`` line unless told otherwise; the manifest is
     :func:`memwall.manifest.manifest` (``overrides``: the ``--set`` values it records)."""
+    from .core import capi2_core
     from .manifest import manifest as contract
 
     top = name or block.top
@@ -140,6 +141,7 @@ def generate(block, params, preset: str, out_dir: Path, target: str | None = Non
                         component=component)
     manifest_path = out_dir / f"{top}.json"
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    (out_dir / f"{top}.core").write_text(capi2_core(block, top, verilog_path.name, preset))
     return verilog_path, manifest_path, manifest
 
 
@@ -150,7 +152,8 @@ def cmd_generate(args) -> int:
         verilog_path, manifest_path, manifest = generate(
             block, params, args.preset, stage, args.target, args.name, src=not args.no_src,
             timescale=not args.no_timescale, overrides=_overrides(args.set))
-    print(f"wrote {staged.final(verilog_path)} and {staged.final(manifest_path)}")
+    print(f"wrote {staged.final(verilog_path)}, {staged.final(manifest_path)} and "
+          f"{staged.final(verilog_path).with_suffix('.core')}")
     for port in manifest["ports"]:
         print(f"  {port['direction']:6} {port['width']:4}  {port['name']}")
     return 0

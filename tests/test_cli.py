@@ -236,8 +236,10 @@ def test_outputs_are_staged_and_moved_into_place(capsys, tmp_path):
     (tmp_path / "mine.txt").write_text("kept\n")
     code, out, _ = run(capsys, "generate", "umdam", "--preset", "small", "-o", str(tmp_path))
     assert code == 0
-    assert f"wrote {tmp_path / 'umdam.v'} and {tmp_path / 'umdam.json'}" in out
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt", "umdam.json", "umdam.v"]
+    assert (f"wrote {tmp_path / 'umdam.v'}, {tmp_path / 'umdam.json'} and "
+            f"{tmp_path / 'umdam.core'}") in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt", "umdam.core", "umdam.json",
+                                                          "umdam.v"]
 
 
 def _processes_under(folder):
@@ -392,3 +394,27 @@ def test_shell_completion_knows_commands_options_and_blocks(tmp_path):
     assert _complete(script, "memwall", "sy") == ["synth"]
     assert _complete(script, "memwall", "generate", "edram") == ["edram", "edram-fpga"]
     assert "--fail-on-timing" in _complete(script, "memwall", "build", "--f")
+
+
+def test_fusesoc_takes_the_generated_core(capsys, tmp_path):
+    from memwall.core import core_name
+    from synth.toolchain import verilator_env
+
+    code, _, _ = run(capsys, "generate", "umdam", "--preset", "small", "--name", "umdam_toy",
+                     "-o", str(tmp_path))
+    assert code == 0
+    name = core_name("umdam", "umdam_toy")
+    fusesoc = [str(Path(sys.executable).with_name("fusesoc")), "--cores-root", str(tmp_path)]
+    info = subprocess.run([*fusesoc, "core-info", name], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert info.returncode == 0, info.stderr
+    assert f"Name:        {name}" in info.stdout and "lint    :" in info.stdout
+    lint = subprocess.run([*fusesoc, "run", "--target", "lint", name], capture_output=True,
+                          text=True, cwd=tmp_path, env=verilator_env())
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    # The lint target fails on a Verilog error, so the pass above means Verilator read it.
+    (tmp_path / "umdam_toy.v").write_text((tmp_path / "umdam_toy.v").read_text()
+                                          + "module broken(;\n")
+    broken = subprocess.run([*fusesoc, "run", "--target", "lint", name], capture_output=True,
+                            text=True, cwd=tmp_path, env=verilator_env())
+    assert broken.returncode != 0
