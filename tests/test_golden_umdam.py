@@ -43,10 +43,11 @@ SMALL_GEOMETRIES = {"small": SMALL, "ranks_bg": RANKS_BG, "wide_bank": WIDE_BANK
 
 #: The named mappings spelled out from their names: the paper's UMDAM order
 #: Row-ColM-Bank-Rank-Channel-ColL-Offset, RoBaRaCoCh, RoCoBaRaCh(O), and Ianus (channel on top).
-#: The paper has no bank groups; they sit directly above the bank field in every mapping.
+#: The paper has no bank groups; they sit directly above the bank field, except in RoBaRaCoCh,
+#: which is Ramulator 2's (bank above bank group; test_named_mappings_match_ramulator_and_dramsim3).
 SPELLED_OUT = {
     "umdam": "row-colM-bankgroup-bank-rank-channel-colL-offset",
-    "robaracoch": "row-bankgroup-bank-rank-col-channel-offset",
+    "robaracoch": "row-bank-bankgroup-rank-col-channel-offset",
     "rocobaracho": "row-col-bankgroup-bank-rank-channel-offset",
     "ianus": "channel-rank-bankgroup-bank-row-col-offset",
 }
@@ -673,3 +674,79 @@ def test_out_of_range_coordinate_is_refused():
 def test_unknown_walk_order_is_refused():
     with pytest.raises(ValueError, match=r"^Walk order must be one of npu, pim, not 'xyz'$"):
         golden.walk(mapping("umdam"), 4, 4, 2, 0, "xyz")
+
+
+# --------------------------------------------------------------------------------------------------
+# The named mappings against Ramulator 2 and DRAMsim3, on a DDR4 part
+#
+# Both simulators' decoders are written here from their published definitions, not from
+# hdl.umdam: Ramulator 2's linear mappers (src/addr_mapper/impl/linear_mappers.cpp) slice the
+# address, above the transaction offset, LSB first in a fixed order of its levels (channel, rank,
+# bankgroup, bank, row, column; the column less the prefetch bits); DRAMsim3's
+# Config::SetAddressMapping reads a string of two-letter fields MSB first, above
+# log2(bus_width / 8 * BL) offset bits, the column field being log2(columns) - log2(BL) wide.
+
+#: DDR4 8 Gb x8 in a 64-bit rank (Ramulator 2's DDR4_8Gb_x8, DRAMsim3's DDR4_8Gb_x8 configs):
+#: 2 ranks, 4 bank groups of 4 banks, 65536 rows of 1024 columns, BL8.
+DDR4 = DramGeometry.from_datasheet(channels=2, ranks=2, bankgroups=4, banks=4, rows=65536,
+                                   columns=1024, bus_bits=64, burst_length=8)
+_LEVELS = ("channel", "rank", "bankgroup", "bank", "row", "col")
+_BITS = {"channel": 1, "rank": 1, "bankgroup": 2, "bank": 2, "row": 16, "col": 10 - 3}
+
+
+def _slice(addr: int, order) -> dict:
+    """Cut ``addr`` into the levels of ``order``, LSB first."""
+    out = {}
+    for level in order:
+        out[level] = addr & ((1 << _BITS[level]) - 1)
+        addr >>= _BITS[level]
+    return out
+
+
+def ramulator2(name: str, addr: int) -> dict:
+    tx = addr >> 6                                   # prefetch 8 x 64-bit channel = 64 B
+    if name == "RoBaRaCoCh":    # channel, then column, then rank .. row (levels 1 to row)
+        return _slice(tx, ("channel", "col", "rank", "bankgroup", "bank", "row"))
+    if name == "ChRaBaRoCo":    # the last level (column) first, then row .. channel
+        return _slice(tx, tuple(reversed(_LEVELS)))
+    raise KeyError(name)
+
+
+def dramsim3(mapping: str, addr: int) -> dict:
+    codes = {"ch": "channel", "ra": "rank", "bg": "bankgroup", "ba": "bank", "ro": "row",
+             "co": "col"}
+    fields = [codes[mapping[i:i + 2]] for i in range(0, len(mapping), 2)]
+    return _slice(addr >> 6, tuple(reversed(fields)))        # the string is MSB first
+
+
+@pytest.mark.parametrize("ours, ramulator, dramsim", [
+    ("robaracoch", "RoBaRaCoCh", "robabgracoch"),
+    ("ianus", "ChRaBaRoCo", "chrabgbaroco"),
+    ("rocobaracho", None, "rocobgbarach"),
+])
+def test_named_mappings_match_ramulator_and_dramsim3(ours, ramulator, dramsim):
+    assert (DDR4.columns, DDR4.burst_bytes) == (128, 64)     # 1024 columns / BL8; 64 bit x BL8
+    mapping = AddressMapping(ours, DDR4)
+    rng = np.random.default_rng(SEED)
+    addresses = rng.integers(0, 1 << mapping.address_bits, 2000, dtype=np.uint64)
+    got = golden.map_addresses(mapping, addresses)
+    for k, addr in enumerate(int(a) for a in addresses):
+        expected = [dramsim3(dramsim, addr)] + ([ramulator2(ramulator, addr)] if ramulator else [])
+        mine = {level: int(got[level][k]) for level in _LEVELS}
+        for reference in expected:
+            assert mine == reference, f"seed {SEED}, {ours}, address {addr:#x}"
+        assert int(got["offset"][k]) == addr & 63
+
+
+def test_datasheet_columns_are_converted_and_checked():
+    lp = DramGeometry.from_datasheet(channels=4, ranks=1, bankgroups=1, banks=16, rows=65536,
+                                     columns=1024, bus_bits=16, burst_length=16,
+                                     interleave_bytes=256)
+    assert lp == DramGeometry.lpddr5()          # LPDDR5 x16: 1024 columns / BL16, 16 bit x BL16
+    with pytest.raises(ValueError, match="Datasheet column count must be at least the burst "
+                                         "length \\(8\\), not 4"):
+        DramGeometry.from_datasheet(channels=1, ranks=1, bankgroups=1, banks=1, rows=2,
+                                    columns=4, bus_bits=64, burst_length=8)
+    with pytest.raises(ValueError, match="Burst length \\(BL\\) must be a power of two"):
+        DramGeometry.from_datasheet(channels=1, ranks=1, bankgroups=1, banks=1, rows=2,
+                                    columns=1024, bus_bits=64, burst_length=6)

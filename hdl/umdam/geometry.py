@@ -23,9 +23,15 @@ A mapping is written as its fields from MSB to LSB joined by ``-``, for example
 ``name:W``, which is then checked against the geometry. A field of zero width (one rank, say) may be
 left out. ``bank^row`` (likewise ``channel``, ``rank``, ``bankgroup``) XOR-hashes that field with the
 low bits of the row field (permutation-based interleaving); the mapping stays a bijection because
-the row bits are unchanged. Named mappings: ``umdam``, ``robaracoch`` (the paper's NPU baseline
-``row-col-bank-rank-channel-offset``; the issue's RoBaRaCoCh puts ``col`` below ``rank``) and
-``ianus`` (channel bits highest).
+the row bits are unchanged. Named mappings: ``umdam`` (the paper's, bank groups directly above
+the bank), ``robaracoch`` (Ramulator 2's RoBaRaCoCh: ``row-bank-bankgroup-rank-col-channel``, the
+bank above the bank group as Ramulator's linear mapper takes its levels), ``rocobaracho`` (the
+paper's NPU baseline ``row-col-bank-rank-channel``, bank groups above the bank) and ``ianus``
+(Ramulator 2's ChRaBaRoCo: channel bits highest). docs/umdam.md gives each in Ramulator 2's and
+DRAMsim3's notation.
+
+Datasheet columns: DRAM datasheets, Ramulator and DRAMsim3 count a row's columns in device-width
+units; ``columns`` here counts bursts. :meth:`DramGeometry.from_datasheet` converts.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ _HASHABLE = ("channel", "rank", "bankgroup", "bank")
 
 NAMED_MAPPINGS = {
     "umdam": "row-colM-bankgroup-bank-rank-channel-colL-offset",
-    "robaracoch": "row-bankgroup-bank-rank-col-channel-offset",
+    "robaracoch": "row-bank-bankgroup-rank-col-channel-offset",
     "rocobaracho": "row-col-bankgroup-bank-rank-channel-offset",
     "ianus": "channel-rank-bankgroup-bank-row-col-offset",
 }
@@ -102,6 +108,30 @@ class DramGeometry:
             raise ValueError(
                 f"Interleave size must be between the burst size ({self.burst_bytes} B) and the "
                 f"row size ({self.row_bytes} B), not {self.interleave_bytes} B")
+
+    @classmethod
+    def from_datasheet(cls, *, channels: int, ranks: int, bankgroups: int, banks: int, rows: int,
+                       columns: int, bus_bits: int, burst_length: int,
+                       interleave_bytes: int | None = None) -> "DramGeometry":
+        """The geometry of a part described as its datasheet (and Ramulator, DRAMsim3) do.
+
+        ``columns`` counts device-width columns per row (1024 for a DDR4 x8 8 Gb die);
+        ``bus_bits`` is the channel's data width (64 for a DIMM rank), ``burst_length`` its
+        BL (8 for DDR4). A burst then moves ``bus_bits * burst_length / 8`` bytes, and a row
+        holds ``columns / burst_length`` bursts (DRAMsim3's ``actual_col_bits``, Ramulator's
+        column bits less the prefetch). ``interleave_bytes`` defaults to one burst.
+        """
+        power_of_two(burst_length, "Burst length (BL)", maximum=64)
+        power_of_two(bus_bits, "Channel data width in bits", minimum=8, maximum=1024)
+        power_of_two(columns, "Datasheet column count", maximum=1 << 16)
+        if columns < burst_length:
+            raise ValueError(f"Datasheet column count must be at least the burst length "
+                             f"({burst_length}), not {columns}")
+        burst_bytes = bus_bits * burst_length // 8
+        return cls(channels=channels, ranks=ranks, bankgroups=bankgroups, banks=banks,
+                   rows=rows, columns=columns // burst_length, burst_bytes=burst_bytes,
+                   interleave_bytes=burst_bytes if interleave_bytes is None
+                   else interleave_bytes)
 
     @classmethod
     def lpddr5(cls) -> "DramGeometry":
