@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # pytest-xdist workers; 2 cores here, `make test JOBS=8` on a bigger machine.
 JOBS   ?= auto
 
-.PHONY: run test test-all venv iverilog clean
+.PHONY: run test test-all example venv iverilog clean
 
 run: $(STAMP)
 	$(VENV)/bin/memwall build
@@ -18,6 +18,10 @@ test: $(STAMP) iverilog
 # Also the tests marked slow (conftest.py): lint of the largest paper presets and the like.
 test-all: $(STAMP) iverilog
 	$(PY) -m pytest -n $(JOBS) -q --durations=15 --slow --junitxml=build/test-results-all.xml
+
+# A generated block in a plain SystemVerilog testbench, under Icarus and Verilator (docs/examples).
+example: $(STAMP) iverilog
+	$(PY) docs/examples/fpmul/run.py
 
 venv: $(STAMP)
 
