@@ -8,6 +8,7 @@ from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..arith.tree import delay
 from ..pipeline import DelayLine
 from ..validate import index_bits
 from .chunks import ChunkFeed, TokenBuffer
@@ -190,7 +191,9 @@ class Dxt(wiring.Component):
                 vac.ppu.payload.addr.eq(self.ppu.payload.addr),
                 vac.ppu.payload.m.eq(self.ppu.payload.m),
                 vac.ppu.payload.shift.eq(self.ppu.payload.shift),
-                src.credit[v].eq(vac.credit),
+                # Registered: the gatherer's decision to take a word ends here, not at the
+                # source's counters across the tile.
+                src.credit[v].eq(delay(m, vac.credit, 1, name=f"credit{v}", reset=True)),
                 # RC factors: fused ones to every RCU, sequential ones to the sequencer.
                 vac.rc.valid.eq(rcu.rc.valid & ~rcu.rc.payload.seq),
                 vac.rc.payload.m.eq(rcu.rc.payload.m),

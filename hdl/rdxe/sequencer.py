@@ -84,13 +84,15 @@ def op_layout(cfg: DxtConfig) -> data.StructLayout:
 
 def _decode_layout(cfg: DxtConfig) -> data.StructLayout:
     """A command's decoded fields: its kind, whether it is refused (``bad``), the outputs the
-    gatherer sends, the passes, the KV group and the chunks of a P.V."""
+    gatherer sends, the passes, the KV group, and the index of its last chunk in a pass and of
+    its last pass (so that the sequencer compares its counters with registers)."""
     most = max(cfg.max_outputs, cfg.capacity)
     return data.StructLayout({
         "is_rms": 1, "is_qk": 1, "is_pv": 1, "gemv_like": 1, "writes_kv": 1, "bad": 1,
         "kind": 2, "outputs": unsigned(index_bits(most + 1)),
         "passes": unsigned(index_bits(most + 1)), "group": unsigned(index_bits(cfg.kv_groups)),
-        "pv_chunks": unsigned(index_bits(cfg.chunks + 2))})
+        "last_chunk": unsigned(index_bits(cfg.chunks + 2)),
+        "last_pass": unsigned(index_bits(most + 1))})
 
 
 def _decode(m: Module, cfg: DxtConfig, cmd) -> data.View:
@@ -101,6 +103,8 @@ def _decode(m: Module, cfg: DxtConfig, cmd) -> data.View:
     gemv_like = (cmd.op == _GEMV) | is_rms
     writes_kv = gemv_like & ((cmd.dest == _KEY) | (cmd.dest == _VALUE))
     outputs = Mux(gemv_like, cmd.outputs, Mux(is_qk, cmd.tokens, cfg.head_dim))
+    passes = (outputs + N - 1) >> (N.bit_length() - 1)
+    pv_chunks = (cmd.tokens + L - 1) >> (L.bit_length() - 1)
     m.d.comb += [
         dec.is_rms.eq(is_rms), dec.is_qk.eq(is_qk), dec.is_pv.eq(is_pv),
         dec.gemv_like.eq(gemv_like), dec.writes_kv.eq(writes_kv),
@@ -114,9 +118,10 @@ def _decode(m: Module, cfg: DxtConfig, cmd) -> data.View:
                        (cmd.head >= cfg.heads))),
         dec.kind.eq(Mux(gemv_like, cmd.dest, Mux(is_qk, SCORE, _OUT))),
         dec.outputs.eq(outputs),
-        dec.passes.eq((outputs + N - 1) >> (N.bit_length() - 1)),
+        dec.passes.eq(passes),
         dec.group.eq(Mux(gemv_like, cmd.head, cmd.head // cfg.group_size)),
-        dec.pv_chunks.eq((cmd.tokens + L - 1) >> (L.bit_length() - 1))]
+        dec.last_chunk.eq(Mux(gemv_like, cmd.chunks, Mux(is_qk, cfg.key_rows, pv_chunks)) - 1),
+        dec.last_pass.eq(passes - 1)]
     return dec
 
 
@@ -129,8 +134,8 @@ class _State:
         self.src0 = Signal(2, name="o_src0")    # pass 0 from: 0 token buffer, 1 x, 2 activations
         self.seq, self.fused, self.softmax, self.kv, self.rcu = (
             Signal(name=n) for n in ("o_seq", "o_fused", "o_softmax", "o_kv", "o_rcu"))
-        self.chunks = Signal(range(cfg.chunks + 2), name="o_chunks")
-        self.passes = Signal(range(most + 2), name="o_passes")
+        self.last_chunk = Signal(range(cfg.chunks + 2), name="o_last_chunk")
+        self.last_pass = Signal(range(most + 2), name="o_last_pass")
         self.row_pass, self.row = Signal(vcfg.row_bits, name="o_row_pass"), Signal(
             vcfg.row_bits, name="o_row")
         self.row_step = Signal(vcfg.row_bits, name="o_row_step")
@@ -140,13 +145,14 @@ class _State:
         self.scale = Signal(32, name="o_scale")
         self.half = Signal()
         self.p = Signal(range(most + 2), name="p")
+        self.pass0 = Signal(name="pass0")        # p == 0, as a register
         self.j = Signal(range(cfg.chunks + 2), name="j")
         self.left = Signal(range(cfg.capacity + cfg.lanes + 1), name="left")   # P.V tokens left
         self.drain = Signal(range(cfg.chunks + 2), name="drain")
         self.norm_rc = Signal(data.StructLayout({"m": unsigned(cfg.rc_bits - SHIFT_BITS),
                                                  "shift": unsigned(SHIFT_BITS)}), name="norm_rc")
-        self.last_j = self.j == self.chunks - 1
-        self.last_p = self.p == self.passes - 1
+        self.last_j = self.j == self.last_chunk
+        self.last_p = self.p == self.last_pass
         self.issue = Signal()
         self.x_take = Signal()       # x.ready: the sequencer takes a chunk if one is there
         self.accepted = Signal()     # a command starts (not refused)
@@ -357,13 +363,13 @@ class Sequencer(wiring.Component):
             m.d.sync += [
                 s.seq.eq(cmd.seq & vrc), s.fused.eq(~cmd.seq & vrc), s.rcu.eq(~cmd.seq & vrc),
                 s.softmax.eq(dec.is_pv), s.kv.eq(dec.is_qk | dec.is_pv),
-                s.chunks.eq(Mux(dec.gemv_like, cmd.chunks, Mux(dec.is_qk, R, dec.pv_chunks))),
-                s.passes.eq(dec.passes), s.tokens.eq(cmd.tokens), s.scale.eq(cmd.scale),
+                s.last_chunk.eq(dec.last_chunk), s.last_pass.eq(dec.last_pass),
+                s.tokens.eq(cmd.tokens), s.scale.eq(cmd.scale),
                 s.out_step.eq(~dec.is_qk), s.out.eq(cmd.entry),
                 s.row_step.eq(Mux(dec.is_pv, c, 1)),
                 s.pass_step.eq(Mux(dec.is_pv, 1, Mux(dec.is_qk, R, cmd.chunks))),
                 s.src0.eq(Mux(cmd.seq & vrc, 0, Mux(dec.is_pv, 2, 1))),
-                s.p.eq(0), s.j.eq(0), s.left.eq(cmd.tokens),
+                s.p.eq(0), s.pass0.eq(1), s.j.eq(0), s.left.eq(cmd.tokens),
                 s.drain.eq(Mux(dec.gemv_like, cmd.chunks, Mux(dec.is_qk, R, 0))),
             ]
             base = Mux(dec.is_qk, dec.group * cfg.group_rows,
@@ -427,9 +433,9 @@ class Sequencer(wiring.Component):
 
     def _run(self, m: Module, s: _State):
         """RUN: the operation's passes, one request per cycle."""
-        from_x = (s.p == 0) & (s.src0 == 1)
-        from_act = (s.p == 0) & (s.src0 == 2)
-        self._request(m, s, act=from_act, link=True, hlink=1, tap=(s.p == 0) & s.fused,
+        from_x = s.pass0 & (s.src0 == 1)
+        from_act = s.pass0 & (s.src0 == 2)
+        self._request(m, s, act=from_act, link=True, hlink=1, tap=s.pass0 & s.fused,
                       buf_write=from_act)
         m.d.comb += [s.x_take.eq(self.can_issue & from_x),
                      s.issue.eq(self.can_issue & (~from_x | self.x.valid))]
@@ -437,7 +443,8 @@ class Sequencer(wiring.Component):
             self._advance_chunk(m, s, self.cfg.lanes)
             m.d.sync += s.row.eq(s.row + s.row_step)
             with m.If(s.last_j):
-                m.d.sync += [s.p.eq(s.p + 1), s.row.eq(s.row_pass + s.pass_step),
+                m.d.sync += [s.p.eq(s.p + 1), s.pass0.eq(0),
+                             s.row.eq(s.row_pass + s.pass_step),
                              s.row_pass.eq(s.row_pass + s.pass_step),
                              s.out.eq(s.out + s.out_step), s.left.eq(s.tokens)]
                 with m.If(s.last_p):

@@ -387,17 +387,18 @@ class HlinkSource(wiring.Component):
     Members
     -------
     i : In(stream.Signature(hlink_layout(cfg)))
-        Chunks in ring order (the activation-reuse buffer or token buffer).
+        Chunks in ring order (the activation-reuse buffer or token buffer); ``i.ready`` is
+        ``~first`` or a register (every counter above zero).
     o : Out(stream.Signature(hlink_layout(cfg)))
         To VAC 0's ``hlink_i``; combinational from ``i`` (latency 0); ``o.ready`` is ignored
         (a VAC is always ready).
     credit : In(vacs)
-        Bit ``v``: VAC ``v``'s ``credit``.
+        Bit ``v``: VAC ``v``'s ``credit`` (usable the cycle after the pulse).
 
     Throughput: one chunk per cycle while credits last. A credit returns a full ring trip after
     its output starts: ``C - 1 + v + latency + 1`` cycles for VAC ``v`` and an output of ``C``
-    chunks, so a source that starts an output every ``C`` cycles never waits when
-    ``queue_depth * C`` covers that trip.
+    chunks (plus any register on ``credit``), so a source that starts an output every ``C``
+    cycles never waits when ``queue_depth * C`` covers that trip.
     """
 
     def __init__(self, cfg: VacConfig, *, vacs: int):
@@ -414,12 +415,20 @@ class HlinkSource(wiring.Component):
         depth = self.cfg.queue_depth
         counts = [Signal(range(depth + 1), init=depth, name=f"credits{v}")
                   for v in range(self.vacs)]
-        room = Cat(c != 0 for c in counts).all()
+        # Every counter above zero, a register: the chunk stream's ready starts from it.
+        room = Signal(init=1)
         first = self.i.payload.first
         m.d.comb += [self.i.ready.eq(~first | room),
                      self.o.valid.eq(self.i.valid & self.i.ready),
                      self.o.payload.eq(self.i.payload)]
         start = self.o.valid & first
+        # A counter's next value is zero when it is 0 and no credit comes (no start), or when
+        # it is 0 with a credit or 1 without (a start): both decided before ``start`` is known.
+        empty_idle, empty_start = [], []
         for v, count in enumerate(counts):
-            m.d.sync += count.eq(count - start + self.credit[v])
+            credit = self.credit[v]
+            m.d.sync += count.eq(count - start + credit)
+            empty_idle.append((count == 0) & ~credit)
+            empty_start.append(Mux(credit, count == 0, count == 1))
+        m.d.sync += room.eq(~Mux(start, Cat(*empty_start).any(), Cat(*empty_idle).any()))
         return m

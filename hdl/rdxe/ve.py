@@ -234,6 +234,21 @@ class RcUnit(wiring.Component):
         return m
 
 
+def _maximum(m: Module, values: list):
+    """Return the largest of ``values`` by every pairwise comparison at once and one selection
+    (one comparator deep instead of ``log2(len)`` levels of compare-and-select)."""
+    n = len(values)
+    ge = {(i, j): values[i] >= values[j] for i in range(n) for j in range(i + 1, n)}
+    result = values[-1]
+    for i in reversed(range(n - 1)):
+        # Ties go to the lower index, so exactly one value wins.
+        win = Signal(name=f"max_win{i}")
+        m.d.comb += win.eq(Cat(*(ge[i, j] if i < j else ~ge[j, i]
+                                 for j in range(n) if j != i)).all())
+        result = Mux(win, values[i], result)
+    return result
+
+
 def score_write_layout(cfg: VeConfig) -> data.StructLayout:
     """Payload of a score write-back: GBUS word ``word`` (scores ``4 word .. 4 word + 3``), its
     INT8 ``data``, the ``keep`` mask of the scores that exist, and ``first``, the first word of a
@@ -329,17 +344,18 @@ class Activations(wiring.Component):
         en = Signal(L)
         m.d.comb += [en.eq(w.keep << (offset * GBUS_BYTES)),
                      wr.en.eq(Mux(self.scores.valid, en, 0))]
-        # The running maximum: the word's maximum by a tree of comparisons, registered, then the
-        # update (the maximum follows a write by two cycles).
+        # The running maximum (it follows a write by two cycles): one level of compare-and-select
+        # per cycle, the pairs' maxima registered, then the running value's update with both.
         values = [Mux(w.keep[k], w.data[k], -128) for k in range(GBUS_BYTES)]
-        while len(values) > 1:
+        while len(values) > 2:
             values = [Mux(a > b, a, b) for a, b in zip(values[::2], values[1::2])]
-        word_max = delay(m, values[0], 1, name="word_max")
+        pair_max = [delay(m, v, 1, name=f"pair_max{i}") for i, v in enumerate(values)]
         word_first = delay(m, w.first, 1, name="word_first")
         word_valid = delay(m, self.scores.valid, 1, name="word_valid", reset=True)
         running = Signal(signed(CODE_BITS), init=-128)
         with m.If(word_valid):
-            m.d.sync += running.eq(Mux(word_first | (word_max > running), word_max, running))
+            m.d.sync += running.eq(Mux(word_first, _maximum(m, pair_max),
+                                       _maximum(m, pair_max + [running])))
         m.d.comb += self.max.eq(running)
 
         # ---- activations: lanes copies of the exp path --------------------------------------
