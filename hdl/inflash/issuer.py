@@ -166,13 +166,17 @@ class Issuer(wiring.Component):
             m.d.sync += s.last_path.eq(p.path)
         x_there = self._x_there(m, s)
         # The header FIFO is written a cycle after its beat; its room counts that write, as a
-        # register worked out for both outcomes of this cycle's beat.
+        # register: the four outcomes (a read, this cycle's header beat) are tested on the
+        # level and the pending write, registers, so the late read and beat only choose.
         depth = self.header_depth
         m.submodules.headers = headers = SyncFIFO(width=32, depth=depth)
         header_room = Signal(init=1)
-        held = headers.w_level + headers.w_en - headers.r_en     # after this cycle's write, read
+        held = Signal(range(depth + 2))             # the level after the pending write
+        m.d.comb += held.eq(headers.w_level + headers.w_en)
+        stay = Mux(headers.r_en, held <= depth, held < depth)
+        grow = Mux(headers.r_en, held < depth, held + 1 < depth)
         header_fire = self.beats.valid & self.beats.ready & ~p.att & beat.header
-        m.d.sync += [header_room.eq(Mux(header_fire, held + 1 < depth, held < depth)),
+        m.d.sync += [header_room.eq(Mux(header_fire, grow, stay)),
                      headers.w_en.eq(header_fire),
                      headers.w_data.eq(Cat(beat.scale, beat.offset))]
         s.gemv_ready = (x_there & s.path_free & (~beat.last | self.can_issue)

@@ -153,7 +153,8 @@ class PageReader(wiring.Component):
                 m.d.sync += [rq.page.eq(pl_page), rq.column.eq(0), rq.bytes.eq(nbytes),
                              rq.run.eq(nbytes), rq.stride.eq(nbytes), pl_offer.eq(1),
                              pl_page.eq(pl_page + p.stride), pl_left.eq(pl_left - nbytes)]
-                with m.If(pl_left == nbytes):
+                # pl_left == nbytes without the select in front of the compare
+                with m.If(~full | (pl_left == p.page_used)):
                     m.d.sync += pl_active.eq(0)
             with m.Else():
                 carry = pl_col >= room

@@ -119,7 +119,7 @@ class CommandSetup(wiring.Component):
         is taken, which needs ``idle``.
     job : Out(stream.Signature(job_layout(cfg)))
         The gearbox's job: the mode, the shape (attention: ``tokens x head_dim``) and the
-        stream length; ``valid`` a register, with the start.
+        stream length; ``valid`` and ``payload`` registers, with the start.
     gemv_start, att_start : Out(1)
         The GEMV (Logit or Attend) starts this cycle: reads, ``x`` and beats begin. Registers.
     refuse : Out(1)
@@ -193,7 +193,9 @@ class CommandSetup(wiring.Component):
                 m.d.sync += [self.gemv_start.eq(0), self.att_start.eq(0), self.refuse.eq(0),
                              self.job.valid.eq(0)]
                 m.next = "IDLE"
-        m.d.comb += [self.job.payload.mode.eq(p.mode),
+        # Registers: the plan holds from VERDICT on, so they hold it by the start; the gearbox
+        # decodes them into its start state, which must not wait for the plan's wide fan-out.
+        m.d.sync += [self.job.payload.mode.eq(p.mode),
                      self.job.payload.rows.eq(Mux(att, p.tokens, p.rows)),
                      self.job.payload.cols.eq(Mux(att, p.head_dim, p.cols)),
                      self.job.payload.bytes.eq(Mux(att, p.total, p.size))]
