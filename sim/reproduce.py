@@ -293,9 +293,11 @@ def dask_client(scheduler: str | None = None, workers: int | None = None):
     n = workers if workers is not None else (os.cpu_count() or 1)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
         raise ReproduceError(f"--workers must be an integer from 1 to 1024, not {workers!r}")
-    # Workers log at ERROR only: an interrupt cancels their tasks, which they report as warnings.
+    # The cluster logs nothing below CRITICAL: an interrupt cancels its tasks, which the workers
+    # report as warnings and the scheduler as errors ("Couldn't gather keys"); a task's own error
+    # reaches us through its future.
     with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                      host="127.0.0.1", silence_logs=logging.ERROR) as cluster, \
+                      host="127.0.0.1", silence_logs=logging.CRITICAL) as cluster, \
             Client(cluster) as client:
         yield client
 
