@@ -4,7 +4,7 @@ import pytest
 
 from memwall import registry
 
-from .launcher import SIMULATORS, case_id, run_block
+from .launcher import case_id, case_runs, run_block
 
 #: (block, preset, overrides): each unit at its default (the accuracy target), exp2 with the
 #: smallest table and no inner registers, rsqrt with the most steps (the narrowest error term).
@@ -29,8 +29,12 @@ ECP5_CASES = [
 ]
 
 
-@pytest.mark.parametrize("simulator", SIMULATORS)
-@pytest.mark.parametrize("case", CASES, ids=[case_id(*c) for c in CASES])
+#: Variants (overridden presets) run under Verilator with --slow: each is a C++ build of 12 to
+#: 17 s, and their Icarus runs check the same RTL; the presets themselves keep both simulators.
+RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES if c[2]})
+
+
+@pytest.mark.parametrize("case, simulator", RUNS)
 def test_arith_func(case, simulator):
     block, preset, overrides = case
     params = registry.get(block).parameters(preset, overrides)
