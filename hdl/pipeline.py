@@ -157,7 +157,7 @@ class SkidBuffer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         i, o = self.i, self.o
-        skid = Signal.like(i.payload, name="skid")
+        skid = Signal.like(i.payload, name="held")
         skid_valid = Signal()
         m.d.comb += i.ready.eq(~skid_valid)
         with m.If(o.ready | ~o.valid):

@@ -1,8 +1,9 @@
 """The FuseSoC core `memwall generate` writes beside a block's Verilog (CAPI2).
 
-Its name is ``memwall:<family>:<top>:<version>``; one fileset holds the Verilog; the ``default``
-target names the top module, and the ``lint`` target runs Verilator's lint on it (warnings are
-not fatal: Amaranth's output style draws width warnings, see ``memwall lint``).
+Its name is ``memwall:<family>:<top>:<version>``; one fileset holds the Verilog and its Verilator
+waiver file (``<top>.vlt``, :func:`synth.lint.waiver_file`); the ``default`` target names the top
+module, and the ``lint`` target runs Verilator's ``-Wall`` lint on it, where any warning the
+waivers do not cover fails the run.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ def core_name(family: str, top: str) -> str:
     return f"memwall:{family}:{top}:{version}"
 
 
-def capi2_core(block, top: str, verilog_name: str, preset: str) -> str:
-    """The text of ``<top>.core`` for the Verilog file ``verilog_name`` of ``block``."""
+def capi2_core(block, top: str, verilog_name: str, preset: str, waiver_name: str) -> str:
+    """The text of ``<top>.core`` for the Verilog file ``verilog_name`` of ``block`` and its
+    waiver file ``waiver_name``."""
     return "\n".join([
         "CAPI=2:",
         f"name: {core_name(block.family, top)}",
@@ -27,8 +29,8 @@ def capi2_core(block, top: str, verilog_name: str, preset: str) -> str:
         "filesets:",
         "  rtl:",
         "    files:",
-        f"      - {verilog_name}",
-        "    file_type: verilogSource",
+        f"      - {verilog_name}: {{file_type: verilogSource}}",
+        f"      - {waiver_name}: {{file_type: vlt}}",
         "targets:",
         "  default:",
         "    filesets: [rtl]",
@@ -40,6 +42,6 @@ def capi2_core(block, top: str, verilog_name: str, preset: str) -> str:
         "    tools:",
         "      verilator:",
         "        mode: lint-only",
-        "        verilator_options: [-Wall, -Wno-fatal]",
+        "        verilator_options: [-Wall]",
         "",
     ])

@@ -1,14 +1,16 @@
 """The manifest `memwall generate` writes beside a block's Verilog: its interface contract.
 
 It says what a user's own flow needs and the Verilog does not show: the clock and its edge, the
-reset (port, polarity, synchronous, how long to hold it), each stream's ports and handshake, the
-payload fields, the parameters with the preset and the overrides they came from, what generated
+reset (port, polarity, synchronous, how long to hold it), each stream's ports and handshake, its
+latency and throughput (:class:`memwall.registry.StreamTiming`, from the block's registry entry),
+the payload fields, the parameters with the preset and the overrides they came from, what generated
 the file and a hash of it. ``manifest.schema.json`` beside this module is its JSON Schema;
 the tests validate every block's manifest against it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -65,6 +67,9 @@ def manifest(block, params, *, preset: str, overrides: dict[str, str], target: s
     ports = registry.ports(component, verilog_text)
     clocked = any(p["name"] == "clk" for p in ports)
     found, other = streams(ports)
+    timing = block.timing(params, component)
+    for stream in found:
+        stream["timing"] = dataclasses.asdict(timing[stream["name"]])
     return {
         "manifest_version": MANIFEST_VERSION,
         "block": block.name,

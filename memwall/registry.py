@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from amaranth import Const, Elaboratable, Value
-from amaranth.back import verilog
+from amaranth._toolchain.yosys import find_yosys
+from amaranth.back import rtlil
 from amaranth.lib import data, wiring
 
 from hdl.arith.dsp import FAMILIES, Target
@@ -25,7 +26,7 @@ from hdl.arith.dsp import FAMILIES, Target
 from .params import BlockParams, ParameterError
 
 __all__ = ["PRESETS", "FAMILY_PAPERS", "check_module_name", "plain_module_names", "SynthSettings",
-           "Block", "register", "get", "blocks", "UnknownBlock"]
+           "StreamTiming", "pipelined", "Block", "register", "get", "blocks", "UnknownBlock"]
 
 #: Presets every block defines.
 PRESETS = ("small", "default", "paper")
@@ -76,6 +77,40 @@ class SynthSettings:
 
 
 @dataclass(frozen=True)
+class StreamTiming:
+    """The timing of one stream, as the manifest states it (``memwall generate``).
+
+    Parameters
+    ----------
+    after : str or None
+        The sink stream whose accepted item the latency counts from (sources only).
+    latency : int or None
+        Cycles from an item accepted on ``after`` to its result's ``valid``, when fixed (no
+        back-pressure, nothing ahead of it).
+    throughput : float or None
+        Items per cycle the stream takes or gives when nothing else holds it back; ``None``
+        when it depends on the data (``model`` says how).
+    model : str or None
+        Where the data-dependent latency or throughput is worked out (a cycle model in the
+        golden models, a section of the docs).
+    note : str
+        One line on what the figures mean for this stream.
+    """
+
+    after: str | None = None
+    latency: int | None = None
+    throughput: float | None = None
+    model: str | None = None
+    note: str = ""
+
+
+def pipelined(latency: int) -> dict[str, StreamTiming]:
+    """Timing of a pipelined unit with streams ``i`` and ``o``: one item a cycle, fixed latency."""
+    return {"i": StreamTiming(throughput=1.0),
+            "o": StreamTiming(after="i", latency=latency, throughput=1.0)}
+
+
+@dataclass(frozen=True)
 class Block:
     """One registered block.
 
@@ -98,6 +133,9 @@ class Block:
     testbench : str
         Module name of the cocotb testbench.
     synth : SynthSettings
+    timing : callable
+        ``timing(params, component) -> {stream: StreamTiming}`` for every stream of the block
+        (the manifest's per-stream latency and throughput).
     status : str
         Shown in ``memwall list`` and the README table.
     """
@@ -110,6 +148,7 @@ class Block:
     build: Callable[[BlockParams], wiring.Component]
     golden: str
     testbench: str
+    timing: Callable[[BlockParams, wiring.Component], Mapping[str, StreamTiming]]
     synth: SynthSettings = field(default_factory=SynthSettings)
     status: str = "verified"
 
@@ -173,12 +212,28 @@ class Block:
         platform = Target(target) if target in FAMILIES else None
         signals = [Value.cast(value) for _, _, value in component.signature.flatten(component)]
         ports = [s for s in signals if not isinstance(s, Const)]
-        text = verilog.convert(component, name=top, platform=platform, ports=ports,
-                               emit_src=src)
+        text = to_verilog(rtlil.convert(component, name=top, platform=platform, ports=ports,
+                                        emit_src=src))
         return _relative_src(plain_module_names(text, top)), component
 
     def golden_module(self):
         return importlib.import_module(self.golden)
+
+
+#: Amaranth's own RTLIL-to-Verilog script (amaranth.back.verilog), with every process lowered to
+#: multiplexers: Amaranth keeps them (``proc -nomux``) as ``always @*`` blocks that a declaration
+#: initialiser starts at time 0, which only Verilog-2005 rules turn into an event; under
+#: SystemVerilog's (``iverilog -g2012``) a combinational value whose inputs sit still stays X.
+#: Continuous assignments are evaluated at time 0 under both (docs/integration.md).
+_YOSYS_SCRIPT = ("read_rtlil <<rtlil\n{rtlil}\nrtlil\n"
+                 "proc -norom\nmemory_collect\nwrite_verilog")
+
+
+def to_verilog(rtlil_text: str) -> str:
+    """Verilog for Amaranth's RTLIL text: `always` blocks on clock edges only, no `always @*`."""
+    # The same Yosys as amaranth.back.verilog.convert (AMARANTH_USE_YOSYS chooses it).
+    yosys = find_yosys(lambda version: version >= (0, 40))
+    return yosys.run(["-q", "-"], _YOSYS_SCRIPT.format(rtlil=rtlil_text))
 
 
 #: A Verilog-2005 simple identifier (what a top module name given by a user must be).

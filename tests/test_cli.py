@@ -100,8 +100,9 @@ def test_generate_writes_verilog_and_manifest(capsys, tmp_path):
         width = f"[{port['width'] - 1}:0] " if port["width"] > 1 else ""
         assert re.search(rf"^\s*{port['direction']} {re.escape(width)}{port['name']};", verilog,
                          re.M), port
-    declared = re.findall(r"^\s*(?:input|output)\b", verilog, re.M)
-    assert len(declared) == len(manifest["ports"])
+    header = re.search(rf"^module {manifest['top']}\(([^)]*)\);", verilog, re.M).group(1)
+    assert sorted(n.strip() for n in header.split(",")) == sorted(p["name"] for p in
+                                                               manifest["ports"])
     # The small geometry: 12 address bits, plus 1 select bit for two mappings.
     payload = next(p for p in manifest["ports"] if p["name"] == "i__payload")
     assert payload["width"] == 13
@@ -164,7 +165,7 @@ def test_build_writes_reports(capsys, tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     assert [b["block"] for b in report["blocks"]] == ["umdam", "umdam-composer"]
     for block in report["blocks"]:
-        assert block["lint"]["errors"] == 0
+        assert block["lint"]["errors"] == 0 and block["lint"]["left"] == {}
         assert block["synth"][0]["fmax_mhz"] > 0
     text = (tmp_path / "report.md").read_text()
     assert "## Area and timing" in text and "| umdam-composer | ecp5 |" in text
@@ -236,10 +237,10 @@ def test_outputs_are_staged_and_moved_into_place(capsys, tmp_path):
     (tmp_path / "mine.txt").write_text("kept\n")
     code, out, _ = run(capsys, "generate", "umdam", "--preset", "small", "-o", str(tmp_path))
     assert code == 0
-    assert (f"wrote {tmp_path / 'umdam.v'}, {tmp_path / 'umdam.json'} and "
-            f"{tmp_path / 'umdam.core'}") in out
+    assert (f"wrote {tmp_path / 'umdam.v'}, {tmp_path / 'umdam.json'}, "
+            f"{tmp_path / 'umdam.vlt'} and {tmp_path / 'umdam.core'}") in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt", "umdam.core", "umdam.json",
-                                                          "umdam.v"]
+                                                          "umdam.v", "umdam.vlt"]
 
 
 def _processes_under(folder):
@@ -417,9 +418,30 @@ def test_fusesoc_takes_the_generated_core(capsys, tmp_path):
     lint = subprocess.run([*fusesoc, "run", "--target", "lint", name], capture_output=True,
                           text=True, cwd=tmp_path, env=verilator_env())
     assert lint.returncode == 0, lint.stdout + lint.stderr
-    # The lint target fails on a Verilog error, so the pass above means Verilator read it.
+    # -Wall without -Wno-fatal: the pass means the waiver file covered every warning; a
+    # warning it does not cover (a constant compare, CMPCONST) and a Verilog error both fail.
+    verilog = (tmp_path / "umdam_toy.v").read_text()
+    (tmp_path / "umdam_toy.v").write_text(verilog.replace(
+        "endmodule", "  wire dead_compare = i__valid > 1'b1;\nendmodule", 1))
+    assert subprocess.run([*fusesoc, "run", "--target", "lint", name], capture_output=True,
+                          text=True, cwd=tmp_path, env=verilator_env()).returncode != 0
     (tmp_path / "umdam_toy.v").write_text((tmp_path / "umdam_toy.v").read_text()
                                           + "module broken(;\n")
     broken = subprocess.run([*fusesoc, "run", "--target", "lint", name], capture_output=True,
                             text=True, cwd=tmp_path, env=verilator_env())
     assert broken.returncode != 0
+
+
+def test_lint_shows_the_waived_classes_and_fails_on_a_warning_left(capsys, tmp_path,
+                                                                  monkeypatch):
+    from synth import lint
+
+    code, out, _ = run(capsys, "lint", "umdam", "--preset", "small", "-o", str(tmp_path))
+    assert code == 0
+    assert "umdam (small, Verilator -Wall): 0 errors, 0 warnings left (none), " in out
+    assert "waived (" in out and "UNUSEDSIGNAL" in out
+    # A class no longer waived is a warning left: named, and exit status 1.
+    monkeypatch.setattr(lint, "WAIVERS", {k: v for k, v in lint.WAIVERS.items()
+                                          if k != "UNUSEDSIGNAL"})
+    code, out, _ = run(capsys, "lint", "umdam", "--preset", "small", "-o", str(tmp_path))
+    assert code == 1 and "warnings left (UNUSEDSIGNAL " in out

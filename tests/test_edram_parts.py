@@ -279,7 +279,7 @@ def test_response_path_latency_order_and_credits():
                  for segment in SEGMENTS}
         for segment, values in words.items():
             for b, v in enumerate(values):
-                ctx.set(getattr(dut, segment)[b], v)
+                ctx.set(getattr(dut, f"{segment}_rdata")[b], v)
         ctx.set(dut.issue, 1)                   # the request took its credit when admitted
         await ctx.tick()
         ctx.set(dut.issue, 0)

@@ -18,10 +18,11 @@ def test_the_plain_testbench_passes_and_catches_a_wrong_product(tmp_path, capsys
     example = _example()
     assert example.main(["--simulator", "both", "-o", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "icarus: PASS: 3296 products bit for bit" in out
+    assert "icarus -g2012: PASS: 3296 products bit for bit" in out
+    assert "icarus -g2005: PASS: 3296 products bit for bit" in out
     assert "verilator: PASS: 3296 products bit for bit" in out
     expected = (tmp_path / "expected.hex").read_text().splitlines()
     expected[1000] = f"{int(expected[1000], 16) ^ 1:08x}"
     (tmp_path / "expected.hex").write_text("\n".join(expected) + "\n")
-    passed, text = example.simulate("icarus", tmp_path, "arith_fpmul")
+    passed, text = example.simulate("icarus -g2012", tmp_path, "arith_fpmul")
     assert not passed and "FAIL: result 1000 is" in text

@@ -6,7 +6,7 @@ from amaranth.back import verilog
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from synth.lint import lint, parse_verilator_output
+from synth.lint import WAIVERS, lint, parse_verilator_output, waiver_file
 
 CLEAN = """\
 module clean(input wire clk, input wire [7:0] a, output reg [7:0] q);
@@ -94,3 +94,38 @@ def test_parser_skips_the_closing_summary():
 def test_empty_top_is_refused(tmp_path):
     with pytest.raises(ValueError, match="Top module name must be a non-empty string, not ''"):
         lint(CLEAN, "", tmp_path)
+
+
+def test_waivers_cover_their_own_file_and_their_classes_only(tmp_path):
+    # narrow.v and other.v draw the same two warnings; only narrow.v's are waived.
+    (tmp_path / "other.v").write_text(WIDTH_MISMATCH.replace("narrow", "other"))
+    top = WIDTH_MISMATCH.replace("endmodule",
+                                 "  wire [3:0] c;\n  other o(.a(a), .b(c));\nendmodule")
+    report = lint(top, "narrow", tmp_path, waivers=True, extra_args=["other.v"])
+    assert report.ok and report.warnings == 2
+    assert all("other.v" in m for m in report.messages)
+    unwaived = lint(top, "narrow", tmp_path, extra_args=["other.v"])
+    # narrow.v's: its truncation and the unread `c` (`o` reads all of `a`).
+    assert unwaived.warnings == 4 and unwaived.left == {} and sum(unwaived.waived.values()) == 4
+    # A class outside WAIVERS stays, with or without the file.
+    dead = top.replace("endmodule", "  wire never = a > 8'hff;\nendmodule")
+    assert "CMPCONST" not in WAIVERS
+    assert lint(dead, "narrow", tmp_path, waivers=True, extra_args=["other.v"]).left == \
+        {"CMPCONST": 1}
+
+
+def test_the_waiver_file_gives_a_reason_for_each_class():
+    text = waiver_file("blk")
+    assert text.startswith("`verilator_config\n") and "lint_off -rule" in text
+    for code, reason in WAIVERS.items():
+        assert f"// {code}: {reason}." in text
+        assert f'lint_off -rule {code} -file "blk.v"' in text
+    assert "lint_off -file" not in text and "lint_off\n" not in text   # no blanket waiver
+
+
+def test_docs_integration_gives_every_waiver_its_reason():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "integration.md").read_text()
+    for code in WAIVERS:
+        assert f"| `{code}` |" in text, code

@@ -99,8 +99,10 @@ def ecp5_product(m: Module, a: Value, b: Value, *, name: str,
         ports[f"i_A{n}"] = a18[n]
         ports[f"i_B{n}"] = b18[n]
         ports[f"i_C{n}"] = Const(0)
-    for n in range(width):
-        ports[f"o_P{n}"] = product[n]
+    # Every output pin connected (the bits past the product unread): no pin left open.
+    pins = Signal(2 * ECP5_MULT_WIDTH, name=f"{name}_pins")
+    ports.update({f"o_P{n}": pins[n] for n in range(2 * ECP5_MULT_WIDTH)})
+    m.d.comb += product.eq(pins[:width])
     inputs = "CLK0" if input_registers else "NONE"
     m.submodules[name] = Instance(
         "MULT18X18D",

@@ -237,9 +237,10 @@ def shift_right_sticky(value, amount, limit: int):
     """Return ``(value >> amount, sticky)``: ``sticky`` is the OR of the bits shifted out.
 
     ``amount`` is clamped to ``limit`` (at least ``len(value)``: everything goes to sticky)."""
-    value = Value.cast(value)
+    value, amount = Value.cast(value), Value.cast(amount)
     width = len(value)
-    amount = Mux(amount > limit, limit, amount)
+    if amount.shape().signed or limit < (1 << len(amount)) - 1:   # else no dead compare
+        amount = Mux(amount > limit, limit, amount)
     wide = Cat(Const(0, width), value) >> amount
     return wide[width:], wide[:width].any()
 

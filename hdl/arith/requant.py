@@ -163,7 +163,8 @@ class Requantizer(wiring.Component):
         doubled = Cat(Const(0, 1), product).as_signed()
         halved = Signal(signed(product_bits + 1))
         m.d.comb += halved.eq(doubled >> shift)
-        below = Cat(*(shift > j for j in range(product_bits + 1)))
+        most = (1 << len(shift)) - 1           # from j = most on, shift > j cannot hold
+        below = Cat(*((shift > j) if j < most else Const(0) for j in range(product_bits + 1)))
         sticky = (doubled.as_unsigned() & below).any()
         floor = halved[1:].as_signed()
         round_up = Signal()

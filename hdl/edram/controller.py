@@ -211,7 +211,7 @@ class EdramController(wiring.Component):
 
         wiring.connect(m, response.resp, wiring.flipped(self.resp))
         for segment in SEGMENTS:
-            m.d.comb += getattr(response, segment).eq(getattr(self, segment).rdata)
+            m.d.comb += getattr(response, f"{segment}_rdata").eq(getattr(self, segment).rdata)
         m.d.comb += self.status.eq(counters.status)
         return m
 

@@ -61,6 +61,13 @@ def command_layout(g_bits: int, col_bits: int, rows_total: int,
     })
 
 
+def _row_span(first, last, rows: int):
+    """Return the ``rows``-bit mask with bit ``i`` set for ``first <= i <= last`` (both unsigned),
+    without the compares that cannot fail (``first <= rows - 1`` at the top, ``0 <= last``)."""
+    top = (1 << len(first)) - 1
+    return Cat((first <= i if i < top else 1) & (i <= last if i > 0 else 1) for i in range(rows))
+
+
 def plan_layout(banks: int) -> data.StructLayout:
     """The banks of each segment that one request may access when it commits."""
     return data.StructLayout({segment: banks for segment in SEGMENTS})
@@ -226,7 +233,7 @@ class RequestPipeline(wiring.Component):
         refused = ((is_write & live2 & (qo2 != req_qo))
                    | ((req.op == Op.RELEASE_ROWS) & hits.range_bad)
                    | ((req.op == Op.SET_POLICY) & hits.code_bad))
-        span = Cat((g <= i) & (i <= g_last) for i in range(self.rows_total))
+        span = _row_span(g, g_last, self.rows_total)
         ends = Mux(resolve["valid"] & (req.op == Op.RELEASE_ROWS) & ~hits.range_bad, span, 0) \
             | (resolve["valid"] & (req.op == Op.RELEASE_CLASS)).replicate(self.rows_total)
         m.d.sync += [

@@ -39,8 +39,8 @@ class ResponsePath(wiring.Component):
     -------
     answer : In(answer_layout(bank_bits))
         The committing request's answer, if it has one.
-    std, kv_mant, qo_mant : In(data.ArrayLayout(width, banks))
-        The segments' ``rdata``: a read the bank port shows in cycle ``c + 1`` returns in
+    std_rdata, kv_mant_rdata, qo_mant_rdata : In(data.ArrayLayout(width, banks))
+        The segments' ``rdata`` (not plain ``std``: SystemVerilog's built-in package): a read the bank port shows in cycle ``c + 1`` returns in
         ``c + 2``. It is registered before anything else (a block RAM's output comes late in its
         cycle).
     resp : Out(stream.Signature(response_layout()))
@@ -62,7 +62,7 @@ class ResponsePath(wiring.Component):
         self.depth = depth
         super().__init__({
             "answer": In(answer_layout(self.bank_bits)),
-            **{segment: In(data.ArrayLayout(SEGMENT_BITS[segment], banks))
+            **{f"{segment}_rdata": In(data.ArrayLayout(SEGMENT_BITS[segment], banks))
                for segment in SEGMENTS},
             "resp": Out(stream.Signature(response_layout())),
             "can_issue": Out(1),
@@ -82,9 +82,9 @@ class ResponsePath(wiring.Component):
         stages = [Signal.like(self.answer, name=f"{name}_stage")
                   for name in ("port", "read", "data")]
         m.d.sync += [stages[0].eq(self.answer), stages[1].eq(stages[0]), stages[2].eq(stages[1])]
-        rdata = {segment: Signal.like(getattr(self, segment), name=f"{segment}_rdata")
+        rdata = {segment: Signal.like(getattr(self, f"{segment}_rdata"), name=f"{segment}_data")
                  for segment in SEGMENTS}
-        m.d.sync += [rdata[segment].eq(getattr(self, segment)) for segment in SEGMENTS]
+        m.d.sync += [rdata[segment].eq(getattr(self, f"{segment}_rdata")) for segment in SEGMENTS]
         last = stages[-1]
         sel = last.bank if self.bank_bits else 0
         mant = Mux(last.qo, rdata["qo_mant"][sel], rdata["kv_mant"][sel])

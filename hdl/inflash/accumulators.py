@@ -86,7 +86,7 @@ class AttendAccumulators(wiring.Component):
         m = Module()
         cfg, i = self.cfg, self.i
         F = cfg.fmacs
-        m.submodules.accumulators = amem = Memory(shape=32 * F, depth=cfg.max_beats, init=[])
+        m.submodules.sums = amem = Memory(shape=32 * F, depth=cfg.max_beats, init=[])
         a_wr = amem.write_port()
         a_rd = amem.read_port(transparent_for=(a_wr,))
         macs = {}

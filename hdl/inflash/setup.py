@@ -240,7 +240,8 @@ class CommandSetup(wiring.Component):
                              p.entry.eq(Mux(c.mode == Mode.W8A8, c.head_dim, c.head_dim << 1)),
                              p.nb.eq((d_m1 >> log_f) + 1),
                              p.pb.eq(((c.query_heads - 1) >> log_f) + 1),
-                             p.last_mask.eq(Cat(i <= d_m1[:log_f] for i in range(F)))]
+                             p.last_mask.eq(Cat(1 if i == 0 else i <= d_m1[:log_f]
+                                                for i in range(F)))]
                 att, logit, is_int = ((c.op == Op.LOGIT) | (c.op == Op.ATTEND), c.op == Op.LOGIT,
                                       c.mode == Mode.W8A8)
                 w4 = (c.mode == Mode.W4A16) & ~att

@@ -177,7 +177,8 @@ class KVWriter(wiring.Component):
         data = self.kv.payload.data.as_value()
         rotated = Array(Cat(Const(0, 8 * i), data, Const(0, 8 * (W - i)))
                         for i in range(W))[r]
-        en_lo = Cat((b >= r) & (b < r + valid_bytes) for b in range(W))
+        top = (1 << len(r)) - 1                  # b >= r cannot fail from there on
+        en_lo = Cat(((b >= r) if b < top else 1) & (b < r + valid_bytes) for b in range(W))
         en_hi = Cat(b + W < r + valid_bytes for b in range(W))
 
         write = Signal()

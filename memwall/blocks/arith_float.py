@@ -13,7 +13,7 @@ from hdl.arith.fpmac import FloatMAC
 from hdl.arith.fpmul import FloatMultiplier
 
 from ..params import BlockParams
-from ..registry import Block, register
+from ..registry import Block, pipelined, register
 
 _GOLDEN = "golden.arith.float"
 _TB = "cocotb_tests.arith_float_tb"
@@ -96,6 +96,7 @@ register(Block(
                                     block_registers=p.block_registers),
     golden=_GOLDEN,
     testbench=_TB,
+    timing=lambda p, c: pipelined(c.latency),
 ))
 
 register(Block(
@@ -112,6 +113,7 @@ register(Block(
     build=lambda p: FloatAdder(float_format(p.fmt), stages=p.stages),
     golden=_GOLDEN,
     testbench=_TB,
+    timing=lambda p, c: pipelined(c.latency),
 ))
 
 register(Block(
@@ -128,6 +130,7 @@ register(Block(
                              mul_stages=p.mul_stages, add_stages=p.add_stages),
     golden=_GOLDEN,
     testbench=_TB,
+    timing=lambda p, c: pipelined(c.latency),
 ))
 
 register(Block(
@@ -144,6 +147,7 @@ register(Block(
                                  stages=p.stages),
     golden=_GOLDEN,
     testbench=_TB,
+    timing=lambda p, c: pipelined(c.latency),
 ))
 
 register(Block(
@@ -159,6 +163,7 @@ register(Block(
     build=lambda p: IntToFloat(p.int_bits, float_format(p.fmt), stages=p.stages),
     golden=_GOLDEN,
     testbench=_TB,
+    timing=lambda p, c: pipelined(c.latency),
 ))
 
 register(Block(
@@ -178,4 +183,5 @@ register(Block(
                              block_registers=p.block_registers),
     golden=_GOLDEN,
     testbench=_TB,
+    timing=lambda p, c: pipelined(c.latency),
 ))

@@ -8,7 +8,7 @@ from hdl.arith.exp2 import Exp2
 from hdl.arith.recip import Reciprocal, RSqrt
 
 from ..params import BlockParams
-from ..registry import Block, register
+from ..registry import Block, pipelined, register
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ register(Block(
                        block_registers=p.block_registers),
     golden="golden.arith.func",
     testbench="cocotb_tests.arith_func_tb",
+    timing=lambda p, c: pipelined(c.latency),
 ))
 
 _NEWTON_PRESETS = {
@@ -72,6 +73,7 @@ register(Block(
     build=lambda p: Reciprocal(iterations=p.iterations, block_registers=p.block_registers),
     golden="golden.arith.func",
     testbench="cocotb_tests.arith_func_tb",
+    timing=lambda p, c: pipelined(c.latency),
 ))
 
 register(Block(
@@ -83,4 +85,5 @@ register(Block(
     build=lambda p: RSqrt(iterations=p.iterations, block_registers=p.block_registers),
     golden="golden.arith.func",
     testbench="cocotb_tests.arith_func_tb",
+    timing=lambda p, c: pipelined(c.latency),
 ))

@@ -8,7 +8,7 @@ from hdl.arith.idot import IntDot
 from hdl.arith.requant import Requantizer
 
 from ..params import BlockParams
-from ..registry import Block, register
+from ..registry import Block, pipelined, register
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ register(Block(
                                 block_registers=p.block_registers),
     golden="golden.arith.requant",
     testbench="cocotb_tests.arith_int_tb",
+    timing=lambda p, c: pipelined(c.latency),
 ))
 
 register(Block(
@@ -78,4 +79,5 @@ register(Block(
                            block_registers=p.block_registers),
     golden="golden.arith.idot",
     testbench="cocotb_tests.arith_int_tb",
+    timing=lambda p, c: pipelined(c.latency),
 ))

@@ -8,7 +8,7 @@ from golden.edram import T_KELLE_US, T_REL_US, T_STD_US
 from hdl.edram import EdramController, EdramSystem, Policy
 
 from ..params import BlockParams
-from ..registry import Block, register
+from ..registry import Block, StreamTiming, register
 
 #: The policy names a parameter set may give, lower case, in code order.
 POLICY_NAMES = tuple(p.name.lower() for p in Policy)
@@ -52,6 +52,15 @@ _PRESETS = {
     "paper": EdramParams(banks=16, rows=256, cols=256, clk_mhz=1000.0, slack=16),
 }
 
+def _timing(params, component) -> dict[str, StreamTiming]:
+    controller = getattr(component, "controller", component)     # edram-fpga: macros around it
+    return {"req": StreamTiming(throughput=1.0, model="docs/edram.md, Timing",
+                                note="one request a cycle but for the cycles req.ready is low: a "
+                                "forced refresh, the cycle after a SET_POLICY, a full queue"),
+            "resp": StreamTiming(after="req", latency=controller.read_latency, throughput=1.0,
+                                 note="a READ's data or a refused request's error; other "
+                                 "requests answer nothing (docs/edram.md, Requests)")}
+
 register(Block(
     name="edram",
     family="edram",
@@ -62,6 +71,7 @@ register(Block(
     build=lambda p: EdramController(**p.controller_args()),
     golden="golden.edram",
     testbench="cocotb_tests.edram.tb",
+    timing=_timing,
 ))
 
 #: The stand-in holds its segments in block RAM, so its ``paper`` preset keeps the paper's intervals
@@ -78,4 +88,5 @@ register(Block(
     build=lambda p: EdramSystem(**p.controller_args()),
     golden="golden.edram",
     testbench="cocotb_tests.edram.tb",
+    timing=_timing,
 ))

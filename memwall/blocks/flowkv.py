@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from hdl.flowkv import FlowKVArray, FlowKVPair
 
 from ..params import BlockParams
-from ..registry import Block, SynthSettings, register
+from ..registry import Block, StreamTiming, SynthSettings, register
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,18 @@ _PRESETS = {
     "paper": FlowKVParams(head_dim=256, lanes=16, group=4, chunk=128, max_tokens=32768),
 }
 
+def _timing(params, component) -> dict[str, StreamTiming]:
+    """Every stream of a pair; an array's ``q0``, ``k1``... as their pair's."""
+    step = "sim.flowkv.step_cycles (a decode step's fill, stream and drain); docs/flowkv.md"
+    kinds = {"cmd": StreamTiming(model=step, note="one command per decode step"),
+             "q": StreamTiming(model=step, note="the step's query, before its keys"),
+             "k": StreamTiming(throughput=1.0, model=step, note="at most one beat a cycle"),
+             "v": StreamTiming(throughput=1.0, model=step,
+                               note="at most one beat a cycle, a chunk behind the keys"),
+             "o": StreamTiming(after="cmd", model=step,
+                               note="the step's output beats, after its last value beat")}
+    return {name: kinds[name.rstrip("0123456789")] for name in component.signature.members}
+
 register(Block(
     name="flowkv",
     family="flowkv",
@@ -55,6 +67,7 @@ register(Block(
     build=lambda p: FlowKVPair(**p.pair_args()),
     golden="golden.flowkv",
     testbench="cocotb_tests.flowkv.tb",
+    timing=_timing,
     # The pair's units sit around the multiplier blocks' fixed rows: nextpnr's analytic placer
     # keeps their critical nets shorter when it weighs timing more (docs/flowkv.md, Fmax).
     synth=SynthSettings(timing_weight=60),
@@ -79,6 +92,7 @@ register(Block(
     build=lambda p: FlowKVArray(pairs=p.pairs, **p.pair_args()),
     golden="golden.flowkv",
     testbench="cocotb_tests.flowkv.tb",
+    timing=_timing,
     synth=SynthSettings(targets=(), skip_reason="four pairs exceed the largest ECP5 the flow "
                         "tries (LFE5U-85F); the pair (flowkv) is the synthesized unit"),
 ))

@@ -9,7 +9,7 @@ from hdl.inflash import FlashGeometry, InflashPE
 from hdl.inflash.unit import InflashUnit
 
 from ..params import BlockParams
-from ..registry import Block, SynthSettings, register
+from ..registry import Block, StreamTiming, SynthSettings, register
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,37 @@ _PRESETS = {
     "paper": InflashParams(fmacs=16),
 }
 
+#: The PE's cycle model: a GEMV's page schedule (tR, transfer, compute per page).
+_SCHEDULE = "golden.inflash.gemv_timing (a GEMV's page schedule); docs/inflash.md, sections 3 and 4"
+
+
+def _pe_timing(params, component) -> dict[str, StreamTiming]:
+    return {"cmd": StreamTiming(model=_SCHEDULE, note="one command per GEMV or attention pass"),
+            "x": StreamTiming(model=_SCHEDULE, note="the command's activation beats"),
+            "rd_cmd": StreamTiming(after="cmd", model=_SCHEDULE,
+                                   note="one read per page, as the data register frees"),
+            "rd_data": StreamTiming(throughput=1.0, model=_SCHEDULE,
+                                    note="one word of transfer_bytes a cycle at most"),
+            "y": StreamTiming(after="rd_data", latency=component.latency, model=_SCHEDULE,
+                              note="latency: a float GEMV's last page word to its last result "
+                              "(pe_latency), no back-pressure")}
+
+
+def _unit_timing(params, component) -> dict[str, StreamTiming]:
+    pe = _pe_timing(params, component.pe)
+    write = "golden.inflash.kv_write (records, programs); docs/inflash.md, section 6"
+    return {"cmd": pe["cmd"], "x": pe["x"], "y": pe["y"], "rd_data": pe["rd_data"],
+            "kv_cmd": StreamTiming(model=write, note="one command per KV sequence"),
+            "kv": StreamTiming(model=write, note="the entries' words"),
+            "kv_table": StreamTiming(after="kv", model=write, note="one record per page "
+                                     "programmed"),
+            "kv_status": StreamTiming(after="kv", model=write, note="one, after the last "
+                                      "record"),
+            "fl_cmd": StreamTiming(after="cmd", model=_SCHEDULE,
+                                   note="the PE's reads and the writer's programs on one port"),
+            "pg_data": StreamTiming(after="kv", throughput=1.0, model=write,
+                                    note="page_bytes / transfer_bytes words after each program")}
+
 register(Block(
     name="inflash",
     family="inflash",
@@ -71,6 +102,7 @@ register(Block(
                               group_size=p.group_size),
     golden="golden.inflash",
     testbench="cocotb_tests.inflash.tb",
+    timing=_pe_timing,
 ))
 
 
@@ -93,6 +125,7 @@ register(Block(
                                 kv_slots=p.kv_slots),
     golden="golden.inflash",
     testbench="cocotb_tests.inflash.tb",
+    timing=_unit_timing,
     synth=SynthSettings(targets=(), skip_reason="the PE's area and Fmax are the inflash "
                         "entry's; the unit adds the KV page writer's buffer"),
 ))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from hdl.rdxe import Dxt, DxtConfig, Vac, VacConfig
 
 from ..params import BlockParams
-from ..registry import Block, SynthSettings, register
+from ..registry import Block, StreamTiming, SynthSettings, register
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,29 @@ _PRESETS = {
     "paper": VacParams(lanes=16, wmem_depth=1024, operand_stages=3),
 }
 
+def _vac_timing(params, component) -> dict[str, StreamTiming]:
+    always = StreamTiming(throughput=1.0, note="one transfer a cycle; always ready")
+    return {"hlink_i": StreamTiming(throughput=1.0, note="one chunk a cycle; always ready"),
+            "hlink_o": StreamTiming(after="hlink_i", latency=1, throughput=1.0,
+                                    note="hlink_i registered; ready is ignored"),
+            "wmem": always, "kv": always, "ppu": always, "rc": always,
+            "o": StreamTiming(after="hlink_i", latency=component.latency, throughput=1.0,
+                              model="docs/rdxe.md, section 6.1",
+                              note="latency: a plain output's last chunk to its result; a fused "
+                              "one waits for its RC factor")}
+
+
+def _dxt_timing(params, component) -> dict[str, StreamTiming]:
+    cycles = "golden.rdxe.gemv_cycles and the other *_cycles models; docs/rdxe.md, section 6.2"
+    always = StreamTiming(throughput=1.0, note="one transfer a cycle; always ready")
+    return {"cmd": StreamTiming(model=cycles, note="one operation per command"),
+            "x": StreamTiming(model=cycles, note="the token chunks of gemv, rmsnorm and qk"),
+            "wmem": always, "ppu": always,
+            "o": StreamTiming(after="cmd", model=cycles, note="GBUS words of results in output "
+                              "order"),
+            "resp": StreamTiming(after="cmd", model=cycles, note="one per command, when it is "
+                                 "done")}
+
 register(Block(
     name="rdxe-vac",
     family="rdxe",
@@ -61,6 +84,7 @@ register(Block(
     build=lambda p: Vac(p.config()),
     golden="golden.rdxe",
     testbench="cocotb_tests.rdxe.tb",
+    timing=_vac_timing,
     synth=SynthSettings(),
 ))
 
@@ -99,5 +123,6 @@ register(Block(
     build=lambda p: Dxt(p),
     golden="golden.rdxe",
     testbench="cocotb_tests.rdxe.dxt_tb",
+    timing=_dxt_timing,
     synth=SynthSettings(presets=("default",)),
 ))

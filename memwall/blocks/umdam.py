@@ -9,7 +9,7 @@ from hdl.umdam import (AddressComposer, AddressMapper, AddressMapping, DramGeome
                        TileAddressGenerator)
 
 from ..params import BlockParams
-from ..registry import Block, SynthSettings, register
+from ..registry import Block, StreamTiming, SynthSettings, pipelined, register
 
 _LPDDR5 = DramGeometry.lpddr5()
 _LPDDR5_FIELDS = dataclasses.asdict(_LPDDR5)
@@ -74,6 +74,13 @@ _MAPPER_PRESETS = {
                           mappings=("umdam", "rocobaracho", "robaracoch", "ianus")),
 }
 
+def _tilegen_timing(params, component) -> dict[str, StreamTiming]:
+    walk = "golden.umdam.walk (the addresses of one command, in order)"
+    return {"cmd": StreamTiming(model=walk, note="one command per matrix walk"),
+            "o": StreamTiming(after="cmd", latency=component.command_latency, throughput=1.0,
+                              model=walk, note="latency: a command to its first address; then "
+                              "one address a cycle")}
+
 register(Block(
     name="umdam",
     family="umdam",
@@ -83,6 +90,7 @@ register(Block(
     build=lambda p: AddressMapper(p.address_mappings, latency=p.latency),
     golden="golden.umdam",
     testbench="cocotb_tests.umdam_tb",
+    timing=lambda p, c: pipelined(p.latency),
 ))
 
 register(Block(
@@ -94,6 +102,7 @@ register(Block(
     build=lambda p: AddressComposer(p.address_mappings, latency=p.latency),
     golden="golden.umdam",
     testbench="cocotb_tests.umdam_tb",
+    timing=lambda p, c: pipelined(p.latency),
 ))
 
 register(Block(
@@ -113,4 +122,5 @@ register(Block(
                                          max_rows=p.max_rows, max_cols=p.max_cols),
     golden="golden.umdam",
     testbench="cocotb_tests.umdam_tb",
+    timing=_tilegen_timing,
 ))

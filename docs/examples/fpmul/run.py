@@ -3,8 +3,9 @@ Verilog and Verilator, as a user's own flow would: `make example`.
 
 Steps: `memwall generate arith-fpmul` into build/example/fpmul; the vectors from the golden model
 (golden.arith.float.fmul on corner codes and random operands), packed as the manifest's payload
-fields say; then `iverilog -g2005` + `vvp`, and `verilator --binary`. Exit status 0 when every
-simulator prints PASS; 1 otherwise, with the simulator's words.
+fields say; then `iverilog` + `vvp` in SystemVerilog mode (-g2012, Icarus' default) and in
+Verilog-2005 mode (-g2005), and `verilator --binary`. Exit status 0 when every run prints PASS; 1
+otherwise, with the simulator's words.
 """
 
 from __future__ import annotations
@@ -53,21 +54,24 @@ def vectors(manifest: dict, out: Path) -> int:
     return len(packed)
 
 
-def simulate(simulator: str, out: Path, top: str) -> tuple[bool, str]:
-    """Build and run tb.sv with the block under ``simulator``; return (passed, its output)."""
+#: Runs by --simulator: Icarus in its two language modes, Verilator.
+RUNS = {"icarus": ("icarus -g2012", "icarus -g2005"), "verilator": ("verilator",)}
+
+
+def simulate(run: str, out: Path, top: str) -> tuple[bool, str]:
+    """Build and run tb.sv with the block in ``run`` (a :data:`RUNS` entry); return (passed, its
+    output)."""
     sources = [str(HERE / "tb.sv"), str(out / f"{top}.v")]
     env = verilator_env()
-    if simulator == "icarus":
-        # -g2005: under -g2012 o__valid is X for a cycle after reset (README.md here says why).
-        steps = [["iverilog", "-g2005", f"-I{out}", "-o", str(out / "tb.vvp"), *sources],
+    if run.startswith("icarus"):
+        steps = [["iverilog", run.split()[1], f"-I{out}", "-o", str(out / "tb.vvp"), *sources],
                  ["vvp", "-n", str(out / "tb.vvp")]]
     else:
-        # -Wno-fatal: Amaranth's Verilog draws width warnings (the waiver file is to come);
-        # -fcoroutines: this g++ needs it for --binary's timing support.
-        steps = [["verilator", "--binary", "-CFLAGS", "-fcoroutines", "-Wno-fatal", "-Wno-lint",
-                  "-Wno-style",
-                  f"-I{out}", "--top-module", "tb", "-Mdir", str(out / "obj_dir"),
-                  "-o", "tb", *sources],
+        # The waiver file from `memwall generate` first; -fcoroutines: this g++ needs it for
+        # --binary's timing support.
+        steps = [["verilator", "--binary", "-CFLAGS", "-fcoroutines", f"-I{out}",
+                  "--top-module", "tb", "-Mdir", str(out / "obj_dir"), "-o", "tb",
+                  str(out / f"{top}.vlt"), *sources],
                  [str(out / "obj_dir" / "tb")]]
     text = ""
     for argv in steps:
@@ -91,12 +95,13 @@ def main(argv=None) -> int:
     n = vectors(manifest, out)
     print(f"{n} vectors from golden.arith.float.fmul in {out}")
     failed = []
-    for simulator in (("icarus", "verilator") if args.simulator == "both" else (args.simulator,)):
-        passed, text = simulate(simulator, out, manifest["top"])
+    simulators = ("icarus", "verilator") if args.simulator == "both" else (args.simulator,)
+    for run in (run for simulator in simulators for run in RUNS[simulator]):
+        passed, text = simulate(run, out, manifest["top"])
         lines = [line for line in text.splitlines() if "PASS" in line or "FAIL" in line]
-        print(f"{simulator}: " + ("; ".join(lines) if lines else "no verdict"))
+        print(f"{run}: " + ("; ".join(lines) if lines else "no verdict"))
         if not passed:
-            failed.append(simulator)
+            failed.append(run)
             print(text[-2000:], file=sys.stderr)
     return 1 if failed else 0
 

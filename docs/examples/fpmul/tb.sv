@@ -32,12 +32,12 @@ module tb;
   initial begin
     $readmemh("inputs.hex", inputs);
     $readmemh("expected.hex", expected);
-    repeat (`RESET_CYCLES) @(posedge clk);   // the manifest's reset: synchronous, active high
-    rst <= 1'b0;
   end
 
   always @(posedge clk) begin
     cycles <= cycles + 1;
+    if (cycles == `RESET_CYCLES - 1)   // the manifest's reset: synchronous, active high
+      rst <= 1'b0;
     if (!rst) begin
       if (sent < `N) begin
         i__valid <= 1'b1;
