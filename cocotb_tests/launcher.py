@@ -71,10 +71,12 @@ def waves_file(build_dir: Path, top: str, simulator: str) -> Path:
 
 
 def _build_dir(block: str, params: BlockParams, simulator: str, target: str | None,
-               waves: bool = False) -> Path:
+               waves: bool = False, interface: str = "native") -> Path:
     key = {"params": params.as_dict(), "flags": _BUILD_ARGS[simulator], "timescale": TIMESCALE}
     if target is not None:
         key["target"] = target
+    if interface != "native":           # native keys stay as they were: existing builds reused
+        key["interface"] = interface
     if waves:
         key["waves"] = True
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
@@ -97,7 +99,8 @@ def _failures(results: Path) -> list[str]:
 
 def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=None,
               seed: int | None = None, extra_env: dict[str, str] | None = None,
-              target: str | None = None) -> Path:
+              target: str | None = None, interface: str = "native",
+              module: str | None = None) -> Path:
     """Generate, build and simulate; raise AssertionError listing every failed cocotb test.
 
     Parameters
@@ -117,6 +120,12 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
         Simulate the Verilog written for this synthesis target (``"ecp5"``: with the device's
         multiplier blocks, simulated by their models in :data:`MODELS`) instead of the generic
         Verilog.
+    interface : str, optional
+        ``"axis"``: simulate the design generated with ``--interface axis`` (AXI4-Stream port
+        names, :mod:`memwall.axis`); the testbench then drives it through cocotbext-axi
+        (:mod:`.axis`). Default ``"native"``.
+    module : str, optional
+        Run this cocotb test module instead of the block's own testbench.
 
     Returns
     -------
@@ -128,9 +137,9 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
     from cocotb_tools.runner import get_runner
 
     block = registry.get(block_name)
-    text, component = block.verilog(params, target)
+    text, component = block.verilog(params, target, interface=interface)
     waves = waves_requested()
-    build_dir = _build_dir(block.name, params, simulator, target, waves)
+    build_dir = _build_dir(block.name, params, simulator, target, waves, interface)
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{block.top}.v"
     if not source.exists() or source.read_text() != text:
@@ -154,7 +163,7 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
     env.update(extra_env or {})
     try:
         runner.test(
-            test_module=block.testbench, hdl_toplevel=block.top, build_dir=build_dir,
+            test_module=module or block.testbench, hdl_toplevel=block.top, build_dir=build_dir,
             test_dir=build_dir, testcase=testcase, seed=seed, extra_env=env,
             results_xml=str(results), timescale=TIMESCALE, waves=waves,
         )

@@ -20,6 +20,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 
 from memwall import registry
 
+from .axis import AxisDriver, AxisMonitor, AxisSink, axis_prefix, is_axis
 from .streams import (CycleCounter, PayloadCodec, Scoreboard, StreamDriver, StreamMonitor,
                       StreamSink)
 
@@ -80,6 +81,9 @@ class BlockTB(abc.ABC):
         cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
         self.counter = CycleCounter(dut.clk)
         self.codecs = {p: PayloadCodec(self.ports[f"{p}__payload"]) for p in (*inputs, *outputs)}
+        if is_axis(dut, inputs, outputs):
+            self._axis_streams(inputs, outputs, idle, backpressure)
+            return
         self.drivers = {p: StreamDriver(dut, p, dut.clk, self.codecs[p], self.rng, idle)
                         for p in inputs}
         self.sinks = {p: StreamSink(dut, p, dut.clk, self.rng, backpressure) for p in outputs}
@@ -91,6 +95,27 @@ class BlockTB(abc.ABC):
         self.output_monitors = {
             p: StreamMonitor(dut, p, dut.clk, self.codecs[p], self.counter,
                              self.scoreboards[p].got, dut.rst)
+            for p in outputs}
+
+    def _axis_streams(self, inputs, outputs, idle, backpressure):
+        """The same streams on a design generated with ``--interface axis``, through
+        cocotbext-axi (:mod:`.axis`). A frame-level monitor reports an input frame at its last
+        beat, so a result may come out before the input that caused it is reported: the
+        scoreboards hold such results until the model's expectation arrives, in order."""
+        dut, rst = self.dut, self.dut.rst
+        self.log.info("AXI4-Stream design: cocotbext-axi source, sink and monitor")
+        self.drivers = {p: AxisDriver(dut, p, dut.clk, rst, self.codecs[p], self.rng, idle)
+                        for p in inputs}
+        self.sinks = {p: AxisSink(dut, p, dut.clk, rst, self.rng, backpressure) for p in outputs}
+        self.scoreboards = {p: Scoreboard(axis_prefix(p, False), self.log, early=True)
+                            for p in outputs}
+        self.input_monitors = {
+            p: AxisMonitor(dut, p, True, dut.clk, rst, self.codecs[p], self.counter,
+                           lambda item, cycle, p=p: self._on_input(p, item, cycle))
+            for p in inputs}
+        self.output_monitors = {
+            p: AxisMonitor(dut, p, False, dut.clk, rst, self.codecs[p], self.counter,
+                           self.scoreboards[p].got, receiver=self.sinks[p].receiver)
             for p in outputs}
 
     @abc.abstractmethod

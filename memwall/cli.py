@@ -121,27 +121,29 @@ TIMESCALE_LINE = "`timescale 1ns / 1ps\n"
 
 def generate(block, params, preset: str, out_dir: Path, target: str | None = None,
              name: str | None = None, *, src: bool = True, timescale: bool = True,
-             overrides: dict[str, str] | None = None) -> tuple[Path, Path, dict]:
+             overrides: dict[str, str] | None = None,
+             interface: str = "native") -> tuple[Path, Path, dict]:
     """Write ``<top>.v``, ``<top>.json`` (the manifest), ``<top>.vlt`` (Verilator's waivers,
     :func:`synth.lint.waiver_file`) and ``<top>.core`` (FuseSoC) into ``out_dir``; the Verilog for
     ``target`` (see :meth:`memwall.registry.Block.verilog`), generic by default, its top module
     ``name`` (default: the block's name with ``_`` for ``-``), with ``src`` attributes and a
     leading `` `timescale`` line unless told otherwise; the manifest is
-    :func:`memwall.manifest.manifest` (``overrides``: the ``--set`` values it records)."""
+    :func:`memwall.manifest.manifest` (``overrides``: the ``--set`` values it records);
+    ``interface="axis"`` gives the streams AXI4-Stream names (:mod:`memwall.axis`)."""
     from synth.lint import waiver_file
 
     from .core import capi2_core
     from .manifest import manifest as contract
 
     top = name or block.top
-    text, component = block.verilog(params, target, name=top, src=src)
+    text, component = block.verilog(params, target, name=top, src=src, interface=interface)
     text = (TIMESCALE_LINE if timescale else "") + text
     out_dir.mkdir(parents=True, exist_ok=True)
     verilog_path = out_dir / f"{top}.v"
     verilog_path.write_text(text)
     manifest = contract(block, params, preset=preset, overrides=overrides or {}, target=target,
                         top=top, verilog_name=verilog_path.name, verilog_text=text,
-                        component=component)
+                        component=component, interface=interface)
     manifest_path = out_dir / f"{top}.json"
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     waiver_path = out_dir / f"{top}.vlt"
@@ -157,7 +159,8 @@ def cmd_generate(args) -> int:
     with staged as stage:
         verilog_path, manifest_path, manifest = generate(
             block, params, args.preset, stage, args.target, args.name, src=not args.no_src,
-            timescale=not args.no_timescale, overrides=_overrides(args.set))
+            timescale=not args.no_timescale, overrides=_overrides(args.set),
+            interface=args.interface)
     final = staged.final(verilog_path)
     print(f"wrote {final}, {staged.final(manifest_path)}, {final.with_suffix('.vlt')} and "
           f"{final.with_suffix('.core')}")
@@ -504,6 +507,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="generic", choices=("generic", *FAMILIES),
                    help="generic Verilog, or Verilog for an ECP5: its multipliers instantiate "
                         "MULT18X18D blocks with their own registers (default: generic)")
+    p.add_argument("--interface", default="native", choices=("native", "axis"),
+                   help="stream port names: the block's own (<s>__valid/__ready/__payload) or "
+                        "AMBA AXI4-Stream (s_axis_<s>_tdata/_tvalid/_tready/_tlast for inputs, "
+                        "m_axis_<s>_... for outputs; docs/integration.md) (default: native)")
     p.set_defaults(func=cmd_generate)
     p = sub.add_parser("lint", help="run Verilator -Wall lint on a block's Verilog")
     design_args(p, "build/lint")

@@ -62,16 +62,31 @@ def streams(ports: list[dict]) -> tuple[list[dict], list[str]]:
 
 
 def manifest(block, params, *, preset: str, overrides: dict[str, str], target: str | None,
-             top: str, verilog_name: str, verilog_text: str, component) -> dict:
-    """The manifest of ``verilog_text`` (the file as written) for ``block`` at ``params``."""
+             top: str, verilog_name: str, verilog_text: str, component,
+             interface: str = "native") -> dict:
+    """The manifest of ``verilog_text`` (the file as written) for ``block`` at ``params``.
+
+    For ``interface="axis"`` ``component`` is the :class:`memwall.axis.AxisWrapper`: each stream
+    lists its AXI4-Stream ports, ``tdata_width`` and ``tlast_field``, and the manifest says
+    ``"interface": "axis"``; a native manifest has no ``interface`` key (it is what it was).
+    """
     ports = registry.ports(component, verilog_text)
     clocked = any(p["name"] == "clk" for p in ports)
-    found, other = streams(ports)
-    timing = block.timing(params, component)
+    if interface == "axis":
+        found = [{k: v for k, v in s.items() if k != "native_ports"} for s in component.streams]
+        inner = component.block
+        used = {"clk", "rst", *(p for s in found for p in s["ports"].values())}
+        other = [p["name"] for p in ports if p["name"] not in used]
+    else:
+        found, other = streams(ports)
+        inner = component
+    timing = block.timing(params, inner)
     for stream in found:
         stream["timing"] = dataclasses.asdict(timing[stream["name"]])
+    head = {"interface": "axis"} if interface == "axis" else {}
     return {
         "manifest_version": MANIFEST_VERSION,
+        **head,
         "block": block.name,
         "family": block.family,
         "top": top,

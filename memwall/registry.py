@@ -191,7 +191,7 @@ class Block:
 
     def verilog(self, params: BlockParams,
                 target: str | None = None, *, name: str | None = None,
-                src: bool = True) -> tuple[str, wiring.Component]:
+                src: bool = True, interface: str = "native") -> tuple[str, wiring.Component]:
         """Return the Verilog text of the block and the component it was made from.
 
         The ports are the component's signature members, less constant ones: the ``ready`` of an
@@ -206,9 +206,18 @@ class Block:
         (:func:`plain_module_names`), so that two configurations under two names can share one
         design. ``src`` attributes name source lines relative to the project root (memwall's
         files) or to Python's library folders (Amaranth's); ``src=False`` leaves them out.
+        ``interface="axis"`` wraps the component in :class:`memwall.axis.AxisWrapper` (AXI4-Stream
+        port names; the component returned is the wrapper); ``"native"`` keeps the block's own.
         """
+        from .axis import INTERFACES, AxisWrapper
+
+        if interface not in INTERFACES:
+            raise ParameterError(f"interface must be one of {', '.join(INTERFACES)}, "
+                                 f"not {interface!r}")
         top = check_module_name(name) if name is not None else self.top
         component = self.elaborate(params)
+        if interface == "axis":
+            component = AxisWrapper(component)
         platform = Target(target) if target in FAMILIES else None
         signals = [Value.cast(value) for _, _, value in component.signature.flatten(component)]
         ports = [s for s in signals if not isinstance(s, Const)]
