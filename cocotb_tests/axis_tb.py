@@ -46,7 +46,7 @@ async def _mismatches(dut, alter) -> tuple[int, list[str]]:
 async def swapped_fields_are_caught(dut):
     """Row and column swapped in the expectation: every item where they differ is a mismatch."""
     altered, caught = await _mismatches(dut, lambda x: {**x, "row": x["col"], "col": x["row"]})
-    assert altered > ITEMS // 2, f"only {altered} of {ITEMS} items had row != col"
+    assert altered >= ITEMS // 6, f"only {altered} of {ITEMS} items had row != col"
     assert len(caught) == altered, f"{altered} altered expectations, {len(caught)} caught"
     assert all("row expected" in m and "col expected" in m for m in caught), caught[:2]
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 import cocotb
 from cocotb.triggers import Event, ReadOnly, RisingEdge
 
-__all__ = ["PayloadCodec", "StreamDriver", "StreamSink", "StreamMonitor", "Scoreboard",
+__all__ = ["stream_port", "PayloadCodec", "StreamDriver", "StreamSink", "StreamMonitor", "Scoreboard",
            "CycleCounter"]
 
 
@@ -51,15 +51,35 @@ class PayloadCodec:
         return {f["name"]: (word >> f["offset"]) & ((1 << f["width"]) - 1) for f in self.fields}
 
 
+#: A stream member's AXI4-Stream signal, on a design generated with ``--interface axis``
+#: (memwall/axis.py): ``s_axis_<s>_tdata`` (a block input) or ``m_axis_<s>_tdata`` for ``payload``.
+_AXIS_MEMBERS = {"valid": "tvalid", "ready": "tready", "payload": "tdata", "last": "tlast"}
+
+
+def stream_port(dut, prefix: str, member: str, *, optional: bool = False):
+    """The handle of a stream's ``valid``, ``ready``, ``payload`` (or, AXI only, ``last``):
+    ``<s>__<member>`` on a native design, its AXI4-Stream name on a wrapped one (``payload`` is
+    ``tdata``, whose low bits are the payload). ``optional``: ``None`` when there is none.
+    The AXI names are looked up first: a wrapped design's top level also holds the block's
+    native names, as internal wires."""
+    names = [f"{side}_axis_{prefix}_{_AXIS_MEMBERS[member]}" for side in ("s", "m")]
+    names += [f"{prefix}__{member}"] if member != "last" else []
+    for name in names:
+        if hasattr(dut, name):
+            return getattr(dut, name)
+    if optional:
+        return None
+    raise AttributeError(f"the design has no {' or '.join(names)}")
+
+
 def _port(dut, prefix: str, member: str):
-    return getattr(dut, f"{prefix}__{member}")
+    return stream_port(dut, prefix, member)
 
 
 def _ready(dut, prefix: str):
     """The stream's ``ready`` handle, or ``None`` for an always-ready stream (a pipelined unit's
     ``valid``-only interface, ``stream.Signature(..., always_ready=True)``)."""
-    name = f"{prefix}__ready"
-    return getattr(dut, name) if hasattr(dut, name) else None
+    return stream_port(dut, prefix, "ready", optional=True)
 
 
 class CycleCounter:

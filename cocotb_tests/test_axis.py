@@ -1,6 +1,7 @@
 """Run blocks generated with ``--interface axis`` through their own testbenches and golden models,
 driven by cocotbext-axi (cocotb_tests/axis.py), under Icarus and Verilator.
 
+Measured (2 cores, loaded, fresh builds): 115 s in make test; the two --slow cases 218 s each.
 Each case runs the block's random-traffic test (idle cycles on every input, back-pressure on
 every output with ``tready``) on the wrapped design; the native runs (test_<family>.py) cover the
 rest of each testbench, and the wrapper is wiring only.
@@ -16,8 +17,13 @@ from .launcher import case_id, case_runs, run_block
 CASES = [
     ("umdam", "small", {}, ["random_traffic"]),
     ("arith-fpmul", "default", {}, ["corners_and_random"]),
+    ("flowkv", "small", {}, ["random_jobs"]),
+    ("inflash", "small", {}, ["random_gemvs"]),
 ]
-RUNS = case_runs(CASES)
+#: flowkv and inflash under Verilator run with --slow (make test-all): a C++ build of a minute or
+#: more each; their Icarus runs check the same wrapped RTL in make test, and test_flowkv.py and
+#: test_inflash.py run the blocks themselves under Verilator.
+RUNS = case_runs(CASES, verilator_slow={"flowkv-small", "inflash-small"})
 
 
 @pytest.mark.parametrize("case, simulator", RUNS)

@@ -43,7 +43,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 from golden.inflash import ERASED, KVLayout, kv_address, kv_page_sequence
 from hdl.inflash.spec import FlashGeometry
 
-from ..streams import CycleCounter, PayloadCodec
+from ..streams import CycleCounter, PayloadCodec, stream_port
 
 __all__ = ["read_bytes", "read_words", "kv_reads", "PlaneModel", "FlashPlane"]
 
@@ -269,11 +269,16 @@ class FlashPlane(PlaneModel):
         super().__init__(geometry, rng, gaps)
         self.dut, self.counter = dut, counter
         self.cmd_codec, self.data_codec, self.program_codec = cmd_codec, data_codec, program_codec
-        self.cmd_valid = getattr(dut, f"{cmd}__valid")
-        self.cmd_ready = getattr(dut, f"{cmd}__ready")
-        self.cmd_payload = getattr(dut, f"{cmd}__payload")
+        # Native or AXI4-Stream names (``--interface axis``); ``data_last`` is AXI's tlast.
+        self.cmd_valid = stream_port(dut, cmd, "valid")
+        self.cmd_ready = stream_port(dut, cmd, "ready")
+        self.cmd_payload = stream_port(dut, cmd, "payload")
+        self.data_valid = stream_port(dut, "rd_data", "valid")
+        self.data_ready = stream_port(dut, "rd_data", "ready")
+        self.data_payload = stream_port(dut, "rd_data", "payload")
+        self.data_last = stream_port(dut, "rd_data", "last", optional=True)
         self.cmd_ready.value = 0
-        dut.rd_data__valid.value = 0
+        self.data_valid.value = 0
         if program_codec is not None:
             dut.pg_data__ready.value = 0
         cocotb.start_soon(self._run())
@@ -289,7 +294,7 @@ class FlashPlane(PlaneModel):
                 read, word_taken, program_word = None, False, None
                 self.now += 1
                 self.cmd_ready.value = 0
-                self.dut.rd_data__valid.value = 0
+                self.data_valid.value = 0
                 if self.program_codec is not None:
                     self.dut.pg_data__ready.value = 0
                 await ReadOnly()
@@ -298,9 +303,11 @@ class FlashPlane(PlaneModel):
             self.tick(read, word_taken, program_word)
             ready, word = self.outputs()
             self.cmd_ready.value = int(ready)
-            self.dut.rd_data__valid.value = int(word is not None)
+            self.data_valid.value = int(word is not None)
             if word is not None:
-                self.dut.rd_data__payload.value = self.data_codec.pack(word)
+                self.data_payload.value = self.data_codec.pack(word)
+                if self.data_last is not None:
+                    self.data_last.value = word.get("last", 0)
             loading = self.program_codec is not None and self.program_ready
             if self.program_codec is not None:
                 self.dut.pg_data__ready.value = int(loading)
@@ -310,7 +317,7 @@ class FlashPlane(PlaneModel):
             read, word_taken, program_word = None, False, None
             if ready and self.cmd_valid.value.is_resolvable and int(self.cmd_valid.value):
                 read = self.cmd_codec.unpack(int(self.cmd_payload.value))
-            if word is not None and int(self.dut.rd_data__ready.value):
+            if word is not None and int(self.data_ready.value):
                 word_taken = True
             if loading and int(self.dut.pg_data__valid.value):
                 item = self.program_codec.unpack(int(self.dut.pg_data__payload.value))
