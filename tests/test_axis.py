@@ -1,8 +1,8 @@
 """`memwall generate --interface axis`: AXI4-Stream names around a block (memwall/axis.py).
 
 Port names and widths, the tlast and tready rules, pass-through ports, the manifest under its
-JSON Schema, Verilator lint with the waivers, the wrapper's wiring in Amaranth's simulator, bad
-input, and the default staying the native interface. Simulation of wrapped blocks against their
+JSON Schema, Verilator lint with the waivers, the wrapper's wiring in Amaranth's simulator, X-free
+outputs after reset, bad input, and the default staying the native interface. Simulation of wrapped blocks against their
 golden models: cocotb_tests/test_axis.py.
 """
 
@@ -176,3 +176,17 @@ def test_tlast_drives_the_last_bit_and_tdata_carries_the_fields():
     sim.add_testbench(bench)
     sim.run()
     assert seen == [(9, 0), (3 | 1 << 5, 1)]
+
+
+@pytest.mark.parametrize("name", ["umdam", "arith-fpmul"])
+def test_wrapped_outputs_are_x_free_after_reset(name, tmp_path):
+    """The X check of tests/test_xfree.py on the wrapped Verilog (blocks without block RAM, whose
+    read registers are X until the first read: every output, tdata included, is checked)."""
+    from tests.test_xfree import x_report
+
+    block = registry.get(name)
+    text, component = block.verilog(block.parameters("small"), interface="axis")
+    ports = registry.ports(component, text)
+    for mode in ("-g2012", "-g2005"):
+        report = x_report(text, block.top, ports, mode, tmp_path)
+        assert "PASS: no X" in report, f"iverilog {mode}: {report}"
