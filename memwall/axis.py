@@ -105,9 +105,10 @@ class AxisWrapper(wiring.Component):
                 members[s["ports"]["tready"]] = data_out(1)
             if "tlast" in s["ports"]:
                 members[s["ports"]["tlast"]] = data_in(1)
-        self._through = {}
+        self._through, self._paths = {}, {}
         for path, member, value in block.signature.flatten(block):
             name = "__".join(str(p) for p in path)
+            self._paths[name] = path
             if name in in_stream or isinstance(Value.cast(value), Const):
                 continue
             self._through[name] = path
@@ -118,7 +119,7 @@ class AxisWrapper(wiring.Component):
         m = Module()
         m.submodules.block = block = self.block
         for s in self.streams:
-            native = {role: _member(block, name.split("__")) for role, name
+            native = {role: _member(block, self._paths[name]) for role, name
                       in s["native_ports"].items()}
             axis = {role: getattr(self, name) for role, name in s["ports"].items()}
             payload = native.get("payload")
