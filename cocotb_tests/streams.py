@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterable
 import cocotb
 from cocotb.triggers import Event, ReadOnly, RisingEdge
 
-__all__ = ["stream_port", "PayloadCodec", "StreamDriver", "StreamSink", "StreamMonitor", "Scoreboard",
-           "CycleCounter"]
+__all__ = ["stream_port", "PayloadCodec", "StreamDriver", "StreamSink", "StreamMonitor",
+           "Scoreboard", "CycleCounter"]
 
 
 class PayloadCodec:
