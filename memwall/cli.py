@@ -73,7 +73,8 @@ def _design(args):
     if getattr(args, "name", None) is not None:
         registry.check_module_name(args.name)
     block = registry.get(args.block)
-    params = block.parameters(args.preset, _overrides(args.set))
+    params = block.parameters(args.preset, _overrides(args.set),
+                              force=getattr(args, "force", False))
     return block, params
 
 
@@ -92,6 +93,13 @@ def _list_parameters(b) -> None:
         values = [b.presets[p].as_dict()[name] for p in presets]
         cells = [",".join(map(str, v)) if isinstance(v, list) else str(v) for v in values]
         print(f"| {name} | " + " | ".join(cells) + " |")
+    sizes = [b.size(b.presets[p]) for p in presets]
+    limits = registry.SIZE_LIMITS
+    for field, label in (("storage_bits", "storage bits"), ("multipliers", "multipliers"),
+                         ("cells", "netlist cells")):
+        figures = [f"{getattr(size, field):,}" for size in sizes]
+        print(f"| {label} (estimate; limit {getattr(limits, field):,}) | " + " | ".join(figures)
+              + " |")
 
 
 def cmd_list(args) -> int:
@@ -475,6 +483,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--set", action="append", metavar="NAME=VALUE",
                        help="override one parameter (repeatable; tuples comma-separated)")
         p.add_argument("-o", "--output", default=output_default, help="output folder")
+        p.add_argument("--force", action="store_true",
+                       help="build even when the block's size estimate (storage bits, "
+                            "multipliers, netlist cells: `memwall list BLOCK`) is above the "
+                            "size guard's limits")
 
     def name_arg(p):
         p.add_argument("--name", metavar="MODULE",

@@ -26,7 +26,9 @@ from hdl.arith.dsp import FAMILIES, Target
 from .params import BlockParams, ParameterError
 
 __all__ = ["PRESETS", "FAMILY_PAPERS", "check_module_name", "plain_module_names", "SynthSettings",
-           "StreamTiming", "pipelined", "Block", "register", "get", "blocks", "UnknownBlock"]
+           "StreamTiming", "pipelined", "Size", "SIZE_LIMITS", "TooLarge", "Block", "register",
+           "get", "blocks", "UnknownBlock", "SIZE_TOLERANCE", "rtlil_size",
+           "verilog_text"]
 
 #: Presets every block defines.
 PRESETS = ("small", "default", "paper")
@@ -111,6 +113,49 @@ def pipelined(latency: int) -> dict[str, StreamTiming]:
 
 
 @dataclass(frozen=True)
+class Size:
+    """What a block builds at one parameter set, estimated from the parameters alone (before the
+    component exists: building it is what a too-large request would make slow).
+
+    Parameters
+    ----------
+    storage_bits : int
+        Bits of every Amaranth memory (width x depth), exact.
+    multipliers : int
+        Product cells of Amaranth's netlist (RTLIL ``$mul``, before Yosys maps them to
+        multiplier blocks or logic).
+    cells : int
+        Cells of Amaranth's netlist (RTLIL ``cell``, before Yosys): what elaboration time and
+        memory grow with.
+
+    ``tests/test_size.py`` holds every block's figures to what elaboration builds: storage bits
+    exactly, multipliers and cells within a factor of :data:`SIZE_TOLERANCE`.
+    """
+
+    storage_bits: int
+    multipliers: int
+    cells: int
+
+    def over(self, limits: "Size") -> list[str]:
+        """One phrase per figure above its limit in ``limits``; empty when none is."""
+        names = ("storage_bits", "multipliers", "cells")
+        return [f"{getattr(self, n):,} {n.replace('_', ' ')} (limit {getattr(limits, n):,})"
+                for n in names if getattr(self, n) > getattr(limits, n)]
+
+
+#: Above any of these a block is not built without ``force`` (``--force``): 32 Mibit of memory
+#: (nine times the largest ECP5's block RAM), 4,096 multipliers, 400,000 netlist cells (about
+#: five minutes of elaboration on one core; the README says how it was chosen).
+SIZE_LIMITS = Size(storage_bits=1 << 25, multipliers=4096, cells=400_000)
+#: How far an estimate of multipliers or cells may be from what elaboration builds.
+SIZE_TOLERANCE = 2.0
+
+
+class TooLarge(ParameterError):
+    """A parameter set whose estimated size is above :data:`SIZE_LIMITS`."""
+
+
+@dataclass(frozen=True)
 class Block:
     """One registered block.
 
@@ -136,6 +181,8 @@ class Block:
     timing : callable
         ``timing(params, component) -> {stream: StreamTiming}`` for every stream of the block
         (the manifest's per-stream latency and throughput).
+    size : callable
+        ``size(params) -> Size``, from the parameters alone (the size guard, ``memwall list``).
     status : str
         Shown in ``memwall list`` and the README table.
     """
@@ -149,6 +196,7 @@ class Block:
     golden: str
     testbench: str
     timing: Callable[[BlockParams, wiring.Component], Mapping[str, StreamTiming]]
+    size: Callable[[BlockParams], Size]
     synth: SynthSettings = field(default_factory=SynthSettings)
     status: str = "verified"
 
@@ -161,15 +209,32 @@ class Block:
     def top(self) -> str:
         return self.name.replace("-", "_")
 
-    def parameters(self, preset: str = "default",
-                   overrides: dict[str, str] | None = None) -> BlockParams:
-        """Return the preset's parameters with text overrides applied and validated."""
+    def parameters(self, preset: str = "default", overrides: dict[str, str] | None = None, *,
+                   force: bool = False) -> BlockParams:
+        """Return the preset's parameters with text overrides applied and validated.
+
+        Raises :class:`TooLarge` when the estimated size is above :data:`SIZE_LIMITS`, before
+        anything is built, unless ``force``.
+        """
         if preset not in self.presets:
             raise ParameterError(f"unknown preset {preset!r} for block {self.name}; presets are "
                                  f"{', '.join(self.presets)}")
         params = self.presets[preset].with_overrides(overrides)
+        if not force:
+            self.check_size(params)
         self.validate(params)
         return params
+
+    def check_size(self, params: BlockParams, limits: Size | None = None) -> None:
+        """Raise :class:`TooLarge` naming each estimate above ``limits`` (:data:`SIZE_LIMITS`)."""
+        try:
+            size = self.size(params)
+        except (TypeError, ValueError, ArithmeticError):
+            return                      # parameters the block rejects: its own check says why
+        over = size.over(limits or SIZE_LIMITS)
+        if over:
+            raise TooLarge(f"{self.name} at these parameters is estimated at {' and '.join(over)}; "
+                           f"check the parameters, or pass --force to build it anyway")
 
     def validate(self, params: BlockParams) -> None:
         """Check ``params`` by building the component: its own checks are the one validation."""
@@ -192,7 +257,16 @@ class Block:
     def verilog(self, params: BlockParams,
                 target: str | None = None, *, name: str | None = None,
                 src: bool = True, interface: str = "native") -> tuple[str, wiring.Component]:
-        """Return the Verilog text of the block and the component it was made from.
+        """Return the Verilog text of the block and the component it was made from (the
+        arguments as :meth:`rtlil`'s)."""
+        text, component = self.rtlil(params, target, name=name, src=src, interface=interface)
+        return verilog_text(text, name or self.top), component
+
+    def rtlil(self, params: BlockParams,
+              target: str | None = None, *, name: str | None = None,
+              src: bool = True, interface: str = "native") -> tuple[str, wiring.Component]:
+        """Return Amaranth's RTLIL text of the block and the component it was made from
+        (:func:`verilog_text` makes the Verilog of it; :func:`rtlil_size` measures it).
 
         The ports are the component's signature members, less constant ones: the ``ready`` of an
         always-ready stream (a pipelined unit's valid-only interface) is ``Const(1)`` and has no
@@ -221,9 +295,8 @@ class Block:
         platform = Target(target) if target in FAMILIES else None
         signals = [Value.cast(value) for _, _, value in component.signature.flatten(component)]
         ports = [s for s in signals if not isinstance(s, Const)]
-        text = to_verilog(rtlil.convert(component, name=top, platform=platform, ports=ports,
-                                        emit_src=src))
-        return _relative_src(plain_module_names(text, top)), component
+        return rtlil.convert(component, name=top, platform=platform, ports=ports,
+                             emit_src=src), component
 
     def golden_module(self):
         return importlib.import_module(self.golden)
@@ -236,6 +309,11 @@ class Block:
 #: Continuous assignments are evaluated at time 0 under both (docs/integration.md).
 _YOSYS_SCRIPT = ("read_rtlil <<rtlil\n{rtlil}\nrtlil\n"
                  "proc -norom\nmemory_collect\nwrite_verilog")
+
+
+def verilog_text(rtlil_text: str, top: str) -> str:
+    """The Verilog :meth:`Block.verilog` writes for RTLIL text whose top module is ``top``."""
+    return _relative_src(plain_module_names(to_verilog(rtlil_text), top))
 
 
 def to_verilog(rtlil_text: str) -> str:
@@ -346,3 +424,15 @@ def blocks() -> list[Block]:
     _load()
     return list(_REGISTRY.values())
 
+
+
+_RTLIL_CELL = re.compile(r"^\s*cell\s+\$(\S+)\s", re.M)
+_RTLIL_MEMORY = re.compile(r"^\s*memory\s+width\s+(\d+)\s+size\s+(\d+)\s", re.M)
+
+
+def rtlil_size(rtlil_text: str) -> Size:
+    """The :class:`Size` of Amaranth's RTLIL text (submodule instances are not cells; a memory's
+    bits are its declaration's width times size): what :attr:`Block.size` estimates."""
+    kinds = _RTLIL_CELL.findall(rtlil_text)
+    storage = sum(int(w) * int(d) for w, d in _RTLIL_MEMORY.findall(rtlil_text))
+    return Size(storage_bits=storage, multipliers=kinds.count("mul"), cells=len(kinds))

@@ -1,11 +1,14 @@
-"""Every registered block at every preset: it elaborates, and its Verilog lints without errors and,
-with the waiver file `memwall generate` writes beside it, without warnings."""
+"""Every registered block at every preset: it elaborates, its Verilog lints without errors and,
+with the waiver file `memwall generate` writes beside it, without warnings, and its size estimate
+holds against the netlist."""
 
 import pytest
 
 from memwall import registry
 from synth.flow import check_options
 from synth.lint import lint
+
+from .test_size import check_size_estimate
 
 #: Presets whose Verilog takes over 20 s to generate and lint (2 cores, Verilator 5.048; the
 #: flowkv paper pair is 10 MB of Verilog, 46 s to generate and 34 s to lint): they run with
@@ -26,12 +29,14 @@ CASES = [pytest.param(b.name, p, id=f"{b.name}-{p}",
 @pytest.mark.parametrize("block, preset", CASES)
 def test_verilator_lint_clean(block, preset, tmp_path):
     entry = registry.get(block)
-    text, component = entry.verilog(entry.parameters(preset))
+    netlist, component = entry.rtlil(entry.parameters(preset))
+    text = registry.verilog_text(netlist, entry.top)
     report = lint(text, entry.top, tmp_path, waivers=True, timeout=600)  # paper: minutes, loaded
     assert report.ok and report.warnings == 0, \
         f"{block} ({preset}): {report.errors} errors, {report.warnings} warnings that " \
         f"{entry.top}.vlt does not waive:\n" + "\n".join(report.messages[:20])
     _check_manifest(entry, preset, text, component)
+    check_size_estimate(entry, entry.parameters(preset), netlist)
 
 
 def _check_manifest(entry, preset, text, component):

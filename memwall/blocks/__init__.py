@@ -1,4 +1,5 @@
-"""Registry entries of every block: each module in this package registers its blocks on import."""
+"""Registry entries of every block: each module in this package registers its blocks on import
+(`units` holds what the shared numeric units build, for the size estimates)."""
 
 import importlib
 import pkgutil

@@ -13,10 +13,30 @@ from hdl.arith.fpmac import FloatMAC
 from hdl.arith.fpmul import FloatMultiplier
 
 from ..params import BlockParams
-from ..registry import Block, pipelined, register
+from ..registry import Block, Size, pipelined, register
+from . import units
 
 _GOLDEN = "golden.arith.float"
 _TB = "cocotb_tests.arith_float_tb"
+
+#: FloatConvert's cells (a rounding and a repack; the formats hardly change them).
+_CONV_CELLS = 52
+
+
+def _mul_size(a_fmt: str, b_fmt: str) -> Size:
+    """FloatMultiplier's default ("both") split: both significands halved when either is wider
+    than 12 bits, four products; else one."""
+    wide = max(float_format(a_fmt).precision, float_format(b_fmt).precision) > 12
+    return Size(storage_bits=0, multipliers=4 if wide else 1,
+                cells=units.FPMUL_WIDE_CELLS if wide else units.FPMUL_CELLS)
+
+
+def _mac_size(in_fmt: str, lanes: int = 1) -> Size:
+    """``lanes`` products and ``lanes`` adders (a MAC's one, a dot product's tree and final
+    conversion), as :func:`_mul_size` and an adder each."""
+    mul = _mul_size(in_fmt, in_fmt)
+    return Size(storage_bits=0, multipliers=lanes * mul.multipliers,
+                cells=lanes * (mul.cells + units.FPADD_CELLS))
 
 
 @dataclass(frozen=True)
@@ -97,6 +117,7 @@ register(Block(
     golden=_GOLDEN,
     testbench=_TB,
     timing=lambda p, c: pipelined(c.latency),
+    size=lambda p: _mul_size(p.a_fmt, p.b_fmt),
 ))
 
 register(Block(
@@ -114,6 +135,7 @@ register(Block(
     golden=_GOLDEN,
     testbench=_TB,
     timing=lambda p, c: pipelined(c.latency),
+    size=lambda p: Size(storage_bits=0, multipliers=0, cells=units.FPADD_CELLS),
 ))
 
 register(Block(
@@ -131,6 +153,7 @@ register(Block(
     golden=_GOLDEN,
     testbench=_TB,
     timing=lambda p, c: pipelined(c.latency),
+    size=lambda p: _mac_size(p.in_fmt),
 ))
 
 register(Block(
@@ -148,6 +171,7 @@ register(Block(
     golden=_GOLDEN,
     testbench=_TB,
     timing=lambda p, c: pipelined(c.latency),
+    size=lambda p: Size(storage_bits=0, multipliers=0, cells=_CONV_CELLS),
 ))
 
 register(Block(
@@ -164,6 +188,7 @@ register(Block(
     golden=_GOLDEN,
     testbench=_TB,
     timing=lambda p, c: pipelined(c.latency),
+    size=lambda p: Size(storage_bits=0, multipliers=0, cells=units.INT2FP_CELLS),
 ))
 
 register(Block(
@@ -184,4 +209,5 @@ register(Block(
     golden=_GOLDEN,
     testbench=_TB,
     timing=lambda p, c: pipelined(c.latency),
+    size=lambda p: _mac_size(p.in_fmt, p.lanes),
 ))

@@ -8,7 +8,16 @@ from hdl.arith.exp2 import Exp2
 from hdl.arith.recip import Reciprocal, RSqrt
 
 from ..params import BlockParams
-from ..registry import Block, pipelined, register
+from ..registry import Block, Size, pipelined, register
+from . import units
+
+
+def _newton_size(iterations: int, products_per_step: int, cells_per_step: int) -> Size:
+    """The seed table, unpacking and rounding (about 80 cells), then per Newton-Raphson step its
+    products split into 17-bit slices (1/x: m*y and y*e, about 5; 1/sqrt(x): y*y, u*y*y and
+    y*e, about 12) and their sums; cells per step calibrated on the presets' netlists."""
+    return Size(storage_bits=0, multipliers=products_per_step * iterations,
+                cells=80 + cells_per_step * iterations)
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,8 @@ register(Block(
     golden="golden.arith.func",
     testbench="cocotb_tests.arith_func_tb",
     timing=lambda p, c: pipelined(c.latency),
+    # One chord multiply; the table is constants, so the size hardly moves.
+    size=lambda p: Size(storage_bits=0, multipliers=1, cells=units.EXP2_CELLS),
 ))
 
 _NEWTON_PRESETS = {
@@ -74,6 +85,7 @@ register(Block(
     golden="golden.arith.func",
     testbench="cocotb_tests.arith_func_tb",
     timing=lambda p, c: pipelined(c.latency),
+    size=lambda p: _newton_size(p.iterations, 5, 55),
 ))
 
 register(Block(
@@ -86,4 +98,5 @@ register(Block(
     golden="golden.arith.func",
     testbench="cocotb_tests.arith_func_tb",
     timing=lambda p, c: pipelined(c.latency),
+    size=lambda p: _newton_size(p.iterations, 12, 100),
 ))

@@ -8,7 +8,7 @@ from hdl.arith.idot import IntDot
 from hdl.arith.requant import Requantizer
 
 from ..params import BlockParams
-from ..registry import Block, pipelined, register
+from ..registry import Block, Size, pipelined, register
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,18 @@ class IntDotParams(BlockParams):
     block_registers: bool = False
 
 
+def _slices(bits: int) -> int:
+    """Signed operand slices of one 18 x 18 product: 17 bits each, the top one up to 18."""
+    return max(1, -(-(bits - 1) // 17))
+
+
+def _requant_size(p: "RequantParams") -> Size:
+    """The partial products of x * m, then about 14 cells for each one's sum and 40 for the
+    rounding and the clamp (calibrated on the presets' netlists)."""
+    products = _slices(p.in_bits) * _slices(p.mult_bits + (not p.mult_signed))
+    return Size(storage_bits=0, multipliers=products, cells=40 + 14 * products)
+
+
 register(Block(
     name="arith-requant",
     family="arith",
@@ -61,6 +73,7 @@ register(Block(
     golden="golden.arith.requant",
     testbench="cocotb_tests.arith_int_tb",
     timing=lambda p, c: pipelined(c.latency),
+    size=_requant_size,
 ))
 
 register(Block(
@@ -80,4 +93,6 @@ register(Block(
     golden="golden.arith.idot",
     testbench="cocotb_tests.arith_int_tb",
     timing=lambda p, c: pipelined(c.latency),
+    # A product per lane and its adder (the tree's registers are wide, one cell each).
+    size=lambda p: Size(storage_bits=0, multipliers=p.lanes, cells=4 * p.lanes + 2),
 ))

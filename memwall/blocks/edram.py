@@ -1,14 +1,14 @@
-"""Registry entries of the SHIELD segmented-refresh eDRAM controller and its FPGA stand-in system."""
+"""Registry entries of the SHIELD segmented-refresh eDRAM controller and its FPGA stand-ins."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from golden.edram import T_KELLE_US, T_REL_US, T_STD_US
-from hdl.edram import EdramController, EdramSystem, Policy
+from hdl.edram import SEGMENT_BITS, EdramController, EdramSystem, Policy, response_layout
 
 from ..params import BlockParams
-from ..registry import Block, StreamTiming, register
+from ..registry import Block, Size, StreamTiming, register
 
 #: The policy names a parameter set may give, lower case, in code order.
 POLICY_NAMES = tuple(p.name.lower() for p in Policy)
@@ -52,6 +52,29 @@ _PRESETS = {
     "paper": EdramParams(banks=16, rows=256, cols=256, clk_mhz=1000.0, slack=16),
 }
 
+def _size(params: EdramParams, macros: bool = False) -> Size:
+    """The controller's netlist (with ``macros``, the stand-ins' too): the response FIFO (and one
+    memory per bank and segment) as storage; the row selections of the views and of the read data
+    by bank (``word_select`` with a variable row: a product each) as multipliers; cells per global
+    row (the release's row span and the liveness table), per bank and a fixed part."""
+    banks, rows = params.banks, params.rows
+    total = banks * rows                                  # global rows (liveness table bits)
+    g_bits = (total - 1).bit_length()
+    # The response queue: SyncFIFOBuffered, a register in front of a (depth - 1)-place memory.
+    storage = response_layout().size * (params.response_depth - 1)
+    if macros:
+        storage += banks * rows * params.cols * sum(SEGMENT_BITS.values())
+    # Per view (3), live and qo of a row across the banks; per segment the read data's bank.
+    multipliers = (2 * 3 + 3) if banks > 1 else 0
+    cells = (540                                  # pipeline stages, sweeps, ports, counters, queue
+             + 5 * total                          # release span: two bound compares per row, ANDs
+             + total // 16                        # liveness table: "any row live" group summaries
+             + 2 * (total >> (g_bits // 2))       # probe: one live and one qo pick per row group
+             + 3 * banks                          # refresh counters: popcount of the banks issued
+             + (9 * banks if macros else 0))      # stand-ins: init, write and read port per memory
+    return Size(storage_bits=storage, multipliers=multipliers, cells=cells)
+
+
 def _timing(params, component) -> dict[str, StreamTiming]:
     controller = getattr(component, "controller", component)     # edram-fpga: macros around it
     return {"req": StreamTiming(throughput=1.0, model="docs/edram.md, Timing",
@@ -72,6 +95,7 @@ register(Block(
     golden="golden.edram",
     testbench="cocotb_tests.edram.tb",
     timing=_timing,
+    size=_size,
 ))
 
 #: The stand-in holds its segments in block RAM, so its ``paper`` preset keeps the paper's intervals
@@ -89,4 +113,5 @@ register(Block(
     golden="golden.edram",
     testbench="cocotb_tests.edram.tb",
     timing=_timing,
+    size=lambda p: _size(p, macros=True),
 ))

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hdl.arith.tree import tree_levels
 from hdl.flowkv import FlowKVArray, FlowKVPair
+from hdl.flowkv.spec import FlowKVConfig, item_layout, output_layout
 
 from ..params import BlockParams
-from ..registry import Block, StreamTiming, SynthSettings, register
+from ..registry import Block, Size, StreamTiming, SynthSettings, register
+from . import units
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,61 @@ _PRESETS = {
     "paper": FlowKVParams(head_dim=256, lanes=16, group=4, chunk=128, max_tokens=32768),
 }
 
+_ADD, _MUL = units.ADD_STAGES, units.MUL_STAGES
+_DOT_MUL, _DOT_ADD = units.DOT_MUL_STAGES, units.DOT_ADD_STAGES
+#: Products ($mul) per unit: a bf16 x bf16 significand (8 bits) is one; fp32 x fp32 (24 bits) is
+#: split in halves, four; the lanes' fp32 x bf16 ("wide" split, 24 > 18 bits) two; Exp2 one;
+#: Reciprocal (two Newton-Raphson steps) ten.
+_PRODUCTS = {"dot": 1, "fmul": 4, "fv": 2, "exp": 1, "recip": 10}
+#: Netlist cells of one unit of each kind (its own netlist; they do not change with the pair).
+_CELLS = {"add": units.FPADD_CELLS, "dot": units.FPMUL_CELLS, "fmul": units.FPMUL_WIDE_CELLS,
+          "fv": 95, "cy": 104, "out": 105, "exp": units.EXP2_CELLS, "recip": units.RECIP_CELLS,
+          "fifo": 23, "queue": 41}
+
+
+def _size(params: FlowKVParams, pairs: int | None = None) -> Size:
+    """One tile pair (``pairs``: an array of that many): its memories (query, scores, row tags,
+    item and output queues, F, accumulators), its units' products, and cells per unit plus the
+    tiles' own logic."""
+    cfg = FlowKVConfig(**params.pair_args())
+    G, P, B, Lc = cfg.group, cfg.lanes, cfg.beats, cfg.chunk
+    lanes = G * P
+    dot_latency = _DOT_MUL + _DOT_ADD * tree_levels(P)
+    score_latency = 1 + dot_latency + tree_levels(B) * _ADD + _MUL
+    tag_depth = 1 << ((score_latency + B - 1) // B + 2).bit_length()
+    storage = (lanes * 16 * B                          # tile 0: query rows, a word per beat
+               + (G * 32 + 1) * 2 * Lc                 # tile 0: scores (+ valid), two chunk banks
+               + (cfg.slot_bits + 4) * tag_depth       # tile 0: row tags (SyncFIFO)
+               # The result queues are SyncFIFOBuffered: a register and depth - 1 places.
+               + item_layout(cfg).size * (32 - 1)      # tile 0: item queue, depth 32
+               + G * 32 * 2 * Lc                       # tile 1: F of every head, two chunk banks
+               + lanes * 32 * B                        # tile 1: accumulators Y
+               + output_layout(cfg).size * (16 - 1))   # tile 1: output queue, depth 16
+    products = (lanes * (_PRODUCTS["dot"] + _PRODUCTS["fv"] + _PRODUCTS["fmul"])  # k, F.V, C.Y
+                + G * _PRODUCTS["fmul"]                # tile 0: score scale per head
+                + _PRODUCTS["fmul"] + _PRODUCTS["exp"] + _PRODUCTS["recip"]  # C * l, exp2, 1/l
+                + P * _PRODUCTS["fmul"])               # tile 1: output lanes Y * (1/l)
+    adders = (G * (P - 1)                              # dot product trees
+              + G * tree_levels(B) + tree_levels(Lc)   # serial trees: row sums, chunk sum of F
+              + 2 + lanes)                             # S - m and l's adder; accumulators
+    cells = (adders * _CELLS["add"]
+             + lanes * (_CELLS["dot"] + _CELLS["fv"] + _CELLS["cy"])
+             + (G + 1) * _CELLS["fmul"]                # score scales, C * l
+             + _CELLS["exp"] + _CELLS["recip"] + P * _CELLS["out"]
+             + _CELLS["fifo"] + 2 * _CELLS["queue"]    # row tags, item and output queues
+             # Tile 0's own logic (calibrated): per head the running maximum, bank maxima and the
+             # dot product's valid delays; per serial-tree level its hold, flags and delays.
+             + 263 + G * (59 + 2 * dot_latency - _DOT_MUL)
+             + 27 * (G * tree_levels(B) + tree_levels(Lc))
+             # Tile 1's own logic (calibrated): per beat its busy flag and compares, per head
+             # the C, l and reciprocal registers, per lane operand copies.
+             + 228 + 11 * B + 16 * G + 4 * lanes)
+    if pairs is None:
+        return Size(storage_bits=storage, multipliers=products, cells=cells)
+    return Size(storage_bits=pairs * storage, multipliers=pairs * products,
+                cells=pairs * cells + 1 + 2 * pairs)   # the array's command broadcast
+
+
 def _timing(params, component) -> dict[str, StreamTiming]:
     """Every stream of a pair; an array's ``q0``, ``k1``... as their pair's."""
     step = "sim.flowkv.step_cycles (a decode step's fill, stream and drain); docs/flowkv.md"
@@ -68,6 +126,7 @@ register(Block(
     golden="golden.flowkv",
     testbench="cocotb_tests.flowkv.tb",
     timing=_timing,
+    size=_size,
     # The pair's units sit around the multiplier blocks' fixed rows: nextpnr's analytic placer
     # keeps their critical nets shorter when it weighs timing more (docs/flowkv.md, Fmax).
     synth=SynthSettings(timing_weight=60),
@@ -93,6 +152,7 @@ register(Block(
     golden="golden.flowkv",
     testbench="cocotb_tests.flowkv.tb",
     timing=_timing,
+    size=lambda p: _size(p, p.pairs),
     synth=SynthSettings(targets=(), skip_reason="four pairs exceed the largest ECP5 the flow "
                         "tries (LFE5U-85F); the pair (flowkv) is the synthesized unit"),
 ))

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hdl.arith.tree import tree_levels
 from hdl.inflash import FlashGeometry, InflashPE
+from hdl.inflash.issuer import Issuer
+from hdl.inflash.reader import _READS_IN_FLIGHT
+from hdl.inflash.spec import PEConfig, WriterConfig, y_layout
 from hdl.inflash.unit import InflashUnit
 
 from ..params import BlockParams
-from ..registry import Block, StreamTiming, SynthSettings, register
+from ..registry import Block, Size, StreamTiming, SynthSettings, register
+from . import units
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,78 @@ def _unit_timing(params, component) -> dict[str, StreamTiming]:
             "pg_data": StreamTiming(after="kv", throughput=1.0, model=write,
                                     note="page_bytes / transfer_bytes words after each program")}
 
+#: Register stages of the units at the defaults the PE builds them with (their latencies).
+_ADD, _MUL = units.ADD_STAGES, units.MUL_STAGES
+_DOT_MUL, _DOT_ADD = units.DOT_MUL_STAGES, units.DOT_ADD_STAGES
+#: Cells of a FloatMAC's own wiring, besides its multiplier and adder.
+_FMAC_CELLS = 5
+#: Cells per serial-tree level besides its adder (hold, odd flag, valid and last delays) and
+#: the PE's fixed control (setup, reader, issuer, queues): calibrated on the small and default
+#: presets (5 and 11 beat-tree levels); per lane of the logic around the units (gearbox lanes,
+#: x masks, IntDot lane, MAC operand muxes, int8 products, dot-latency delays): read off the
+#: lane loops, checked at 4, 8 and 16 FMACs.
+_LEVEL_CELLS, _LANE_CELLS, _PE_CONTROL = 30, 45, 1480
+
+
+def _pe_size(p) -> Size:
+    """What :class:`~hdl.inflash.pe.InflashPE` builds: its memories (read FIFO, x buffer, K/V
+    ring, w4a16 header FIFO and group sums, Attend accumulators, output queue), its products
+    (the FloatDot and FloatMAC lanes, the int8 lanes, the epilogue's two wide multipliers) and
+    its cells (a sum over those units, the serial trees' levels and the control)."""
+    cfg = PEConfig(geometry=p.geometry(), max_rows=p.max_rows, max_cols=p.max_cols,
+                   group_size=p.group_size)
+    F, W = cfg.fmacs, cfg.transfer_bytes
+    # Serial trees: a row's beats (lanes), x beats per group and a row's groups (epilogue).
+    row, xsum, groups = (tree_levels(cfg.max_beats), tree_levels(cfg.group_size // F),
+                         tree_levels(cfg.max_groups))
+    float_latency = Issuer.latency + _DOT_MUL + tree_levels(F) * _DOT_ADD + row * _ADD
+    w4_latency = float_latency + _MUL + _ADD + groups * _ADD
+    header_depth = float_latency // 2 + 2
+    queue_depth = max(float_latency, w4_latency) + 4        # SyncFIFOBuffered: depth - 1 words
+    storage = (W.bit_length() * _READS_IN_FLIGHT            # reader: the reads' tails
+               + 16 * F * cfg.x_depth                       # x buffer
+               + 16 * F * 2 * cfg.slot_beats                # K/V ring, two entries
+               + 32 * header_depth                          # w4a16 header FIFO
+               + 32 * cfg.max_groups                        # w4a16 group sums X
+               + 32 * F * cfg.max_beats                     # Attend accumulators
+               + y_layout(cfg).size * (queue_depth - 1))    # output queue
+    multipliers = (2 * F                # fp16 and bf16 FloatDot lanes
+                   + 2 * F              # fp16 and bf16 Attend FloatMACs
+                   + F + F              # int8 IntDot lanes, int8 Attend products
+                   + 2 * 4              # the epilogue's FloatMultiplier(FP16, FP32, FP32), 2x2
+                   + 4 + 3)             # the setup's page-walk products; lane selects
+    adders = (2 * (F - 1)               # the two FloatDot lane trees
+              + row + xsum + groups     # one adder per serial-tree level
+              + 1                       # the epilogue's s D + o X
+              + 2 * F)                  # the Attend FloatMACs
+    # Four fp16/bf16 multipliers a lane (dot products, MACs); the epilogue's two are FP32's.
+    cells = (adders * units.FPADD_CELLS + 4 * F * units.FPMUL_CELLS + 2 * units.FPMUL_WIDE_CELLS
+             + 2 * F * _FMAC_CELLS + (row + xsum + groups) * _LEVEL_CELLS
+             + F * _LANE_CELLS + _PE_CONTROL)
+    return Size(storage_bits=storage, multipliers=multipliers, cells=cells)
+
+
+#: Cells of the KV writer's fixed control and of the unit's port arbiter (calibrated on the
+#: small and default presets, both W = 4) and per byte of a word (the writer's byte loops:
+#: rotation, byte enables; checked at W = 16).
+_WRITER_CELLS, _WRITER_BYTE_CELLS, _UNIT_CELLS = 305, 25, 32
+
+
+def _unit_size(p) -> Size:
+    """The PE's :func:`_pe_size` plus the KV page writer: its two banks of page-buffer words,
+    its per-slot metadata (the mapping table's fields), its two products (the region's entry
+    limit), and the shared port's arbiter."""
+    cfg = WriterConfig(geometry=p.geometry(), slots=p.kv_slots)
+    W = cfg.transfer_bytes
+    words = cfg.slots * (cfg.page_bytes // W)
+    meta_bits = cfg.entry_count_bits + 2 * cfg.layout_bits + 1     # token, layer, kind, head
+    pe = _pe_size(p)
+    return Size(storage_bits=pe.storage_bits + 2 * 8 * W * max(1, (words + 1) // 2)
+                + meta_bits * cfg.slots,
+                multipliers=pe.multipliers + 2,
+                cells=pe.cells + _WRITER_CELLS + W * _WRITER_BYTE_CELLS + _UNIT_CELLS)
+
+
 register(Block(
     name="inflash",
     family="inflash",
@@ -103,6 +180,7 @@ register(Block(
     golden="golden.inflash",
     testbench="cocotb_tests.inflash.tb",
     timing=_pe_timing,
+    size=_pe_size,
 ))
 
 
@@ -126,6 +204,7 @@ register(Block(
     golden="golden.inflash",
     testbench="cocotb_tests.inflash.tb",
     timing=_unit_timing,
+    size=_unit_size,
     synth=SynthSettings(targets=(), skip_reason="the PE's area and Fmax are the inflash "
                         "entry's; the unit adds the KV page writer's buffer"),
 ))

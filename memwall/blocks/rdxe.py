@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hdl.arith.format import FP32
+from hdl.arith.requant import _SLICE, SHIFT_BITS
 from hdl.rdxe import Dxt, DxtConfig, Vac, VacConfig
+from hdl.rdxe.dxt import _QUEUE_SLACK
+from hdl.rdxe.gbus import _RESP_QUEUE
+from hdl.rdxe.sequencer import _CONST_QUEUE, _OP_QUEUE, op_layout, queued_layout
+from hdl.rdxe.spec import ACC_BITS, CODE_BITS
+from hdl.rdxe.ve import _READ, _SPLIT
 
 from ..params import BlockParams
-from ..registry import Block, StreamTiming, SynthSettings, register
+from ..registry import Block, Size, StreamTiming, SynthSettings, register
+from . import units
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,77 @@ def _dxt_timing(params, component) -> dict[str, StreamTiming]:
             "resp": StreamTiming(after="cmd", model=cycles, note="one per command, when it is "
                                  "done")}
 
+def _products(in_bits: int, mult_bits: int) -> int:
+    """Partial products of a :class:`~hdl.arith.requant.Requantizer`: 17-bit slices of each
+    operand."""
+    return -(-in_bits // _SLICE) * -(-mult_bits // _SLICE)
+
+
+#: Cells of one VAC besides its lanes (HLINK register, operand stages, accumulator, hold and
+#: factor queues, result queue, the PPU's and the RCU's requantizers) and per lane (the
+#: IntDot's product, adder and registers): calibrated on the small and default presets (4 and
+#: 16 lanes); of its KV-cache ports, row register and mux: read off, checked at kv_rows = 0.
+_VAC_CELLS, _KV_CELLS, _VAC_LANE_CELLS = 380, 20, 5
+
+
+def _vac_size(cfg: VacConfig) -> Size:
+    """What one :class:`~hdl.rdxe.vac.Vac` builds: WMEM, KV cache, PPU table, hold, factor and
+    result queues (a head register and ``queue_depth - 1`` words each); a product per lane and
+    the PPU's and RCU's requantizers' partial products; cells per lane and for the rest."""
+    q = cfg.queue_depth - 1
+    storage = (8 * cfg.lanes * (cfg.wmem_depth + cfg.kv_rows)          # WMEM and KV cache rows
+               + (cfg.mult_bits + SHIFT_BITS) * cfg.ppu_depth          # PPU table
+               + (ACC_BITS + cfg.mult_bits + SHIFT_BITS + 2) * q       # hold queue
+               + cfg.rc_bits * q                                       # RC factor queue
+               + CODE_BITS * q)                                        # result queue
+    multipliers = (cfg.lanes + _products(ACC_BITS, cfg.mult_bits)      # lanes, PPU
+                   + _products(ACC_BITS, cfg.rc_mant_bits))            # RCU
+    cells = _VAC_CELLS + _KV_CELLS * (cfg.kv_rows > 0) + _VAC_LANE_CELLS * cfg.lanes
+    return Size(storage_bits=storage, multipliers=multipliers, cells=cells)
+
+
+#: Cycles from a request to its chunk (``Dxt.request_latency``): the score read, the split
+#: register and the activation units at the default stages the VE builds them with.
+_REQUEST_LATENCY = (_READ + _SPLIT + units.INT2FP_STAGES + units.MUL_STAGES + units.EXP2_STAGES
+                    + units.REQUANT_STAGES)
+#: Products of the VE's fixed units: the factor path (FloatMAC(FP32) 4, RSqrt 21, Reciprocal
+#: 10), the sequencer's address products (4), and per activation lane (FloatMultiplier(BF16,
+#: FP32) 4, Exp2 1); from their structure at their default parameters.
+_FACTOR_PRODUCTS, _SEQ_PRODUCTS, _ACT_LANE_PRODUCTS = 4 + 21 + 10, 4, 4 + 1
+#: Cells per VE lane: an activation lane's IntToFloat, FloatMultiplier, Exp2 and Requantizer
+#: (67 + 103 + 138 + 60, each unit's netlist), the normalizer's Requantizer (54), the lane's
+#: muxes and the factor path's IntDot lane (38). Per VAC of the tile: its HLINK source credit
+#: counter, KV writer port (addresses, byte enables), gatherer input and wiring, read off the
+#: loops over the VACs. Both checked at 8 lanes, 8 VACs, and 16 of each. The fixed rest
+#: (sequencer, factor path, queues, score maximum): calibrated on the small and default presets.
+_VE_LANE_CELLS = (units.INT2FP_CELLS + units.FPMUL_WIDE_CELLS + units.EXP2_CELLS
+                  + units.REQUANT_CELLS + 54 + 38)
+_TILE_VAC_CELLS, _TILE_CELLS = 62, 1920
+
+
+def _dxt_size(cfg: DxtConfig) -> Size:
+    """What :class:`~hdl.rdxe.dxt.Dxt` builds: ``vacs`` VACs (:func:`_vac_size`), the token
+    buffer (two halves of ``chunks`` rows), the score buffer, the operation, constant, chunk
+    and response queues; the VE's products (normalizer, factor path, activation lanes) and the
+    KV writer's four address products per VAC; cells per VAC, per lane and the rest."""
+    vac, L, N = _vac_size(cfg.vac_config()), cfg.lanes, cfg.vacs
+    storage = (N * vac.storage_bits
+               + 2 * 8 * L * cfg.chunks                                 # token buffer halves
+               + 8 * L * cfg.ve_config().score_rows                     # score buffer
+               + op_layout(cfg).size * (_OP_QUEUE - 1)                  # operation queue
+               + 64 * (_CONST_QUEUE - 1)                                # inv_k, eps queue
+               + queued_layout(cfg).size * (_REQUEST_LATENCY + _QUEUE_SLACK - 1)  # chunk queue
+               + 1 * (_RESP_QUEUE - 1))                                 # response queue
+    multipliers = (N * vac.multipliers + 4 * N                          # VACs, KV writer
+                   + L * _products(CODE_BITS, cfg.rc_mant_bits)         # normalizer lanes
+                   + L + _FACTOR_PRODUCTS                               # factor path:
+                   + _products(max(FP32.precision + 1, cfg.rc_mant_bits + 2), 2)  # IntDot, to RC
+                   + L * (_ACT_LANE_PRODUCTS + _products(FP32.precision + 1, CODE_BITS))
+                   + 1 + _SEQ_PRODUCTS)                                 # score select; sequencer
+    cells = N * (vac.cells + _TILE_VAC_CELLS) + L * _VE_LANE_CELLS + _TILE_CELLS
+    return Size(storage_bits=storage, multipliers=multipliers, cells=cells)
+
+
 register(Block(
     name="rdxe-vac",
     family="rdxe",
@@ -85,6 +164,7 @@ register(Block(
     golden="golden.rdxe",
     testbench="cocotb_tests.rdxe.tb",
     timing=_vac_timing,
+    size=lambda p: _vac_size(p.config()),
     synth=SynthSettings(),
 ))
 
@@ -124,5 +204,6 @@ register(Block(
     golden="golden.rdxe",
     testbench="cocotb_tests.rdxe.dxt_tb",
     timing=_dxt_timing,
+    size=_dxt_size,
     synth=SynthSettings(presets=("default",)),
 ))

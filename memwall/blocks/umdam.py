@@ -9,7 +9,7 @@ from hdl.umdam import (AddressComposer, AddressMapper, AddressMapping, DramGeome
                        TileAddressGenerator)
 
 from ..params import BlockParams
-from ..registry import Block, StreamTiming, SynthSettings, pipelined, register
+from ..registry import Block, Size, StreamTiming, SynthSettings, pipelined, register
 
 _LPDDR5 = DramGeometry.lpddr5()
 _LPDDR5_FIELDS = dataclasses.asdict(_LPDDR5)
@@ -91,6 +91,8 @@ register(Block(
     golden="golden.umdam",
     testbench="cocotb_tests.umdam_tb",
     timing=lambda p, c: pipelined(p.latency),
+    # A mapping is wiring: the output register and its handshake are the cells (none unlatched).
+    size=lambda p: Size(storage_bits=0, multipliers=0, cells=6 * p.latency),
 ))
 
 register(Block(
@@ -103,6 +105,7 @@ register(Block(
     golden="golden.umdam",
     testbench="cocotb_tests.umdam_tb",
     timing=lambda p, c: pipelined(p.latency),
+    size=lambda p: Size(storage_bits=0, multipliers=0, cells=6 * p.latency),
 ))
 
 register(Block(
@@ -123,4 +126,7 @@ register(Block(
     golden="golden.umdam",
     testbench="cocotb_tests.umdam_tb",
     timing=_tilegen_timing,
+    # The walk's counters, its address arithmetic and one multiply (row x column stride): their
+    # widths follow the geometry, their number does not.
+    size=lambda p: Size(storage_bits=0, multipliers=1, cells=120),
 ))
