@@ -102,6 +102,17 @@ def _list_parameters(b) -> None:
               + " |")
 
 
+def _list_meanings(b) -> None:
+    """Each parameter's meaning, unit and allowed values, from the docstrings of the classes that
+    check them (:meth:`memwall.params.BlockParams.descriptions`)."""
+    print(f"\n{b.name}: what each parameter means (unit, allowed values; the default in brackets "
+          f"where the checking class gives one)")
+    print("| parameter | meaning |")
+    print("|---|---|")
+    for name, text in b.params.descriptions().items():
+        print(f"| {name} | {text.replace('|', '/')} |")
+
+
 def cmd_list(args) -> int:
     blocks = [registry.get(args.block)] if args.block else registry.blocks()
     print("| block | family | paper | status | summary |")
@@ -111,6 +122,8 @@ def cmd_list(args) -> int:
         print(f"| {b.name} | {b.family} | {paper} | {b.status} | {b.summary} |")
     for b in blocks:
         _list_parameters(b)
+    if args.block:
+        _list_meanings(blocks[0])
     if not args.block:
         print("\nPapers (`memwall reproduce PAPER`) and the blocks that implement them")
         print("| paper | family | blocks |")

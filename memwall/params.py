@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
+import re
+import sys
 import types
 import typing
 
@@ -43,6 +47,45 @@ def _parse(name: str, kind, text: str):
     return text
 
 
+#: A class a docstring names (``:class:`hdl.rdxe.VacConfig```, ``:class:`~FloatAdder```).
+_CLASS_REF = re.compile(r":class:`~?([\w.]+)`")
+#: A Sphinx cross-reference (``:class:`~hdl.x.Y```), shown as its target's name.
+_ROLE = re.compile(r":\w+:`~?(?:[\w.]+\.)?(\w+)`")
+#: A numpydoc ``Parameters`` section, up to the next section or the end.
+_PARAMETERS = re.compile(r"^Parameters\n-+\n(.*?)(?=\n\n\S[^\n]*\n-+\n|\Z)", re.S | re.M)
+
+
+def numpydoc_parameters(obj) -> dict[str, str]:
+    """The entries of ``obj``'s numpydoc ``Parameters`` section: name -> description on one line
+    (``a, b : int`` gives both names the description)."""
+    section = _PARAMETERS.search(inspect.getdoc(obj) or "")
+    entries, names = {}, []
+    for line in section.group(1).splitlines() if section else []:
+        if line and not line[0].isspace():
+            names = [n.strip() for n in line.split(" : ")[0].split(",")]
+            entries.update({n: "" for n in names if n not in entries})
+        elif line.strip():
+            for n in names:
+                entries[n] = f"{entries[n]} {line.strip()}".strip()
+    return {n: _ROLE.sub(r"`\1`", text.replace("``", "`")) for n, text in entries.items()}
+
+
+def _named_classes(cls) -> list:
+    """The classes ``cls``'s docstring names, resolved in its module or by their dotted path."""
+    found = []
+    for ref in _CLASS_REF.findall(cls.__doc__ or ""):
+        target = vars(sys.modules[cls.__module__]).get(ref)
+        if target is None and "." in ref:
+            module, _, name = ref.rpartition(".")
+            try:
+                target = getattr(importlib.import_module(module), name, None)
+            except ImportError:
+                target = None
+        if inspect.isclass(target):
+            found.append(target)
+    return found
+
+
 @dataclasses.dataclass(frozen=True)
 class BlockParams:
     """Base of every block's parameter dataclass.
@@ -54,6 +97,20 @@ class BlockParams:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def descriptions(cls) -> dict[str, str]:
+        """Each parameter's meaning, unit and allowed values, as documented where they are
+        checked: the numpydoc ``Parameters`` entries of this class and its bases, then of the
+        classes their docstrings name (the component or the configuration that validates them).
+        A parameter documented nowhere is left out."""
+        own = [c for c in cls.__mro__ if c is not object]
+        found: dict[str, str] = {}
+        for source in own + [ref for c in own for ref in _named_classes(c)]:
+            for name, text in numpydoc_parameters(source).items():
+                if name in cls.names() and text and name not in found:
+                    found[name] = text
+        return {name: found[name] for name in cls.names() if name in found}
 
     def as_dict(self) -> dict:
         """Return the parameters as JSON-friendly values (tuples become lists)."""

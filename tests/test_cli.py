@@ -331,6 +331,27 @@ def test_bench_writes_its_table_to_stdout_and_the_simulators_to_a_log(capfd, tmp
     assert not list(tmp_path.glob(".partial-*"))
 
 
+@pytest.mark.parametrize("block", [b.name for b in registry.blocks()])
+def test_every_parameter_is_documented_where_it_is_checked(block):
+    """`memwall list BLOCK` shows a meaning for every parameter: the numpydoc entry of the params
+    class, its bases or a class they name."""
+    params = registry.get(block).params
+    descriptions = params.descriptions()
+    assert set(descriptions) == set(params.names()), \
+        f"{block}: undocumented {sorted(set(params.names()) - set(descriptions))}"
+    assert all(len(text) > 10 for text in descriptions.values()), descriptions
+
+
+def test_list_one_block_shows_meanings(capsys):
+    code, out, _ = run(capsys, "list", "rdxe-dxt")
+    assert code == 0
+    table = out[out.index("rdxe-dxt: what each parameter means"):]
+    assert "| vacs | VACs on HLINK, `N`: a power of two from 4 to 64 (16)." in table
+    assert table.count("\n| ") == 1 + len(registry.get("rdxe-dxt").params.names())
+    code, out, _ = run(capsys, "list")
+    assert "what each parameter means" not in out
+
+
 def test_list_one_block_and_the_papers_map(capsys):
     from sim.reproduce import PAPERS
 

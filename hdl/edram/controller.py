@@ -54,9 +54,10 @@ class EdramController(wiring.Component):
     cols : int
         Words per row, a power of two from 2 to 4096. ``banks * rows`` is at most 16384.
     clk_mhz : float
-        Clock frequency in MHz; intervals are converted to cycles with it.
+        Clock frequency in MHz, a positive number; intervals are converted to cycles with it.
     t_std_us, t_rel_us, t_kelle_us : float
-        Standard, relaxed (SHIELD KV mantissa) and Kelle-like KV-mantissa refresh intervals in us.
+        Standard, relaxed (SHIELD KV mantissa) and Kelle-like KV-mantissa refresh intervals in us,
+        each at least one clock period (rounded down to whole cycles).
     slack : int
         Cycles a due refresh may wait for accesses, ``commit_latency + 1`` (4) to 1024: a forced
         refresh must be known when the request that would collide with it is admitted.

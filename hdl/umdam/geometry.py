@@ -69,16 +69,18 @@ class DramGeometry:
     Parameters
     ----------
     channels, ranks, bankgroups, banks : int
-        Channels, ranks per channel, bank groups per rank, banks per bank group.
+        Channels (1 to 64), ranks per channel (1 to 8), bank groups per rank (1 to 16), banks per
+        bank group (1 to 64); each a power of two, as every count below.
     rows : int
-        Rows per bank.
+        Rows per bank, 1 to 2**20.
     columns : int
-        Burst-sized columns per row (row size = ``columns * burst_bytes``).
+        Burst-sized columns per row (row size = ``columns * burst_bytes``), 1 to 4096.
     burst_bytes : int
-        Bytes moved by one burst (one column access).
+        Bytes moved by one burst (one column access), 1 to 1024.
     interleave_bytes : int
         Interleaving granularity: consecutive blocks of this size go to different channels
-        (and banks) under the UMDAM mapping. Between ``burst_bytes`` and the row size.
+        (and banks) under the UMDAM mapping. Between ``burst_bytes`` and the row size (at most
+        2**22).
 
     Raises
     ------

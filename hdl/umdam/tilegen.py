@@ -42,7 +42,7 @@ class TileAddressGenerator(wiring.Component):
     elem_bytes : int
         Element size: 1, 2 or 4 bytes.
     max_rows, max_cols : int
-        Largest matrix a command may name (sets the command field widths).
+        Largest matrix a command may name (sets the command field widths), 1 to 2**24.
 
     Members
     -------

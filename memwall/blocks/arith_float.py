@@ -61,7 +61,8 @@ class FpAddParams(BlockParams):
 
 @dataclass(frozen=True)
 class FpMacParams(BlockParams):
-    """Input and accumulator formats and the stages of the multiplier and the adder."""
+    """Input and accumulator formats and the stages of the multiplier and the adder of
+    :class:`FloatMAC`."""
 
     in_fmt: str = "bf16"
     acc_fmt: str = "fp32"

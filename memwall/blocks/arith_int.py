@@ -32,7 +32,7 @@ class RequantParams(BlockParams):
 @dataclass(frozen=True)
 class IntDotParams(BlockParams):
     """Dot-product lane count, operand and accumulator widths, tree register spacing and
-    ``block_registers``."""
+    ``block_registers`` of :class:`IntDot`."""
 
     lanes: int = 16
     a_bits: int = 8

@@ -16,10 +16,17 @@ POLICY_NAMES = tuple(p.name.lower() for p in Policy)
 
 @dataclass(frozen=True)
 class EdramParams(BlockParams):
-    """Geometry, clock, refresh intervals (us), slack (cycles) and the policy after reset.
+    """Geometry, clock, refresh intervals (us), slack (cycles) and the policy after reset, as
+    :class:`hdl.edram.EdramController` takes and checks them.
 
     ``t_kelle_us`` defaults to where the calibrated retention model reaches Kelle's 2e-3 BER
     (:data:`golden.edram.T_KELLE_US`, 1968.9 us), rounded to 0.1 us.
+
+    Parameters
+    ----------
+    policy : str
+        Refresh policy after reset: ``shield``, ``standard`` or ``kelle`` (a ``SET_POLICY``
+        request changes it at run time).
     """
 
     banks: int = 4

@@ -33,7 +33,13 @@ class FlowKVParams(BlockParams):
 
 @dataclass(frozen=True)
 class FlowKVArrayParams(FlowKVParams):
-    """The pair parameters and the number of pairs (KV heads), 1 to 16."""
+    """The pair parameters (:class:`hdl.flowkv.spec.FlowKVConfig`) and the number of pairs.
+
+    Parameters
+    ----------
+    pairs : int
+        Tile pairs, one per KV head, 1 to 16 (:class:`FlowKVArray`).
+    """
 
     pairs: int = 4
 

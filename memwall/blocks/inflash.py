@@ -47,8 +47,15 @@ class InflashParams(BlockParams):
 
 @dataclass(frozen=True)
 class InflashUnitParams(InflashParams):
-    """The PE's parameters and ``kv_slots``, the pages of the KV page writer's buffer
-    (checked by :class:`hdl.inflash.spec.WriterConfig`)."""
+    """The PE's parameters and the KV page writer's (checked by
+    :class:`hdl.inflash.spec.WriterConfig`).
+
+    Parameters
+    ----------
+    kv_slots : int
+        Pages of the KV page writer's buffer (``WriterConfig``'s ``slots``), 1 to 4096. Paper
+        (Table I): 8 KB per plane, two 4 KB pages.
+    """
 
     kv_slots: int = 2
 

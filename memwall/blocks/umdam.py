@@ -42,7 +42,16 @@ class DramParams(BlockParams):
 
 @dataclass(frozen=True)
 class MapperParams(DramParams):
-    """Geometry plus the mappings compiled in (selected per request) and the output latency."""
+    """Geometry plus the mappings compiled in (selected per request) and the output latency of
+    :class:`AddressMapper` and :class:`AddressComposer`.
+
+    Parameters
+    ----------
+    mappings : tuple of str
+        The mappings compiled in, comma-separated: each a named one (``umdam``, ``robaracoch``,
+        ``rocobaracho``, ``ianus``; docs/umdam.md) or a field order. With more than one, each
+        request selects its mapping by index.
+    """
 
     mappings: tuple[str, ...] = ("umdam",)
     latency: int = 1
@@ -55,7 +64,8 @@ class MapperParams(DramParams):
 
 @dataclass(frozen=True)
 class TileParams(DramParams):
-    """Geometry, the mapping that composes addresses, element size and the largest matrix."""
+    """Geometry, the mapping that composes addresses, element size and the largest matrix, of
+    :class:`TileAddressGenerator`."""
 
     mapping: str = "umdam"
     elem_bytes: int = 2
