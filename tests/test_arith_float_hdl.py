@@ -183,38 +183,79 @@ def test_exact_product_claims():
     assert FloatMultiplier(BF16, BF16, FP32).exact == "in range"
 
 
-@pytest.mark.parametrize("build, message", [
-    (lambda: FloatMultiplier(stages=0), "Multiplier stage count must be between 1 and 6, not 0"),
-    (lambda: FloatMultiplier(stages=2.0),
+#: (unit, positional arguments, keyword arguments, the constructor's message).
+BAD_PARAMETERS = [
+    (FloatMultiplier, (), dict(stages=0), "Multiplier stage count must be between 1 and 6, not 0"),
+    (FloatMultiplier, (), dict(stages=2.0),
      "Multiplier stage count must be an integer between 1 and 6, not 2.0"),
-    (lambda: FloatMultiplier(split="thirds"),
+    (FloatMultiplier, (), dict(split="thirds"),
      "Multiplier split must be one of 'both', 'wide', 'dsp18', not 'thirds'"),
-    (lambda: FloatMultiplier(private_operands=1),
+    (FloatMultiplier, (), dict(private_operands=1),
      "Multiplier private_operands must be True or False, not 1"),
-    (lambda: FloatMultiplier(operand_copy=2),
+    (FloatMultiplier, (), dict(operand_copy=2),
      "Multiplier operand copy must be between 0 and 1, not 2"),
-    (lambda: FloatAdder(stages=10), "Adder stage count must be between 1 and 9, not 10"),
-    (lambda: FloatAdder(stages=3, cuts=(0, 8)),
-     "Adder cuts must be 2 distinct cut indices between 0 and 7 (stages - 1), not [0, 8]"),
-    (lambda: FloatAdder(stages=3, cuts=(1,)),
-     "Adder cuts must be 2 distinct cut indices between 0 and 7 (stages - 1), not [1]"),
-    (lambda: FloatMultiplier(stages=2, cuts=(True,)),
-     "Multiplier cuts must be a sequence of cut indices, not (True,)"),
-    (lambda: FloatAdder(balanced="yes"), "Adder balanced must be True or False, not 'yes'"),
-    (lambda: FloatAdder("fp8"),
+    (FloatMultiplier, (), dict(block_registers=0),
+     "Multiplier block_registers must be True or False, not 0"),
+    (FloatMultiplier, ("fp8",), {},
      "Float format must be one of bf16, fp16, fp32 (or a FloatFormat), not 'fp8'"),
-    (lambda: FloatConvert(stages=3), "Conversion stage count must be between 1 and 2, not 3"),
-    (lambda: IntToFloat(40), "Integer width must be between 2 and 32, not 40"),
-    (lambda: IntToFloat(stages=5),
+    (FloatAdder, (), dict(stages=10), "Adder stage count must be between 1 and 9, not 10"),
+    (FloatAdder, (), dict(stages=3, cuts=(0, 8)),
+     "Adder cuts must be 2 distinct cut indices between 0 and 7 (stages - 1), not [0, 8]"),
+    (FloatAdder, (), dict(stages=3, cuts=(1,)),
+     "Adder cuts must be 2 distinct cut indices between 0 and 7 (stages - 1), not [1]"),
+    (FloatMultiplier, (), dict(stages=2, cuts=(True,)),
+     "Multiplier cuts must be a sequence of cut indices, not (True,)"),
+    (FloatAdder, (), dict(balanced="yes"), "Adder balanced must be True or False, not 'yes'"),
+    (FloatAdder, ("fp8",), {},
+     "Float format must be one of bf16, fp16, fp32 (or a FloatFormat), not 'fp8'"),
+    (FloatConvert, (), dict(stages=3), "Conversion stage count must be between 1 and 2, not 3"),
+    (FloatConvert, ("fp64",), {},
+     "Float format must be one of bf16, fp16, fp32 (or a FloatFormat), not 'fp64'"),
+    (IntToFloat, (40,), {}, "Integer width must be between 2 and 32, not 40"),
+    (IntToFloat, (), dict(stages=5),
      "Integer conversion stage count must be between 1 and 4, not 5"),
-    (lambda: FloatDot(BF16, 12), "Lane count must be a power of two between 1 and 64, not 12"),
-    (lambda: FloatDot(BF16, 128), "Lane count must be a power of two between 1 and 64, not 128"),
-    (lambda: FloatMAC(mul_stages=9), "Multiplier stage count must be between 1 and 6, not 9"),
-])
-def test_parameter_messages(build, message):
+    (FloatDot, (BF16, 12), {}, "Lane count must be a power of two between 1 and 64, not 12"),
+    (FloatDot, (BF16, 128), {}, "Lane count must be a power of two between 1 and 64, not 128"),
+    (FloatDot, (), dict(add_stages=0), "Adder stage count must be between 1 and 9, not 0"),
+    (FloatDot, (), dict(balanced=1), "Adder balanced must be True or False, not 1"),
+    (FloatMAC, (), dict(mul_stages=9), "Multiplier stage count must be between 1 and 6, not 9"),
+    (FloatMAC, (), dict(add_stages=10), "Adder stage count must be between 1 and 9, not 10"),
+]
+
+
+@pytest.mark.parametrize("how", ["constructor", "latency_of"])
+@pytest.mark.parametrize("unit, args, kwargs, message", BAD_PARAMETERS)
+def test_parameter_messages(unit, args, kwargs, message, how):
+    """The constructor and the latency function refuse a parameter with the same message."""
     with pytest.raises((TypeError, ValueError)) as info:
-        build()
+        (unit if how == "constructor" else unit.latency_of)(*args, **kwargs)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize("unit, args, kwargs", [
+    (FloatMultiplier, (), {}),
+    *[(FloatMultiplier, fmts, dict(stages=s)) for fmts in MUL_FORMATS for s in (1, 3, 6)],
+    (FloatMultiplier, (BF16, BF16, FP32), dict(stages=5, cuts=(0, 1, 2, 4), split="dsp18")),
+    (FloatAdder, (), {}),
+    *[(FloatAdder, (fmt,), dict(stages=s)) for fmt in (FP32, BF16, "fp16") for s in (1, 4, 9)],
+    (FloatAdder, (FP32,), dict(stages=3, cuts=(0, 4), balanced=True)),
+    (FloatMAC, (), {}),
+    *[(FloatMAC, (i, a), dict(mul_stages=m, add_stages=s))
+      for i, a in ((BF16, FP32), (FP16, FP32), (BF16, BF16)) for m, s in ((1, 1), (2, 6), (6, 9))],
+    (FloatConvert, (), {}),
+    *[(FloatConvert, (i, o), dict(stages=s)) for i, o in ((FP32, FP16), (BF16, FP32))
+      for s in (1, 2)],
+    (IntToFloat, (), {}),
+    *[(IntToFloat, (bits, fmt), dict(stages=s)) for bits, fmt in ((16, BF16), (8, FP16))
+      for s in (1, 4)],
+    (FloatDot, (), {}),
+    *[(FloatDot, (BF16, lanes), dict(mul_stages=m, add_stages=s, block_registers=True))
+      for lanes in (1, 2, 16, 64) for m, s in ((1, 1), (5, 7))],
+    (FloatDot, (FP16, 4, FP32), dict(balanced=True)),
+])
+def test_latency_of_is_the_unit_latency(unit, args, kwargs):
+    """Each unit's latency function gives, without building it, what the built unit reports."""
+    assert unit.latency_of(*args, **kwargs) == unit(*args, **kwargs).latency
 
 
 def test_registry_rejects_bad_overrides():
@@ -230,8 +271,6 @@ def test_registry_rejects_bad_overrides():
 def test_registry_presets_build(name):
     block = registry.get(name)
     for preset in registry.PRESETS:
-        component = block.elaborate(block.parameters(preset))
-        component._MustUse__used = True
-        assert component.latency >= 1
+        assert block.elaborate(block.parameters(preset)).latency >= 1
     assert float_format(block.parameters("paper").as_dict().get(
         "in_fmt", block.parameters("paper").as_dict().get("fmt", "fp32")))

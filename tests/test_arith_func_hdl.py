@@ -27,35 +27,46 @@ def exact(message):
 # Parameters
 
 
-@pytest.mark.parametrize("build, kind, message", [
-    (lambda: Exp2(table_bits=3), ValueError,
+@pytest.mark.parametrize("unit, kwargs, kind, message", [
+    (Exp2, dict(table_bits=3), ValueError,
      "Exp2 table index bits must be between 4 and 10, not 3"),
-    (lambda: Exp2(table_bits=11), ValueError,
+    (Exp2, dict(table_bits=11), ValueError,
      "Exp2 table index bits must be between 4 and 10, not 11"),
-    (lambda: Exp2(table_bits="7"), TypeError,
+    (Exp2, dict(table_bits="7"), TypeError,
      "Exp2 table index bits must be an integer between 4 and 10, not '7'"),
-    (lambda: Exp2(stages=0), ValueError, "Exp2 pipeline stages must be between 1 and 9, not 0"),
-    (lambda: Exp2(stages=10), ValueError, "Exp2 pipeline stages must be between 1 and 9, not 10"),
-    (lambda: Exp2(stages=2.0), TypeError,
+    (Exp2, dict(stages=0), ValueError, "Exp2 pipeline stages must be between 1 and 9, not 0"),
+    (Exp2, dict(stages=10), ValueError, "Exp2 pipeline stages must be between 1 and 9, not 10"),
+    (Exp2, dict(stages=2.0), TypeError,
      "Exp2 pipeline stages must be an integer between 1 and 9, not 2.0"),
-    (lambda: Reciprocal(iterations=4), ValueError,
+    (Exp2, dict(block_registers=1), TypeError,
+     "Exp2 block_registers must be True or False, not 1"),
+    (Reciprocal, dict(iterations=4), ValueError,
      "Reciprocal Newton-Raphson iteration count must be between 0 and 3, not 4"),
-    (lambda: Reciprocal(iterations=True), TypeError,
+    (Reciprocal, dict(iterations=True), TypeError,
      "Reciprocal Newton-Raphson iteration count must be an integer between 0 and 3, not True"),
-    (lambda: RSqrt(iterations=-1), ValueError,
+    (RSqrt, dict(iterations=-1), ValueError,
      "RSqrt Newton-Raphson iteration count must be between 0 and 3, not -1"),
+    (RSqrt, dict(block_registers="no"), TypeError,
+     "RSqrt block_registers must be True or False, not 'no'"),
 ])
-def test_parameter_messages(build, kind, message):
+@pytest.mark.parametrize("how", ["constructor", "latency_of"])
+def test_parameter_messages(unit, kwargs, kind, message, how):
+    """The constructor and the latency function refuse a parameter with the same message."""
     with pytest.raises(kind, match=exact(message)):
-        build()
+        (unit if how == "constructor" else unit.latency_of)(**kwargs)
 
 
-def test_accepted_neighbours():
-    """The nearest accepted value of each refused one builds."""
-    for unit in (Exp2(table_bits=4), Exp2(table_bits=10), Exp2(stages=1), Exp2(stages=9),
-                 Reciprocal(iterations=0), Reciprocal(iterations=3), RSqrt(iterations=0),
-                 RSqrt(iterations=3)):
-        unit._MustUse__used = True
+@pytest.mark.parametrize("unit, kwargs", [
+    (Exp2, {}), (Exp2, dict(table_bits=4)), (Exp2, dict(table_bits=10)),
+    *[(Exp2, dict(stages=s, block_registers=b)) for s in (1, 5, 9) for b in (False, True)],
+    *[(unit, dict(iterations=n, block_registers=b)) for unit in (Reciprocal, RSqrt)
+      for n in range(4) for b in (False, True)],
+    (Reciprocal, {}), (RSqrt, {}),
+])
+def test_latency_of_is_the_unit_latency(unit, kwargs):
+    """The nearest accepted value of each refused one builds, and each unit's latency function
+    gives, without building it, what the built unit reports."""
+    assert unit.latency_of(**kwargs) == unit(**kwargs).latency
 
 
 @pytest.mark.parametrize("block, name, value, message", [
@@ -71,17 +82,13 @@ def test_registry_messages(block, name, value, message):
 
 @pytest.mark.parametrize("stages", range(1, 10))
 def test_exp2_latency(stages):
-    unit = Exp2(stages=stages)
-    unit._MustUse__used = True
-    assert unit.latency == stages
+    assert Exp2.latency_of(stages=stages) == stages
 
 
 @pytest.mark.parametrize("iterations", range(4))
 def test_newton_latency(iterations):
-    recip, rsqrt = Reciprocal(iterations=iterations), RSqrt(iterations=iterations)
-    recip._MustUse__used = rsqrt._MustUse__used = True
-    assert recip.latency == 4 + 4 * iterations
-    assert rsqrt.latency == 4 + 6 * iterations
+    assert Reciprocal.latency_of(iterations=iterations) == 4 + 4 * iterations
+    assert RSqrt.latency_of(iterations=iterations) == 4 + 6 * iterations
 
 
 # ------------------------------------------------------------------------------------------------

@@ -98,17 +98,21 @@ def exact(message):
      "Accumulator width must be an integer between 18 and 64, not '32'"),
     (4, {"register_every": 0}, ValueError, "Tree register spacing must be between 1 and 6, not 0"),
 ])
-def test_errors(lanes, kwargs, kind, message):
+@pytest.mark.parametrize("check", [IntDot, IntDot.latency_of], ids=["constructor", "latency_of"])
+def test_errors(lanes, kwargs, kind, message, check):
+    """The constructor and the latency function refuse a parameter with the same message."""
     with pytest.raises(kind, match=exact(message)):
-        IntDot(lanes, **kwargs)
+        check(lanes, **kwargs)
 
 
 @pytest.mark.parametrize("lanes, kwargs", [
     (1, {}), (64, {}), (64, {"acc_bits": 22}), (64, {"b_bits": 4, "acc_bits": 18}),
     (4, {"acc_bits": 64}), (4, {"a_bits": 2, "b_bits": 16}), (4, {"register_every": 6}),
+    (16, {"register_every": 3}), (64, {"b_bits": 4, "register_every": 2}),
 ])
 def test_accepted(lanes, kwargs):
-    IntDot(lanes, **kwargs)
+    """Each accepted set builds, and the latency function gives the built unit's latency."""
+    assert IntDot.latency_of(lanes, **kwargs) == IntDot(lanes, **kwargs).latency
 
 
 def test_registry():

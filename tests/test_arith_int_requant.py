@@ -151,9 +151,12 @@ def exact(message):
     ({"stages": 0}, ValueError, "Pipeline stages must be between 1 and 4, not 0"),
     ({"stages": 5}, ValueError, "Pipeline stages must be between 1 and 4, not 5"),
 ])
-def test_errors(kwargs, kind, message):
+@pytest.mark.parametrize("check", [Requantizer, Requantizer.latency_of],
+                         ids=["constructor", "latency_of"])
+def test_errors(kwargs, kind, message, check):
+    """The constructor and the latency function refuse a parameter with the same message."""
     with pytest.raises(kind, match=exact(message)):
-        Requantizer(**kwargs)
+        check(**kwargs)
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -161,7 +164,8 @@ def test_errors(kwargs, kind, message):
     {"mult_bits": 2}, {"mult_bits": 32, "mult_signed": False}, {"stages": 1}, {"stages": 4},
 ])
 def test_accepted(kwargs):
-    Requantizer(**kwargs)
+    """Each accepted set builds, and the latency function gives the built unit's latency."""
+    assert Requantizer.latency_of(**kwargs) == Requantizer(**kwargs).latency
 
 
 def test_registry():

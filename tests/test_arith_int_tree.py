@@ -37,6 +37,10 @@ class SkewUnit(wiring.Component):
 
     latency = 2
 
+    @staticmethod
+    def latency_of() -> int:
+        return SkewUnit.latency
+
     def elaborate(self, platform):
         m = Module()
         mid = Signal(12)
@@ -154,6 +158,6 @@ def test_errors():
                                          r"none\) must be between 0 and 64, not -1$"):
         reduce_tree(m, [Signal(4), Signal(4)], lambda m, a, b: a + b, valid=Signal(),
                     register_every=-1)
-    with pytest.raises(TypeError, match="^Combine unit factory must return a wiring.Component "
-                                        "with a latency, not 3$"):
-        unit_combine(lambda: 3)
+    with pytest.raises(TypeError, match="^Combine unit must be a wiring.Component class with a "
+                                        "latency_of, not 3$"):
+        unit_combine(3)

@@ -107,7 +107,7 @@ def test_serial_tree_matches_pairwise_order(groups):
     m = Module()
     value, valid, last = Signal(32), Signal(), Signal()
     result = serial_tree(m, value, valid, last, max_count=8,
-                         combine=unit_combine(lambda: FloatAdder(FP32)), identity=1 << 31)
+                         combine=unit_combine(FloatAdder, FP32), identity=1 << 31)
     got = []
 
     async def bench(ctx):

@@ -42,7 +42,8 @@ class FloatConvert(wiring.Component):
                  stages: int = 2):
         self._in_fmt = float_format(in_fmt)
         self._out_fmt = float_format(out_fmt)
-        self._stages = integer(stages, "Conversion stage count", 1, 2)
+        self.latency_of(self._in_fmt, self._out_fmt, stages=stages)   # one copy of the checks
+        self._stages = stages
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"x": self._in_fmt.width}),
                                      always_ready=True)),
@@ -50,13 +51,24 @@ class FloatConvert(wiring.Component):
                                       always_ready=True)),
         })
 
+    @staticmethod
+    def latency_of(in_fmt: FloatFormat | str = FP32, out_fmt: FloatFormat | str = BF16, *,
+                   stages: int = 2) -> int:
+        """Return the latency of a conversion with these arguments, without building it.
+
+        The arguments are the constructor's, checked as it checks them (the same exceptions);
+        the latency is ``stages`` cycles.
+        """
+        float_format(in_fmt), float_format(out_fmt)
+        return integer(stages, "Conversion stage count", 1, 2)
+
     in_fmt = property(lambda self: self._in_fmt)
     out_fmt = property(lambda self: self._out_fmt)
 
     @property
     def latency(self) -> int:
-        """Cycles from ``i.valid`` to ``o.valid``: ``stages``."""
-        return self._stages
+        """Cycles from ``i.valid`` to ``o.valid``: :meth:`latency_of` its arguments."""
+        return self.latency_of(self._in_fmt, self._out_fmt, stages=self._stages)
 
     def elaborate(self, platform):
         m = Module()
@@ -101,9 +113,8 @@ class IntToFloat(wiring.Component):
     """
 
     def __init__(self, int_bits: int = 32, fmt: FloatFormat | str = FP32, *, stages: int = 3):
-        self._int_bits = integer(int_bits, "Integer width", 2, 32)
-        self._fmt = float_format(fmt)
-        self._stages = integer(stages, "Integer conversion stage count", 1, 4)
+        self.latency_of(int_bits, fmt, stages=stages)                 # one copy of the checks
+        self._int_bits, self._fmt, self._stages = int_bits, float_format(fmt), stages
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"x": self._int_bits}),
                                      always_ready=True)),
@@ -111,13 +122,24 @@ class IntToFloat(wiring.Component):
                                       always_ready=True)),
         })
 
+    @staticmethod
+    def latency_of(int_bits: int = 32, fmt: FloatFormat | str = FP32, *, stages: int = 3) -> int:
+        """Return the latency of a conversion with these arguments, without building it.
+
+        The arguments are the constructor's, checked as it checks them (the same exceptions);
+        the latency is ``stages`` cycles.
+        """
+        integer(int_bits, "Integer width", 2, 32)
+        float_format(fmt)
+        return integer(stages, "Integer conversion stage count", 1, 4)
+
     int_bits = property(lambda self: self._int_bits)
     fmt = property(lambda self: self._fmt)
 
     @property
     def latency(self) -> int:
-        """Cycles from ``i.valid`` to ``o.valid``: ``stages``."""
-        return self._stages
+        """Cycles from ``i.valid`` to ``o.valid``: :meth:`latency_of` its arguments."""
+        return self.latency_of(self._int_bits, self._fmt, stages=self._stages)
 
     def elaborate(self, platform):
         m = Module()

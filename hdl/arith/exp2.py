@@ -95,16 +95,27 @@ class Exp2(wiring.Component):
     """
 
     def __init__(self, *, table_bits: int = 7, stages: int = 7, block_registers: bool = False):
-        self._table_bits = integer(table_bits, "Exp2 table index bits", 4, 10)
-        self._stages = integer(stages, "Exp2 pipeline stages", 1, _CUTS + 1)
-        if not isinstance(block_registers, bool):
-            raise TypeError(f"Exp2 block_registers must be True or False, not "
-                            f"{block_registers!r}")
-        self._blocks = block_registers
+        self.latency_of(table_bits=table_bits, stages=stages,
+                        block_registers=block_registers)          # one copy of the checks
+        self._table_bits, self._stages, self._blocks = table_bits, stages, block_registers
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"x": 32}), always_ready=True)),
             "o": Out(stream.Signature(data.StructLayout({"y": 32}), always_ready=True)),
         })
+
+    @staticmethod
+    def latency_of(*, table_bits: int = 7, stages: int = 7, block_registers: bool = False) -> int:
+        """Return the latency of an exp2 unit with these arguments, without building it.
+
+        The arguments are the constructor's, checked as it checks them (the same exceptions);
+        the latency is ``stages`` cycles.
+        """
+        integer(table_bits, "Exp2 table index bits", 4, 10)
+        integer(stages, "Exp2 pipeline stages", 1, _CUTS + 1)
+        if not isinstance(block_registers, bool):
+            raise TypeError(f"Exp2 block_registers must be True or False, not "
+                            f"{block_registers!r}")
+        return stages
 
     @property
     def table_bits(self) -> int:
@@ -120,8 +131,8 @@ class Exp2(wiring.Component):
 
     @property
     def latency(self) -> int:
-        """Cycles from ``i.valid`` to ``o.valid``: ``stages``."""
-        return self._stages
+        """Cycles from ``i.valid`` to ``o.valid``: :meth:`latency_of` its arguments."""
+        return self.latency_of(table_bits=self._table_bits, stages=self._stages)
 
     def elaborate(self, platform):
         m = Module()

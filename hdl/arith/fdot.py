@@ -61,12 +61,9 @@ class FloatDot(wiring.Component):
         self._in_fmt = float_format(in_fmt)
         self._acc_fmt = float_format(acc_fmt)
         self._lanes = lanes
-        self._levels = power_of_two(lanes, "Lane count", 1, 64)
-        # Built once here so that bad stage counts are reported at configuration time.
-        probe_mul = FloatMultiplier(self._in_fmt, self._in_fmt, self._acc_fmt, stages=mul_stages,
-                                    block_registers=block_registers)
-        probe_add = FloatAdder(self._acc_fmt, stages=add_stages, balanced=balanced)
-        probe_mul._MustUse__used = probe_add._MustUse__used = True
+        # The lane count's and the units' checks, at configuration.
+        self.latency_of(self._in_fmt, lanes, self._acc_fmt, mul_stages=mul_stages,
+                        add_stages=add_stages, balanced=balanced, block_registers=block_registers)
         self._mul_stages, self._add_stages = mul_stages, add_stages
         self._balanced = balanced
         self._blocks = block_registers
@@ -79,6 +76,24 @@ class FloatDot(wiring.Component):
                                       always_ready=True)),
         })
 
+    @staticmethod
+    def latency_of(in_fmt: FloatFormat | str = BF16, lanes: int = 8,
+                   acc_fmt: FloatFormat | str = FP32, *, mul_stages: int = 5,
+                   add_stages: int = 6, balanced: bool = False,
+                   block_registers: bool = False) -> int:
+        """Return the latency of a dot product with these arguments, without building it.
+
+        The arguments are the constructor's, checked as it and its units check them (the same
+        exceptions): :meth:`FloatMultiplier.latency_of` plus ``log2(lanes)`` times
+        :meth:`FloatAdder.latency_of`.
+        """
+        in_fmt, acc_fmt = float_format(in_fmt), float_format(acc_fmt)
+        power_of_two(lanes, "Lane count", 1, 64)
+        mul = FloatMultiplier.latency_of(in_fmt, in_fmt, acc_fmt, stages=mul_stages,
+                                         block_registers=block_registers)
+        add = FloatAdder.latency_of(acc_fmt, stages=add_stages, balanced=balanced)
+        return mul + tree_latency(lanes, combine_latency=add)
+
     in_fmt = property(lambda self: self._in_fmt)
     acc_fmt = property(lambda self: self._acc_fmt)
     lanes = property(lambda self: self._lanes)
@@ -86,7 +101,8 @@ class FloatDot(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from ``i.valid`` to ``o.valid``: ``mul_stages + log2(lanes) * add_stages``."""
-        return self._mul_stages + tree_latency(self._lanes, combine_latency=self._add_stages)
+        return self.latency_of(self._in_fmt, self._lanes, self._acc_fmt,
+                               mul_stages=self._mul_stages, add_stages=self._add_stages)
 
     def elaborate(self, platform):
         m = Module()
@@ -100,8 +116,8 @@ class FloatDot(wiring.Component):
                          mul.i.payload.b.eq(self.i.payload.b[k])]
             products.append(mul.o.payload.y)
         valid = mul.o.valid
-        combine = unit_combine(lambda: FloatAdder(self._acc_fmt, stages=self._add_stages,
-                                                  balanced=self._balanced))
+        combine = unit_combine(FloatAdder, self._acc_fmt, stages=self._add_stages,
+                               balanced=self._balanced)
         value, valid, _ = reduce_tree(m, products, combine, valid=valid, name="sum")
         m.d.comb += [self.o.valid.eq(valid), self.o.payload.y.eq(value)]
         return m

@@ -69,12 +69,8 @@ class FloatAdder(wiring.Component):
 
     def __init__(self, fmt: FloatFormat | str = FP32, *, stages: int = 6,
                  cuts: Sequence[int] | None = None, balanced: bool = False):
-        self._fmt = float_format(fmt)
-        self._stages = integer(stages, "Adder stage count", 1, len(_CUT_ORDER) + 1)
-        self._order = cut_order(_CUT_ORDER, self._stages, cuts, "Adder")
-        if not isinstance(balanced, bool):
-            raise TypeError(f"Adder balanced must be True or False, not {balanced!r}")
-        self._balanced = balanced
+        self._fmt, self._stages, self._order, self._balanced = self._checked(fmt, stages, cuts,
+                                                                             balanced)
         width = self._fmt.width
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"a": width, "b": width}),
@@ -82,14 +78,34 @@ class FloatAdder(wiring.Component):
             "o": Out(stream.Signature(data.StructLayout({"y": width}), always_ready=True)),
         })
 
+    @staticmethod
+    def _checked(fmt, stages, cuts, balanced) -> tuple:
+        """The constructor's arguments checked and normalized, in the order of its fields."""
+        fmt = float_format(fmt)
+        stages = integer(stages, "Adder stage count", 1, len(_CUT_ORDER) + 1)
+        order = cut_order(_CUT_ORDER, stages, cuts, "Adder")
+        if not isinstance(balanced, bool):
+            raise TypeError(f"Adder balanced must be True or False, not {balanced!r}")
+        return fmt, stages, order, balanced
+
+    @classmethod
+    def latency_of(cls, fmt: FloatFormat | str = FP32, *, stages: int = 6,
+                   cuts: Sequence[int] | None = None, balanced: bool = False) -> int:
+        """Return the latency of an adder with these arguments, without building it.
+
+        The arguments are the constructor's, checked as it checks them (the same exceptions);
+        the latency is ``stages`` cycles.
+        """
+        return cls._checked(fmt, stages, cuts, balanced)[1]                  # stages
+
     fmt = property(lambda self: self._fmt)
     stages = property(lambda self: self._stages)
     balanced = property(lambda self: self._balanced)
 
     @property
     def latency(self) -> int:
-        """Cycles from ``i.valid`` to ``o.valid``: ``stages``."""
-        return self._stages
+        """Cycles from ``i.valid`` to ``o.valid``: :meth:`latency_of` its arguments."""
+        return self.latency_of(self._fmt, stages=self._stages)
 
     def elaborate(self, platform):
         m = Module()

@@ -45,11 +45,8 @@ class FloatMAC(wiring.Component):
                  mul_stages: int = 5, add_stages: int = 6):
         self._in_fmt = float_format(in_fmt)
         self._acc_fmt = float_format(acc_fmt)
-        # Built here so that their checks (stage ranges) run when this unit is configured; the
-        # units are built afresh in elaborate().
-        probe_mul = FloatMultiplier(self._in_fmt, self._in_fmt, self._acc_fmt, stages=mul_stages)
-        probe_add = FloatAdder(self._acc_fmt, stages=add_stages)
-        probe_mul._MustUse__used = probe_add._MustUse__used = True
+        self.latency_of(self._in_fmt, self._acc_fmt, mul_stages=mul_stages,
+                        add_stages=add_stages)          # the two units' checks, at configuration
         self._mul_stages, self._add_stages = mul_stages, add_stages
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"a": self._in_fmt.width,
@@ -60,13 +57,26 @@ class FloatMAC(wiring.Component):
                                       always_ready=True)),
         })
 
+    @staticmethod
+    def latency_of(in_fmt: FloatFormat | str = BF16, acc_fmt: FloatFormat | str = FP32, *,
+                   mul_stages: int = 5, add_stages: int = 6) -> int:
+        """Return the latency of a multiply-add with these arguments, without building it.
+
+        The arguments are the constructor's, checked as it and its two units check them (the
+        same exceptions): :meth:`FloatMultiplier.latency_of` plus :meth:`FloatAdder.latency_of`.
+        """
+        in_fmt, acc_fmt = float_format(in_fmt), float_format(acc_fmt)
+        return (FloatMultiplier.latency_of(in_fmt, in_fmt, acc_fmt, stages=mul_stages)
+                + FloatAdder.latency_of(acc_fmt, stages=add_stages))
+
     in_fmt = property(lambda self: self._in_fmt)
     acc_fmt = property(lambda self: self._acc_fmt)
 
     @property
     def latency(self) -> int:
         """Cycles from ``i.valid`` to ``o.valid``: ``mul_stages + add_stages``."""
-        return self._mul_stages + self._add_stages
+        return self.latency_of(self._in_fmt, self._acc_fmt, mul_stages=self._mul_stages,
+                               add_stages=self._add_stages)
 
     def elaborate(self, platform):
         m = Module()

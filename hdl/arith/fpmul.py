@@ -159,24 +159,10 @@ class FloatMultiplier(wiring.Component):
                  cuts: Sequence[int] | None = None, split: str = "both",
                  private_operands: bool = False, operand_copy: int = 0,
                  block_registers: bool = False):
-        self._a_fmt = float_format(a_fmt)
-        self._b_fmt = float_format(b_fmt)
-        self._out_fmt = float_format(out_fmt)
-        self._stages = integer(stages, "Multiplier stage count", 1, len(_CUT_ORDER) + 1)
-        self._order = cut_order(_CUT_ORDER, self._stages, cuts, "Multiplier")
-        if split not in SPLITS:
-            raise ValueError(f"Multiplier split must be one of {', '.join(map(repr, SPLITS))}, "
-                             f"not {split!r}")
-        if not isinstance(private_operands, bool):
-            raise TypeError(f"Multiplier private_operands must be True or False, not "
-                            f"{private_operands!r}")
-        self._split = split
-        self._private = private_operands
-        if not isinstance(block_registers, bool):
-            raise TypeError(f"Multiplier block_registers must be True or False, not "
-                            f"{block_registers!r}")
-        self._blocks = block_registers
-        self._copy = integer(operand_copy, "Multiplier operand copy", 0, 1)
+        (self._a_fmt, self._b_fmt, self._out_fmt, self._stages, self._order, self._split,
+         self._private, self._blocks, self._copy) = self._checked(
+            a_fmt, b_fmt, out_fmt, stages, cuts, split, private_operands, operand_copy,
+            block_registers)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"a": self._a_fmt.width,
                                                         "b": self._b_fmt.width}),
@@ -184,6 +170,39 @@ class FloatMultiplier(wiring.Component):
             "o": Out(stream.Signature(data.StructLayout({"y": self._out_fmt.width}),
                                       always_ready=True)),
         })
+
+    @staticmethod
+    def _checked(a_fmt, b_fmt, out_fmt, stages, cuts, split, private_operands, operand_copy,
+                 block_registers) -> tuple:
+        """The constructor's arguments checked and normalized, in the order of its fields."""
+        fmts = float_format(a_fmt), float_format(b_fmt), float_format(out_fmt)
+        stages = integer(stages, "Multiplier stage count", 1, len(_CUT_ORDER) + 1)
+        order = cut_order(_CUT_ORDER, stages, cuts, "Multiplier")
+        if split not in SPLITS:
+            raise ValueError(f"Multiplier split must be one of {', '.join(map(repr, SPLITS))}, "
+                             f"not {split!r}")
+        if not isinstance(private_operands, bool):
+            raise TypeError(f"Multiplier private_operands must be True or False, not "
+                            f"{private_operands!r}")
+        if not isinstance(block_registers, bool):
+            raise TypeError(f"Multiplier block_registers must be True or False, not "
+                            f"{block_registers!r}")
+        copy = integer(operand_copy, "Multiplier operand copy", 0, 1)
+        return (*fmts, stages, order, split, private_operands, block_registers, copy)
+
+    @classmethod
+    def latency_of(cls, a_fmt: FloatFormat | str = FP32, b_fmt: FloatFormat | str = FP32,
+                   out_fmt: FloatFormat | str = FP32, *, stages: int = 5,
+                   cuts: Sequence[int] | None = None, split: str = "both",
+                   private_operands: bool = False, operand_copy: int = 0,
+                   block_registers: bool = False) -> int:
+        """Return the latency of a multiplier with these arguments, without building it.
+
+        The arguments are the constructor's, checked as it checks them (the same exceptions);
+        the latency is ``stages`` cycles.
+        """
+        return cls._checked(a_fmt, b_fmt, out_fmt, stages, cuts, split, private_operands,
+                            operand_copy, block_registers)[3]     # stages
 
     a_fmt = property(lambda self: self._a_fmt)
     b_fmt = property(lambda self: self._b_fmt)
@@ -195,8 +214,8 @@ class FloatMultiplier(wiring.Component):
 
     @property
     def latency(self) -> int:
-        """Cycles from ``i.valid`` to ``o.valid``: ``stages``."""
-        return self._stages
+        """Cycles from ``i.valid`` to ``o.valid``: :meth:`latency_of` its arguments."""
+        return self.latency_of(self._a_fmt, self._b_fmt, self._out_fmt, stages=self._stages)
 
     @property
     def exact(self) -> str:

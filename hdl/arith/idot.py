@@ -71,23 +71,11 @@ class IntDot(wiring.Component):
 
     def __init__(self, lanes: int = 16, *, a_bits: int = 8, b_bits: int = 8, acc_bits: int = 32,
                  register_every: int = 1, block_registers: bool = False):
-        self._lanes = lanes
-        power_of_two(lanes, "Lane count", 1, 64)
-        self._a_bits = integer(a_bits, "Operand a width", 2, 16)
-        self._b_bits = integer(b_bits, "Operand b width", 2, 16)
-        need = accumulator_bits(lanes, a_bits, b_bits)
-        if not isinstance(acc_bits, int) or isinstance(acc_bits, bool):
-            raise TypeError(f"Accumulator width must be an integer between {need} and 64, "
-                            f"not {acc_bits!r}")
-        if not need <= acc_bits <= 64:
-            raise ValueError(f"Accumulator width must be between {need} and 64 for {lanes} "
-                             f"lanes of {a_bits} x {b_bits}-bit products, not {acc_bits}")
-        self._acc_bits = acc_bits
-        self._register_every = integer(register_every, "Tree register spacing", 1, 6)
-        if not isinstance(block_registers, bool):
-            raise TypeError(f"IntDot block_registers must be True or False, not "
-                            f"{block_registers!r}")
-        self._blocks = block_registers
+        self.latency_of(lanes, a_bits=a_bits, b_bits=b_bits, acc_bits=acc_bits,
+                        register_every=register_every,
+                        block_registers=block_registers)          # one copy of the checks
+        self._lanes, self._a_bits, self._b_bits, self._acc_bits = lanes, a_bits, b_bits, acc_bits
+        self._register_every, self._blocks = register_every, block_registers
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "a": data.ArrayLayout(signed(a_bits), lanes),
@@ -96,6 +84,30 @@ class IntDot(wiring.Component):
                                       always_ready=True)),
         })
 
+    @staticmethod
+    def latency_of(lanes: int = 16, *, a_bits: int = 8, b_bits: int = 8, acc_bits: int = 32,
+                   register_every: int = 1, block_registers: bool = False) -> int:
+        """Return the latency of a dot product with these arguments, without building it.
+
+        The arguments are the constructor's, checked as it checks them (the same exceptions);
+        the latency is ``1 + ceil(log2(lanes) / register_every)`` cycles.
+        """
+        power_of_two(lanes, "Lane count", 1, 64)
+        integer(a_bits, "Operand a width", 2, 16)
+        integer(b_bits, "Operand b width", 2, 16)
+        need = accumulator_bits(lanes, a_bits, b_bits)
+        if not isinstance(acc_bits, int) or isinstance(acc_bits, bool):
+            raise TypeError(f"Accumulator width must be an integer between {need} and 64, "
+                            f"not {acc_bits!r}")
+        if not need <= acc_bits <= 64:
+            raise ValueError(f"Accumulator width must be between {need} and 64 for {lanes} "
+                             f"lanes of {a_bits} x {b_bits}-bit products, not {acc_bits}")
+        integer(register_every, "Tree register spacing", 1, 6)
+        if not isinstance(block_registers, bool):
+            raise TypeError(f"IntDot block_registers must be True or False, not "
+                            f"{block_registers!r}")
+        return 1 + tree_latency(lanes, register_every=register_every)
+
     @property
     def lanes(self) -> int:
         return self._lanes
@@ -103,7 +115,8 @@ class IntDot(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from ``i.valid`` to ``o.valid``: ``1 + ceil(log2(lanes) / register_every)``."""
-        return 1 + tree_latency(self._lanes, register_every=self._register_every)
+        return self.latency_of(self._lanes, a_bits=self._a_bits, b_bits=self._b_bits,
+                               acc_bits=self._acc_bits, register_every=self._register_every)
 
     def elaborate(self, platform):
         m = Module()

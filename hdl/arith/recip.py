@@ -65,17 +65,27 @@ class _NewtonRaphson(wiring.Component):
     _CUTS_PER_STEP = 4
 
     def __init__(self, *, iterations: int = 2, block_registers: bool = False):
-        name = "RSqrt" if self._sqrt else "Reciprocal"
-        self._iterations = integer(iterations, f"{name} Newton-Raphson iteration count", 0,
-                                   MAX_ITERATIONS)
-        if not isinstance(block_registers, bool):
-            raise TypeError(f"{name} block_registers must be True or False, not "
-                            f"{block_registers!r}")
-        self._blocks = block_registers
+        self.latency_of(iterations=iterations,
+                        block_registers=block_registers)          # one copy of the checks
+        self._iterations, self._blocks = iterations, block_registers
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"x": 32}), always_ready=True)),
             "o": Out(stream.Signature(data.StructLayout({"y": 32}), always_ready=True)),
         })
+
+    @classmethod
+    def latency_of(cls, *, iterations: int = 2, block_registers: bool = False) -> int:
+        """Return the latency of a unit with these arguments, without building it.
+
+        The arguments are the constructor's, checked as it checks them (the same exceptions);
+        the latency is ``4 + cycles_per_step * iterations`` cycles.
+        """
+        name = "RSqrt" if cls._sqrt else "Reciprocal"
+        integer(iterations, f"{name} Newton-Raphson iteration count", 0, MAX_ITERATIONS)
+        if not isinstance(block_registers, bool):
+            raise TypeError(f"{name} block_registers must be True or False, not "
+                            f"{block_registers!r}")
+        return 4 + cls._CUTS_PER_STEP * iterations
 
     @property
     def iterations(self) -> int:
@@ -88,7 +98,7 @@ class _NewtonRaphson(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from ``i.valid`` to ``o.valid``: ``4 + cycles_per_step * iterations``."""
-        return 4 + self._CUTS_PER_STEP * self._iterations
+        return self.latency_of(iterations=self._iterations)
 
     def elaborate(self, platform):
         m = Module()

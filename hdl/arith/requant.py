@@ -89,21 +89,12 @@ class Requantizer(wiring.Component):
     def __init__(self, in_bits: int = 32, out_bits: int = 8, *, clamp: str = "symmetric",
                  mult_bits: int = 32, mult_signed: bool = True, stages: int = 4,
                  block_registers: bool = False):
-        self._in_bits = integer(in_bits, "Input width", 2, 48)
-        self._out_bits = integer(out_bits, "Output width", 2, in_bits)
-        if clamp not in CLAMPS:
-            raise ValueError(f"Clamp must be 'symmetric' ([-(2**(b-1) - 1), 2**(b-1) - 1]) or "
-                             f"'full' ([-2**(b-1), 2**(b-1) - 1]), not {clamp!r}")
-        self._clamp = clamp
-        self._mult_bits = integer(mult_bits, "Multiplier width", 2, 32)
-        if not isinstance(mult_signed, bool):
-            raise TypeError(f"Multiplier signedness must be True or False, not {mult_signed!r}")
-        self._mult_signed = mult_signed
-        self._stages = integer(stages, "Pipeline stages", 1, 4)
-        if not isinstance(block_registers, bool):
-            raise TypeError(f"Requantizer block_registers must be True or False, not "
-                            f"{block_registers!r}")
-        self._blocks = block_registers
+        self.latency_of(in_bits, out_bits, clamp=clamp, mult_bits=mult_bits,
+                        mult_signed=mult_signed, stages=stages,
+                        block_registers=block_registers)          # one copy of the checks
+        self._in_bits, self._out_bits, self._clamp = in_bits, out_bits, clamp
+        self._mult_bits, self._mult_signed = mult_bits, mult_signed
+        self._stages, self._blocks = stages, block_registers
         mult_shape = signed(mult_bits) if mult_signed else unsigned(mult_bits)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
@@ -113,10 +104,35 @@ class Requantizer(wiring.Component):
                                       always_ready=True)),
         })
 
+    @staticmethod
+    def latency_of(in_bits: int = 32, out_bits: int = 8, *, clamp: str = "symmetric",
+                   mult_bits: int = 32, mult_signed: bool = True, stages: int = 4,
+                   block_registers: bool = False) -> int:
+        """Return the latency of a requantizer with these arguments, without building it.
+
+        The arguments are the constructor's, checked as it checks them (the same exceptions);
+        the latency is ``stages`` cycles.
+        """
+        integer(in_bits, "Input width", 2, 48)
+        integer(out_bits, "Output width", 2, in_bits)
+        if clamp not in CLAMPS:
+            raise ValueError(f"Clamp must be 'symmetric' ([-(2**(b-1) - 1), 2**(b-1) - 1]) or "
+                             f"'full' ([-2**(b-1), 2**(b-1) - 1]), not {clamp!r}")
+        integer(mult_bits, "Multiplier width", 2, 32)
+        if not isinstance(mult_signed, bool):
+            raise TypeError(f"Multiplier signedness must be True or False, not {mult_signed!r}")
+        stages = integer(stages, "Pipeline stages", 1, 4)
+        if not isinstance(block_registers, bool):
+            raise TypeError(f"Requantizer block_registers must be True or False, not "
+                            f"{block_registers!r}")
+        return stages
+
     @property
     def latency(self) -> int:
-        """Cycles from ``i.valid`` to ``o.valid``: ``stages``."""
-        return self._stages
+        """Cycles from ``i.valid`` to ``o.valid``: :meth:`latency_of` its arguments."""
+        return self.latency_of(self._in_bits, self._out_bits, clamp=self._clamp,
+                               mult_bits=self._mult_bits, mult_signed=self._mult_signed,
+                               stages=self._stages)
 
     @property
     def limits(self) -> tuple[int, int]:

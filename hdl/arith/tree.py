@@ -9,7 +9,7 @@ value, pipelined, with a valid bit travelling alongside. The combine step is eit
 * a :class:`PipelinedCombine`: an object with a ``latency`` (int) that, called as
   ``combine(m, a, b, valid)``, instantiates a pipelined unit and returns its result, valid
   ``latency`` cycles later (a floating-point adder). :func:`unit_combine` makes one from a
-  component factory with ``i``/``o`` always-ready streams.
+  component class with ``i``/``o`` always-ready streams and a ``latency_of``.
 
 Summation order (the golden models of the dot products depend on it)
 --------------------------------------------------------------------
@@ -45,11 +45,13 @@ import abc
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Sequence, Union
 
 from amaranth import Module, Mux, Signal, Value
 from amaranth.lib import wiring
 
+from ..latency import unit_latency
 from ..validate import integer
 
 __all__ = ["PipelinedCombine", "unit_combine", "tree_levels", "tree_latency", "reduce_tree",
@@ -72,17 +74,12 @@ class PipelinedCombine(abc.ABC):
 
 
 class _UnitCombine(PipelinedCombine):
-    def __init__(self, factory, a, b, result):
-        probe = factory()
-        if not isinstance(probe, wiring.Component) or not hasattr(probe, "latency"):
-            raise TypeError(f"Combine unit factory must return a wiring.Component with a "
-                            f"latency, not {probe!r}")
-        probe._MustUse__used = True          # built to read its latency, never elaborated
-        self.latency = integer(probe.latency, "Combine unit latency", 0, 1 << 16)
-        self._factory, self._a, self._b, self._result = factory, a, b, result
+    def __init__(self, unit: partial, a, b, result):
+        self.latency = integer(unit_latency(unit), "Combine unit latency", 0, 1 << 16)
+        self._unit, self._a, self._b, self._result = unit, a, b, result
 
     def __call__(self, m, a, b, valid):
-        unit = self._factory()
+        unit = self._unit()
         m.submodules += unit
         m.d.comb += [unit.i.valid.eq(valid),
                      getattr(unit.i.payload, self._a).eq(a),
@@ -90,21 +87,27 @@ class _UnitCombine(PipelinedCombine):
         return getattr(unit.o.payload, self._result)
 
 
-def unit_combine(factory: Callable[[], wiring.Component], *, a: str = "a", b: str = "b",
-                 result: str = "y") -> PipelinedCombine:
-    """Return a combine step that instantiates ``factory()`` for every pair.
+def unit_combine(unit: type, *args, a: str = "a", b: str = "b", result: str = "y",
+                 **kwargs) -> PipelinedCombine:
+    """Return a combine step that instantiates ``unit(*args, **kwargs)`` for every pair.
 
     Parameters
     ----------
-    factory : callable
-        Returns a new pipelined unit: a ``wiring.Component`` with ``i`` and ``o`` always-ready
-        streams and an integer ``latency`` property (for example
-        ``lambda: FloatAdder(FP32)``). It is called once more up front to read the latency.
+    unit : type
+        A pipelined unit: a ``wiring.Component`` class with ``i`` and ``o`` always-ready streams
+        and a ``latency_of`` that takes the constructor's arguments and returns the latency
+        without building a unit (for example ``unit_combine(FloatAdder, FP32)``).
+    args, kwargs
+        The unit's constructor arguments.
     a, b, result : str
         Names of the two operand fields of ``i.payload`` and of the result field of
         ``o.payload``.
     """
-    return _UnitCombine(factory, a, b, result)
+    if not (isinstance(unit, type) and issubclass(unit, wiring.Component)
+            and callable(getattr(unit, "latency_of", None))):
+        raise TypeError(f"Combine unit must be a wiring.Component class with a latency_of, "
+                        f"not {unit!r}")
+    return _UnitCombine(partial(unit, *args, **kwargs), a, b, result)
 
 
 Combine = Union[Callable[[Module, Value, Value], Value], PipelinedCombine]

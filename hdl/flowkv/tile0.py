@@ -111,7 +111,7 @@ class ScoreTile(wiring.Component):
         cfg = self.cfg
         G, P, B, Lc = cfg.group, cfg.lanes, cfg.beats, cfg.chunk
         slot_log = Lc.bit_length() - 1
-        adder = unit_combine(lambda: FloatAdder(FP32))
+        adder = unit_combine(FloatAdder, FP32)
 
         # ---- the job: command, checks, sweep bounds ------------------------------------------
         c = self.cmd.payload

@@ -72,7 +72,7 @@ class GroupEpilogue(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        adder = unit_combine(lambda: FloatAdder(FP32))
+        adder = unit_combine(FloatAdder, FP32)
         xsum = serial_tree(m, self.xsum.payload.value, self.xsum.valid, self.xsum.payload.end,
                            max_count=cfg.group_size // cfg.fmacs, combine=adder,
                            identity=NEG_ZERO32, name="xsum")

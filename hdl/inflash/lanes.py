@@ -129,7 +129,7 @@ class DotLanes(wiring.Component):
         dot_row_end = delay(m, i.last, lat, name="dot_row_end")
         dot_final = delay(m, i.final, lat, name="dot_final")
         dot_w4 = delay(m, i.w4, lat, name="dot_w4")
-        adder = unit_combine(lambda: FloatAdder(FP32))
+        adder = unit_combine(FloatAdder, FP32)
         row = serial_tree(m, dot_value, dot_valid, dot_last, max_count=cfg.max_beats,
                           combine=adder, identity=NEG_ZERO32, name="row")
         row_final = delay(m, dot_final, row.latency, name="row_final")
