@@ -31,11 +31,10 @@ GROUPS = (2, 1)
 
 
 def pair_timing(cfg) -> model.PairTiming:
-    tile0, tile1 = ScoreTile(cfg), ValueTile(cfg)
-    tile0._MustUse__used = tile1._MustUse__used = True      # built to read their latencies
     return model.PairTiming(head_dim=cfg.head_dim, lanes=cfg.lanes, group=cfg.group,
-                            chunk=cfg.chunk, score=tile0.score_latency, item=tile0.item_latency,
-                            loop=tile1.loop_latency)
+                            chunk=cfg.chunk, score=ScoreTile.score_latency_of(cfg),
+                            item=ScoreTile.item_latency_of(cfg),
+                            loop=ValueTile.loop_latency_of(cfg))
 
 
 def extra(out_dir: Path, simulator: str, progress: Callable[[str], None]) -> str:

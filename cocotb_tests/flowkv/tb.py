@@ -266,7 +266,7 @@ async def full_rate(dut):
               bandwidth=round(rows * B / (o_mon.last_cycle - c_mon.first_cycle + 1), 4))
     # The design's bound: with d / P at least tile 1's accumulator loop, neither stream stalls
     # once it has started (K from its first beat, V from its first beat after chunk 0's F).
-    if B >= ValueTile(cfg).loop_latency:
+    if B >= ValueTile.loop_latency_of(cfg):
         assert k_span == rows * B, \
             f"K: {rows * B} beats took {k_span} cycles: tile 0 stalled with d/P = {B}"
         assert v_span == rows * B, \

@@ -27,9 +27,9 @@ from amaranth.lib import data
 from ..arith.format import BF16, FP32, FloatFormat, float_format
 from ..validate import index_bits, integer, power_of_two
 
-__all__ = ["Kind", "FlowKVConfig", "command_layout", "beat_layout", "item_layout",
-           "output_layout", "score_scale_code", "MAX_HEAD_DIM", "MAX_LANES", "MAX_GROUP",
-           "MAX_CHUNK", "MAX_TOKENS", "LOG2E"]
+__all__ = ["Kind", "FlowKVConfig", "check_tile_config", "command_layout", "beat_layout",
+           "item_layout", "output_layout", "score_scale_code", "MAX_HEAD_DIM", "MAX_LANES",
+           "MAX_GROUP", "MAX_CHUNK", "MAX_TOKENS", "LOG2E"]
 
 #: Largest head dimension ``d`` (Gemma3 uses 256).
 MAX_HEAD_DIM = 1024
@@ -156,6 +156,13 @@ class FlowKVConfig:
     def kwargs(self) -> dict:
         return {"head_dim": self.head_dim, "lanes": self.lanes, "group": self.group,
                 "chunk": self.chunk, "max_tokens": self.max_tokens, "out_fmt": self.out_fmt}
+
+
+def check_tile_config(cfg) -> FlowKVConfig:
+    """Return ``cfg`` if it is a :class:`FlowKVConfig` (what a tile and its latencies take)."""
+    if not isinstance(cfg, FlowKVConfig):
+        raise TypeError(f"Tile configuration must be a FlowKVConfig, not {cfg!r}")
+    return cfg
 
 
 def command_layout(cfg: FlowKVConfig) -> data.StructLayout:

@@ -15,7 +15,8 @@ from ..arith.fpadd import FloatAdder
 from ..arith.fpmul import FloatMultiplier
 from ..arith.tree import delay, serial_tree, tree_levels, unit_combine
 from ..pipeline import ResultQueue, next_values
-from .spec import FlowKVConfig, Kind, beat_layout, command_layout, item_layout
+from .spec import (FlowKVConfig, Kind, beat_layout, check_tile_config, command_layout,
+                   item_layout)
 
 __all__ = ["ScoreTile", "total_order_max"]
 
@@ -74,9 +75,7 @@ class ScoreTile(wiring.Component):
     """
 
     def __init__(self, cfg: FlowKVConfig):
-        if not isinstance(cfg, FlowKVConfig):
-            raise TypeError(f"Tile configuration must be a FlowKVConfig, not {cfg!r}")
-        self.cfg = cfg
+        self.cfg = check_tile_config(cfg)
         super().__init__({
             "cmd": In(stream.Signature(command_layout(cfg))),
             "q": In(stream.Signature(beat_layout(cfg))),
@@ -84,27 +83,31 @@ class ScoreTile(wiring.Component):
             "items": Out(stream.Signature(item_layout(cfg))),
         })
 
-    # Latencies of the shared units, read off the units themselves.
     @staticmethod
-    def _units():
-        add, mul, exp = FloatAdder(FP32), FloatMultiplier(FP32, FP32, FP32), Exp2()
-        for unit in (add, mul, exp):
-            unit._MustUse__used = True
-        return add.latency, mul.latency, exp.latency
+    def score_latency_of(cfg: FlowKVConfig) -> int:
+        """Return the cycles from taking a row's last key beat to writing its scaled scores in a
+        tile of configuration ``cfg``, without building it (the shared units' ``latency_of``)."""
+        cfg = check_tile_config(cfg)
+        return (1 + FloatDot.latency_of(BF16, cfg.lanes, FP32)
+                + tree_levels(cfg.beats) * FloatAdder.latency_of(FP32)
+                + FloatMultiplier.latency_of(FP32, FP32, FP32))
+
+    @staticmethod
+    def item_latency_of(cfg: FlowKVConfig) -> int:
+        """Return the cycles from issuing an item in the exponential engine to queueing it in a
+        tile of configuration ``cfg``, without building it."""
+        check_tile_config(cfg)
+        return 2 + FloatAdder.latency_of(FP32) + Exp2.latency_of()
 
     @property
     def score_latency(self) -> int:
         """Cycles from taking a row's last key beat to writing its scaled scores."""
-        add, mul, _ = self._units()
-        dot = FloatDot(BF16, self.cfg.lanes, FP32)
-        dot._MustUse__used = True
-        return 1 + dot.latency + tree_levels(self.cfg.beats) * add + mul
+        return self.score_latency_of(self.cfg)
 
     @property
     def item_latency(self) -> int:
         """Cycles from issuing an item in the exponential engine to queueing it."""
-        add, _, exp = self._units()
-        return 2 + add + exp
+        return self.item_latency_of(self.cfg)
 
     def elaborate(self, platform):
         m = Module()

@@ -14,7 +14,8 @@ from ..arith.fpmul import FloatMultiplier
 from ..arith.recip import Reciprocal
 from ..arith.tree import delay
 from ..pipeline import ResultQueue, next_values
-from .spec import FlowKVConfig, Kind, beat_layout, item_layout, output_layout
+from .spec import (FlowKVConfig, Kind, beat_layout, check_tile_config, item_layout,
+                   output_layout)
 
 __all__ = ["ValueTile"]
 
@@ -60,21 +61,24 @@ class ValueTile(wiring.Component):
     """
 
     def __init__(self, cfg: FlowKVConfig):
-        if not isinstance(cfg, FlowKVConfig):
-            raise TypeError(f"Tile configuration must be a FlowKVConfig, not {cfg!r}")
-        self.cfg = cfg
+        self.cfg = check_tile_config(cfg)
         super().__init__({
             "items": In(stream.Signature(item_layout(cfg))),
             "v": In(stream.Signature(beat_layout(cfg))),
             "o": Out(stream.Signature(output_layout(cfg))),
         })
 
+    @staticmethod
+    def loop_latency_of(cfg: FlowKVConfig) -> int:
+        """Return the cycles between two updates of one accumulator word (read, multiply, add,
+        write) in a tile of configuration ``cfg``, without building it."""
+        check_tile_config(cfg)
+        return 1 + FloatMultiplier.latency_of(FP32, FP32, FP32) + FloatAdder.latency_of(FP32) + 1
+
     @property
     def loop_latency(self) -> int:
         """Cycles between two updates of one accumulator word: read, multiply, add, write."""
-        mul, add = FloatMultiplier(FP32, FP32, FP32), FloatAdder(FP32)
-        mul._MustUse__used = add._MustUse__used = True
-        return 1 + mul.latency + add.latency + 1
+        return self.loop_latency_of(self.cfg)
 
     def elaborate(self, platform):
         m = Module()
