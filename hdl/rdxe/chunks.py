@@ -13,7 +13,6 @@ from ..pipeline import ResultQueue
 from ..validate import index_bits, integer
 from .sequencer import normalize_request_layout, queued_layout, store_layout
 from .spec import CODE_BITS, DxtConfig, check_config, hlink_layout, ve_tap_layout
-from .vac import unit_latency
 from .ve import Normalizer
 
 __all__ = ["TokenBuffer", "ChunkFeed"]
@@ -65,19 +64,16 @@ class TokenBuffer(wiring.Component):
             "data": Out(data.ArrayLayout(signed(CODE_BITS), cfg.lanes)),
         })
 
-    def _normalizer(self) -> Normalizer:
-        return Normalizer(self.cfg.ve_config())
-
     @property
     def norm_latency(self) -> int:
         """Cycles from a ``norm`` request to the write of its normalized chunk."""
-        return _NORM_READ + unit_latency(self._normalizer())
+        return _NORM_READ + Normalizer.latency_of(self.cfg.ve_config())
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
         row_shape = data.ArrayLayout(signed(CODE_BITS), cfg.lanes)
-        m.submodules.normalizer = norm = self._normalizer()
+        m.submodules.normalizer = norm = Normalizer(cfg.ve_config())
         req = self.norm.payload
         norm_j = delay(m, req.j, _NORM_READ + norm.latency, name="norm_j")
         norm_half = delay(m, req.half, _NORM_READ + norm.latency, name="norm_half")

@@ -16,7 +16,7 @@ from .gbus import Gatherer, KvWriter
 from .sequencer import Sequencer, chunk_flags, request_layout
 from .spec import (CODE_BITS, DxtConfig, check_config, chunk_layout, command_layout,
                    response_layout, word_layout)
-from .vac import HlinkSource, Vac, unit_latency
+from .vac import HlinkSource, Vac
 from .ve import Activations, RcUnit
 
 __all__ = ["Dxt"]
@@ -124,7 +124,7 @@ class Dxt(wiring.Component):
     def request_latency(self) -> int:
         """Cycles from a request's issue to its chunk in the chunk queue: the activation path
         (score read and ``E``); token-buffer chunks are read after the same delay."""
-        return unit_latency(Activations(self.cfg.ve_config()))
+        return Activations.latency_of(self.cfg.ve_config())
 
     def elaborate(self, platform):
         m = Module()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
@@ -11,6 +13,7 @@ from amaranth.lib.wiring import In, Out
 from ..arith.idot import IntDot
 from ..arith.requant import SHIFT_BITS, Requantizer
 from ..arith.tree import delay
+from ..latency import unit_latency
 from ..pipeline import ResultQueue
 from ..validate import integer
 from .spec import (ACC_BITS, CODE_BITS, VacConfig, check_config, hlink_layout, kv_layout, ppu_layout,
@@ -26,12 +29,6 @@ _QUEUE_LATENCY = 2
 
 def _check(cfg) -> VacConfig:
     return check_config(cfg, VacConfig, "VAC")
-
-
-def unit_latency(unit) -> int:
-    """Return the latency of a shared unit built only to read it (never elaborated)."""
-    unit._MustUse__used = True
-    return unit.latency
 
 
 def dot_accumulator(m: Module, dot: IntDot, flags: dict) -> tuple[Signal, dict]:
@@ -171,17 +168,17 @@ class Vac(wiring.Component):
 
     # The products' registers are the ECP5 multiplier blocks' own (hdl.arith.dsp) when built for
     # that target: in a DXT the blocks sit far from the VAC's logic.
-    def _dot(self) -> IntDot:
-        return IntDot(self.cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS, acc_bits=ACC_BITS,
-                      block_registers=True)
+    def _dot(self) -> partial:
+        return partial(IntDot, self.cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS,
+                       acc_bits=ACC_BITS, block_registers=True)
 
-    def _ppu(self) -> Requantizer:
-        return Requantizer(ACC_BITS, CODE_BITS, clamp=self.cfg.clamp, mult_bits=self.cfg.mult_bits,
-                           block_registers=True)
+    def _ppu(self) -> partial:
+        return partial(Requantizer, ACC_BITS, CODE_BITS, clamp=self.cfg.clamp,
+                       mult_bits=self.cfg.mult_bits, block_registers=True)
 
-    def _rcu(self) -> Requantizer:
-        return Requantizer(ACC_BITS, ACC_BITS, clamp="full", mult_bits=self.cfg.rc_mant_bits,
-                           mult_signed=False, block_registers=True)
+    def _rcu(self) -> partial:
+        return partial(Requantizer, ACC_BITS, ACC_BITS, clamp="full",
+                       mult_bits=self.cfg.rc_mant_bits, mult_signed=False, block_registers=True)
 
     @property
     def dot_latency(self) -> int:
@@ -263,7 +260,7 @@ class Vac(wiring.Component):
         chunk_valid = delay(m, self.hlink_o.valid, stages, name="chunk_valid", reset=True)
 
         # ---- lane tree and INT32 accumulator ----------------------------------------------------
-        m.submodules.dot = dot = self._dot()
+        m.submodules.dot = dot = self._dot()()
         m.d.comb += [dot.i.valid.eq(chunk_valid), dot.i.payload.a.eq(chunk.data),
                      dot.i.payload.b.eq(row)]
         lat = dot.latency
@@ -307,8 +304,8 @@ class Vac(wiring.Component):
 
         # ---- issue, in order: to the RCU (with a factor) or straight to the PPU ---------------
         queue = ResultQueue(m, self.o, depth=depth, name="results")
-        m.submodules.rcu = rcu = self._rcu()
-        m.submodules.ppu = ppu = self._ppu()
+        m.submodules.rcu = rcu = self._rcu()()
+        m.submodules.ppu = ppu = self._ppu()()
         in_rcu = Signal(range(rcu.latency + 1))     # items in the RCU, its output included
         to_rcu = Signal()
         to_ppu = Signal()

@@ -22,6 +22,8 @@ them); every arithmetic step is a shared unit of :mod:`hdl.arith` whose golden t
 
 from __future__ import annotations
 
+from functools import partial
+
 from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -36,10 +38,11 @@ from ..arith.idot import IntDot
 from ..arith.recip import Reciprocal, RSqrt
 from ..arith.requant import SHIFT_BITS, Requantizer
 from ..arith.tree import delay
+from ..latency import unit_latency
 from ..validate import index_bits
 from .spec import (ACC_BITS, CODE_BITS, GBUS_BYTES, VeConfig, check_config, chunk_layout,
                    ve_rc_layout, ve_tap_layout)
-from .vac import dot_accumulator, unit_latency
+from .vac import dot_accumulator
 
 __all__ = ["RcUnit", "Activations", "Normalizer", "P_ONE"]
 
@@ -155,18 +158,24 @@ class RcUnit(wiring.Component):
             "rc": Out(stream.Signature(ve_rc_layout(cfg), always_ready=True)),
         })
 
-    def _units(self):
-        return (IntDot(self.cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS, acc_bits=ACC_BITS),
-                IntToFloat(ACC_BITS, FP32), FloatMAC(FP32, FP32), RSqrt(), Reciprocal(),
-                Requantizer(max(FP32.precision + 1, self.cfg.rc_mant_bits + 2),
-                            self.cfg.rc_mant_bits + 2, clamp="full", mult_bits=2))
+    @staticmethod
+    def latencies_of(cfg: VeConfig) -> dict:
+        """Return the latencies of the shared units of an RC unit of configuration ``cfg``:
+        ``dot``, ``int_to_float``, ``fmac``, ``rsqrt``, ``reciprocal``, ``requant``."""
+        cfg = _check(cfg)
+        return {"dot": IntDot.latency_of(cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS,
+                                         acc_bits=ACC_BITS),
+                "int_to_float": IntToFloat.latency_of(ACC_BITS, FP32),
+                "fmac": FloatMAC.latency_of(FP32, FP32), "rsqrt": RSqrt.latency_of(),
+                "reciprocal": Reciprocal.latency_of(),
+                "requant": Requantizer.latency_of(max(FP32.precision + 1, cfg.rc_mant_bits + 2),
+                                                  cfg.rc_mant_bits + 2, clamp="full",
+                                                  mult_bits=2)}
 
     @property
     def latencies(self) -> dict:
-        """Latencies of the shared units: ``dot``, ``int_to_float``, ``fmac``, ``rsqrt``,
-        ``reciprocal``, ``requant``."""
-        names = ("dot", "int_to_float", "fmac", "rsqrt", "reciprocal", "requant")
-        return dict(zip(names, (unit_latency(u) for u in self._units())))
+        """Latencies of the shared units: :meth:`latencies_of` the configuration."""
+        return self.latencies_of(self.cfg)
 
     @property
     def latency(self) -> int:
@@ -305,26 +314,39 @@ class Activations(wiring.Component):
             "max": Out(signed(CODE_BITS)),
         })
 
-    def _units(self):
+    @staticmethod
+    def _units() -> tuple[partial, ...]:
         # The multipliers' registers are the ECP5 blocks' own when built for that target
         # (hdl.arith.dsp): the VE's blocks sit far from its logic.
-        return (IntToFloat(CODE_BITS + 1, BF16),
-                FloatMultiplier(BF16, FP32, FP32, block_registers=True), Exp2(),
-                Requantizer(FP32.precision + 1, CODE_BITS, clamp="symmetric",
-                            mult_bits=CODE_BITS, block_registers=True))
+        return (partial(IntToFloat, CODE_BITS + 1, BF16),
+                partial(FloatMultiplier, BF16, FP32, FP32, block_registers=True), partial(Exp2),
+                partial(Requantizer, FP32.precision + 1, CODE_BITS, clamp="symmetric",
+                        mult_bits=CODE_BITS, block_registers=True))
+
+    @classmethod
+    def exp_latency_of(cls, cfg: VeConfig) -> int:
+        """Return the cycles from the score read's data to the activation in a unit of
+        configuration ``cfg``, without building it: ``int_to_float + fmul + exp2 + split +
+        requant`` (``E`` of golden.rdxe; ``split`` the register in front of the requantizer)."""
+        _check(cfg)
+        return sum(unit_latency(u) for u in cls._units()) + _SPLIT
+
+    @classmethod
+    def latency_of(cls, cfg: VeConfig) -> int:
+        """Return the cycles from a request to its activations in a unit of configuration
+        ``cfg``, without building it: the score read (and its register) and
+        :meth:`exp_latency_of`."""
+        return _READ + cls.exp_latency_of(cfg)
 
     @property
     def exp_latency(self) -> int:
-        """Cycles from the score read's data to the activation: ``int_to_float + fmul + exp2 +
-        split + requant`` (``E`` of golden.rdxe; ``split`` the register in front of the
-        requantizer)."""
-        return sum(unit_latency(u) for u in self._units()) + _SPLIT
+        """Cycles from the score read's data to the activation: :meth:`exp_latency_of`."""
+        return self.exp_latency_of(self.cfg)
 
     @property
     def latency(self) -> int:
-        """Cycles from a request to its activations: the score read (and its register) and
-        :attr:`exp_latency`."""
-        return _READ + self.exp_latency
+        """Cycles from a request to its activations: :meth:`latency_of`."""
+        return self.latency_of(self.cfg)
 
     def elaborate(self, platform):
         m = Module()
@@ -373,7 +395,7 @@ class Activations(wiring.Component):
         scale = delay(m, req.scale, _READ, name="scale")
         keep_lat = self.exp_latency
         for k in range(L):
-            to_float, mul, exp, quant = self._units()
+            to_float, mul, exp, quant = (unit() for unit in self._units())
             if k == 0:
                 scale = delay(m, scale, to_float.latency, name="scale_f")
             m.submodules[f"to_float{k}"] = to_float
@@ -428,19 +450,24 @@ class Normalizer(wiring.Component):
             "o": Out(stream.Signature(chunk_layout(cfg.lanes), always_ready=True)),
         })
 
-    def _unit(self):
-        return Requantizer(CODE_BITS, CODE_BITS, clamp=self.cfg.clamp,
-                           mult_bits=self.cfg.rc_mant_bits, mult_signed=False,
-                           block_registers=True)
+    @staticmethod
+    def _unit(cfg: VeConfig) -> partial:
+        return partial(Requantizer, CODE_BITS, CODE_BITS, clamp=cfg.clamp,
+                       mult_bits=cfg.rc_mant_bits, mult_signed=False, block_registers=True)
+
+    @classmethod
+    def latency_of(cls, cfg: VeConfig) -> int:
+        """Return the latency of a normalizer of configuration ``cfg``, without building it."""
+        return unit_latency(cls._unit(_check(cfg)))
 
     @property
     def latency(self) -> int:
-        return unit_latency(self._unit())
+        return self.latency_of(self.cfg)
 
     def elaborate(self, platform):
         m = Module()
         for k in range(self.cfg.lanes):
-            m.submodules[f"lane{k}"] = unit = self._unit()
+            m.submodules[f"lane{k}"] = unit = self._unit(self.cfg)()
             m.d.comb += [unit.i.valid.eq(self.i.valid),
                          unit.i.payload.x.eq(self.i.payload.data[k]),
                          unit.i.payload.m.eq(self.i.payload.m),
