@@ -10,7 +10,6 @@ from amaranth.lib.wiring import In, Out
 from ..arith.format import BF16, FP16, FP32
 from ..arith.fpmac import FloatMAC
 from ..arith.tree import delay
-from ..probe import probe
 from .issuer import issue_layout
 from .lanes import NEG_ZERO32, result_layout
 from .setup import plan_layout
@@ -76,11 +75,18 @@ class AttendAccumulators(wiring.Component):
             "busy": Out(1),
         })
 
+    @staticmethod
+    def acc_loop_of(cfg: PEConfig) -> int:
+        """Return the cycles between two updates of one accumulator, at least, in accumulators
+        of configuration ``cfg``, without building them: a :class:`~hdl.arith.fpmac.FloatMAC`'s
+        latency (``golden.inflash.ACC_LOOP``)."""
+        pe_config(cfg, "Accumulator")
+        return FloatMAC.latency_of(FP16, FP32)
+
     @property
     def acc_loop(self) -> int:
-        """Cycles between two updates of one accumulator, at least: a
-        :class:`~hdl.arith.fpmac.FloatMAC`'s latency (``golden.inflash.ACC_LOOP``)."""
-        return probe(FloatMAC, FP16, FP32).latency
+        """Cycles between two updates of one accumulator, at least: :meth:`acc_loop_of`."""
+        return self.acc_loop_of(self.cfg)
 
     def elaborate(self, platform):
         m = Module()

@@ -11,7 +11,6 @@ from ..arith.format import FP16, FP32
 from ..arith.fpadd import FloatAdder
 from ..arith.fpmul import FloatMultiplier
 from ..arith.tree import delay, serial_tree, tree_levels, unit_combine
-from ..probe import probe
 from .lanes import NEG_ZERO32, result_layout
 from .spec import PEConfig, pe_config
 
@@ -61,13 +60,19 @@ class GroupEpilogue(wiring.Component):
             "groups": Out(stream.Signature(result_layout(final=1), always_ready=True)),
         })
 
+    @staticmethod
+    def latency_of(cfg: PEConfig) -> int:
+        """Return the cycles from a row's last ``D`` to its result in an epilogue of
+        configuration ``cfg``, without building it: a multiplier, an adder and the tree over
+        ``max_cols / g`` groups."""
+        cfg = pe_config(cfg, "w4a16 epilogue")
+        mul, add = FloatMultiplier.latency_of(FP16, FP32, FP32), FloatAdder.latency_of(FP32)
+        return mul + add + tree_levels(cfg.max_groups) * add
+
     @property
     def latency(self) -> int:
-        """Cycles from a row's last ``D`` to its result: a multiplier, an adder and the tree
-        over ``max_cols / g`` groups."""
-        mul = probe(FloatMultiplier, FP16, FP32, FP32).latency
-        add = probe(FloatAdder, FP32).latency
-        return mul + add + tree_levels(self.cfg.max_groups) * add
+        """Cycles from a row's last ``D`` to its result: :meth:`latency_of`."""
+        return self.latency_of(self.cfg)
 
     def elaborate(self, platform):
         m = Module()

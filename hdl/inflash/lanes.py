@@ -11,7 +11,6 @@ from ..arith.format import BF16, FP16, FP32
 from ..arith.fpadd import FloatAdder
 from ..arith.idot import IntDot
 from ..arith.tree import delay, serial_tree, tree_levels, unit_combine
-from ..probe import probe
 from .issuer import issue_layout
 from .spec import PEConfig, pe_config
 
@@ -81,26 +80,34 @@ class DotLanes(wiring.Component):
             "ints": _out(result_layout(final=1)),
         })
 
-    @property
-    def dot_latency(self) -> int:
+    # The latencies are functions of the configuration (``*_of(cfg)``), read without building
+    # the lanes; the properties give the same for this instance.
+
+    @staticmethod
+    def dot_latency_of(cfg: PEConfig) -> int:
         """Cycles of the float dot product (:class:`~hdl.arith.fdot.FloatDot`)."""
-        return probe(FloatDot, FP16, self.cfg.fmacs, FP32).latency
+        return FloatDot.latency_of(FP16, pe_config(cfg, "Dot lanes").fmacs, FP32)
 
-    @property
-    def tree_latency(self) -> int:
+    @staticmethod
+    def tree_latency_of(cfg: PEConfig) -> int:
         """Cycles of the serial beat tree: ``ceil(log2(max_cols / F))`` adder latencies."""
-        return tree_levels(self.cfg.max_beats) * probe(FloatAdder, FP32).latency
+        return tree_levels(pe_config(cfg, "Dot lanes").max_beats) * FloatAdder.latency_of(FP32)
 
-    @property
-    def float_latency(self) -> int:
+    @classmethod
+    def float_latency_of(cls, cfg: PEConfig) -> int:
         """Cycles from a row's last beat on ``i`` to its result on ``floats`` or ``dsum``."""
-        return self.dot_latency + self.tree_latency
+        return cls.dot_latency_of(cfg) + cls.tree_latency_of(cfg)
 
-    @property
-    def int_latency(self) -> int:
+    @staticmethod
+    def int_latency_of(cfg: PEConfig) -> int:
         """Cycles from a row's last beat on ``i`` to its sum on ``ints`` (the
         :class:`~hdl.arith.idot.IntDot`; the accumulator's sum is combinational)."""
-        return probe(IntDot, self.cfg.fmacs, acc_bits=32).latency
+        return IntDot.latency_of(pe_config(cfg, "Dot lanes").fmacs, acc_bits=32)
+
+    dot_latency = property(lambda self: self.dot_latency_of(self.cfg))
+    tree_latency = property(lambda self: self.tree_latency_of(self.cfg))
+    float_latency = property(lambda self: self.float_latency_of(self.cfg))
+    int_latency = property(lambda self: self.int_latency_of(self.cfg))
 
     def elaborate(self, platform):
         m = Module()

@@ -14,7 +14,6 @@ from amaranth import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..probe import probe
 from .accumulators import AttendAccumulators
 from .epilogue import GroupEpilogue
 from .gearbox import Gearbox
@@ -135,32 +134,32 @@ class InflashPE(wiring.Component):
     @property
     def tree_latency(self) -> int:
         """Cycles of the serial beat tree: ``ceil(log2(max_cols / F))`` adder latencies."""
-        return probe(DotLanes, self.cfg).tree_latency
+        return DotLanes.tree_latency_of(self.cfg)
 
     @property
     def float_latency(self) -> int:
         """Cycles from a row's last beat leaving the gearbox (or a Logit's last issue) to its
         result in the output queue: the issue register, the ``FloatDot`` and the serial tree."""
-        return Issuer.latency + probe(DotLanes, self.cfg).float_latency
+        return Issuer.latency + DotLanes.float_latency_of(self.cfg)
 
     @property
     def w4_latency(self) -> int:
         """The same for w4a16: the float path to a group's ``D``, the epilogue
         ``fadd(fmul(s, D), fmul(o, X))`` and the serial tree over the row's groups."""
-        return self.float_latency + probe(GroupEpilogue, self.cfg).latency
+        return self.float_latency + GroupEpilogue.latency_of(self.cfg)
 
     @property
     def int_latency(self) -> int:
         """The same for w8a8: the issue register and the ``IntDot`` (the sum is
         combinational)."""
-        return Issuer.latency + probe(DotLanes, self.cfg).int_latency
+        return Issuer.latency + DotLanes.int_latency_of(self.cfg)
 
     @property
     def acc_loop(self) -> int:
         """Cycles between two updates of one Attend accumulator, at least: the latency of a
         :class:`~hdl.arith.fpmac.FloatMAC` (``golden.inflash.ACC_LOOP``). The accumulator
         memory's read is hidden by a bypass from the MAC's output."""
-        return probe(AttendAccumulators, self.cfg).acc_loop
+        return AttendAccumulators.acc_loop_of(self.cfg)
 
     @property
     def latency(self) -> int:
