@@ -1,5 +1,5 @@
 """What one shared numeric unit builds, for the size estimates of the blocks made of them
-(:class:`memwall.registry.Size`): its register stages at the defaults the blocks build it with,
+(:class:`memwall.registry.Size`): its latency at the defaults the blocks build it with,
 and the cells of its own netlist (Amaranth RTLIL, read off once per unit: they do not depend on
 the block around it). tests/test_size.py holds every block built of them to its netlist."""
 
@@ -12,22 +12,19 @@ from hdl.arith.fpadd import FloatAdder
 from hdl.arith.fpmul import FloatMultiplier
 from hdl.arith.requant import Requantizer
 
-__all__ = ["default_stages", "ADD_STAGES", "MUL_STAGES", "DOT_MUL_STAGES", "DOT_ADD_STAGES",
-           "FPADD_CELLS", "FPMUL_CELLS", "FPMUL_WIDE_CELLS", "INT2FP_CELLS", "EXP2_CELLS",
-           "RECIP_CELLS", "REQUANT_CELLS"]
+__all__ = ["ADD_STAGES", "MUL_STAGES", "DOT_MUL_STAGES", "DOT_ADD_STAGES", "INT2FP_STAGES",
+           "EXP2_STAGES", "REQUANT_STAGES", "FPADD_CELLS", "FPMUL_CELLS", "FPMUL_WIDE_CELLS",
+           "INT2FP_CELLS", "EXP2_CELLS", "RECIP_CELLS", "REQUANT_CELLS"]
 
-
-def default_stages(unit: type, name: str = "stages") -> int:
-    """The register stages ``unit``'s constructor builds with by default (its latency)."""
-    return unit.__init__.__kwdefaults__[name]
-
-
-ADD_STAGES = default_stages(FloatAdder)
-MUL_STAGES = default_stages(FloatMultiplier)
-DOT_MUL_STAGES = default_stages(FloatDot, "mul_stages")
-DOT_ADD_STAGES = default_stages(FloatDot, "add_stages")
-#: Register stages of the activation path's units (the DXT's request latency).
-INT2FP_STAGES, EXP2_STAGES, REQUANT_STAGES = map(default_stages, (IntToFloat, Exp2, Requantizer))
+#: Latencies at the constructors' defaults (the register stages).
+ADD_STAGES = FloatAdder.latency_of()
+MUL_STAGES = FloatMultiplier.latency_of()
+#: A dot product's multiplier stages, then its adder stages per tree level.
+DOT_MUL_STAGES = FloatDot.latency_of(lanes=1)
+DOT_ADD_STAGES = FloatDot.latency_of(lanes=2) - DOT_MUL_STAGES
+#: The activation path's units (the DXT's request latency).
+INT2FP_STAGES, EXP2_STAGES, REQUANT_STAGES = (IntToFloat.latency_of(), Exp2.latency_of(),
+                                              Requantizer.latency_of())
 
 #: FloatAdder(FP32).
 FPADD_CELLS = 197
