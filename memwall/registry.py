@@ -350,9 +350,11 @@ _KEYWORDS = frozenset("module endmodule input output inout wire reg integer begi
 
 #: Folders that ``src`` attributes are made relative to: the project root, the folder Python
 #: libraries (Amaranth) are installed in and Python's own, so no file names the checkout or the
-#: machine it came from.
-_SRC_ROOTS = (str(Path(__file__).resolve().parents[1]) + os.sep,
-              sysconfig.get_paths()["purelib"] + os.sep, sysconfig.get_paths()["stdlib"] + os.sep)
+#: machine it came from. Deepest first: a virtual environment inside the checkout must not make
+#: Amaranth's files `.venv/lib/python3.11/site-packages/amaranth/...`.
+_SRC_ROOTS = tuple(sorted((str(Path(__file__).resolve().parents[1]) + os.sep,
+                           sysconfig.get_paths()["purelib"] + os.sep,
+                           sysconfig.get_paths()["stdlib"] + os.sep), key=len, reverse=True))
 
 
 def _relative_src(text: str) -> str:

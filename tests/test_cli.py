@@ -392,6 +392,9 @@ def test_generated_verilog_is_portable_and_reproducible(capsys, tmp_path):
     sources = set(re.findall(r'src = "([^"]+)"', first))
     assert sources and not any(part.startswith("/") for s in sources for part in s.split("|"))
     assert "hdl/flowkv/" in first and str(Path(__file__).resolve().parents[1]) not in first
+    # Amaranth's own files by their package path, wherever the environment is installed.
+    assert any(s.startswith("amaranth/") for s in sources)
+    assert "site-packages" not in first
     run(capsys, "generate", "flowkv", "--preset", "small", "-o", str(tmp_path / "b"))
     assert (tmp_path / "b" / "flowkv.v").read_bytes() == first.encode()    # byte-identical
     run(capsys, "generate", "flowkv", "--preset", "small", "--no-src", "--no-timescale",
