@@ -9,6 +9,7 @@ from hdl.arith.requant import Requantizer
 
 from ..params import BlockParams
 from ..registry import Block, Size, pipelined, register
+from . import units
 
 
 @dataclass(frozen=True)
@@ -42,15 +43,10 @@ class IntDotParams(BlockParams):
     block_registers: bool = False
 
 
-def _slices(bits: int) -> int:
-    """Signed operand slices of one 18 x 18 product: 17 bits each, the top one up to 18."""
-    return max(1, -(-(bits - 1) // 17))
-
-
 def _requant_size(p: "RequantParams") -> Size:
     """The partial products of x * m, then about 14 cells for each one's sum and 40 for the
     rounding and the clamp (calibrated on the presets' netlists)."""
-    products = _slices(p.in_bits) * _slices(p.mult_bits + (not p.mult_signed))
+    products = units.requant_products(p.in_bits, p.mult_bits + (not p.mult_signed))
     return Size(storage_bits=0, multipliers=products, cells=40 + 14 * products)
 
 

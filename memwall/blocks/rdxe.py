@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hdl.arith.format import FP32
-from hdl.arith.requant import _SLICE, SHIFT_BITS
+from hdl.arith.requant import SHIFT_BITS
 from hdl.rdxe import Dxt, DxtConfig, Vac, VacConfig
 from hdl.rdxe.dxt import _QUEUE_SLACK
 from hdl.rdxe.gbus import _RESP_QUEUE
@@ -16,6 +16,7 @@ from hdl.rdxe.ve import _READ, _SPLIT
 from ..params import BlockParams
 from ..registry import Block, Size, StreamTiming, SynthSettings, register
 from . import units
+from .units import requant_products as _requant
 
 
 @dataclass(frozen=True)
@@ -82,12 +83,6 @@ def _dxt_timing(params, component) -> dict[str, StreamTiming]:
             "resp": StreamTiming(after="cmd", model=cycles, note="one per command, when it is "
                                  "done")}
 
-def _products(in_bits: int, mult_bits: int) -> int:
-    """Partial products of a :class:`~hdl.arith.requant.Requantizer`: 17-bit slices of each
-    operand."""
-    return -(-in_bits // _SLICE) * -(-mult_bits // _SLICE)
-
-
 #: Cells of one VAC besides its lanes (HLINK register, operand stages, accumulator, hold and
 #: factor queues, result queue, the PPU's and the RCU's requantizers) and per lane (the
 #: IntDot's product, adder and registers): calibrated on the small and default presets (4 and
@@ -105,8 +100,8 @@ def _vac_size(cfg: VacConfig) -> Size:
                + (ACC_BITS + cfg.mult_bits + SHIFT_BITS + 2) * q       # hold queue
                + cfg.rc_bits * q                                       # RC factor queue
                + CODE_BITS * q)                                        # result queue
-    multipliers = (cfg.lanes + _products(ACC_BITS, cfg.mult_bits)      # lanes, PPU
-                   + _products(ACC_BITS, cfg.rc_mant_bits))            # RCU
+    multipliers = (cfg.lanes + _requant(ACC_BITS, cfg.mult_bits)       # lanes, PPU
+                   + _requant(ACC_BITS, cfg.rc_mant_bits))             # RCU
     cells = _VAC_CELLS + _KV_CELLS * (cfg.kv_rows > 0) + _VAC_LANE_CELLS * cfg.lanes
     return Size(storage_bits=storage, multipliers=multipliers, cells=cells)
 
@@ -144,10 +139,10 @@ def _dxt_size(cfg: DxtConfig) -> Size:
                + queued_layout(cfg).size * (_REQUEST_LATENCY + _QUEUE_SLACK - 1)  # chunk queue
                + 1 * (_RESP_QUEUE - 1))                                 # response queue
     multipliers = (N * vac.multipliers + 4 * N                          # VACs, KV writer
-                   + L * _products(CODE_BITS, cfg.rc_mant_bits)         # normalizer lanes
+                   + L * _requant(CODE_BITS, cfg.rc_mant_bits)          # normalizer lanes
                    + L + _FACTOR_PRODUCTS                               # factor path:
-                   + _products(max(FP32.precision + 1, cfg.rc_mant_bits + 2), 2)  # IntDot, to RC
-                   + L * (_ACT_LANE_PRODUCTS + _products(FP32.precision + 1, CODE_BITS))
+                   + _requant(max(FP32.precision + 1, cfg.rc_mant_bits + 2), 2)  # IntDot, to RC
+                   + L * (_ACT_LANE_PRODUCTS + _requant(FP32.precision + 1, CODE_BITS))
                    + 1 + _SEQ_PRODUCTS)                                 # score select; sequencer
     cells = N * (vac.cells + _TILE_VAC_CELLS) + L * _VE_LANE_CELLS + _TILE_CELLS
     return Size(storage_bits=storage, multipliers=multipliers, cells=cells)

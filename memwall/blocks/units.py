@@ -10,11 +10,11 @@ from hdl.arith.exp2 import Exp2
 from hdl.arith.fdot import FloatDot
 from hdl.arith.fpadd import FloatAdder
 from hdl.arith.fpmul import FloatMultiplier
-from hdl.arith.requant import Requantizer
+from hdl.arith.requant import _SLICE, Requantizer
 
 __all__ = ["ADD_STAGES", "MUL_STAGES", "DOT_MUL_STAGES", "DOT_ADD_STAGES", "INT2FP_STAGES",
            "EXP2_STAGES", "REQUANT_STAGES", "FPADD_CELLS", "FPMUL_CELLS", "FPMUL_WIDE_CELLS",
-           "INT2FP_CELLS", "EXP2_CELLS", "RECIP_CELLS", "REQUANT_CELLS"]
+           "INT2FP_CELLS", "EXP2_CELLS", "RECIP_CELLS", "REQUANT_CELLS", "requant_products"]
 
 #: Latencies at the constructors' defaults (the register stages).
 ADD_STAGES = FloatAdder.latency_of()
@@ -34,3 +34,9 @@ FPMUL_CELLS, FPMUL_WIDE_CELLS = 85, 103
 #: IntToFloat(32, FP32), Exp2 (128 segments), Reciprocal (two Newton-Raphson steps) and the
 #: INT32 x 32-bit Requantizer.
 INT2FP_CELLS, EXP2_CELLS, RECIP_CELLS, REQUANT_CELLS = 67, 138, 187, 60
+
+
+def requant_products(in_bits: int, mult_bits: int) -> int:
+    """Partial products of a :class:`~hdl.arith.requant.Requantizer`'s ``x * m``: it cuts each
+    operand into 17-bit slices from the LSB and multiplies every pair."""
+    return -(-in_bits // _SLICE) * -(-mult_bits // _SLICE)
