@@ -27,10 +27,10 @@ CASES = [
 ]
 
 
-#: Cases run under Icarus only: building the 16-lane case under Verilator takes about 6 min of
-#: CPU from a cold build folder (as in CI), by far the longest build of the suite; the small
-#: preset's cases check the same RTL, at other widths, under Verilator. The compute- and
-#: transfer-bound variants run under Verilator with --slow (about 75 and 100 s each in make test).
+#: Cases run under Icarus only: the 16-lane case, whose cold Verilator build and run take longer
+#: than Icarus's run (docs/verification.md); the small preset's cases check the same RTL, at
+#: other widths, under Verilator. The compute- and transfer-bound variants run under Verilator
+#: with --slow.
 RUNS = case_runs(CASES, icarus_only={case_id(*CASES[3])},
                  verilator_slow={case_id(*CASES[1]), case_id(*CASES[2])})
 
