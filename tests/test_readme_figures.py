@@ -144,3 +144,13 @@ def test_readme_exit_statuses_are_the_commands():
                           (cli.EXIT_TOOL, "last lines of its log, exit status"),
                           (cli.EXIT_TIMING, "they exit with status")):
         assert re.search(rf"{re.escape(words)}\s+{status}\b", README), (words, status)
+
+
+def test_contributing_names_files_that_exist():
+    """CONTRIBUTING.md's step-by-step example points at files a newcomer can open."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    named = [n for n in re.findall(r"`([\w./-]+\.(?:py|md|toml))`", text)
+             if not n.startswith("../")]        # the workspace's, not the repository's
+    assert len(named) >= 10
+    missing = [n for n in named if not (ROOT / n).exists()]
+    assert not missing, f"CONTRIBUTING.md names files that do not exist: {missing}"
