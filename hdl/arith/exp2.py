@@ -30,8 +30,7 @@ _CUTS = 8
 #: Order in which the cut points become registers as ``stages`` grows: the first six spread
 #: over the datapath without cuts 2 and 7, then the negation and the rounding. Cut 1 comes before
 #: cut 2 so that the negation (a carry chain) shares a stage with the table index (a block RAM's
-#: address when the tables map to one) rather than with the barrel shift: on its own on an ECP5
-#: the 7-stage unit went from 105 to 135.5 MHz (shift plus negation was a 9.5 ns stage).
+#: address when the tables map to one) rather than with the barrel shift (docs/arith_func.md).
 _CUT_ORDER = (3, 1, 4, 0, 5, 6, 2, 7)
 #: The cut point after the multiply.
 _MULTIPLY_CUT = 5

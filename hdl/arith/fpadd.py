@@ -48,8 +48,7 @@ class FloatAdder(wiring.Component):
         (at the cut before it), and the fine normalization also tests all its windows at once
         (:func:`~hdl.arith.float.normalize` with ``parallel=True``; the coarse one always
         does). More LUTs; no result bit nor the latency changes. Default ``False``, which
-        is the faster one since the default's alignment was shortened (fp32, 6 stages, on its
-        own on an ECP5: 145.5 MHz against 111.9; docs/arith_float.md).
+        is the faster one since the default's alignment was shortened (docs/arith_float.md).
 
     Members
     -------

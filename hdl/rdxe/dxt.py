@@ -157,23 +157,24 @@ class Dxt(wiring.Component):
         wiring.connect(m, seq.norm, tokens.norm)
         wiring.connect(m, seq.act, acts.req)
         wiring.connect(m, seq.consts, rcu.consts)
-        req_e, req_f = line.o.payload, tail.o.payload
+        # A request as the token buffer is read, and a cycle later as its chunk reaches the feed.
+        req_read, req_feed = line.o.payload, tail.o.payload
         m.d.comb += [
-            tokens.read.valid.eq(line.o.valid & ~req_e.act),
-            tokens.read.payload.half.eq(req_e.half), tokens.read.payload.j.eq(req_e.j),
-            tokens.act.valid.eq(tail.o.valid & req_f.act & req_f.buf_write),
-            tokens.act.payload.half.eq(req_f.half), tokens.act.payload.j.eq(req_f.j),
+            tokens.read.valid.eq(line.o.valid & ~req_read.act),
+            tokens.read.payload.half.eq(req_read.half), tokens.read.payload.j.eq(req_read.j),
+            tokens.act.valid.eq(tail.o.valid & req_feed.act & req_feed.buf_write),
+            tokens.act.payload.half.eq(req_feed.half), tokens.act.payload.j.eq(req_feed.j),
             tokens.act.payload.data.eq(acts.p.payload.data),
-            seq.landed.valid.eq(tail.o.valid), seq.landed.payload.eq(req_f.half),
+            seq.landed.valid.eq(tail.o.valid), seq.landed.payload.eq(req_feed.half),
             seq.can_issue.eq(feed.can_issue), feed.issue.eq(seq.issue),
             feed.i.valid.eq(tail.o.valid),
-            feed.i.payload.data.eq(Mux(req_f.act, acts.p.payload.data.as_value(),
+            feed.i.payload.data.eq(Mux(req_feed.act, acts.p.payload.data.as_value(),
                                        tokens.data.as_value())),
-            feed.i.payload.link.eq(req_f.link),
+            feed.i.payload.link.eq(req_feed.link),
             self.issue.eq(seq.issue), self.start.eq(seq.start),
         ]
         for name in chunk_flags():
-            m.d.comb += feed.i.payload[name].eq(req_f[name])
+            m.d.comb += feed.i.payload[name].eq(req_feed[name])
         wiring.connect(m, feed.tap, rcu.tap)
         wiring.connect(m, feed.hlink, src.i)
 

@@ -222,13 +222,12 @@ class KvWriter(wiring.Component):
         cfg = self.cfg
         N, L = cfg.vacs, cfg.lanes
         log_n, log_l = N.bit_length() - 1, L.bit_length() - 1
-        R, c = cfg.key_rows, cfg.value_rows
         word = self.i.payload
         t, base_o = word.token, word.word << 2
         slot_vac = _slot_vac(word.word, N)
-        key_row = word.group * cfg.group_rows + (t >> log_n) * R + (base_o >> log_l)
+        key_row = word.group * cfg.group_rows + (t >> log_n) * cfg.key_rows + (base_o >> log_l)
         key_en = Cat(*word.keep) << base_o[:log_l]          # shift amounts cut to their range
-        value_row = (cfg.kv_rows // 2 + word.group * cfg.group_rows + (t >> log_l) * c +
+        value_row = (cfg.kv_rows // 2 + word.group * cfg.group_rows + (t >> log_l) * cfg.value_rows +
                      (base_o >> log_n))
         for v, port in enumerate(self.kv):
             slot = v & 3

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
@@ -24,6 +24,13 @@ SCORE = 3
 #: Operations the gatherer's queue and the RMSNorm constants' queue hold ahead of the sequencer.
 _OP_QUEUE = 8
 _CONST_QUEUE = 4
+
+
+class Pass0Source(enum.Enum, shape=2):
+    """Where an operation's first pass takes its input chunks from."""
+    TOKENS = 0          # the token buffer (a sequential operation's normalized tokens)
+    X = 1               # the ``x`` stream
+    ACTIVATIONS = 2     # the activation unit (P V's probabilities)
 
 
 def _link_control(cfg: DxtConfig) -> data.StructLayout:
@@ -131,7 +138,7 @@ class _State:
     def __init__(self, cfg: DxtConfig):
         vcfg = cfg.vac_config()
         most = max(cfg.max_outputs, cfg.capacity)
-        self.src0 = Signal(2, name="o_src0")    # pass 0 from: 0 token buffer, 1 x, 2 activations
+        self.src0 = Signal(Pass0Source, name="o_src0")
         self.seq, self.fused, self.softmax, self.kv, self.rcu = (
             Signal(name=n) for n in ("o_seq", "o_fused", "o_softmax", "o_kv", "o_rcu"))
         self.last_chunk = Signal(range(cfg.chunks + 2), name="o_last_chunk")
@@ -354,7 +361,7 @@ class Sequencer(wiring.Component):
     def _accept(self, m: Module, s: _State, dec, ops, consts):
         """IDLE: take a command, register what the operation keeps, start or refuse it."""
         cfg, cmd = self.cfg, self._command.payload.cmd
-        R, c = cfg.key_rows, cfg.value_rows
+        key_rows, value_rows = cfg.key_rows, cfg.value_rows
         room = ops.w_rdy & (consts.w_rdy | ~dec.is_rms)
         m.d.comb += self._command.ready.eq(room)
         with m.If(self._command.valid & room):
@@ -366,11 +373,12 @@ class Sequencer(wiring.Component):
                 s.last_chunk.eq(dec.last_chunk), s.last_pass.eq(dec.last_pass),
                 s.tokens.eq(cmd.tokens), s.scale.eq(cmd.scale),
                 s.out_step.eq(~dec.is_qk), s.out.eq(cmd.entry),
-                s.row_step.eq(Mux(dec.is_pv, c, 1)),
-                s.pass_step.eq(Mux(dec.is_pv, 1, Mux(dec.is_qk, R, cmd.chunks))),
-                s.src0.eq(Mux(cmd.seq & vrc, 0, Mux(dec.is_pv, 2, 1))),
+                s.row_step.eq(Mux(dec.is_pv, value_rows, 1)),
+                s.pass_step.eq(Mux(dec.is_pv, 1, Mux(dec.is_qk, key_rows, cmd.chunks))),
+                s.src0.eq(Mux(cmd.seq & vrc, Pass0Source.TOKENS,
+                              Mux(dec.is_pv, Pass0Source.ACTIVATIONS, Pass0Source.X))),
                 s.p.eq(0), s.pass0.eq(1), s.j.eq(0), s.left.eq(cmd.tokens),
-                s.drain.eq(Mux(dec.gemv_like, cmd.chunks, Mux(dec.is_qk, R, 0))),
+                s.drain.eq(Mux(dec.gemv_like, cmd.chunks, Mux(dec.is_qk, key_rows, 0))),
             ]
             base = Mux(dec.is_qk, dec.group * cfg.group_rows,
                        Mux(dec.is_pv, cfg.kv_rows // 2 + dec.group * cfg.group_rows, cmd.row))
@@ -433,8 +441,8 @@ class Sequencer(wiring.Component):
 
     def _run(self, m: Module, s: _State):
         """RUN: the operation's passes, one request per cycle."""
-        from_x = s.pass0 & (s.src0 == 1)
-        from_act = s.pass0 & (s.src0 == 2)
+        from_x = s.pass0 & (s.src0 == Pass0Source.X)
+        from_act = s.pass0 & (s.src0 == Pass0Source.ACTIVATIONS)
         self._request(m, s, act=from_act, link=True, hlink=1, tap=s.pass0 & s.fused,
                       buf_write=from_act)
         m.d.comb += [s.x_take.eq(self.can_issue & from_x),

@@ -105,10 +105,10 @@ class VacConfig:
         least 3, the :class:`~hdl.pipeline.ResultQueue` minimum.
     operand_stages : int
         Registers between the WMEM read and the lane tree, for both operands: 1 to 8 (4). One
-        is needed: the block RAM's clock-to-output (5.8 ns on ECP5) leaves no time for a
-        multiplier behind it. More give the placer room to reach DSP sites across the die (a
-        VAC uses 24 of the LFE5U-25F's 28); measured Fmax with 1, 2, 3, 4: 94, 99.5, 95 to 102,
-        97 to 107 MHz. They come before the cycle model's cycle 0 (``Vac.row_latency``).
+        is needed: the block RAM's clock-to-output leaves no time for a multiplier behind it.
+        More give the placer room to reach DSP sites across the die (a VAC uses 24 of the
+        LFE5U-25F's 28; the Fmax per count is in docs/rdxe.md section 9). They come before the
+        cycle model's cycle 0 (``Vac.row_latency``).
 
     Raises
     ------

@@ -170,12 +170,12 @@ class TileAddressGenerator(wiring.Component):
         last = Mux(is_npu, last_npu, last_pim)
 
         with m.FSM(name="walk"):
-            with m.State("Idle"):
+            with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
                     m.d.sync += cmd.eq(self.cmd.payload)
-                    m.next = "Size"
-            with m.State("Size"):
+                    m.next = "SIZE"
+            with m.State("SIZE"):
                 m.d.sync += [
                     ntr.eq((rows_m1 >> th_bits) + 1), ntc.eq((cols_m1 >> tw_bits) + 1),
                     tr_last.eq(rows_m1 >> th_bits), tc_last.eq(cols_m1 >> tw_bits),
@@ -185,21 +185,21 @@ class TileAddressGenerator(wiring.Component):
                     misfit.eq((cmd.rows == 0) | (cmd.cols == 0) |
                               (cmd.rows > self._max_rows) | (cmd.cols > self._max_cols)),
                 ]
-                m.next = "Extent"
-            with m.State("Extent"):
+                m.next = "EXTENT"
+            with m.State("EXTENT"):
                 m.d.sync += extent.eq(cmd.base_tile + ntr * ntc)
-                m.next = "Check"
-            with m.State("Check"):
+                m.next = "CHECK"
+            with m.State("CHECK"):
                 m.d.sync += [lr.eq(0), lc.eq(0), tr.eq(0), tc.eq(0), slot.eq(cmd.base_tile)]
                 with m.If(misfit | (extent > (1 << self._slot_bits))):
-                    m.next = "Error"
+                    m.next = "ERROR"
                 with m.Else():
-                    m.next = "Walk"
-            with m.State("Walk"):
+                    m.next = "WALK"
+            with m.State("WALK"):
                 m.d.comb += [self.o.valid.eq(1), self.o.payload.last.eq(last)]
                 with m.If(self.o.ready):
                     with m.If(last):
-                        m.next = "Idle"
+                        m.next = "IDLE"
                     with m.If(~row_done):
                         m.d.sync += lr.eq(lr + 1)
                     with m.Elif(is_npu):
@@ -222,9 +222,9 @@ class TileAddressGenerator(wiring.Component):
                                 m.d.sync += tc.eq(tc + 1)
                             with m.Else():
                                 m.d.sync += [tc.eq(0), slot.eq(cmd.base_tile), lc.eq(lc + 1)]
-            with m.State("Error"):
+            with m.State("ERROR"):
                 m.d.comb += [self.o.valid.eq(1), self.o.payload.error.eq(1),
                              self.o.payload.last.eq(1)]
                 with m.If(self.o.ready):
-                    m.next = "Idle"
+                    m.next = "IDLE"
         return m

@@ -200,8 +200,8 @@ register(Block(
     presets={
         "small": FDotParams(in_fmt="bf16", lanes=2),
         "default": FDotParams(in_fmt="bf16", lanes=8),
-        # FlowKV: bf16 inputs, fp32 accumulation, 16 lanes. Seven adder stages: with six, the
-        # 16-lane tree places at 99.7 MHz on ECP5, with seven above 100 MHz.
+        # FlowKV: bf16 inputs, fp32 accumulation, 16 lanes. Seven adder stages: with six the
+        # 16-lane tree misses 100 MHz on ECP5 (docs/arith_float.md).
         "paper": FDotParams(in_fmt="bf16", lanes=16, add_stages=7),
     },
     build=lambda p: FloatDot(float_format(p.in_fmt), p.lanes, float_format(p.acc_fmt),

@@ -50,9 +50,8 @@ _PRESETS = {
     # outputs are short: the flow control is exercised.
     "small": VacParams(lanes=4, wmem_depth=64, ppu_depth=16, kv_rows=32, queue_depth=4),
     # VacConfig's defaults (16 lanes, 16 KB WMEM, 8 KB KV cache, 32 credits: more than one ring
-    # trip, so one-chunk outputs run at full rate) but 3 operand stages: on the LFE5U-25F the
-    # VAC with its KV cache measured 99.6, 109.3, 90.4 and 84.6 MHz with 2, 3, 4 and 5 (placement
-    # noise of about 10 %; docs/rdxe.md section 9).
+    # trip, so one-chunk outputs run at full rate) but 3 operand stages, the fastest count on the
+    # LFE5U-25F (docs/rdxe.md section 9).
     "default": VacParams(operand_stages=3),
     # The paper's VAC has 16 multipliers (Sec. III); it gives no WMEM size, only 4096 kB of
     # on-chip memory per DXE in all (Table I: 32 KB per VAC if WMEM, KV cache, token buffer and
