@@ -3,6 +3,8 @@ table (docs/inflash.md, section 6)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
@@ -91,89 +93,108 @@ class KVWriter(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self.cfg
-        P, W, slots = cfg.page_bytes, cfg.transfer_bytes, cfg.slots
-        log_w = W.bit_length() - 1
-        wpp = P // W                                # words per page
-        log_wpp = wpp.bit_length() - 1
-        lb = cfg.layout_bits
+        P, W = self.cfg.page_bytes, self.cfg.transfer_bytes
+        s = SimpleNamespace(log_w=W.bit_length() - 1, wpp=P // W)    # wpp: words per page
+        s.log_wpp = s.wpp.bit_length() - 1
         # Relative pages, with room for a group's end S past the region.
-        qbits = max(cfg.region_bits, 2 * lb + 1) + 2
+        s.qbits = max(self.cfg.region_bits, 2 * self.cfg.layout_bits + 1) + 2
+        self._sequence_registers(m, s)
+        self._position(m, s)
+        self._buffer(m, s)
+        self._buffer_write(m, s)
+        self._sequence(m, s)
+        self._program(m, s)
+        return m
 
-        # ---- the sequence ---------------------------------------------------------------------
-        c = self.cmd.payload
-        fmt = Signal(2)
-        mapping = Signal()
-        page_level = mapping == Mapping.PAGE
+    def _sequence_registers(self, m, s):
+        """Build the sequence's registers, its multiplier and the T_p divider."""
+        cfg = self.cfg
+        P, lb = cfg.page_bytes, cfg.layout_bits
+        s.fmt = Signal(2)
+        s.mapping = Signal()
+        s.page_level = s.mapping == Mapping.PAGE
         layers, kv_heads = Signal(lb), Signal(lb)
-        head_dim = Signal(cfg.dim_bits)
-        base = Signal(cfg.page_bits)
-        region = Signal(cfg.region_bits)
-        entry = Signal(cfg.dim_bits + 1)            # e, bytes of an entry
-        tp = Signal(P.bit_length() + 1)             # T_p, entries per page
-        S = Signal(2 * lb + 1)                      # entries per token
-        limit = Signal(cfg.region_bits + P.bit_length() + 1)    # naive: region T_p entries
-        last_k = Signal(cfg.dim_bits + 1)           # words of an entry, less one
-        tail = Signal(range(W + 1))                 # bytes of an entry's last word
-        error = Signal(2)
-        mul_a = Signal(max(cfg.region_bits, 2 * lb + 1))
-        mul_b = Signal(max(P.bit_length() + 1, lb))
-        product = Signal(len(mul_a) + len(mul_b))
+        s.layers, s.kv_heads = layers, kv_heads
+        s.head_dim = Signal(cfg.dim_bits)
+        s.base = Signal(cfg.page_bits)
+        s.region = Signal(cfg.region_bits)
+        s.entry = Signal(cfg.dim_bits + 1)          # e, bytes of an entry
+        s.tp = Signal(P.bit_length() + 1)           # T_p, entries per page
+        s.S = Signal(2 * lb + 1)                    # entries per token
+        s.limit = Signal(cfg.region_bits + P.bit_length() + 1)  # naive: region T_p entries
+        s.last_k = Signal(cfg.dim_bits + 1)         # words of an entry, less one
+        s.tail = Signal(range(cfg.transfer_bytes + 1))  # bytes of an entry's last word
+        s.error = Signal(2)
+        s.mul_a = mul_a = Signal(max(cfg.region_bits, 2 * lb + 1))
+        s.mul_b = mul_b = Signal(max(P.bit_length() + 1, lb))
+        s.product = product = Signal(len(mul_a) + len(mul_b))
         m.d.comb += product.eq(mul_a * mul_b)
-        div = SerialDivider(m, max(P.bit_length(), cfg.dim_bits + 1), "tp_div")
+        s.div = SerialDivider(m, max(P.bit_length(), cfg.dim_bits + 1), "tp_div")
 
-        # ---- the write position -----------------------------------------------------------------
-        k = Signal(cfg.dim_bits + 1)                # word of the entry
-        cc = Signal(2 * lb + 1)                     # entry of the token: the stream c
+    def _position(self, m, s):
+        """Build the write position, the entry's page and whether its token fits or waits."""
+        cfg = self.cfg
+        P, slots, lb, qbits = cfg.page_bytes, cfg.slots, cfg.layout_bits, s.qbits
+        page_level = s.page_level
+        s.k = k = Signal(cfg.dim_bits + 1)          # word of the entry
+        s.cc = cc = Signal(2 * lb + 1)              # entry of the token: the stream c
         layer_c, head_c = Signal(lb), Signal(lb)    # c as (layer, kind, head)
-        kind_c = Signal()
-        t = Signal(cfg.entry_count_bits)            # token
-        n = Signal(cfg.entry_count_bits)            # entries stored
-        j = Signal(P.bit_length() + 1)              # entry within its page
-        jb = Signal(P.bit_length() + 1)             # its byte offset, j e
-        gp = Signal(qbits)                          # page-level: the group's first page, g S
-        group_end = Signal(qbits)                   # page-level: (g + 1) S
-        np_ = Signal(qbits)                         # naive: the page being filled
-        nslot = Signal(range(slots))                # naive: its buffer page
-        full = Signal(qbits)                        # pages complete: 0 .. full - 1
-        refusing = Signal()                         # a token did not fit: drop to `last`
-        done = Signal(qbits)                        # pages programmed: 0 .. done - 1
-        eslot = Signal(range(slots))                # buffer page of page `done`
-        flushing = Signal()
+        s.layer_c, s.head_c = layer_c, head_c
+        s.kind_c = Signal()
+        s.t = Signal(cfg.entry_count_bits)          # token
+        s.n = Signal(cfg.entry_count_bits)          # entries stored
+        s.j = j = Signal(P.bit_length() + 1)        # entry within its page
+        s.jb = Signal(P.bit_length() + 1)           # its byte offset, j e
+        s.gp = gp = Signal(qbits)                   # page-level: the group's first page, g S
+        s.group_end = Signal(qbits)                 # page-level: (g + 1) S
+        s.np_ = np_ = Signal(qbits)                 # naive: the page being filled
+        s.nslot = Signal(range(slots))              # naive: its buffer page
+        s.full = Signal(qbits)                      # pages complete: 0 .. full - 1
+        s.refusing = Signal()                       # a token did not fit: drop to `last`
+        s.done = Signal(qbits)                      # pages programmed: 0 .. done - 1
+        s.eslot = Signal(range(slots))              # buffer page of page `done`
+        s.flushing = Signal()
 
-        q = Signal(qbits)                           # the entry's page
-        slot = Signal(range(slots))
+        s.q = q = Signal(qbits)                     # the entry's page
+        s.slot = Signal(range(slots))
         m.d.comb += [q.eq(Mux(page_level, gp + cc, np_)),
-                     slot.eq(Mux(page_level, cc, nslot))]
-        word_last = k == last_k
+                     s.slot.eq(Mux(page_level, cc, s.nslot))]
+        s.word_last = k == s.last_k
         token_start = (k == 0) & (cc == 0)
-        fits = (Mux(page_level, (j != 0) | (group_end <= region), n + S <= limit)
-                & (t < MAX_TOKENS))
-        buffer_pages = Mux(page_level, S, slots)
-        free = q < done + buffer_pages
-        drop = refusing | (token_start & ~fits)
+        fits = (Mux(page_level, (j != 0) | (s.group_end <= s.region), s.n + s.S <= s.limit)
+                & (s.t < MAX_TOKENS))
+        s.buffer_pages = Mux(page_level, s.S, slots)
+        s.free = q < s.done + s.buffer_pages
+        s.drop = s.refusing | (token_start & ~fits)
 
-        # ---- the buffer: two banks of W-byte words (even and odd words), byte enables --------
-        words = slots * wpp
+    def _buffer(self, m, s):
+        """Build the buffer: two banks of W-byte words (even and odd words), and the page meta."""
+        cfg = self.cfg
+        W, slots, lb = cfg.transfer_bytes, cfg.slots, cfg.layout_bits
+        s.words = words = slots * s.wpp
         banks = [Memory(shape=8 * W, depth=max(1, (words + 1) // 2), init=[]) for _ in range(2)]
         m.submodules.bank0, m.submodules.bank1 = banks
-        wr = [bank.write_port(granularity=8) for bank in banks]
-        rd = [bank.read_port() for bank in banks]
-        meta_layout = {"token": len(t), "layer": lb, "kind": 1, "head": lb}
-        meta_bits = sum(meta_layout.values())
+        s.wr = [bank.write_port(granularity=8) for bank in banks]
+        s.rd = [bank.read_port() for bank in banks]
+        s.meta_layout = {"token": len(s.t), "layer": lb, "kind": 1, "head": lb}
+        meta_bits = sum(s.meta_layout.values())
         m.submodules.meta = meta = Memory(shape=meta_bits, depth=slots, init=[])
-        meta_wr = meta.write_port()
-        meta_rd = meta.read_port()
+        s.meta_wr = meta.write_port()
+        s.meta_rd = meta.read_port()
 
+    def _buffer_write(self, m, s):
+        """Build the byte-rotated write of an entry word into the buffer and its page meta."""
+        P, W = self.cfg.page_bytes, self.cfg.transfer_bytes
+        log_w, wr = s.log_w, s.wr
         # An entry word lands at byte jb + k W of its buffer page: rotated by r = jb mod W, its
         # low part in word w, the rest in word w + 1 (the other bank).
         addr = Signal(P.bit_length() + 1)
-        m.d.comb += addr.eq(jb + (k << log_w))
+        m.d.comb += addr.eq(s.jb + (s.k << log_w))
         r = addr[:log_w] if log_w else Const(0, 1)
-        gw = Signal(range(2 * words + 1))
-        m.d.comb += gw.eq((slot << log_wpp) + (addr >> log_w))
+        gw = Signal(range(2 * s.words + 1))
+        m.d.comb += gw.eq((s.slot << s.log_wpp) + (addr >> log_w))
         gw_next = gw + 1
-        valid_bytes = Mux(word_last, tail, W)
+        valid_bytes = Mux(s.word_last, s.tail, W)
         data = self.kv.payload.data.as_value()
         rotated = Array(Cat(Const(0, 8 * i), data, Const(0, 8 * (W - i)))
                         for i in range(W))[r]
@@ -181,80 +202,84 @@ class KVWriter(wiring.Component):
         en_lo = Cat(((b >= r) if b < top else 1) & (b < r + valid_bytes) for b in range(W))
         en_hi = Cat(b + W < r + valid_bytes for b in range(W))
 
-        write = Signal()
+        s.write = write = Signal()
         for bank in range(2):
             low_here = gw[0] == bank
             m.d.comb += [wr[bank].addr.eq(Mux(low_here, gw >> 1, gw_next >> 1)),
                          wr[bank].data.eq(Mux(low_here, rotated[:8 * W], rotated[8 * W:])),
                          wr[bank].en.eq(Mux(write, Mux(low_here, en_lo, en_hi), 0))]
-        m.d.comb += [meta_wr.addr.eq(slot),
-                     meta_wr.data.eq(Cat(t, layer_c, kind_c, head_c)),
-                     meta_wr.en.eq(write & (j == 0) & (k == 0))]
+        m.d.comb += [s.meta_wr.addr.eq(s.slot),
+                     s.meta_wr.data.eq(Cat(s.t, s.layer_c, s.kind_c, s.head_c)),
+                     s.meta_wr.en.eq(write & (s.j == 0) & (s.k == 0))]
 
-        touched = Signal(qbits)                     # pages holding an entry: 0 .. touched - 1
-        m.d.comb += touched.eq(Mux(page_level, gp + Mux(j != 0, S, cc), np_ + (j != 0)))
-        engine_idle = Signal()
+    def _sequence(self, m, s):
+        """Build the sequence state machine: command, page arithmetic, checks, entries, flush."""
+        cfg = self.cfg
+        P, W, slots = cfg.page_bytes, cfg.transfer_bytes, cfg.slots
+        c, div, entry, error, S = self.cmd.payload, s.div, s.entry, s.error, s.S
+        layers, kv_heads, head_dim, region = s.layers, s.kv_heads, s.head_dim, s.region
+        s.touched = Signal(s.qbits)                 # pages holding an entry: 0 .. touched - 1
+        m.d.comb += s.touched.eq(Mux(s.page_level, s.gp + Mux(s.j != 0, S, s.cc),
+                                     s.np_ + (s.j != 0)))
+        s.engine_idle = Signal()
         take = self.kv.valid & self.kv.ready
         with m.FSM(name="sequence"):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
-                    m.d.sync += [fmt.eq(c.mode), mapping.eq(c.mapping), layers.eq(c.layers),
+                    m.d.sync += [s.fmt.eq(c.mode), s.mapping.eq(c.mapping), layers.eq(c.layers),
                                  kv_heads.eq(c.kv_heads), head_dim.eq(c.head_dim),
-                                 base.eq(c.page), region.eq(c.pages),
+                                 s.base.eq(c.page), region.eq(c.pages),
                                  entry.eq(Mux(c.mode == Mode.W8A8, c.head_dim,
                                               c.head_dim << 1))]
                     m.next = "PER_PAGE"
             with m.State("PER_PAGE"):
                 m.d.comb += [div.start.eq(1), div.dividend.eq(P), div.divisor.eq(entry)]
-                m.d.sync += [last_k.eq((entry - 1) >> log_w),
-                             tail.eq(((entry - 1) & (W - 1)) + 1)]
+                m.d.sync += [s.last_k.eq((entry - 1) >> s.log_w),
+                             s.tail.eq(((entry - 1) & (W - 1)) + 1)]
                 m.next = "PER_PAGE_WAIT"
             with m.State("PER_PAGE_WAIT"):
                 with m.If(~div.busy):
-                    m.d.sync += tp.eq(div.quotient)
+                    m.d.sync += s.tp.eq(div.quotient)
                     m.next = "STREAMS"
             with m.State("STREAMS"):
-                m.d.comb += [mul_a.eq(layers << 1), mul_b.eq(kv_heads)]
-                m.d.sync += S.eq(product)
+                m.d.comb += [s.mul_a.eq(layers << 1), s.mul_b.eq(kv_heads)]
+                m.d.sync += S.eq(s.product)
                 m.next = "LIMIT"
             with m.State("LIMIT"):
-                m.d.comb += [mul_a.eq(region), mul_b.eq(tp)]
-                m.d.sync += limit.eq(product)
+                m.d.comb += [s.mul_a.eq(region), s.mul_b.eq(s.tp)]
+                m.d.sync += s.limit.eq(s.product)
                 m.next = "CHECK"
             with m.State("CHECK"):
+                fmt = s.fmt
                 layout_bad = (((fmt != Mode.FP16) & (fmt != Mode.BF16) & (fmt != Mode.W8A8))
                               | (head_dim == 0) | (entry > P)
                               | (layers == 0) | (layers > MAX_LAYERS)
                               | (kv_heads == 0) | (kv_heads > MAX_KV_HEADS)
-                              | (region == 0) | (base + region > cfg.geometry.pages))
-                m.d.sync += [k.eq(0), cc.eq(0), layer_c.eq(0), kind_c.eq(0), head_c.eq(0),
-                             t.eq(0), n.eq(0), j.eq(0), jb.eq(0), gp.eq(0), group_end.eq(S),
-                             np_.eq(0), nslot.eq(0), full.eq(0), refusing.eq(0), done.eq(0),
-                             eslot.eq(0),
+                              | (region == 0) | (s.base + region > cfg.geometry.pages))
+                m.d.sync += [s.k.eq(0), s.cc.eq(0), s.layer_c.eq(0), s.kind_c.eq(0),
+                             s.head_c.eq(0), s.t.eq(0), s.n.eq(0), s.j.eq(0), s.jb.eq(0),
+                             s.gp.eq(0), s.group_end.eq(S), s.np_.eq(0), s.nslot.eq(0),
+                             s.full.eq(0), s.refusing.eq(0), s.done.eq(0), s.eslot.eq(0),
                              error.eq(WriteError.NONE)]
                 with m.If(layout_bad):
                     m.d.sync += error.eq(WriteError.LAYOUT)
                     m.next = "DISCARD"
-                with m.Elif(page_level & (S > slots)):
+                with m.Elif(s.page_level & (S > slots)):
                     m.d.sync += error.eq(WriteError.BUFFER)
                     m.next = "DISCARD"
                 with m.Else():
                     m.next = "ACTIVE"
             with m.State("ACTIVE"):
-                m.d.comb += [self.kv.ready.eq(drop | (k != 0) | free),
-                             write.eq(take & ~drop)]
-                with m.If(take & drop):
-                    m.d.sync += [refusing.eq(1), error.eq(WriteError.PAGES)]
-                with m.If(write):
-                    with m.If(word_last):
-                        self._advance(m, k=k, cc=cc, S=S, layer_c=layer_c, kind_c=kind_c,
-                                      head_c=head_c, kv_heads=kv_heads, layers=layers, t=t,
-                                      n=n, j=j, jb=jb, tp=tp, entry=entry, gp=gp,
-                                      group_end=group_end, np_=np_, nslot=nslot, slots=slots,
-                                      full=full, q=q, page_level=page_level)
+                m.d.comb += [self.kv.ready.eq(s.drop | (s.k != 0) | s.free),
+                             s.write.eq(take & ~s.drop)]
+                with m.If(take & s.drop):
+                    m.d.sync += [s.refusing.eq(1), error.eq(WriteError.PAGES)]
+                with m.If(s.write):
+                    with m.If(s.word_last):
+                        self._advance(m, s)
                     with m.Else():
-                        m.d.sync += k.eq(k + 1)
+                        m.d.sync += s.k.eq(s.k + 1)
                 with m.If(take & self.kv.payload.last):
                     m.next = "FLUSH"
             with m.State("DISCARD"):
@@ -262,28 +287,31 @@ class KVWriter(wiring.Component):
                 with m.If(take & self.kv.payload.last):
                     m.next = "STATUS"
             with m.State("FLUSH"):
-                m.d.comb += flushing.eq(1)
+                m.d.comb += s.flushing.eq(1)
                 # Every page holding an entry is programmed and recorded.
-                with m.If(engine_idle & (done == touched)):
+                with m.If(s.engine_idle & (s.done == s.touched)):
                     m.next = "STATUS"
             with m.State("STATUS"):
-                m.d.comb += [self.status.valid.eq(1), self.status.payload.entries.eq(n),
+                m.d.comb += [self.status.valid.eq(1), self.status.payload.entries.eq(s.n),
                              self.status.payload.error.eq(error)]
                 with m.If(self.status.ready):
                     m.next = "IDLE"
 
-        # ---- the program engine: pages in order, each when complete (or at the flush) -------
-        complete = done < full
-        pending = complete | (flushing & (done < touched))
-        entries = Mux(complete, tp, Mux(page_level, j + ((done - gp) < cc), j))
+    def _program(self, m, s):
+        """Build the program engine: pages in order, each when complete (or at the flush)."""
+        P, W = self.cfg.page_bytes, self.cfg.transfer_bytes
+        log_w, wpp, rd, done, eslot = s.log_w, s.wpp, s.rd, s.done, s.eslot
+        complete = done < s.full
+        pending = complete | (s.flushing & (done < s.touched))
+        entries = Mux(complete, s.tp, Mux(s.page_level, s.j + ((done - s.gp) < s.cc), s.j))
         pg_entries = Signal(P.bit_length() + 1)
         fill = Signal(2 * P.bit_length() + 2)       # bytes of the page's entries
-        pg_page = Signal(cfg.page_bits)
+        pg_page = Signal(self.cfg.page_bits)
         ri = Signal(range(wpp + 1))
         out_valid, out_bank = Signal(), Signal()
         out_index = Signal(range(wpp))
-        m.d.comb += meta_rd.addr.eq(eslot)
-        read_gw = (eslot << log_wpp) + ri
+        m.d.comb += s.meta_rd.addr.eq(eslot)
+        read_gw = (eslot << s.log_wpp) + ri
         for bank in range(2):
             m.d.comb += rd[bank].addr.eq(read_gw >> 1)
         advance = ~out_valid | self.pg_data.ready
@@ -294,19 +322,19 @@ class KVWriter(wiring.Component):
         for b in range(W):
             m.d.comb += self.pg_data.payload.data[b].eq(
                 Mux(index + b < fill, word[8 * b:8 * (b + 1)], _ERASED))
-        meta_view = meta_rd.data
+        meta_view = s.meta_rd.data
         record = self.table.payload
         offsets = {}
         at = 0
-        for name, width in meta_layout.items():
+        for name, width in s.meta_layout.items():
             offsets[name] = (at, width)
             at += width
         with m.FSM(name="program"):
             with m.State("IDLE"):
-                m.d.comb += engine_idle.eq(~pending)
+                m.d.comb += s.engine_idle.eq(~pending)
                 with m.If(pending):
-                    m.d.sync += [pg_entries.eq(entries), fill.eq(entries * entry),
-                                 pg_page.eq(base + done), ri.eq(0), out_valid.eq(0)]
+                    m.d.sync += [pg_entries.eq(entries), fill.eq(entries * s.entry),
+                                 pg_page.eq(s.base + done), ri.eq(0), out_valid.eq(0)]
                     m.next = "COMMAND"
             with m.State("COMMAND"):
                 m.d.comb += [self.pg_cmd.valid.eq(1), self.pg_cmd.payload.page.eq(pg_page)]
@@ -330,37 +358,36 @@ class KVWriter(wiring.Component):
                     m.d.comb += record[name].eq(meta_view[at:at + width])
                 with m.If(self.table.ready):
                     m.d.sync += [done.eq(done + 1),
-                                 eslot.eq(Mux(eslot == buffer_pages - 1, 0, eslot + 1))]
+                                 eslot.eq(Mux(eslot == s.buffer_pages - 1, 0, eslot + 1))]
                     m.next = "IDLE"
-        return m
 
-    @staticmethod
-    def _advance(m, *, k, cc, S, layer_c, kind_c, head_c, kv_heads, layers, t, n, j, jb, tp,
-                 entry, gp, group_end, np_, nslot, slots, full, q, page_level):
+    def _advance(self, m, s):
         """An entry is complete: step the stream, the token and the page position."""
+        k, cc, S, n, t, j, jb = s.k, s.cc, s.S, s.n, s.t, s.j, s.jb
+        layer_c, kind_c, head_c, page_level = s.layer_c, s.kind_c, s.head_c, s.page_level
         m.d.sync += [k.eq(0), n.eq(n + 1)]
         token_end = cc == S - 1
-        head_end = head_c == kv_heads - 1
+        head_end = head_c == s.kv_heads - 1
         m.d.sync += [cc.eq(Mux(token_end, 0, cc + 1)),
                      head_c.eq(Mux(head_end, 0, head_c + 1))]
         with m.If(head_end):
             m.d.sync += kind_c.eq(~kind_c)
             with m.If(kind_c):
-                m.d.sync += layer_c.eq(Mux(layer_c == layers - 1, 0, layer_c + 1))
+                m.d.sync += layer_c.eq(Mux(layer_c == s.layers - 1, 0, layer_c + 1))
         with m.If(token_end):
             m.d.sync += t.eq(t + 1)
-        page_end = j == tp - 1
+        page_end = j == s.tp - 1
         with m.If(page_end):
-            m.d.sync += full.eq(q + 1)
+            m.d.sync += s.full.eq(s.q + 1)
         # The page position moves per token (page-level: every stream at entry j of its page)
         # or per entry (naive).
         with m.If(~page_level | token_end):
             with m.If(page_end):
                 m.d.sync += [j.eq(0), jb.eq(0)]
                 with m.If(page_level):
-                    m.d.sync += [gp.eq(gp + S), group_end.eq(group_end + S)]
+                    m.d.sync += [s.gp.eq(s.gp + S), s.group_end.eq(s.group_end + S)]
                 with m.Else():
-                    m.d.sync += [np_.eq(np_ + 1),
-                                 nslot.eq(Mux(nslot == slots - 1, 0, nslot + 1))]
+                    m.d.sync += [s.np_.eq(s.np_ + 1),
+                                 s.nslot.eq(Mux(s.nslot == self.cfg.slots - 1, 0, s.nslot + 1))]
             with m.Else():
-                m.d.sync += [j.eq(j + 1), jb.eq(jb + entry)]
+                m.d.sync += [j.eq(j + 1), jb.eq(jb + s.entry)]
