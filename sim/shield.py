@@ -29,6 +29,7 @@ injection on BF16 attention tensors (Fig. 2 without the LLM).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import math
 from pathlib import Path
@@ -297,17 +298,11 @@ def _plot(ctx, name: str, draw, *, size=(7, 4.2)) -> Path:
     return path
 
 
-def reproduce(ctx) -> "Result":
-    """SHIELD (paper 000): Eqs. 4 to 9 on the five models' footprints, Fig. 5(b), a refresh-count
-    cross-check against the controller's sweep, and Algorithm 1 on attention tensors."""
-    from hdl.edram.spec import Policy, RefreshPlan
+def _gain_table(res) -> None:
+    """Efficiency gains P_base / P_policy, refresh only (P_leak = 0), per model and scenario."""
+    from .reproduce import Row, markdown_table
 
-    from .reproduce import Result, Row, markdown_table
-
-    res = Result("SHIELD: segmented-refresh eDRAM, refresh power and fault tolerance")
     scen = [(m, w) for m in MODELS for w in SCENARIOS]
-
-    # Efficiency gains P_base / P_policy, refresh only (P_leak = 0), per model and scenario.
     gains = {(m.name, w.name): _gain_row(m, w, 0.0) for m, w in scen}
     rows = []
     for m, w in scen:
@@ -329,7 +324,12 @@ def reproduce(ctx) -> "Result":
                         f"{min(kelle):.3f}-{max(kelle):.3f}", "x",
                         "Kelle-like: KV mantissas at T_kelle = %.0f us" % edram.T_KELLE_US))
 
-    # Leakage sensitivity: the paper gives P_leak (0.95 mW per 2 MB) but not the refresh power.
+
+def _leakage_table(res) -> None:
+    """Leakage sensitivity: the paper gives P_leak (0.95 mW per 2 MB) but not the refresh power."""
+    from .reproduce import markdown_table
+
+    q8 = QWEN3_8B.name
     leaks = (0.0, 0.25, 0.5, 0.65, 1.0, 2.0)
     sens = {(L, w.name): _gain_row(QWEN3_8B, w, L) for L in leaks for w in SCENARIOS}
     res.tables.append((f"Gain against the leakage ratio P_leak / P_ref_std ({q8})", markdown_table(
@@ -337,7 +337,12 @@ def reproduce(ctx) -> "Result":
         [[f"{L:g}"] + [f"{sens[(L, w.name)]['shield']:.3f}x / {sens[(L, w.name)]['kelle']:.3f}x"
                        for w in SCENARIOS] for L in leaks])))
 
-    # Fig. 5(b): eta per step of the Prefill=128 / Decode=256 trace.
+
+def _trace_rows(res) -> dict:
+    """Fig. 5(b)'s refresh-energy reductions over the trace; returns eta per step and policy."""
+    from .reproduce import Row
+
+    q8 = QWEN3_8B.name
     f, weight = step_fractions(TRACE, QWEN3_8B)
     eta = {p: edram.refresh_energy_reduction(p, f) for p in ("shield", "kelle")}
     total = {p: 1 - workload_ratio(lambda x, p=p: edram.policy_power(p, x), TRACE)
@@ -347,32 +352,42 @@ def reproduce(ctx) -> "Result":
                         100 * PAPER["reduction"], 100 * total["shield"], "%",
                         "Eq. 9; the paper's 35 % is its headline figure"))
     res.rows.append(Row(f"Kelle-like reduction over {TRACE.name}", None, 100 * total["kelle"], "%"))
-    steps = np.arange(len(f))
+    return eta
 
-    def draw_trace(ax):
-        ax.plot(steps, 100 * eta["shield"], label="SHIELD")
-        ax.plot(steps, 100 * eta["kelle"], label="Kelle-like (KV mantissas relaxed)")
-        ax.set_xlabel("step (0 = prefill of 128 tokens, then decode steps)")
-        ax.set_ylabel("refresh-energy reduction eta (%)")
-        ax.set_title(f"Fig. 5(b) trace on {q8}: eta per step (Eq. 9, P_leak = 0)")
-        ax.legend()
-    res.plots.append(_plot(ctx, "trace_eta.png", draw_trace))
 
-    def draw_leak(ax):
-        grid = np.linspace(0, 2, 41)
-        for k, w in enumerate(SCENARIOS):
-            sh = [_gain_row(QWEN3_8B, w, L)["shield"] for L in grid]
-            ke = [_gain_row(QWEN3_8B, w, L)["kelle"] for L in grid]
-            ax.plot(grid, sh, color=f"C{k}", label=f"SHIELD, {w.name}")
-            ax.plot(grid, ke, color=f"C{k}", linestyle="--", label=f"Kelle-like, {w.name}")
-        ax.axhline(PAPER["shield_gain"], color="k", linestyle=":", label="paper: SHIELD ~1.35x")
-        ax.set_xlabel("leakage ratio P_leak / P_ref_std")
-        ax.set_ylabel("efficiency gain P_base / P_policy (x)")
-        ax.set_title(f"Gain against leakage ({q8})")
-        ax.legend(fontsize=7, ncol=2)
-    res.plots.append(_plot(ctx, "gain_vs_leakage.png", draw_leak))
+def _draw_trace(ax, eta: dict) -> None:
+    """Fig. 5(b): eta per step of the Prefill=128 / Decode=256 trace."""
+    steps = np.arange(len(eta["shield"]))
+    ax.plot(steps, 100 * eta["shield"], label="SHIELD")
+    ax.plot(steps, 100 * eta["kelle"], label="Kelle-like (KV mantissas relaxed)")
+    ax.set_xlabel("step (0 = prefill of 128 tokens, then decode steps)")
+    ax.set_ylabel("refresh-energy reduction eta (%)")
+    ax.set_title(f"Fig. 5(b) trace on {QWEN3_8B.name}: eta per step (Eq. 9, P_leak = 0)")
+    ax.legend()
 
-    # Cross-check: the controller's sweep counts on the trace against the equations.
+
+def _draw_leakage(ax) -> None:
+    """The gains of both policies against the leakage ratio, per scenario."""
+    grid = np.linspace(0, 2, 41)
+    for k, w in enumerate(SCENARIOS):
+        sh = [_gain_row(QWEN3_8B, w, L)["shield"] for L in grid]
+        ke = [_gain_row(QWEN3_8B, w, L)["kelle"] for L in grid]
+        ax.plot(grid, sh, color=f"C{k}", label=f"SHIELD, {w.name}")
+        ax.plot(grid, ke, color=f"C{k}", linestyle="--", label=f"Kelle-like, {w.name}")
+    ax.axhline(PAPER["shield_gain"], color="k", linestyle=":", label="paper: SHIELD ~1.35x")
+    ax.set_xlabel("leakage ratio P_leak / P_ref_std")
+    ax.set_ylabel("efficiency gain P_base / P_policy (x)")
+    ax.set_title(f"Gain against leakage ({QWEN3_8B.name})")
+    ax.legend(fontsize=7, ncol=2)
+
+
+def _cross_check(ctx, res) -> str:
+    """The controller's sweep counts on the trace against the equations; returns the note."""
+    from hdl.edram.spec import Policy, RefreshPlan
+
+    from .reproduce import markdown_table
+
+    q8 = QWEN3_8B.name
     words, banks, clk = 1024, 16, 100.0
     workload = Workload("Prefill=16/Decode=32", 16, 32) if ctx.quick else TRACE
     token_cycles = int(1000 * clk)                     # a decode step holds its QO for 1 ms
@@ -404,12 +419,24 @@ def reproduce(ctx) -> "Result":
                             "gain (sweep)", "gain (Eqs.)"],
                            xrows)])))
     sh, ke = cross[Policy.SHIELD], cross[Policy.KELLE]
-    cross_note = (f"On the {workload.name} trace the controller's sweep gives SHIELD "
-                  f"{base_c / sh[0]['bit_refreshes']:.4f}x and Kelle-like "
-                  f"{base_c / ke[0]['bit_refreshes']:.4f}x; the equations on the same lifetimes "
-                  f"{base_e / sh[1]:.4f}x and {base_e / ke[1]:.4f}x.")
+    return (f"On the {workload.name} trace the controller's sweep gives SHIELD "
+            f"{base_c / sh[0]['bit_refreshes']:.4f}x and Kelle-like "
+            f"{base_c / ke[0]['bit_refreshes']:.4f}x; the equations on the same lifetimes "
+            f"{base_e / sh[1]:.4f}x and {base_e / ke[1]:.4f}x.")
 
-    # Fault injection: Algorithm 1 on one attention head's tensors.
+
+@dataclass(frozen=True)
+class _Faults:
+    """Algorithm 1's injection results: the rates tried and (mean RMS, mean bad) by (mode, rho)."""
+
+    rhos: list
+    summary: dict
+
+
+def _fault_table(ctx, res) -> _Faults:
+    """Algorithm 1 on one attention head's tensors, over modes, rates and seeds."""
+    from .reproduce import markdown_table
+
     m, n, d = (32, 128, 64) if ctx.quick else (128, 1024, 128)
     rhos = ([1e-6, 1e-4, 1e-2, 0.25] if ctx.quick
             else [1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.25, 0.5])
@@ -433,40 +460,53 @@ def reproduce(ctx) -> "Result":
                            [[f"{rho:g}"] + [f"{summary[(mode, rho)][0]:.2e} / "
                                             f"{100 * summary[(mode, rho)][1]:.3g} %"
                                             for mode in INJECTION_MODES] for rho in rhos])])))
+    return _Faults(rhos, summary)
 
-    def draw_faults(ax):
-        ax2 = ax.figure.add_subplot(1, 2, 2)
-        ax.set_position([0.08, 0.14, 0.4, 0.74])
-        ax2.set_position([0.58, 0.14, 0.4, 0.74])
-        for k, mode in enumerate(INJECTION_MODES):
-            ys = [summary[(mode, rho)][0] for rho in rhos]
-            ax.loglog(rhos, [y if y > 0 else np.nan for y in ys], "o-", color=f"C{k}", label=mode)
-            ax2.semilogx(rhos, [100 * summary[(mode, rho)][1] for rho in rhos], "o-",
-                         color=f"C{k}", label=mode)
-        for a in (ax, ax2):
-            a.axvline(1e-6, color="C0", linestyle=":")
-            a.axvline(0.25, color="C1", linestyle=":")
-            a.axvline(1e-4, color="C2", linestyle=":")
-            a.set_xlabel("injected error rate rho (per element)")
-            a.grid(True, alpha=0.3)
-        ax.set_ylim(1e-5, 10)
-        ax.set_ylabel("relative RMS error of O (uniform: off scale)")
-        ax2.set_ylabel("O elements not finite or off by > RMS (%)")
-        ax.set_title("Value error", fontsize=10)
-        ax2.set_title("Catastrophic elements", fontsize=10)
-        ax.legend(fontsize=7, title="dotted: the paper's bounds (Fig. 2)", title_fontsize=7)
-        ax.figure.suptitle("Algorithm 1 on BF16 attention tensors (Fig. 2 without the LLM)")
-    res.plots.append(_plot(ctx, "fault_injection.png", draw_faults, size=(10, 4.2)))
-    top = max(rhos)
+
+def _draw_faults(ax, faults: _Faults) -> None:
+    """Value error and catastrophic elements of O against the injected rate, per mode."""
+    rhos, summary = faults.rhos, faults.summary
+    ax2 = ax.figure.add_subplot(1, 2, 2)
+    ax.set_position([0.08, 0.14, 0.4, 0.74])
+    ax2.set_position([0.58, 0.14, 0.4, 0.74])
+    for k, mode in enumerate(INJECTION_MODES):
+        ys = [summary[(mode, rho)][0] for rho in rhos]
+        ax.loglog(rhos, [y if y > 0 else np.nan for y in ys], "o-", color=f"C{k}", label=mode)
+        ax2.semilogx(rhos, [100 * summary[(mode, rho)][1] for rho in rhos], "o-",
+                     color=f"C{k}", label=mode)
+    for a in (ax, ax2):
+        a.axvline(1e-6, color="C0", linestyle=":")
+        a.axvline(0.25, color="C1", linestyle=":")
+        a.axvline(1e-4, color="C2", linestyle=":")
+        a.set_xlabel("injected error rate rho (per element)")
+        a.grid(True, alpha=0.3)
+    ax.set_ylim(1e-5, 10)
+    ax.set_ylabel("relative RMS error of O (uniform: off scale)")
+    ax2.set_ylabel("O elements not finite or off by > RMS (%)")
+    ax.set_title("Value error", fontsize=10)
+    ax2.set_title("Catastrophic elements", fontsize=10)
+    ax.legend(fontsize=7, title="dotted: the paper's bounds (Fig. 2)", title_fontsize=7)
+    ax.figure.suptitle("Algorithm 1 on BF16 attention tensors (Fig. 2 without the LLM)")
+
+
+def _fault_rows(res, faults: _Faults) -> None:
+    """The comparison rows at the paper's three tolerance bounds (when the rate was run)."""
+    from .reproduce import Row
+
     for mode, paper_text, rho in (("uniform QO", "PPL degrades above 1e-6", 1e-6),
                                   ("mantissa QO", "PPL within 3 % at 25 %", 0.25),
                                   ("mantissa KV", "tolerated up to 1e-4", 1e-4)):
-        if rho in rhos:
-            rms, bad = summary[(mode, rho)]
+        if rho in faults.rhos:
+            rms, bad = faults.summary[(mode, rho)]
             res.rows.append(Row(f"{mode}: relative RMS error of O at rho = {rho:g}", paper_text,
                                 rms, "", f"{100 * bad:.3g} % of O elements catastrophic", ".2e"))
-    bad_uniform = summary[("uniform QO", top)][1]
-    res.notes += [
+
+
+def _notes(cross_note: str, faults: _Faults) -> list[str]:
+    """Footprints, why the gains differ from the paper's, the cross-check and fault injection."""
+    top = max(faults.rhos)
+    bad_uniform = faults.summary[("uniform QO", top)][1]
+    return [
         "Footprints: one layer's Q and O (heads x head_dim wide) and K and V (KV heads x "
         "head_dim) per token, from the models' public config.json shapes. The paper gives no "
         "token counts for its scenarios: Summary 1024+64, Translation 256+256 and Storytelling "
@@ -494,6 +534,25 @@ def reproduce(ctx) -> "Result":
         "one head cannot show."
         % (top, 100 * bad_uniform),
     ]
+
+
+def reproduce(ctx) -> "Result":
+    """SHIELD (paper 000): Eqs. 4 to 9 on the five models' footprints, Fig. 5(b), a refresh-count
+    cross-check against the controller's sweep, and Algorithm 1 on attention tensors."""
+    from .reproduce import Result
+
+    res = Result("SHIELD: segmented-refresh eDRAM, refresh power and fault tolerance")
+    _gain_table(res)
+    _leakage_table(res)
+    eta = _trace_rows(res)
+    res.plots.append(_plot(ctx, "trace_eta.png", partial(_draw_trace, eta=eta)))
+    res.plots.append(_plot(ctx, "gain_vs_leakage.png", _draw_leakage))
+    cross_note = _cross_check(ctx, res)
+    faults = _fault_table(ctx, res)
+    res.plots.append(_plot(ctx, "fault_injection.png", partial(_draw_faults, faults=faults),
+                           size=(10, 4.2)))
+    _fault_rows(res, faults)
+    res.notes += _notes(cross_note, faults)
     return res
 
 
