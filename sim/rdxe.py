@@ -862,44 +862,81 @@ def _gantt(ctx, name: str) -> Path:
     return ctx.save_plot(fig, name, dpi=120)
 
 
-def reproduce(ctx) -> "Result":
-    """Run the rDXE ring model against the padded batch baselines and compare with the paper."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+#: The main configuration: Fig. 3's MT5-small on 4 DXEs with 4 resident requests.
+_MAIN = "MT5 S=4"
+#: The (system, batch) pairs compared, and their legend labels and line styles.
+_COMPARED = (("rdxe", 1), ("batch", 8), ("batch", 16))
+_STYLES = {("rdxe", 1): ("rDXE (token-level)", "o-"), ("batch", 8): ("8-way padded batch", "s--"),
+           ("batch", 16): ("16-way padded batch", "^--")}
 
-    from .reproduce import Result, Row, markdown_table
 
-    quick = ctx.quick
+def _requests(ring: Ring, quick: bool) -> int:
+    """Enough requests that the 16-way baseline fills its resident batches twice."""
+    return 32 if quick else max(64, 2 * 16 * ring.slots)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The configurations run: (key, ring, dist, seeds, systems, requests) each, and the sweeps."""
+
+    seeds: tuple
+    main: Ring
+    n_req: int
+    ring_sizes: tuple
+    slot_sweep: tuple
+    configs: list
+
+
+def _plan(quick: bool) -> _Plan:
+    """The ring sizes, resident-request sweep and sensitivity configurations to simulate."""
     seeds = (0, 1) if quick else tuple(range(8))
     few = seeds[:2] if quick else seeds[:4]
     main = Ring(MT5_SMALL, stages=4, slots=4)
-    systems = (("rdxe", 1), ("batch", 8), ("batch", 16))
     ring_sizes = (2, 4) if quick else (1, 2, 4, 8)
     slot_sweep = (1, 4) if quick else (1, 2, 3, 4, 6, 8, 12, 16)
-
-    def requests(ring: Ring) -> int:
-        # Enough requests that the 16-way baseline fills its resident batches twice.
-        return 32 if quick else max(64, 2 * 16 * ring.slots)
-
-    n_req = requests(main)
-    # Configurations: (key, ring, dist, seeds, systems, requests).
-    configs = [(f"MT5 S={S}", Ring(MT5_SMALL, stages=S, slots=S), "uniform", seeds, systems)
+    n_req = _requests(main, quick)
+    configs = [(f"MT5 S={S}", Ring(MT5_SMALL, stages=S, slots=S), "uniform", seeds, _COMPARED)
                for S in ring_sizes]
     configs += [(f"MT5 S=4 slots={k}", Ring(MT5_SMALL, stages=4, slots=k), "uniform", few,
                  (("rdxe", 1),)) for k in slot_sweep if k != 4]
     if not quick:
         configs += [
-            ("OPT S=8", Ring(OPT_350M, stages=8, slots=8), "uniform", few, systems),
-            ("MT5 S=4 loguniform", main, "loguniform", few, systems),
-            ("MT5 S=4 equal", main, "equal", few, systems),
+            ("OPT S=8", Ring(OPT_350M, stages=8, slots=8), "uniform", few, _COMPARED),
+            ("MT5 S=4 loguniform", main, "loguniform", few, _COMPARED),
+            ("MT5 S=4 equal", main, "equal", few, _COMPARED),
             ("MT5 S=4 no links", Ring(MT5_SMALL, stages=4, slots=4, link_mbps=None), "uniform",
-             few, systems),
+             few, _COMPARED),
         ]
     # The resident-request sweep keeps the main workload.
-    configs = [c + (n_req if "slots=" in c[0] else requests(c[1]),) for c in configs]
+    configs = [c + (n_req if "slots=" in c[0] else _requests(c[1], quick),) for c in configs]
+    return _Plan(seeds, main, n_req, ring_sizes, slot_sweep, configs)
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """The simulations' figures, a list per (configuration, system, batch) in the order run."""
+
+    by: dict
+
+    def get(self, key, system="rdxe", batch=1, what="mac") -> list:
+        """The figure ``what`` of every seed of one configuration and system."""
+        return [r[what] for r in self.by[(key, system, batch)]]
+
+    def gain(self, key, batch, what="mac") -> list:
+        """rDXE's ``what`` over the ``batch``-way baseline's, less one, seed by seed."""
+        return [a[what] / b[what] - 1 for a, b in zip(self.by[(key, "rdxe", 1)],
+                                                       self.by[(key, "batch", batch)])]
+
+    def points_gain(self, key, batch) -> list:
+        """rDXE's MAC utilization less the ``batch``-way baseline's, seed by seed."""
+        return [a["mac"] - b["mac"] for a, b in zip(self.by[(key, "rdxe", 1)],
+                                                     self.by[(key, "batch", batch)])]
+
+
+def _simulate(ctx, plan: _Plan) -> _Runs:
+    """Run every configuration's systems over its seeds on the cluster."""
     points, where = [], []
-    for key, ring, dist, sd, syss, n in configs:
+    for key, ring, dist, sd, syss, n in plan.configs:
         for system, batch in syss:
             for seed in sd:
                 points.append(Point(ring, system, batch, seed, n, dist))
@@ -910,23 +947,18 @@ def reproduce(ctx) -> "Result":
     by: dict[tuple, list[dict]] = {}
     for w, r in zip(where, results):
         by.setdefault(w, []).append(r)
+    return _Runs(by)
 
-    def get(key, system="rdxe", batch=1, what="mac"):
-        return [r[what] for r in by[(key, system, batch)]]
 
-    def gain(key, batch, what="mac"):
-        return [a[what] / b[what] - 1 for a, b in zip(by[(key, "rdxe", 1)],
-                                                       by[(key, "batch", batch)])]
+def _rows(plan: _Plan, runs: _Runs) -> list:
+    """The comparison rows: the main configuration's utilizations and gains."""
+    from .reproduce import Row
 
-    def points_gain(key, batch):
-        return [a["mac"] - b["mac"] for a, b in zip(by[(key, "rdxe", 1)],
-                                                     by[(key, "batch", batch)])]
-
-    key = "MT5 S=4"
-    u_mac, u_dxe = _stats(get(key)), _stats(get(key, what="useful"))
-    g8, g16 = _stats(gain(key, 8)), _stats(gain(key, 16))
-    sd_note = f"mean of {len(seeds)} seeds ({n_req} requests each)"
-    rows = [
+    key = _MAIN
+    u_mac, u_dxe = _stats(runs.get(key)), _stats(runs.get(key, what="useful"))
+    g8, g16 = _stats(runs.gain(key, 8)), _stats(runs.gain(key, 16))
+    sd_note = f"mean of {len(plan.seeds)} seeds ({plan.n_req} requests each)"
+    return [
         Row("rDXE utilization, MAC (Sec. II)", PAPER_UTILIZATION, 100 * u_mac[0], "%",
             f"useful MACs / ring MACs over the makespan; MT5-small, 4 DXEs x 2 layers, 4 "
             f"resident requests (Fig. 3); {sd_note}, std {100 * u_mac[1]:.1f}", ".1f"),
@@ -935,23 +967,23 @@ def reproduce(ctx) -> "Result":
             ".1f"),
         Row("gain over the 8-way batch (Sec. III-A)", PAPER_GAIN_8WAY, 100 * g8[0], "%",
             f"MAC utilization ratio - 1 (= throughput ratio - 1); std {100 * g8[1]:.1f}; "
-            f"{_pm(points_gain(key, 8))} points", ".1f"),
+            f"{_pm(runs.points_gain(key, 8))} points", ".1f"),
         Row("gain over the 16-way batch (Sec. III-A)", PAPER_GAIN_16WAY, 100 * g16[0], "%",
-            f"as above; std {100 * g16[1]:.1f}; {_pm(points_gain(key, 16))} points", ".1f"),
-        Row("8-way batch utilization, MAC", None, 100 * _stats(get(key, "batch", 8))[0], "%",
+            f"as above; std {100 * g16[1]:.1f}; {_pm(runs.points_gain(key, 16))} points", ".1f"),
+        Row("8-way batch utilization, MAC", None, 100 * _stats(runs.get(key, "batch", 8))[0], "%",
             "padded static batching on the same ring, 4 resident batches", ".1f"),
-        Row("16-way batch utilization, MAC", None, 100 * _stats(get(key, "batch", 16))[0], "%",
-            "as above", ".1f"),
+        Row("16-way batch utilization, MAC", None, 100 * _stats(runs.get(key, "batch", 16))[0],
+            "%", "as above", ".1f"),
     ]
 
-    # Tables.
-    tables = [("Cycles of one decoder layer on one DXE (golden/rdxe.py cycle model)",
-               cycle_table() + "\n\nOne token (batch 1); `qkv` and `ffn_up` with the fused "
-               "RMSNorm, `pv` the fused softmax-P.V; DXE MAC use = the layer's MACs over "
-               "(8 DXTs x 256 MACs x cycles).")]
+
+def _config_table(plan: _Plan, runs: _Runs) -> tuple[str, str]:
+    """Every configuration's utilizations, throughput, latencies and KV peak."""
+    from .reproduce import markdown_table
+
     cfg_rows = []
-    for (k, system, batch), rs in by.items():
-        ring, n = next((c[1], c[5]) for c in configs if c[0] == k)
+    for (k, system, batch), rs in runs.by.items():
+        ring, n = next((c[1], c[5]) for c in plan.configs if c[0] == k)
         label = "rDXE" if system == "rdxe" else f"{batch}-way batch"
         lat = np.concatenate([r["latency"] for r in rs])
         cfg_rows.append([k, n, ring.slots, label, _pm([r["mac"] for r in rs]),
@@ -960,7 +992,7 @@ def reproduce(ctx) -> "Result":
                          f"{lat.mean():.1f}", f"{np.percentile(lat, 95):.1f}",
                          f"{np.mean([r['itl'] for r in rs]):.3f}",
                          f"{max(r['kv_peak'] for r in rs)} / {ring.kv_tokens}"])
-    tables.append((
+    return (
         "Every configuration (mean ± std over seeds)",
         markdown_table(["configuration", "requests", "resident", "system", "MAC util. %",
                         "useful DXE %", "busy DXE %", "tokens/s", "mean latency ms",
@@ -968,25 +1000,49 @@ def reproduce(ctx) -> "Result":
         + "\n\nS = DXEs in the ring; resident = requests (rDXE) or batches (baseline) in the "
         "ring at once; latency from cycle 0 (all requests arrive at once) to the request's last "
         "token at 200 MHz; KV peak = the largest sum of resident owners' final KV lengths per "
-        "layer (padding included) against `Ring.kv_tokens` (the golden KV cache)."))
+        "layer (padding included) against `Ring.kv_tokens` (the golden KV cache).")
+
+
+def _gain_table(runs: _Runs) -> tuple[str, str]:
+    """rDXE's gains over both baselines in every configuration that ran them."""
+    from .reproduce import markdown_table
+
     gain_rows = []
-    for k in dict.fromkeys(w[0] for w in where):
-        if (k, "batch", 8) in by:
-            gain_rows.append([k, _pm(gain(k, 8)), _pm(points_gain(k, 8)), _pm(gain(k, 16)),
-                              _pm(points_gain(k, 16))])
-    tables.append(("Gains of rDXE over the padded baselines", markdown_table(
+    # Configurations in the order run (the first system of each).
+    for k in dict.fromkeys(w[0] for w in runs.by):
+        if (k, "batch", 8) in runs.by:
+            gain_rows.append([k, _pm(runs.gain(k, 8)), _pm(runs.points_gain(k, 8)),
+                              _pm(runs.gain(k, 16)), _pm(runs.points_gain(k, 16))])
+    return ("Gains of rDXE over the padded baselines", markdown_table(
         ["configuration", "vs 8-way (relative %)", "vs 8-way (points)",
          "vs 16-way (relative %)", "vs 16-way (points)"], gain_rows)
-        + f"\n\nPaper: +{PAPER_GAIN_8WAY} % and +{PAPER_GAIN_16WAY} % (Sec. III-A)."))
+        + f"\n\nPaper: +{PAPER_GAIN_8WAY} % and +{PAPER_GAIN_16WAY} % (Sec. III-A).")
 
-    # Plots.
-    plots = []
+
+def _tables(plan: _Plan, runs: _Runs) -> list[tuple[str, str]]:
+    """The report's tables: the cycle model, every configuration, the gains."""
+    return [("Cycles of one decoder layer on one DXE (golden/rdxe.py cycle model)",
+             cycle_table() + "\n\nOne token (batch 1); `qkv` and `ffn_up` with the fused "
+             "RMSNorm, `pv` the fused softmax-P.V; DXE MAC use = the layer's MACs over "
+             "(8 DXTs x 256 MACs x cycles)."),
+            _config_table(plan, runs), _gain_table(runs)]
+
+
+def _slot_key(k: int) -> str:
+    """The configuration of ``k`` resident requests on the main ring."""
+    return "MT5 S=4" if k == 4 else f"MT5 S=4 slots={k}"
+
+
+def _plot_utilization(ctx, plan: _Plan, runs: _Runs) -> Path:
+    """Utilization against the ring size, and rDXE's against the resident requests."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ring_sizes = plan.ring_sizes
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    styles = {("rdxe", 1): ("rDXE (token-level)", "o-"), ("batch", 8): ("8-way padded batch",
-                                                                       "s--"),
-              ("batch", 16): ("16-way padded batch", "^--")}
-    for (system, batch), (label, style) in styles.items():
-        m = [_stats(get(f"MT5 S={S}", system, batch)) for S in ring_sizes]
+    for (system, batch), (label, style) in _STYLES.items():
+        m = [_stats(runs.get(f"MT5 S={S}", system, batch)) for S in ring_sizes]
         a.errorbar(ring_sizes, [100 * v[0] for v in m], yerr=[100 * v[1] for v in m],
                    fmt=style, capsize=3, label=label)
     a.axhline(PAPER_UTILIZATION, color="gray", lw=0.8, ls=":", label="paper rDXE 77.8 %")
@@ -996,15 +1052,15 @@ def reproduce(ctx) -> "Result":
     a.set_ylim(0, 100)
     a.set_title("Utilization vs. ring size")
     a.legend(fontsize=8)
-    ks = sorted(slot_sweep)
-    m = [_stats(get("MT5 S=4" if k == 4 else f"MT5 S=4 slots={k}")) for k in ks]
-    mu = [_stats(get("MT5 S=4" if k == 4 else f"MT5 S=4 slots={k}", what="useful")) for k in ks]
+    ks = sorted(plan.slot_sweep)
+    m = [_stats(runs.get(_slot_key(k))) for k in ks]
+    mu = [_stats(runs.get(_slot_key(k), what="useful")) for k in ks]
     b.errorbar(ks, [100 * v[0] for v in m], yerr=[100 * v[1] for v in m], fmt="o-", capsize=3,
                label="rDXE, MAC")
     b.errorbar(ks, [100 * v[0] for v in mu], yerr=[100 * v[1] for v in mu], fmt="o:",
                capsize=3, label="rDXE, DXE time")
     for batch, ls in ((8, "--"), (16, "-.")):
-        b.axhline(100 * _stats(get("MT5 S=4", "batch", batch))[0], color="gray", ls=ls, lw=1,
+        b.axhline(100 * _stats(runs.get(_MAIN, "batch", batch))[0], color="gray", ls=ls, lw=1,
                   label=f"{batch}-way batch, MAC (4 resident batches)")
     b.axhline(PAPER_UTILIZATION, color="gray", lw=0.8, ls=":", label="paper rDXE 77.8 %")
     b.set_xlabel("resident requests (MT5-small on 4 DXEs)")
@@ -1013,31 +1069,53 @@ def reproduce(ctx) -> "Result":
     b.set_title("rDXE utilization vs. concurrent requests")
     b.legend(fontsize=8)
     fig.tight_layout()
-    path = ctx.save_plot(fig, "utilization.png", dpi=120)
-    plots.append(path)
+    return ctx.save_plot(fig, "utilization.png", dpi=120)
 
-    plots.append(_gantt(ctx, "gantt.png"))
+
+def _plot_latency(ctx, plan: _Plan, runs: _Runs) -> Path:
+    """The distribution of request completion times in the main configuration, per system."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for (system, batch), (label, style) in styles.items():
-        lat = np.sort(np.concatenate(get(key, system, batch, "latency")))
+    for (system, batch), (label, style) in _STYLES.items():
+        lat = np.sort(np.concatenate(runs.get(_MAIN, system, batch, "latency")))
         ax.step(lat, np.arange(1, lat.size + 1) / lat.size, where="post", label=label)
     ax.set_xlabel("request completion time from a common start (ms at 200 MHz)")
     ax.set_ylabel("fraction of requests done")
-    ax.set_title(f"Latency, MT5-small on 4 DXEs, {n_req} requests x {len(seeds)} seeds")
+    ax.set_title(f"Latency, MT5-small on 4 DXEs, {plan.n_req} requests x {len(plan.seeds)} seeds")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = ctx.save_plot(fig, "latency.png", dpi=120)
-    plots.append(path)
+    return ctx.save_plot(fig, "latency.png", dpi=120)
 
-    pad = {b: _stats([r["useful"] / r["busy"] for r in by[(key, "batch", b)]])[0]
+
+def _run_notes(plan: _Plan, runs: _Runs) -> list[str]:
+    """The notes, with the padding share, the resident-request sweep and the gains in points."""
+    key = _MAIN
+    pad = {b: _stats([r["useful"] / r["busy"] for r in runs.by[(key, "batch", b)]])[0]
            for b in (8, 16)}
-    sweep = {k: (_stats(get("MT5 S=4" if k == 4 else f"MT5 S=4 slots={k}"))[0],
-                 _stats(get("MT5 S=4" if k == 4 else f"MT5 S=4 slots={k}", what="useful"))[0])
-             for k in slot_sweep}
-    pts = (100 * _stats(points_gain(key, 8))[0], 100 * _stats(points_gain(key, 16))[0])
-    notes = _notes(main, n_req, seeds, occupancy=u_dxe[0], pad=pad, sweep=sweep, pts=pts)
+    sweep = {k: (_stats(runs.get(_slot_key(k)))[0],
+                 _stats(runs.get(_slot_key(k), what="useful"))[0])
+             for k in plan.slot_sweep}
+    pts = (100 * _stats(runs.points_gain(key, 8))[0], 100 * _stats(runs.points_gain(key, 16))[0])
+    occupancy = _stats(runs.get(key, what="useful"))[0]
+    return _notes(plan.main, plan.n_req, plan.seeds, occupancy=occupancy, pad=pad, sweep=sweep,
+                  pts=pts)
+
+
+def reproduce(ctx) -> "Result":
+    """Run the rDXE ring model against the padded batch baselines and compare with the paper."""
+    from .reproduce import Result
+
+    plan = _plan(ctx.quick)
+    runs = _simulate(ctx, plan)
+    rows = _rows(plan, runs)
+    tables = _tables(plan, runs)
+    plots = [_plot_utilization(ctx, plan, runs), _gantt(ctx, "gantt.png"),
+             _plot_latency(ctx, plan, runs)]
+    notes = _run_notes(plan, runs)
     return Result(title="rDXE: token-level pipelining over a ring of DXEs vs. padded batches",
                   rows=rows, tables=tables, plots=plots, notes=notes)
 
