@@ -141,12 +141,6 @@ class ChunkStep:
 # --- validation -----------------------------------------------------------------------------------
 
 
-def _int(value, what: str, minimum: int, maximum: int) -> int:
-    if isinstance(value, np.integer):
-        value = int(value)
-    return integer(value, what, minimum, maximum)
-
-
 def _bf16_codes(values, what: str, shape: str) -> np.ndarray:
     arr = np.asarray(values)
     if arr.dtype.kind not in "ui":
@@ -168,12 +162,12 @@ def _operands(q, K, V) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise ValueError(f"Key head dimension must be {d} (the query's), not {K.shape[1]}")
     if V.shape != K.shape:
         raise ValueError(f"Values must have the keys' shape {K.shape}, not {V.shape}")
-    _int(K.shape[0], "Sequence length", 1, MAX_TOKENS)
+    integer(K.shape[0], "Sequence length", 1, MAX_TOKENS)
     return q, K, V
 
 
 def _window(window):
-    return None if window is None else _int(window, "Window", 1, MAX_TOKENS)
+    return None if window is None else integer(window, "Window", 1, MAX_TOKENS)
 
 
 def _out_format(out_fmt) -> FloatFormat:
@@ -203,7 +197,7 @@ def score_scale(d: int) -> np.uint32:
     of four ``1 / sqrt(d)`` is a power of two and the constant is ``fp32(log2 e)`` shifted
     (``d = 256``: ``0x3DB8AA3B``).
     """
-    d = _int(d, "Head dimension", 1, MAX_TOKENS)
+    d = integer(d, "Head dimension", 1, MAX_TOKENS)
     return np.uint32(from_float(LOG2E / math.sqrt(d), FP32))
 
 
@@ -258,9 +252,9 @@ def sweep(length: int, position: int, *, chunk: int, window: int | None = None
         ``length`` outside 1 .. 2**24, ``position`` outside ``0 .. length - 1``, ``chunk`` or
         ``window`` outside 1 .. 2**24 (``TypeError`` for non-integers).
     """
-    length = _int(length, "Sequence length", 1, MAX_TOKENS)
-    position = _int(position, "Position", 0, length - 1)
-    chunk = _int(chunk, "Chunk length", 1, MAX_TOKENS)
+    length = integer(length, "Sequence length", 1, MAX_TOKENS)
+    position = integer(position, "Position", 0, length - 1)
+    chunk = integer(chunk, "Chunk length", 1, MAX_TOKENS)
     window = _window(window)
     lo = 0 if window is None else max(0, position - window + 1)
     index = np.arange(lo // chunk, position // chunk + 1, dtype=np.int64)
@@ -391,7 +385,7 @@ def attend_reference(q, K, V, position: int, window: int | None = None) -> np.nd
     """
     q, K, V = _operands(q, K, V)
     length = K.shape[0]
-    position = _int(position, "Position", 0, length - 1)
+    position = integer(position, "Position", 0, length - 1)
     window = _window(window)
     lo = 0 if window is None else max(0, position - window + 1)
     qf = _bf16_values(q)

@@ -119,17 +119,10 @@ _BLOCK = 1 << 20                     # products per vectorized block (bounds mem
 # --- validation helpers ---------------------------------------------------------------------------
 
 
-def _int(value, what: str, minimum: int, maximum: int) -> int:
-    if isinstance(value, np.integer):
-        value = int(value)
-    return integer(value, what, minimum, maximum)
-
-
 def _pow2(value, what: str, minimum: int, maximum: int) -> int:
-    if isinstance(value, np.integer):
-        value = int(value)
+    """``value`` itself (not its log) if it is a power of two in ``[minimum, maximum]``."""
     power_of_two(value, what, minimum, maximum)
-    return value
+    return int(value)
 
 
 def _choice(value, what: str, allowed: tuple[str, ...]) -> str:
@@ -235,8 +228,8 @@ class Weights:
         kind = {"fp16": "fp16", "bf16": "bf16", "w8a8": "int8", "w4a16": "int4"}[mode]
         codes = _array(self.codes, "Weights", 2, "(rows, cols)", kind)
         rows, cols = codes.shape
-        _int(rows, "Row count", 1, MAX_ROWS)
-        _int(cols, "Column count", 1, MAX_COLS)
+        integer(rows, "Row count", 1, MAX_ROWS)
+        integer(cols, "Column count", 1, MAX_COLS)
         object.__setattr__(self, "codes", codes)
         if mode != "w4a16":
             if self.scales is not None or self.offsets is not None:
@@ -281,8 +274,8 @@ def _unit(mode: str, cols: int, group_size: int) -> tuple[int, int]:
 
 def _shape(mode, rows, cols, group_size) -> tuple[str, int, int, int]:
     mode = _choice(mode, "Precision mode", MODES)
-    rows = _int(rows, "Row count", 1, MAX_ROWS)
-    cols = _int(cols, "Column count", 1, MAX_COLS)
+    rows = integer(rows, "Row count", 1, MAX_ROWS)
+    cols = integer(cols, "Column count", 1, MAX_COLS)
     if mode == "w4a16":
         group_size = _pow2(group_size, "Group size", MIN_GROUP, MAX_GROUP)
         if cols % group_size:
@@ -601,8 +594,8 @@ def page_pipeline(tR: int, transfer, compute, *, pe_latency: int = 0) -> PageTim
     pe_latency : int
         Arithmetic latency added after the last page (0 to 2**20).
     """
-    tR = _int(tR, "Read time in cycles", 1, 1 << 40)
-    pe_latency = _int(pe_latency, "PE latency in cycles", 0, 1 << 20)
+    tR = integer(tR, "Read time in cycles", 1, 1 << 40)
+    pe_latency = integer(pe_latency, "PE latency in cycles", 0, 1 << 20)
     transfer = np.asarray(transfer, dtype=np.int64).reshape(-1)
     compute = np.asarray(compute, dtype=np.int64).reshape(-1)
     if transfer.size == 0 or transfer.shape != compute.shape:
@@ -707,9 +700,9 @@ class KVLayout:
     mapping: str = "page"
 
     def __post_init__(self):
-        _int(self.layers, "Layer count", 1, 1024)
-        _int(self.kv_heads, "KV head count", 1, 1024)
-        _int(self.head_dim, "Head dimension", 1, 1 << 16)
+        integer(self.layers, "Layer count", 1, 1024)
+        integer(self.kv_heads, "KV head count", 1, 1024)
+        integer(self.head_dim, "Head dimension", 1, 1 << 16)
         _choice(self.kv_format, "KV format", KV_FORMATS)
         _pow2(self.page_bytes, "Page size in bytes", 16, 1 << 16)
         _choice(self.mapping, "KV mapping", MAPPINGS)
@@ -800,7 +793,7 @@ def kv_address(layout: KVLayout, layer, head, token, kind) -> tuple[np.ndarray, 
 
 
 def _seq(seq_len) -> int:
-    return _int(seq_len, "Sequence length", 1, MAX_TOKENS)
+    return integer(seq_len, "Sequence length", 1, MAX_TOKENS)
 
 
 def kv_table(layout: KVLayout, seq_len: int) -> np.ndarray:
@@ -967,10 +960,10 @@ def kv_write(layout: KVLayout, keys, values, *, pages: int, slots: int,
         a sequence may end inside a token.
     """
     t, data = kv_entries(layout, keys, values)
-    pages = _int(pages, "Region pages", 1, 1 << 40)
-    slots = _int(slots, "KV buffer pages", 1, 1 << 20)
+    pages = integer(pages, "Region pages", 1, 1 << 40)
+    slots = integer(slots, "KV buffer pages", 1, 1 << 20)
     s = layout.entries_per_token
-    sent = t * s if entries is None else _int(entries, "Entries sent", 0, t * s)
+    sent = t * s if entries is None else integer(entries, "Entries sent", 0, t * s)
     empty = np.zeros(0, dtype=[(name, np.int64) for name in KV_RECORD])
     if layout.mapping == "page" and s > slots:
         return KVWrite(np.zeros(0, np.int64), np.zeros((0, layout.page_bytes), np.uint8),
@@ -1168,8 +1161,8 @@ def attention_timing(geometry: FlashGeometry, layout: KVLayout, seq_len: int, *,
     if not isinstance(geometry, FlashGeometry):
         raise TypeError(f"Geometry must be a FlashGeometry, not {type(geometry).__name__}")
     op = _choice(op, "Attention operation", ("logit", "attend"))
-    group = _int(group, "Query heads per KV head", 1, 1024)
-    acc_loop = _int(acc_loop, "Accumulator loop in cycles", 1, 1024)
+    group = integer(group, "Query heads per KV head", 1, 1024)
+    acc_loop = integer(acc_loop, "Accumulator loop in cycles", 1, 1024)
     if layout.page_bytes != geometry.page_bytes:
         raise ValueError(f"KV page size must be the plane's {geometry.page_bytes} bytes, "
                          f"not {layout.page_bytes}")

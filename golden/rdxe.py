@@ -200,12 +200,6 @@ class RdxeParams:
 # --- validation -----------------------------------------------------------------------------------
 
 
-def _int(value, what: str, minimum: int, maximum: int) -> int:
-    if isinstance(value, np.integer):
-        value = int(value)
-    return integer(value, what, minimum, maximum)
-
-
 def _ints(values, what: str, lo: int, hi: int, ndim: int | None = None,
           shape: str = "") -> np.ndarray:
     arr = np.asarray(values)
@@ -282,7 +276,7 @@ def accumulate(W, x) -> np.ndarray:
     if W.shape[1] != x.shape[0]:
         raise ValueError(f"Activations must have {W.shape[1]} elements (the weights' inputs), "
                          f"not {x.shape[0]}")
-    _int(x.shape[0], "Input length", 1, MAX_INPUTS)
+    integer(x.shape[0], "Input length", 1, MAX_INPUTS)
     return dot(W, np.broadcast_to(x, W.shape))
 
 
@@ -341,7 +335,7 @@ def to_rc(bits, frac: int, params: RdxeParams) -> RCFactor:
         A negative or NaN factor (the VE never produces one).
     """
     params = _params(params)
-    frac = _int(frac, "RC fraction bits", 0, 30)
+    frac = integer(frac, "RC fraction bits", 0, 30)
     value, sig, e = _significands(bits)
     if np.any(np.isnan(value) | (value < 0)):
         raise ValueError("RC factor must be a non-negative fp32 value, not "
@@ -502,7 +496,7 @@ def rms_rc(x, eps_q, params: RdxeParams, *, inv_k=None
     """
     params = _params(params)
     x = _int8(x, "Activations", 1, "(inputs,)")
-    K = _int(x.shape[0], "Input length", 1, MAX_INPUTS)
+    K = integer(x.shape[0], "Input length", 1, MAX_INPUTS)
     eps_q = _fp32_code(eps_q, "RMSNorm eps", zero=True)
     inv_k = from_float(1.0 / K, FP32) if inv_k is None else _fp32_code(inv_k, "1/K", zero=False)
     S = int(dot(x, x))
@@ -627,7 +621,7 @@ def _scores(s) -> np.ndarray:
     if s.ndim not in (1, 2) or 0 in s.shape:
         raise ValueError(f"Scores must be a non-empty (tokens,) or (heads, tokens) array, "
                          f"not shape {s.shape}")
-    _int(s.shape[-1], "Token count", 1, MAX_TOKENS)
+    integer(s.shape[-1], "Token count", 1, MAX_TOKENS)
     return s
 
 
@@ -724,8 +718,8 @@ def kv_groups(heads: int, group_size: int) -> np.ndarray:
     ValueError
         ``heads`` not a multiple of ``group_size`` (or either out of range).
     """
-    group_size = _int(group_size, "GQA group size", 1, 64)
-    heads = _int(heads, "Query head count", 1, 4096)
+    group_size = integer(group_size, "GQA group size", 1, 64)
+    heads = integer(heads, "Query head count", 1, 4096)
     if heads % group_size:
         raise ValueError(f"Query head count must be a multiple of the GQA group size "
                          f"{group_size}, not {heads}")
@@ -751,7 +745,7 @@ def kv_address(kind: str, token, channel, params: RdxeParams, layout: str = "iwu
     layout = _layout(layout)
     if kind not in ("k", "v"):
         raise ValueError(f"KV kind must be 'k' or 'v', not {kind!r}")
-    group = _int(group, "KV group", 0, params.kv_groups - 1)
+    group = integer(group, "KV group", 0, params.kv_groups - 1)
     t, ch = np.broadcast_arrays(np.asarray(token, np.int64), np.asarray(channel, np.int64))
     N, L, d, c = params.vacs, params.lanes, params.head_dim, params.value_rows
     offset = group * params.group_rows
@@ -1234,7 +1228,7 @@ class Cycles:
 
 
 def _pos(value, what: str) -> int:
-    return _int(value, what, 1, 1 << 30)
+    return integer(value, what, 1, 1 << 30)
 
 
 def _acc_ready(outputs: int, inputs: int, params: RdxeParams, lat: Latency) -> np.ndarray:
@@ -1365,7 +1359,7 @@ def softmax_pv_cycles(tokens: int, params: RdxeParams, *, mode: str = "fused",
     """
     params = _params(params)
     mode = _mode(mode)
-    tokens = _int(tokens, "Token count", 1, MAX_TOKENS)
+    tokens = integer(tokens, "Token count", 1, MAX_TOKENS)
     rc_ready = _rc_ready(tokens, params, lat)
     d = params.head_dim
     if mode == "fused":
@@ -1385,7 +1379,7 @@ def qk_cycles(tokens: int, params: RdxeParams, lat: Latency = Latency()) -> Cycl
     they come. ``total = done = g_last + 1``.
     """
     params = _params(params)
-    tokens = _int(tokens, "Token count", 1, MAX_TOKENS)
+    tokens = integer(tokens, "Token count", 1, MAX_TOKENS)
     results = _acc_ready(tokens, params.head_dim, params, lat) + lat.requant
     done = _gbus(results, lat)
     return _cycles(done, tokens, params.head_dim, params, done=done)
@@ -1437,7 +1431,7 @@ def kv_read_cycles(tokens: int, op: str, params: RdxeParams, layout: str = "iwur
     """
     params = _params(params)
     layout = _layout(layout)
-    tokens = _int(tokens, "Token count", 1, MAX_TOKENS)
+    tokens = integer(tokens, "Token count", 1, MAX_TOKENS)
     if op not in ("qk", "pv"):
         raise ValueError(f"Operation must be 'qk' or 'pv', not {op!r}")
     N, L, d = params.vacs, params.lanes, params.head_dim

@@ -8,21 +8,24 @@ not 12``.
 
 from __future__ import annotations
 
+import numbers
+
 __all__ = ["integer", "power_of_two", "one_of", "index_bits"]
 
 
 def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """A Python or NumPy integer (the golden models' parameters come from arrays), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def integer(value, what: str, minimum: int, maximum: int) -> int:
-    """Return ``value`` if it is an integer in ``[minimum, maximum]``."""
+    """Return ``value`` as an ``int`` if it is an integer in ``[minimum, maximum]``."""
     if not _is_int(value):
         raise TypeError(f"{what} must be an integer between {minimum} and {maximum}, "
                         f"not {value!r}")
     if not minimum <= value <= maximum:
         raise ValueError(f"{what} must be between {minimum} and {maximum}, not {value}")
-    return value
+    return int(value)
 
 
 def power_of_two(value, what: str, minimum: int = 1, maximum: int = 1 << 40) -> int:
@@ -33,17 +36,17 @@ def power_of_two(value, what: str, minimum: int = 1, maximum: int = 1 << 40) -> 
     if not minimum <= value <= maximum or value & (value - 1):
         raise ValueError(f"{what} must be a power of two between {minimum} and {maximum}, "
                          f"not {value}")
-    return value.bit_length() - 1
+    return int(value).bit_length() - 1
 
 
 def one_of(value, what: str, allowed: tuple[int, ...]) -> int:
-    """Return ``value`` if it is one of the integers ``allowed``."""
+    """Return ``value`` as an ``int`` if it is one of the integers ``allowed``."""
     listed = ", ".join(map(str, allowed[:-1])) + f" or {allowed[-1]}" if len(allowed) > 1 \
         else str(allowed[0])
     if not _is_int(value) or value not in allowed:
         error = ValueError if _is_int(value) else TypeError
         raise error(f"{what} must be {listed}, not {value!r}")
-    return value
+    return int(value)
 
 
 def index_bits(count: int) -> int:

@@ -43,6 +43,7 @@ import numpy as np
 from golden.inflash import (KV_FORMATS, MODES, FlashGeometry, KVLayout, PageTiming,
                             attention_timing, gemv_timing, kv_address, kv_page_count,
                             page_pipeline, stream_bytes)
+from hdl.validate import integer
 
 __all__ = [
     "DESIGNS", "Flash", "NPU", "System", "Model", "LLAMA2_7B", "LLAMA31_8B", "LLAMA31_70B",
@@ -100,16 +101,6 @@ _VECTOR_OPS = 8
 # --- validation -----------------------------------------------------------------------------------
 
 
-def _integer(value, what: str, lo: int, hi: int) -> int:
-    if isinstance(value, np.integer):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an integer between {lo} and {hi}, not {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{what} must be between {lo} and {hi}, not {value}")
-    return value
-
-
 def _positive(value, what: str, unit: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{what} must be a positive number of {unit}, not {value!r}")
@@ -162,10 +153,10 @@ class Flash:
     def __post_init__(self):
         if not isinstance(self.geometry, FlashGeometry):
             raise TypeError(f"Plane geometry must be a FlashGeometry, not {self.geometry!r}")
-        _integer(self.planes, "Planes per die", 1, 1024)
+        integer(self.planes, "Planes per die", 1, 1024)
         _positive(self.channel_gbs, "Channel bandwidth channel_gbs", "GB/s")
         _positive(self.plain_die_gbit, "Plain die capacity plain_die_gbit", "Gb")
-        _integer(self.plane_kv_buffer_bytes, "KV buffer per plane in bytes", 1, 1 << 30)
+        integer(self.plane_kv_buffer_bytes, "KV buffer per plane in bytes", 1, 1 << 30)
 
     @property
     def die_bytes(self) -> int:
@@ -205,7 +196,7 @@ class NPU:
 
     def __post_init__(self):
         _positive(self.tops, "NPU throughput tops", "TOPS")
-        _integer(self.kv_buffer_bytes, "SoC KV buffer in bytes", 1, 1 << 40)
+        integer(self.kv_buffer_bytes, "SoC KV buffer in bytes", 1, 1 << 40)
         _positive(self.dram_gbit, "DRAM chip capacity dram_gbit", "Gb")
         _positive(self.dram_gbs, "DRAM bandwidth dram_gbs", "GB/s")
 
@@ -259,13 +250,13 @@ class System:
             raise TypeError(f"Flash must be a Flash, not {self.flash!r}")
         if not isinstance(self.npu, NPU):
             raise TypeError(f"NPU must be an NPU, not {self.npu!r}")
-        _integer(self.channels, "Channel count", 1, 64)
-        _integer(self.dies_per_channel, "Dies per channel", 1, 16)
+        integer(self.channels, "Channel count", 1, 64)
+        integer(self.dies_per_channel, "Dies per channel", 1, 16)
         _choice(self.mode, "Precision mode", MODES)
         # The geometry checks its own FMAC count; building one validates this one.
-        replace(self.flash.geometry, fmacs=_integer(self.baseline_fmacs, "Baseline FMAC count",
+        replace(self.flash.geometry, fmacs=integer(self.baseline_fmacs, "Baseline FMAC count",
                                                     1, 16))
-        _integer(self.partial_programs, "Partial programs per page", 1, 16)
+        integer(self.partial_programs, "Partial programs per page", 1, 16)
 
     @property
     def dies(self) -> int:
@@ -309,16 +300,16 @@ class Model:
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise TypeError(f"Model name must be a non-empty string, not {self.name!r}")
-        _integer(self.layers, "Layer count", 1, 1024)
-        _integer(self.d_model, "Hidden size d_model", 1, 1 << 16)
-        _integer(self.heads, "Query head count", 1, 1024)
-        _integer(self.kv_heads, "KV head count", 1, self.heads)
+        integer(self.layers, "Layer count", 1, 1024)
+        integer(self.d_model, "Hidden size d_model", 1, 1 << 16)
+        integer(self.heads, "Query head count", 1, 1024)
+        integer(self.kv_heads, "KV head count", 1, self.heads)
         if self.heads % self.kv_heads:
             raise ValueError(f"Query head count must be a multiple of the KV head count "
                              f"{self.kv_heads}, not {self.heads}")
-        _integer(self.head_dim, "Head dimension", 1, 1 << 12)
-        _integer(self.ffn, "FFN width", 1, 1 << 16)
-        _integer(self.vocab, "Vocabulary size", 1, 1 << 20)
+        integer(self.head_dim, "Head dimension", 1, 1 << 12)
+        integer(self.ffn, "FFN width", 1, 1 << 16)
+        integer(self.vocab, "Vocabulary size", 1, 1 << 20)
 
     @property
     def group(self) -> int:
@@ -411,11 +402,11 @@ def design_label(system: System, design: str, g1: int | None = None) -> str:
 def _split(system: System, g1) -> int:
     if system.dies < 2:
         raise ValueError(f"KVNAND-D needs at least 2 dies, not {system.dies}")
-    return _integer(g1, "G1 die count g1", 1, system.dies - 1)
+    return integer(g1, "G1 die count g1", 1, system.dies - 1)
 
 
 def _context(context) -> int:
-    return _integer(context, "Context length", 1, 1 << 24)
+    return integer(context, "Context length", 1, 1 << 24)
 
 
 def _check(system, model, design, mapping) -> None:
@@ -693,7 +684,7 @@ def decode_latency(system: System, model: Model, context: int, design: str, *,
         if design != "discrete":
             raise ValueError(f"HG pipeline stages apply to the discrete design only, "
                              f"not {design}")
-        _integer(hg_stages, "HG pipeline stages", 1, model.kv_heads)
+        integer(hg_stages, "HG pipeline stages", 1, model.kv_heads)
         if model.kv_heads % hg_stages:
             raise ValueError(f"HG pipeline stages must divide the KV head count "
                              f"{model.kv_heads}, not {hg_stages}")

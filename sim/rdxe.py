@@ -614,29 +614,7 @@ def _line(ring: Ring, owners: list[_Owner], batch: int, record: bool):
 
 
 def _kv_peak(admitted: np.ndarray, finished: np.ndarray, kv: list[int]) -> int:
-    events = sorted([(int(a), 1, i) for i, a in enumerate(admitted)] +
-                    [(int(f), 0, i) for i, f in enumerate(finished)])
-    level = peak = 0
-    for _, kind, i in events:                     # departures first at equal times
-        level += kv[i] if kind else -kv[i]
-        peak = max(peak, level)
-    return peak
-
-
-def _check_requests(requests) -> list[Request]:
-    requests = list(requests)
-    if not requests or not all(isinstance(r, Request) for r in requests):
-        raise TypeError("Requests must be a non-empty sequence of Request")
-    return requests
-
-
-def _check_ring(ring) -> Ring:
-    if not isinstance(ring, Ring):
-        raise TypeError(f"Ring must be a Ring, not {type(ring).__name__}")
-    return ring
-
-
-def _kv_peak(admitted: np.ndarray, finished: np.ndarray, kv: list[int]) -> int:
+    """The most KV-cache bytes resident at once, from each request's admission and finish."""
     events = sorted([(int(a), 1, i) for i, a in enumerate(admitted)] +
                     [(int(f), 0, i) for i, f in enumerate(finished)])
     level = peak = 0

@@ -59,6 +59,7 @@ import numpy as np
 
 import golden.umdam as golden
 from hdl.umdam.geometry import NAMED_MAPPINGS, AddressMapping, DramGeometry
+from hdl.validate import integer
 
 __all__ = [
     "Lpddr5Timing", "AccessStats", "bursts", "simulate_stream", "simulate_pim",
@@ -83,15 +84,6 @@ PAPER_TTLT_MIN_REDUCTION = 0.14
 PAPER_MEMORY_GBPS = 51.2
 #: Table I: the PIM's internal bandwidth as the paper states it.
 PAPER_PIM_GBPS = 512.0
-
-
-def _check_int(value, what: str, minimum: int, maximum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{what} must be an integer between {minimum} and {maximum}, "
-                        f"not {value!r}")
-    if not minimum <= value <= maximum:
-        raise ValueError(f"{what} must be between {minimum} and {maximum}, not {value}")
-    return int(value)
 
 
 def _check_positive(value, what: str) -> float:
@@ -155,7 +147,7 @@ class Lpddr5Timing:
         _check_positive(self.tCK_ns, "Clock period tCK_ns (ns)")
         for f in fields(self):
             if f.name != "tCK_ns":
-                _check_int(getattr(self, f.name), f"Timing {f.name} (tCK)", 1, 1000)
+                integer(getattr(self, f.name), f"Timing {f.name} (tCK)", 1, 1000)
 
     def cycles(self) -> dict[str, int]:
         """Return every constraint the scheduler applies, in tCK (the one place they are formed)."""
@@ -295,7 +287,7 @@ def bursts(addresses, burst_bytes: int) -> np.ndarray:
 
     Consecutive elements in the same burst become one access (what a DMA engine issues).
     """
-    _check_int(burst_bytes, "Burst size in bytes", 1, 1 << 10)
+    integer(burst_bytes, "Burst size in bytes", 1, 1 << 10)
     addr = np.asarray(addresses)
     if addr.ndim != 1 or addr.dtype.kind not in "ui":
         raise TypeError(f"addresses must be a one-dimensional integer array, not "
@@ -311,7 +303,7 @@ def bursts(addresses, burst_bytes: int) -> np.ndarray:
 def _coordinates(mapping, addresses, writes, queue):
     if not isinstance(mapping, AddressMapping):
         raise TypeError(f"mapping must be an hdl.umdam.AddressMapping, not {mapping!r}")
-    _check_int(queue, "Queue depth (requests per channel)", 1, 1024)
+    integer(queue, "Queue depth (requests per channel)", 1, 1024)
     addr = np.asarray(addresses)
     if addr.ndim != 1 or addr.dtype.kind not in "ui":
         raise TypeError(f"addresses must be a one-dimensional integer array, not "
@@ -454,17 +446,17 @@ class LayoutPoint:
             raise TypeError(f"timing must be an Lpddr5Timing, not {self.timing!r}")
         AddressMapping(self.mapping, self.geometry)          # validates the mapping
         th, tw = golden.tile_shape(self.geometry, self.elem_bytes)
-        _check_int(self.rows, "Matrix rows", 1, 1 << 20)
-        _check_int(self.cols, "Matrix columns", 1, 1 << 20)
+        integer(self.rows, "Matrix rows", 1, 1 << 20)
+        integer(self.cols, "Matrix columns", 1, 1 << 20)
         if self.rows % th or self.cols % tw:
             raise ValueError(f"Matrix shape must be whole {th} x {tw} tiles (rows a multiple of "
                              f"{th}, columns of {tw}), not {self.rows} x {self.cols}")
-        _check_int(self.chunk_bytes, "Re-layout chunk in bytes", self.geometry.burst_bytes,
+        integer(self.chunk_bytes, "Re-layout chunk in bytes", self.geometry.burst_bytes,
                    1 << 30)
         if self.chunk_bytes % self.geometry.burst_bytes:
             raise ValueError(f"Re-layout chunk must be a multiple of the "
                              f"{self.geometry.burst_bytes} B burst, not {self.chunk_bytes} B")
-        _check_int(self.queue, "Queue depth (requests per channel)", 1, 1024)
+        integer(self.queue, "Queue depth (requests per channel)", 1, 1024)
 
 
 @dataclass(frozen=True)
@@ -617,13 +609,13 @@ class OptModel:
         for what, value in (("d_model", self.d_model), ("head_dim", self.head_dim),
                             ("heads", self.heads), ("layers", self.layers),
                             ("vocab", self.vocab), ("max_positions", self.max_positions)):
-            _check_int(value, f"{self.name} {what}", 1, 1 << 20)
+            integer(value, f"{self.name} {what}", 1, 1 << 20)
         if self.heads * self.head_dim != self.d_model:
             raise ValueError(f"{self.name}: heads x head_dim must equal d_model ({self.d_model}),"
                              f" not {self.heads} x {self.head_dim}")
         if self.ffn is None:
             object.__setattr__(self, "ffn", 4 * self.d_model)
-        _check_int(self.ffn, f"{self.name} ffn", 1, 1 << 22)
+        integer(self.ffn, f"{self.name} ffn", 1, 1 << 22)
 
     def matrices(self) -> list[tuple[str, int, int]]:
         """Weight matrices of one decoder layer as ``(name, rows = inputs, cols = outputs)``."""
@@ -658,7 +650,7 @@ class NpuSpec:
 
     def __post_init__(self):
         _check_positive(self.tflops, "NPU throughput tflops (TFLOPS)")
-        _check_int(self.buffer_bytes, "NPU buffer buffer_bytes", 0, 1 << 40)
+        integer(self.buffer_bytes, "NPU buffer buffer_bytes", 0, 1 << 40)
 
 
 @dataclass(frozen=True)
@@ -683,7 +675,7 @@ class Op:
 
 
 def _tokens(value, what: str, model: OptModel) -> int:
-    return _check_int(value, what, 1, model.max_positions)
+    return integer(value, what, 1, model.max_positions)
 
 
 def prefill_ops(model: OptModel, prompt: int, *, buffer_bytes: int = 8 << 20,
@@ -701,7 +693,7 @@ def prefill_ops(model: OptModel, prompt: int, *, buffer_bytes: int = 8 << 20,
     if not isinstance(model, OptModel):
         raise TypeError(f"model must be an OptModel, not {model!r}")
     L = _tokens(prompt, "Prompt length (tokens)", model)
-    _check_int(buffer_bytes, "NPU buffer buffer_bytes", 0, 1 << 40)
+    integer(buffer_bytes, "NPU buffer buffer_bytes", 0, 1 << 40)
     d, e, n = model.d_model, elem_bytes, model.layers
 
     def spill(nbytes):
@@ -768,7 +760,7 @@ class Rates:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "npu_buffer_bytes":
-                _check_int(value, "NPU buffer npu_buffer_bytes", 0, 1 << 40)
+                integer(value, "NPU buffer npu_buffer_bytes", 0, 1 << 40)
             elif f.name == "relayout_s_per_byte":
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or \
                         not math.isfinite(value) or value < 0:
@@ -798,7 +790,7 @@ def latency(model: OptModel, prompt: int, generated: int, rates: Rates, *,
     if decode_on not in _DECODE_ON:
         raise ValueError(f"decode_on must be one of {', '.join(_DECODE_ON)}, not {decode_on!r}")
     L = _tokens(prompt, "Prompt length (tokens)", model)
-    N = _check_int(generated, "Generated tokens", 1, model.max_positions)
+    N = integer(generated, "Generated tokens", 1, model.max_positions)
     if L + N > model.max_positions:
         raise ValueError(f"Prompt plus generated tokens must be at most {model.max_positions} "
                          f"for {model.name}, not {L} + {N}")

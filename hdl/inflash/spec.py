@@ -31,19 +31,6 @@ __all__ = ["MAX_FMACS", "busy_cycles", "FlashGeometry", "Mode", "IMPLEMENTED_MOD
 MAX_FMACS = 16
 
 
-def _int(value, what: str, minimum: int, maximum: int) -> int:
-    if hasattr(value, "__index__") and not isinstance(value, bool):
-        value = int(value)
-    return integer(value, what, minimum, maximum)
-
-
-def _pow2(value, what: str, minimum: int, maximum: int) -> int:
-    if hasattr(value, "__index__") and not isinstance(value, bool):
-        value = int(value)
-    power_of_two(value, what, minimum, maximum)
-    return value
-
-
 def busy_cycles(t_us, clk_mhz, what: str = "Busy time t_us") -> int:
     """Return the clock cycles a busy time of ``t_us`` microseconds lasts, rounded up.
 
@@ -112,13 +99,13 @@ class FlashGeometry:
     blocks: int = 177
 
     def __post_init__(self):
-        _pow2(self.page_bytes, "Page size in bytes", 16, 1 << 16)
+        power_of_two(self.page_bytes, "Page size in bytes", 16, 1 << 16)
         busy_cycles(self.tR_us, self.clk_mhz, "Read time tR_us")
         busy_cycles(self.tP_us, self.clk_mhz, "Program time tP_us")
-        _pow2(self.transfer_bytes, "Transfer width in bytes per cycle", 1, self.page_bytes)
-        _pow2(self.fmacs, "FMAC count", 1, MAX_FMACS)
-        _int(self.pages_per_block, "Pages per block", 1, 1 << 16)
-        _int(self.blocks, "Block count", 1, 1 << 20)
+        power_of_two(self.transfer_bytes, "Transfer width in bytes per cycle", 1, self.page_bytes)
+        power_of_two(self.fmacs, "FMAC count", 1, MAX_FMACS)
+        integer(self.pages_per_block, "Pages per block", 1, 1 << 16)
+        integer(self.blocks, "Block count", 1, 1 << 20)
 
     @classmethod
     def paper(cls) -> "FlashGeometry":
@@ -218,7 +205,7 @@ class _PlaneConfig:
     def __post_init__(self):
         if not isinstance(self.geometry, FlashGeometry):
             raise TypeError(f"Plane geometry must be a FlashGeometry, not {self.geometry!r}")
-        _pow2(self.geometry.transfer_bytes, "Transfer width in bytes per cycle", 1,
+        power_of_two(self.geometry.transfer_bytes, "Transfer width in bytes per cycle", 1,
               MAX_TRANSFER)
 
     @property
@@ -283,10 +270,10 @@ class PEConfig(_PlaneConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        _pow2(self.max_rows, "Maximum row count", 1, MAX_ROWS)
-        _pow2(self.max_cols, "Maximum column count", self.geometry.fmacs, MAX_COLS)
-        _pow2(self.group_size, "Group size", MIN_GROUP, MAX_GROUP)
-        _int(self.max_query_heads, "Maximum query heads per KV head", 1, MAX_QUERY_HEADS)
+        power_of_two(self.max_rows, "Maximum row count", 1, MAX_ROWS)
+        power_of_two(self.max_cols, "Maximum column count", self.geometry.fmacs, MAX_COLS)
+        power_of_two(self.group_size, "Group size", MIN_GROUP, MAX_GROUP)
+        integer(self.max_query_heads, "Maximum query heads per KV head", 1, MAX_QUERY_HEADS)
 
     # --- derived sizes ---------------------------------------------------------------------
 
@@ -494,7 +481,7 @@ class WriterConfig(_PlaneConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        _int(self.slots, "KV buffer pages", 1, MAX_KV_SLOTS)
+        integer(self.slots, "KV buffer pages", 1, MAX_KV_SLOTS)
 
     @property
     def region_bits(self) -> int:
