@@ -1,4 +1,4 @@
-"""The UMDAM system model (sim/umdam.py): LPDDR5 timing, layouts per mapping, TTFT and TTLT.
+"""The UMDAM system model (sim/umdam/): LPDDR5 timing, layouts per mapping, TTFT and TTLT.
 
 Timing cases are worked out by hand from the constraints the module states (Table I values:
 nRCD 15, nCL 20, nBL 4, nCCD 4, nRAS 34, nRPpb 15, nRC 30; Ramulator 2's nRTP 4, nCWL 11,
@@ -14,6 +14,7 @@ import pytest
 import golden.umdam as golden
 from hdl.umdam import AddressMapping, DramGeometry
 from sim import umdam as model
+from sim.umdam.report import MAPPINGS
 from sim.reproduce import Context
 
 G = DramGeometry.lpddr5()
@@ -118,7 +119,7 @@ def test_bursts_collapse_consecutive_elements():
 @pytest.fixture(scope="module")
 def measured():
     return {m: model.measure_layout(model.LayoutPoint(m, 256, 128, shared_tensor=True))
-            for m in model.MAPPINGS}
+            for m in MAPPINGS}
 
 
 def test_only_umdam_is_unified(measured):
