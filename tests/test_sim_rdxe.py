@@ -1,4 +1,4 @@
-"""The rDXE ring model (sim/rdxe.py): layer costs from the golden cycle model, the line recurrence
+"""The rDXE ring model (sim/rdxe/): layer costs from the golden cycle model, the line recurrence
 on hand-computed cases, the padded baseline's accounting, parameter checks and the reproduction."""
 
 import math
