@@ -1,4 +1,4 @@
-"""The KVNAND design-space model (sim/kvnand.py): Table I figures, hand-computed costs, capacity
+"""The KVNAND design-space model (sim/kvnand/): Table I figures, hand-computed costs, capacity
 limits, parameter messages, properties of the sweep, and the reproduction's structure."""
 
 import math
@@ -8,6 +8,8 @@ import pytest
 
 from golden.inflash import KVLayout, attention_timing, gemv_timing
 from sim import kvnand as kv
+from sim.kvnand import decode as kvd
+from sim.kvnand import report as kvr
 from sim.kvnand import (LLAMA2_7B, LLAMA31_8B, LLAMA31_70B, MODELS, NPU, Flash, Model, Point,
                         System, decode_latency, footprint)
 from sim.reproduce import Context
@@ -51,25 +53,25 @@ def test_gemv_split_by_hand():
     geo = SYSTEM.flash.geometry
     # 64 rows over 32 planes: 2 rows x 4096 fp16 = 16 KB = 4 full pages per plane, read-bound:
     # tR + 3 periods of tR + the last page's transfer (1024 cycles at 4 B/cycle).
-    seconds, parts_ = kv._gemv_plane(geo, "fp16", 64, 4096, 32)
+    seconds, parts_ = kvd._gemv_plane(geo, "fp16", 64, 4096, 32)
     assert (seconds, parts_) == (pytest.approx((TR + 3 * TR + 1024) / CLK), 1)
     # 8 rows over 32 planes: 4 column parts of 1024; one half page (2048 bytes: 512 cycles).
-    seconds, parts_ = kv._gemv_plane(geo, "fp16", 8, 4096, 32)
+    seconds, parts_ = kvd._gemv_plane(geo, "fp16", 8, 4096, 32)
     assert (seconds, parts_) == (pytest.approx((TR + 512) / CLK), 4)
 
 
 def test_gemv_on_a_group_adds_the_transfers():
-    group = kv._Group.of(SYSTEM, 16)
+    group = kvd._Group.of(SYSTEM, 16)
     assert (group.planes, group.channels, group.per_channel) == (512, 8, 2)
-    plane, c = kv._gemv_plane(group.geometry, "fp16", 4096, 4096, 512)
+    plane, c = kvd._gemv_plane(group.geometry, "fp16", 4096, 4096, 512)
     # x: 8 KB to each of 2 dies per channel at 4.8 GB/s (3.4 us) hides under tR (4 us);
     # outputs: 4096 fp32 words over 8 channels.
-    assert kv._gemv(SYSTEM, group, 4096, 4096) == pytest.approx(
+    assert kvd._gemv(SYSTEM, group, 4096, 4096) == pytest.approx(
         plane + 4096 * c * 4 / (8 * 4.8e9))
-    big = kv._Group.of(SYSTEM, 16)
+    big = kvd._Group.of(SYSTEM, 16)
     x = 2 * 16384 * 2 / 4.8e9                     # 32 KB input, longer than tR
-    assert kv._gemv(SYSTEM, big, 4096, 16384) == pytest.approx(
-        x - TR / CLK + kv._gemv_plane(big.geometry, "fp16", 4096, 16384, 512)[0]
+    assert kvd._gemv(SYSTEM, big, 4096, 16384) == pytest.approx(
+        x - TR / CLK + kvd._gemv_plane(big.geometry, "fp16", 4096, 16384, 512)[0]
         + 4096 * 4 / (8 * 4.8e9))
 
 
@@ -77,7 +79,7 @@ def test_naive_layer_read_by_hand():
     # 2 layers x 2 heads, d = 128 fp16: T_p = 16, S = 8. Layer 0's K entries of token t are
     # entries 8t and 8t + 1, page t // 2: 4 tokens -> 2 pages of 4 entries (1 KB, 256 cycles).
     layout = KVLayout(2, 2, 128, mapping="naive")
-    assert kv._naive_layer_read(SYSTEM.flash.geometry, layout, 4, 1) == pytest.approx(
+    assert kvd._naive_layer_read(SYSTEM.flash.geometry, layout, 4, 1) == pytest.approx(
         (TR + TR + 256) / CLK)
 
 
@@ -86,28 +88,28 @@ def test_attention_plane_matches_the_golden_schedule():
     layout = LLAMA2_7B.kv_layout()
     # One head group on one plane: exactly attention_timing.
     t = attention_timing(geo, layout, 1000, op="logit", group=1)
-    assert kv._attention_plane(geo, layout, 1000, "logit", 1, 1, 1, 16) == pytest.approx(
+    assert kvd._attention_plane(geo, layout, 1000, "logit", 1, 1, 1, 16) == pytest.approx(
         t.total / CLK)
     # 32 head groups on 512 planes: 16 planes per group, 63 pages -> 4 per plane, read-bound.
-    assert kv._attention_plane(geo, layout, 1000, "logit", 1, 32, 512, 16) == pytest.approx(
+    assert kvd._attention_plane(geo, layout, 1000, "logit", 1, 32, 512, 16) == pytest.approx(
         (TR + 3 * TR + 16 * 256 // 4) / CLK)
     # Pages holding 8 tokens instead of 16: twice the pages (page-level mapping, no partial
     # programs), each streaming 8 entries (512 cycles).
-    assert kv._attention_plane(geo, layout, 1024, "logit", 1, 1, 1, 8) == pytest.approx(
+    assert kvd._attention_plane(geo, layout, 1024, "logit", 1, 1, 1, 8) == pytest.approx(
         (TR + 127 * TR + 512) / CLK)
 
 
 def test_kv_buffer_fill():
     layout = LLAMA2_7B.kv_layout()
     # KVNAND-C-16: 512 planes x 8 KB = 4 MiB over 512 KiB per token: 8 tokens per flush.
-    assert kv._fill(SYSTEM, LLAMA2_7B, layout, kv._kv_buffer(SYSTEM, "compact")) == (8, 8)
+    assert kvd._fill(SYSTEM, LLAMA2_7B, layout, kvd._kv_buffer(SYSTEM, "compact")) == (8, 8)
     # KVNAND-D: 5 MiB SoC buffer: 10 tokens; LLaMA3.1-8B (128 KiB per token) fills whole pages.
-    assert kv._fill(SYSTEM, LLAMA2_7B, layout, kv._kv_buffer(SYSTEM, "discrete")) == (10, 10)
-    assert kv._fill(SYSTEM, LLAMA31_8B, LLAMA31_8B.kv_layout(), 5 << 20) == (16, 16)
+    assert kvd._fill(SYSTEM, LLAMA2_7B, layout, kvd._kv_buffer(SYSTEM, "discrete")) == (10, 10)
+    assert kvd._fill(SYSTEM, LLAMA31_8B, LLAMA31_8B.kv_layout(), 5 << 20) == (16, 16)
     # Two partial programs per page: pages fill to T_p.
     two = System(partial_programs=2)
-    assert kv._fill(two, LLAMA2_7B, layout, kv._kv_buffer(two, "compact")) == (8, 16)
-    assert kv._fill(SYSTEM, LLAMA2_7B, layout.with_mapping("naive"), 4096) == (16, 16)
+    assert kvd._fill(two, LLAMA2_7B, layout, kvd._kv_buffer(two, "compact")) == (8, 16)
+    assert kvd._fill(SYSTEM, LLAMA2_7B, layout.with_mapping("naive"), 4096) == (16, 16)
 
 
 # --- designs --------------------------------------------------------------------------------------
@@ -125,17 +127,17 @@ def test_base1_attention_by_hand():
 
 def test_hg_pipeline_formula():
     g1, t = 12, 10240
-    kvg, w = kv._Group.of(SYSTEM, 16 - g1), kv._Group.of(SYSTEM, g1)
+    kvg, w = kvd._Group.of(SYSTEM, 16 - g1), kvd._Group.of(SYSTEM, g1)
     layout = LLAMA31_8B.kv_layout()
     m = 4                                       # 8 KV heads in 4 batches of 2 head groups
-    a = kv._gemv(SYSTEM, w, 2 * 6 * 128, 4096, x_in=False)
-    b = kv._attention_ifc(SYSTEM, LLAMA31_8B, kvg, layout, t, 2, 16)
+    a = kvd._gemv(SYSTEM, w, 2 * 6 * 128, 4096, x_in=False)
+    b = kvd._attention_ifc(SYSTEM, LLAMA31_8B, kvg, layout, t, 2, 16)
     x_in = max(0.0, w.broadcast(4096 * 2) - TR / CLK)
     lat = decode_latency(SYSTEM, LLAMA31_8B, t, "discrete", g1=g1, hg_stages=m)
     layer = x_in + a + (m - 1) * max(a, b) + b
     assert lat.hg_stages == m
     assert parts(lat)["weights"] + parts(lat)["attention"] == pytest.approx(
-        32 * (layer + kv._common(SYSTEM, LLAMA31_8B, w)[0]))
+        32 * (layer + kvd._common(SYSTEM, LLAMA31_8B, w)[0]))
     # No HG parallelism: all QKV, then all attention; the chosen depth is never slower.
     off = decode_latency(SYSTEM, LLAMA31_8B, t, "discrete", g1=g1, hg_stages=1)
     best = decode_latency(SYSTEM, LLAMA31_8B, t, "discrete", g1=g1)
@@ -213,7 +215,7 @@ def test_evaluate_runs_the_ablations():
 
 def test_page_period_is_the_pe_period():
     t = gemv_timing(SYSTEM.flash.geometry, "fp16", 1024, 4096)
-    table, us = kv._page_period_table(SYSTEM)
+    table, us = kvr._page_period_table(SYSTEM)
     assert us == t.period / CLK * 1e6 == 4.0
     assert "w4a16 | 2 |" in table
 
