@@ -57,10 +57,13 @@ class AttendAccumulators(wiring.Component):
     drain_issue : Out(1)
         A result of the drain takes a credit this cycle.
     results : Out(stream.Signature(result_layout(final=1), always_ready=True))
-        The sums, head by head, a cycle after their ``drain_issue``.
+        The sums, head by head, :attr:`drain_latency` cycles after their ``drain_issue``.
     busy : Out(1)
         The Attend's results are not all out.
     """
+
+    #: Cycles from a ``drain_issue`` to its sum on ``results``: the memory's read, a register.
+    drain_latency = 2
 
     def __init__(self, cfg: PEConfig):
         self.cfg = cfg = pe_config(cfg, "Accumulator")
@@ -180,7 +183,9 @@ class AttendAccumulators(wiring.Component):
                 m.d.sync += [drain_active.eq(0), self.busy.eq(0)]
         m.d.comb += [a_rd.addr.eq(Mux(drain_active, daddr, self.k)),
                      self.drain_issue.eq(drain_issue)]
-        drain_lane = Signal(range(F))
-        m.d.sync += [self.results.valid.eq(drain_issue), drain_lane.eq(dlane),
-                     self.results.payload.final.eq(drain_last)]
-        m.d.comb += self.results.payload.value.eq(a_rd.data.word_select(drain_lane, 32))
+        # The sum is registered behind the memory's read, which has no output register.
+        read_valid, read_final = Signal(), Signal()
+        read_lane = Signal(range(F))
+        m.d.sync += [read_valid.eq(drain_issue), read_lane.eq(dlane), read_final.eq(drain_last),
+                     self.results.valid.eq(read_valid), self.results.payload.final.eq(read_final),
+                     self.results.payload.value.eq(a_rd.data.word_select(read_lane, 32))]

@@ -124,8 +124,11 @@ class Gearbox(wiring.Component):
         first = Signal()                            # the beat is a row's first
         ready = self.i.ready                        # a register, set a cycle ahead
         # The beat at the head of the buffer: its size and flags, registers.
-        cur = {"row_end": Signal(), "group_end": Signal(), "final": Signal(),
-               "need": Signal(range(4 * self.widest + 1)), "inside": Signal(F)}
+        cur = {"row_end": Signal(name="cur_row_end"), "group_end": Signal(name="cur_group_end"),
+               "final": Signal(name="cur_final"),
+               "need": Signal(range(4 * self.widest + 1), name="cur_need"),
+               "inside": Signal(F, name="cur_inside")}
+        enough = Signal()                           # count >= cur["need"], a register
 
         job = self.job.payload
         start = self.job.valid & ~active
@@ -165,7 +168,7 @@ class Gearbox(wiring.Component):
         m.submodules.skid = skid = SkidBuffer(beat_layout(cfg))
         wiring.connect(m, skid.o, wiring.flipped(self.o))
         o = skid.i.payload
-        m.d.comb += [skid.i.valid.eq(active & (count >= cur["need"])),
+        m.d.comb += [skid.i.valid.eq(active & enough),
                      o.data.eq(Cat(lanes)), o.mask.eq(cur["inside"]), o.beat.eq(beat),
                      o.first.eq(first), o.last.eq(cur["row_end"]), o.final.eq(cur["final"]),
                      o.header.eq(header), o.group_end.eq(cur["group_end"]),
@@ -185,12 +188,13 @@ class Gearbox(wiring.Component):
             with m.If(w4):
                 m.d.sync += [group_beat.eq(next_pos["group_beat"]),
                              header.eq(next_pos["header"])]
-        self._buffer(m, buf, count, left, active, start, fire, cur)
+        self._buffer(m, buf, count, left, active, start, fire, cur, after["need"], enough)
         return m
 
-    def _buffer(self, m, buf, count, left, active, start, fire, cur):
-        """Drop a leaving beat's nibbles, append a word after what is left; ``i.ready`` for the
-        next cycle. Both outcomes of ``fire`` are worked out from registers, then selected."""
+    def _buffer(self, m, buf, count, left, active, start, fire, cur, after_need, enough):
+        """Drop a leaving beat's nibbles, append a word after what is left; ``i.ready`` and
+        ``enough`` (the buffer holds the head beat) for the next cycle. Both outcomes of ``fire``
+        are worked out from registers, then selected."""
         W, nib = self.cfg.transfer_bytes, 2 * self.capacity
         need = cur["need"]
         take = self.i.valid & self.i.ready
@@ -232,6 +236,11 @@ class Gearbox(wiring.Component):
                    Mux(take, count + added2 <= nib - 2 * W, count <= nib - 2 * W))
         m.d.sync += self.i.ready.eq(active_next & room & Mux(
             start, self.job.payload.bytes != 0, Mux(take, more, left != 0)))
+        # Likewise whether the next head beat is in: ``fire``, which enables most registers
+        # here, is then an AND of registers. A job starts on an empty buffer and takes no word.
+        fits = Mux(fire, Mux(take, kept + added2 >= after_need, kept >= after_need),
+                   Mux(take, count + added2 >= need, count >= need))
+        m.d.sync += enough.eq(active_next & ~start & fits)
         with m.If(start):
             m.d.sync += left.eq(self.job.payload.bytes)
         with m.If(fire & cur["final"]):

@@ -200,7 +200,8 @@ class InflashPE(wiring.Component):
         register, one cycle from a beat to its issue, and Logit: the GEMV's path (the issue
         registers, the dot product, the tree) and the queue; Attend: the issue registers
         (:attr:`~hdl.inflash.issuer.Issuer.latency`; the accumulator is read between them), the
-        MAC (:attr:`acc_loop`; int8: one product stage), two cycles to start the results, the
+        MAC (:attr:`acc_loop`; int8: one product stage), a cycle to start the drain and its
+        :attr:`~hdl.inflash.accumulators.AttendAccumulators.drain_latency` to the first result, the
         ``G d`` results one per cycle and the queue.
         (docs/inflash.md, section 5.)
 
@@ -246,8 +247,9 @@ class InflashPE(wiring.Component):
             path = self.int_latency if mode == Mode.W8A8 else self.float_latency
             return lag + 1 + path + ResultPath.latency
         # beat -> issue (1), the issue registers (the accumulator is read between them), MAC,
-        # drain start (2), G d words, the queue.
-        return lag + 1 + Issuer.latency + mac + 2 + query_heads * head_dim + ResultPath.latency
+        # drain start, its first result, G d words, the queue.
+        return (lag + 1 + Issuer.latency + mac + 1 + AttendAccumulators.drain_latency
+                + query_heads * head_dim + ResultPath.latency)
 
     @property
     def queue_depth(self) -> int:
