@@ -105,6 +105,7 @@ class PageReader(wiring.Component):
 
         # ---- GEMV: pages page .. page + n - 1 ----------------------------------------------
         remaining = Signal(cfg.stream_bits)         # GEMV bytes still to be read
+        more = Signal()                             # remaining != 0, a register: it gates commands
         next_page = Signal(cfg.page_bits)
         pl_active = Signal()                        # the attention reads are not all taken
         pl_offer = Signal()
@@ -115,12 +116,14 @@ class PageReader(wiring.Component):
         with m.Else():
             m.d.comb += [r.page.eq(next_page), r.bytes.eq(gemv_bytes), r.run.eq(gemv_bytes),
                          r.stride.eq(gemv_bytes)]
-        m.d.comb += [self.rd_cmd.valid.eq(((remaining != 0) | pl_offer) & tails.w_rdy),
-                     self.busy.eq((remaining != 0) | pl_active | pl_offer)]
+        m.d.comb += [self.rd_cmd.valid.eq((more | pl_offer) & tails.w_rdy),
+                     self.busy.eq(more | pl_active | pl_offer)]
         with m.If(self.gemv_start):
-            m.d.sync += [remaining.eq(p.size), next_page.eq(p.page)]
+            m.d.sync += [remaining.eq(p.size), more.eq(p.size != 0), next_page.eq(p.page)]
         with m.If(read_taken & ~pl_offer):
-            m.d.sync += [remaining.eq(remaining - gemv_bytes), next_page.eq(next_page + 1)]
+            # What is left after the read of min(remaining, P) bytes.
+            m.d.sync += [remaining.eq(remaining - gemv_bytes), more.eq(remaining > P),
+                         next_page.eq(next_page + 1)]
         with m.If(read_taken & pl_offer):
             m.d.sync += pl_offer.eq(0)
         self._walk(m, rq, pl_active, pl_offer)

@@ -260,22 +260,22 @@ class CommandSetup(wiring.Component):
     def _multiplier(self, m, platform):
         """The set-up's one multiplier: ``mul_a`` and ``mul_b`` (the operands of the state that
         drives them) into registers, their ``ECP5_MULT_WIDTH``-bit pieces' products into
-        registers, the product into a register: three cycles. On the ECP5 the first two
-        registers are each piece's ``MULT18X18D``'s own (:func:`~hdl.arith.dsp.ecp5_product`), so
-        the multiply runs between the block's registers."""
-        a, b = self._mul_a, self._mul_b
+        registers, the product into a register: three cycles. On the ECP5 the pieces' registers
+        are each ``MULT18X18D``'s output register (:func:`~hdl.arith.dsp.ecp5_product`)."""
+        # The operands' registers are in the fabric, beside the state decode that selects them,
+        # not the blocks' own: the route to a block then starts from a flip-flop.
+        a, b = Signal.like(self._mul_a, name="mul_a"), Signal.like(self._mul_b, name="mul_b")
+        m.d.sync += [a.eq(self._mul_a), b.eq(self._mul_b)]
         chunk = ECP5_MULT_WIDTH
         terms = []
         for i in range(0, len(a), chunk):
             for j in range(0, len(b), chunk):
                 x, y = a[i:i + chunk], b[j:j + chunk]
                 if family(platform) == "ecp5":
-                    piece = ecp5_product(m, x, y, name=f"mul_{i}_{j}")
+                    piece = ecp5_product(m, x, y, name=f"mul_{i}_{j}", input_registers=False)
                 else:
-                    rx = Signal.like(x, name=f"mul_a_{i}_{j}")
-                    ry = Signal.like(y, name=f"mul_b_{i}_{j}")
                     piece = Signal(len(x) + len(y), name=f"mul_{i}_{j}_p")
-                    m.d.sync += [rx.eq(x), ry.eq(y), piece.eq(rx * ry)]
+                    m.d.sync += piece.eq(x * y)
                 terms.append(piece << (i + j))
         product = Signal(len(a) + len(b))
         total = terms[0]

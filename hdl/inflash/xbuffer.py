@@ -91,16 +91,18 @@ class XBuffer(wiring.Component):
         p_occ = Signal(range(3))                    # tokens of p in the ring, not used up
         p_wbeat = Signal(cfg.query_bits)            # beats of the newest token written
         p_room = (p_wbeat != 0) | (p_occ < 2)
-        m.d.comb += [self.x.ready.eq((x_left != 0) & (~attend | p_room)),
+        done = Signal(init=1)                       # x_left == 0, a register: it gates commands
+        m.d.comb += [self.x.ready.eq(~done & (~attend | p_room)),
                      x_wr.addr.eq(x_addr), x_wr.data.eq(self.x.payload.data.as_value()),
                      x_wr.en.eq(self.x.valid & self.x.ready),
                      x_rd.addr.eq(self.rd_addr), self.rd_data.eq(x_rd.data),
-                     self.done.eq(x_left == 0),
+                     self.done.eq(done),
                      self.p_ready.eq((p_occ == 2) | ((p_occ == 1) & (p_wbeat == 0)))]
         x_take = self.x.valid & self.x.ready
         m.d.comb += [self.take.eq(x_take),
-                     self.done_next.eq(Mux(x_take, x_left == 1, x_left == 0)
+                     self.done_next.eq(Mux(x_take, x_left == 1, done)
                                        & ~self.gemv_start & ~self.att_start)]
+        m.d.sync += done.eq(self.done_next)
         with m.If(self.gemv_start):
             m.d.sync += [x_left.eq(((p.cols - 1) >> log_f) + 1), x_addr.eq(0)]
         with m.If(self.att_start):
