@@ -1,4 +1,4 @@
-"""Tests of golden/rdxe.py: hand-computed cases first, then the model as an oracle (storage layouts,
+"""Tests of golden.rdxe: hand-computed cases first, then the model as an oracle (storage layouts,
 GQA, fused against sequential, accuracy bounds against float64), then the cycle formulas against
 an independent schedule, then pinned parameter and argument errors.
 
@@ -16,6 +16,7 @@ import golden.rdxe as R
 from golden.arith.float import from_float, to_float
 from golden.arith.func import rsqrt
 from golden.arith.requant import reference as requant_reference
+from golden.rdxe.model import _activation_quantize
 from hdl.arith.format import FP32
 
 DEFAULT = R.RdxeParams()
@@ -143,7 +144,7 @@ def test_ppu_by_hand():
     (2.0 ** -60, 0), (0.0, 0),         # shift capped at 63: still 0
 ])
 def test_activation_quantizer_by_hand(e, p):
-    assert R._activation_quantize(f32(e)).tolist() == p
+    assert _activation_quantize(f32(e)).tolist() == p
 
 
 # --- hand-computed: GEMV and WMEM ---------------------------------------------------------------

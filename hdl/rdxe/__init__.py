@@ -1,7 +1,7 @@
 """rDXE decoder execution tile (issue 5): the vector-accumulate core (VAC) with its PPU, RCU and
 KV cache, the credit-keeping HLINK source, the vector engine (VE) of VRC and the DXT that
 assembles them from its sub-components (sequencer, token buffer, chunk feed, gatherer, KV
-writer). The golden model is ``golden/rdxe.py`` (docs/rdxe_models.md)."""
+writer). The golden model is ``golden/rdxe/`` (docs/rdxe_models.md)."""
 
 from .chunks import ChunkFeed, TokenBuffer
 from .dxt import Dxt

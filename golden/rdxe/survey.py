@@ -1,0 +1,88 @@
+"""Measurement behind docs/rdxe_models.md: the worst errors against the float64 references and
+the bounds on random inputs, and the cycle table at the issue's sizes (``python -m golden.rdxe``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .cycles import gemv_cycles, kv_read_cycles, qk_cycles, rmsnorm_gemv_cycles, softmax_pv_cycles
+from .model import eps_code, log2_scale, rmsnorm_gemv, softmax_pv
+from .params import LAYOUTS, MODES, RdxeParams
+from .reference import (rmsnorm_error_bound, rmsnorm_gemv_reference, softmax_error_bound,
+                        softmax_pv_reference)
+
+
+# --- measurement ----------------------------------------------------------------------------------
+
+
+def _survey(seeds: int = 40) -> None:
+    """Print the worst errors against the float64 references and the bounds, and the cycle
+    table at the issue's sizes."""
+    params = RdxeParams()
+    lo, hi = params.out_limits
+    print("RMSNorm-GEMV: worst |out - clip(ref)| (output steps) and worst error / bound")
+    for K, M, spread in ((64, 32, 127), (1024, 64, 127), (1024, 64, 8), (4096, 16, 127),
+                         (1024, 64, 1)):
+        for mode in MODES:
+            worst = ratio = 0.0
+            for seed in range(seeds):
+                rng = np.random.default_rng(seed)
+                x = rng.integers(-spread, spread + 1, K)
+                W = rng.integers(-127, 128, (M, K))
+                m = rng.integers(1 << 30, 1 << 31, M)
+                # Outputs spread over the INT8 range: y ~ sqrt(K) * 127 * 2**F * m / 2**shift.
+                shift = np.full(M, 31 + int(round(math.log2(math.sqrt(K) * 2 ** params.norm_frac
+                                                            * 127 / 40))))
+                eps = eps_code(1e-5, 0.05)
+                p = RdxeParams(wmem_depth=1 << 20)
+                out = rmsnorm_gemv(W, x, m, shift, eps, p, mode=mode)
+                ref = np.clip(rmsnorm_gemv_reference(W, x, m, shift, eps, p.norm_frac), lo, hi)
+                err = np.abs(out - ref)
+                bound = rmsnorm_error_bound(W, x, m, shift, eps, p, mode=mode)
+                worst, ratio = max(worst, err.max()), max(ratio, (err / bound).max())
+            print(f"  K={K:<5} M={M:<3} |x|<={spread:<3} {mode:<10} worst {worst:.4f}  "
+                  f"error/bound {ratio:.4f}")
+    print("softmax-P.V: worst |out - clip(ref)| (output steps) and worst error / bound")
+    for T, step, kind in ((16, 0.1, "normal"), (256, 0.1, "normal"), (1024, 0.05, "normal"),
+                          (1024, 0.02, "wide"), (1000, 0.1, "dominant"), (512, 0.1, "equal")):
+        for mode in MODES:
+            worst = ratio = 0.0
+            for seed in range(seeds // 4):
+                rng = np.random.default_rng(seed)
+                s = {"normal": np.clip(np.rint(rng.normal(0, 30, T)), -128, 127),
+                     "wide": rng.integers(-128, 128, T),
+                     "dominant": np.r_[127, rng.integers(-128, 20, T - 1)],
+                     "equal": np.full(T, 5)}[kind].astype(np.int64)
+                V = rng.integers(-127, 128, (T, params.head_dim))
+                scale = log2_scale(step)
+                m = np.full(params.head_dim, 1 << 30)
+                shift = 30 + params.prob_frac
+                out = softmax_pv(s, V, scale, m, shift, params, mode=mode)
+                ref = np.clip(softmax_pv_reference(s, V, scale, m, shift, params.prob_frac),
+                              lo, hi)
+                err = np.abs(out - ref)
+                bound = softmax_error_bound(s, V, scale, m, shift, params, mode=mode)
+                worst, ratio = max(worst, err.max()), max(ratio, (err / bound).max())
+            print(f"  T={T:<5} step={step:<5} {kind:<9} {mode:<10} worst {worst:.4f}  "
+                  f"error/bound {ratio:.4f}")
+    print("cycles (default DXT: 16 VACs x 16 lanes)")
+    for name, M, K in (("OPT-350M QKV 3072x1024", 3072, 1024), ("OPT-350M FFN1 4096x1024", 4096,
+                       1024), ("MT5 QKV 1152x512", 1152, 512), ("MT5 FFN1 1024x512", 1024, 512)):
+        plain = gemv_cycles(M, K, params)
+        fused = rmsnorm_gemv_cycles(M, K, params, mode="fused")
+        seq = rmsnorm_gemv_cycles(M, K, params, mode="sequential")
+        print(f"  {name:<24} plain {plain.total:>6} ({plain.utilization:.4f})  fused "
+              f"{fused.total:>6} (+{fused.total / plain.total - 1:.4%})  sequential "
+              f"{seq.total:>6} (x{seq.total / fused.total:.3f})")
+    for T in (64, 256, 1024):
+        fused = softmax_pv_cycles(T, params, mode="fused")
+        seq = softmax_pv_cycles(T, params, mode="sequential")
+        qk = qk_cycles(T, params)
+        reads = {lay: (kv_read_cycles(T, "qk", params, lay).cycles +
+                       kv_read_cycles(T, "pv", params, lay).cycles) for lay in LAYOUTS}
+        print(f"  T={T:<5} Q.K^T {qk.total:>5}  P.V fused {fused.total:>5} sequential "
+              f"{seq.total:>5} (x{seq.total / fused.total:.3f})  KV reads iWuR "
+              f"{reads['iwur']:>5} baseline {reads['baseline']:>6}")
