@@ -1,4 +1,4 @@
-"""Tests of golden/inflash.py: hand-computed cases first (geometry, byte layouts, sums, mappings,
+"""Tests of golden.inflash: hand-computed cases first (geometry, byte layouts, sums, mappings,
 cycle counts), then the documented operation orders re-implemented with scalar loops, then the
 float64 and exact-integer references with the error bounds, then pinned error messages.
 
@@ -13,6 +13,7 @@ import pytest
 import golden.inflash as fl
 from golden.arith.float import fadd, fconvert, fdot, fmul, from_float, int_to_float
 from golden.arith.idot import pairwise_reduce
+from golden.inflash.params import _values
 from hdl.arith.format import BF16, FP16, FP32
 
 ONE = 0x3F800000
@@ -24,7 +25,7 @@ def codes(values, fmt=FP16) -> np.ndarray:
     """fp16/bf16 codes of values the format holds exactly (checked)."""
     x = np.asarray(values, dtype=np.float64)
     c = from_float(x, fmt)
-    back = fl._values(c, fmt)
+    back = _values(c, fmt)
     assert np.array_equal(back, x) and np.array_equal(np.signbit(back), np.signbit(x))
     return c
 
@@ -353,10 +354,10 @@ def test_gemv_bound_is_tight_enough_to_catch_fp16_accumulation():
     w = fl.Weights("fp16", from_float(magnitudes, FP16))      # no subnormal: S = 0
     x = from_float(rng.uniform(0.5, 2.0, 256), FP16)
     wrong = pairwise_reduce(fmul(w.codes, x, FP16, FP16, FP16), lambda a, b: fadd(a, b, FP16))
-    err = np.abs(fl._values(wrong, FP16) - fl.gemv_reference(w, x))
+    err = np.abs(_values(wrong, FP16) - fl.gemv_reference(w, x))
     assert (err > fl.gemv_bound(w, x)).any()
     # And the bound is about ceil(log2 cols) * 2**-24 of sum |w x| when nothing is subnormal.
-    mass = np.abs(fl._values(w.codes, FP16)) @ np.abs(fl._values(x, FP16))
+    mass = np.abs(_values(w.codes, FP16)) @ np.abs(_values(x, FP16))
     assert np.allclose(fl.gemv_bound(w, x) / mass, 8 * 2.0 ** -24, rtol=1e-5)
 
 

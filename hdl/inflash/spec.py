@@ -1,6 +1,6 @@
 """The KVNAND flash plane and the in-flash PE's configuration: a pure description, no hardware.
 
-Shared by the in-flash PE (``hdl/inflash``), its golden model (``golden/inflash.py``) and the
+Shared by the in-flash PE (``hdl/inflash``), its golden model (``golden/inflash/``) and the
 testbench's flash-plane model. Flash busy times are given in microseconds with their datasheet
 names (``tR_us``, ``tP_us``) and become cycles only in :func:`busy_cycles`. The PE runs three
 operations (:class:`Op`): the GEMV on weight pages, and Logit and Attend on the KV pages of one
