@@ -1,4 +1,4 @@
-"""pytest set-up shared by tests/ and cocotb_tests/: the ``slow`` marker.
+"""pytest set-up shared by tests/ and cocotb_tests/: the ``slow`` marker, an empty synthesis cache.
 
 A test marked ``slow`` runs only with ``--slow`` (``make test-all``); ``make test`` (CI) skips it
 and says so in its summary. Mark a test slow only when a cheaper test in the default run covers
@@ -24,3 +24,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _empty_synthesis_cache(tmp_path_factory, monkeypatch):
+    """Give each test an empty synthesis cache (synth/cache.py), so that a test that means to
+    run Yosys and nextpnr runs them rather than reading what an earlier run left."""
+    monkeypatch.setenv("MEMWALL_SYNTH_CACHE", str(tmp_path_factory.mktemp("synth-cache")))

@@ -19,7 +19,18 @@ from synth.flow import synthesize
 from .launcher import ROOT, run_block
 from .tb import ENV_METRICS
 
-__all__ = ["bench_family"]
+__all__ = ["bench_family", "full_rate"]
+
+
+def full_rate(block, params, simulator: str, metrics_path: Path, *,
+              log: Path | None = None) -> dict:
+    """Throughput and latency of ``block`` at ``params``: the figures its testbench's
+    ``full_rate`` test reports (items, cycles, ``per_cycle``, ``latency`` and what it counts),
+    through ``metrics_path``; the simulation's output goes to ``log`` if given."""
+    metrics_path.unlink(missing_ok=True)
+    run_block(block.name, params, simulator, testcase="full_rate", log=log,
+              extra_env={ENV_METRICS: str(metrics_path)})
+    return json.loads(metrics_path.read_text())["full_rate"]
 
 
 def bench_family(family: str, presets=("default", "paper"), *, simulator: str = "verilator",
@@ -41,12 +52,9 @@ def bench_family(family: str, presets=("default", "paper"), *, simulator: str = 
         for preset in presets:
             params = block.parameters(preset)
             tag = f"{block.name} ({preset})"
-            metrics_path = out_dir / f"{block.name}-{preset}-metrics.json"
-            metrics_path.unlink(missing_ok=True)
             progress(f"{tag}: simulate full_rate under {simulator}")
-            run_block(block.name, params, simulator, testcase="full_rate",
-                      extra_env={ENV_METRICS: str(metrics_path)})
-            measured = json.loads(metrics_path.read_text())["full_rate"]
+            measured = full_rate(block, params, simulator,
+                                 out_dir / f"{block.name}-{preset}-metrics.json")
             row = {"block": block.name, "preset": preset, **measured, "cells": None,
                    "luts": None, "ffs": None, "dsps": None, "cells_by_type": {},
                    "fmax_mhz": None, "device": "", "note": "not synthesized (block settings)",

@@ -102,7 +102,7 @@ def _failures(results: Path) -> list[str]:
 def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=None,
               seed: int | None = None, extra_env: dict[str, str] | None = None,
               target: str | None = None, interface: str = "native",
-              module: str | None = None) -> Path:
+              module: str | None = None, log: Path | None = None) -> Path:
     """Generate, build and simulate; raise AssertionError listing every failed cocotb test.
 
     Parameters
@@ -128,6 +128,8 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
         (:mod:`.axis`). Default ``"native"``.
     module : str, optional
         Run this cocotb test module instead of the block's own testbench.
+    log : Path, optional
+        Write the simulation's output to this file rather than to standard output.
 
     Returns
     -------
@@ -167,7 +169,7 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
         runner.test(
             test_module=module or block.testbench, hdl_toplevel=block.top, build_dir=build_dir,
             test_dir=build_dir, testcase=testcase, seed=seed, extra_env=env,
-            results_xml=str(results), timescale=TIMESCALE, waves=waves,
+            results_xml=str(results), timescale=TIMESCALE, waves=waves, log_file=log,
         )
     except SystemExit:
         pass    # under pytest the runner exits on failure; the results file says why

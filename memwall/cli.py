@@ -1,4 +1,4 @@
-"""memwall's command line: list, generate, lint, synth, build (the main job), bench, reproduce.
+"""memwall's command line: list, generate, lint, synth, build (main job), bench, sweep, reproduce.
 
 Every user mistake (unknown block, preset, parameter, target, a value out of range) ends with exit
 status 2 and one line naming the problem and the allowed values; so does an output folder that is
@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -221,8 +222,15 @@ def _synth_designs(args) -> list:
     return [(b, b.parameters(args.preset)) for b in family]
 
 
+def _cache(args):
+    """The synthesis cache of a command (:mod:`synth.cache`); ``--no-cache`` only refreshes it."""
+    from synth.cache import SynthCache
+    return SynthCache(read=not args.no_cache)
+
+
 def cmd_synth(args) -> int:
-    from synth.flow import check_options, synthesize
+    from synth.cache import synthesize
+    from synth.flow import check_options
     from synth.report import markdown_table
 
     designs = _synth_designs(args)
@@ -245,7 +253,7 @@ def cmd_synth(args) -> int:
             raise UsageError(str(exc)) from None
         with Staged(args.output) as stage:
             workdir = stage / block.name / args.preset / args.target
-            report = synthesize(text, top, args.target, workdir, **options,
+            report = synthesize(text, top, args.target, workdir, **options, cache=_cache(args),
                                 progress=None if args.json
                                 else lambda s, t=tag: _status(f"  {t}{s}"))
         reports.append(report)
@@ -273,7 +281,8 @@ def _timing_verdict(named_reports, fail: bool) -> int:
 def _build_block(block, params, args, staged: Staged, tag: str) -> tuple[dict, list]:
     """Generate, lint and synthesize one block of ``memwall build`` into ``staged``'s scratch
     folder; return its report entry (paths where the files end up) and its synthesis reports."""
-    from synth.flow import devices, synthesize
+    from synth.cache import synthesize
+    from synth.flow import devices
     from synth.lint import lint
 
     design_dir = staged.stage / block.name
@@ -304,6 +313,7 @@ def _build_block(block, params, args, staged: Staged, tag: str) -> tuple[dict, l
         device = args.device if args.device in [d[2] for d in devices(target)] else None
         report = synthesize(synth_text, block.top, target, design_dir / target,
                             **block.synth.flow_options(), seeds=args.seeds, device=device,
+                            cache=_cache(args),
                             progress=lambda s, tag=tag: _status(f"{tag}:   {s}"))
         entry["synth"].append(report.as_dict())
         reports.append(report)
@@ -312,7 +322,7 @@ def _build_block(block, params, args, staged: Staged, tag: str) -> tuple[dict, l
             fmax += (f" (median of {len(report.fmax_mhz_seeds)} seeds, "
                      f"{report.fmax_mhz_min:.1f} to {report.fmax_mhz_max:.1f})")
         _status(f"{tag}: {target}: {report.cells} cells, {report.luts} LUTs, {report.ffs} FFs, "
-                f"Fmax {fmax} ({report.seconds:.1f} s)")
+                f"Fmax {fmax} ({report.seconds:.1f} s{', cached' if report.cached else ''})")
     return entry, reports
 
 
@@ -435,37 +445,119 @@ def cmd_bench(args) -> int:
     return 0
 
 
+# --- sweep --------------------------------------------------------------------------------
+
+def _sweep_meta(args, block, points: list) -> dict:
+    from synth.toolchain import tool_versions
+
+    from . import version_line
+    return {"block": block.name, "preset": args.preset, "target": args.target,
+            "simulator": args.simulator if args.sim else None, "seeds": args.seeds,
+            "grid": {name: list(dict.fromkeys(p[name] for p in points)) for name in points[0]},
+            "command": shlex.join(["memwall", "sweep", block.name, "--preset", args.preset,
+                                   *(w for v in args.set for w in ("--set", v)),
+                                   "--target", args.target, "--seeds", str(args.seeds)]
+                                  + (["--sim", "--simulator", args.simulator] if args.sim
+                                     else [])),
+            "memwall": version_line(), "tools": tool_versions()}
+
+
+def cmd_sweep(args) -> int:
+    from synth.flow import check_options
+
+    from . import sweep
+
+    block = registry.get(args.block)
+    if args.preset not in block.presets:
+        raise UsageError(f"unknown preset {args.preset!r} for block {block.name}; presets are "
+                         f"{', '.join(block.presets)}")
+    points = sweep.grid(block.params, args.set)
+    try:
+        check_options(args.target, **dict(block.synth.flow_options(), seeds=args.seeds))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    out = output_folder(args.output)
+    started = time.monotonic()
+    with _cluster(args, "sweep", sweep.SWEEP_MODULES) as client:
+        _status(f"sweep {block.name}: {len(points)} point(s) of the {args.preset} preset for "
+                f"{args.target}" + (f", simulated under {args.simulator}" if args.sim else ""))
+        results = sweep.run(client, block, args.preset, points, target=args.target,
+                            seeds=args.seeds, simulator=args.simulator if args.sim else None,
+                            cache=_cache(args), force=args.force, progress=_status)
+    staged = Staged(out)
+    with staged as stage:
+        (stage / "sweep.csv").write_text(sweep.csv_text(results))
+        (stage / "sweep.json").write_text(sweep.json_text(results, _sweep_meta(args, block,
+                                                                               points)))
+        sweep.plot(results, stage / "sweep.png",
+                   f"memwall sweep {block.name} ({args.preset} preset, {args.target})")
+    print(sweep.markdown(results), end="")
+    counts = {s: sum(p.status == s for p in results) for s in ("ok", "refused", "failed")}
+    _status(f"sweep: {counts['ok']} point(s) done, {counts['refused']} refused, "
+            f"{counts['failed']} failed in {time.monotonic() - started:.0f} s; wrote "
+            f"{out / 'sweep.csv'}, {out / 'sweep.json'} and {out / 'sweep.png'}")
+    return EXIT_TOOL if counts["failed"] else 0
+
+
 # --- reproduce ----------------------------------------------------------------------------
 
 def cmd_reproduce(args) -> int:
-    from sim.reproduce import (PAPERS, QUICK_LABEL, ReproduceError, comparison_table, dask_client,
-                               run)
+    from sim.reproduce import PAPERS, QUICK_LABEL, comparison_table, run
 
     papers = list(PAPERS) if args.paper == "all" else [args.paper]
     if args.paper != "all" and args.paper not in PAPERS:
         raise UsageError(f"unknown paper {args.paper!r}; papers are {', '.join(PAPERS)}, all")
-    if args.workers is not None and args.workers < 1:
-        raise UsageError(f"--workers must be at least 1, not {args.workers}")
     # A quick run has its own folder, so that it never replaces the full-size reports.
     out = output_folder(args.output)
     out = out / "quick" if args.quick else out      # made by the first paper's Staged
+    with _cluster(args, "reproduce") as client:
+        for paper in papers:
+            staged = Staged(out)
+            with staged as stage:
+                result, report = run(paper, stage, quick=args.quick, client=client,
+                                     progress=_status)
+            title = result.title + (f" ({QUICK_LABEL})" if args.quick else "")
+            print(f"## {title}\n\n{comparison_table(result.rows)}\n")
+            _status(f"wrote {staged.final(report)}" + (f" and {len(result.plots)} plot(s)"
+                                         if result.plots else ""))
+    return 0
+
+
+@contextlib.contextmanager
+def _cluster(args, command: str, modules=None):
+    """The Dask client of ``--scheduler``/``--workers`` (:func:`sim.reproduce.dask_client`),
+    its trouble as one line; says where the command runs."""
+    from sim.reproduce import REPRODUCE_MODULES, ReproduceError, dask_client
+    from synth.toolchain import stop_children
+
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, not {args.workers}")
     try:
-        with dask_client(args.scheduler, args.workers) as client:
+        with dask_client(args.scheduler, args.workers, modules or REPRODUCE_MODULES) as client:
             workers = len(client.scheduler_info()["workers"])
-            where = args.scheduler or f"a local Dask cluster of {workers} worker processes"
-            _status(f"reproduce: running on {where}")
-            for paper in papers:
-                staged = Staged(out)
-                with staged as stage:
-                    result, report = run(paper, stage, quick=args.quick, client=client,
-                                         progress=_status)
-                title = result.title + (f" ({QUICK_LABEL})" if args.quick else "")
-                print(f"## {title}\n\n{comparison_table(result.rows)}\n")
-                _status(f"wrote {staged.final(report)}" + (f" and {len(result.plots)} plot(s)"
-                                             if result.plots else ""))
+            where = (f"{args.scheduler} ({workers} Dask worker{'s' * (workers != 1)})"
+                     if args.scheduler else f"a local Dask cluster of {workers} worker "
+                     f"process{'es' * (workers != 1)}")
+            _status(f"{command}: running on {where}")
+            try:
+                yield client
+            except KeyboardInterrupt:
+                # Closing the cluster ends its worker processes but not the tools they started.
+                if args.scheduler is None:
+                    with contextlib.suppress(Exception):
+                        client.run(stop_children)
+                raise
     except ReproduceError as exc:
         raise UsageError(str(exc)) from exc
-    return 0
+
+
+def cluster_args(p) -> None:
+    """``--workers`` and ``--scheduler``, as ``reproduce``, ``sweep`` and ``build`` take them."""
+    p.add_argument("--workers", type=int,
+                   help="worker processes of the local Dask cluster (default: one per core)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run on an existing Dask cluster, e.g. tcp://10.0.0.5:8786; its "
+                        "workers need memwall installed")
 
 
 # --- entry point ----------------------------------------------------------------------------
@@ -511,6 +603,11 @@ def _parser() -> argparse.ArgumentParser:
         from synth.flow import devices
         parts = ", ".join(d[2] for t in ("ecp5", "ice40") for d in devices(t))
         p.add_argument("--device", metavar="PART", help=f"{text}: {parts}")
+
+    def no_cache(p):
+        p.add_argument("--no-cache", action="store_true",
+                       help="synthesize even what the cache of earlier results holds (and "
+                            "refresh it); the cache is build/synth-cache, or $MEMWALL_SYNTH_CACHE")
 
     def fail_on_timing(p):
         p.add_argument("--fail-on-timing", action="store_true",
@@ -559,6 +656,7 @@ def _parser() -> argparse.ArgumentParser:
                         "fmax_mhz_min, fmax_mhz_max, fmax_mhz_seeds)")
     device_arg(p, "the part to place on (default: the target's smallest that fits)")
     fail_on_timing(p)
+    no_cache(p)
     p.set_defaults(func=cmd_synth)
     p = sub.add_parser("build", help="main job: every block through generate, lint and synthesis")
     p.add_argument("-o", "--output", default="build", help="output folder (default: build)")
@@ -571,6 +669,7 @@ def _parser() -> argparse.ArgumentParser:
     device_arg(p, "the part to place on, for the targets it belongs to (default: each target's "
                   "smallest that fits)")
     fail_on_timing(p)
+    no_cache(p)
     p.set_defaults(func=cmd_build)
     p = sub.add_parser("bench", help="measure a block family's throughput, latency, area, Fmax")
     p.add_argument("family", help="block family, e.g. umdam")
@@ -580,6 +679,31 @@ def _parser() -> argparse.ArgumentParser:
                    help="output folder: FAMILY.md, FAMILY.json, the simulators' log FAMILY.log "
                         "(default: build/bench)")
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("sweep", help="synthesize (and simulate) every combination of parameter "
+                                     "values on a Dask cluster: table and Pareto plot")
+    p.add_argument("block", help="registered block (see `memwall list`)").complete = BLOCKS
+    p.add_argument("--preset", default="default",
+                   help=f"the preset the values are set on: {', '.join(registry.PRESETS)} "
+                        f"(default: default)")
+    p.add_argument("--set", action="append", metavar="NAME=V1,V2,...",
+                   help="the values of one parameter (repeatable; every combination is a point; "
+                        "a tuple parameter's values separated by ;)")
+    p.add_argument("--target", default="ecp5", choices=("generic", "ecp5", "ice40"),
+                   help="synthesis target (default: ecp5)")
+    p.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="nextpnr seeds per point; Fmax is their median (default: 1)")
+    p.add_argument("--sim", action="store_true",
+                   help="also measure each point's throughput and latency in simulation (the "
+                        "block's full_rate benchmark, as `memwall bench`)")
+    p.add_argument("--simulator", default="verilator", choices=("icarus", "verilator"),
+                   help="simulator of --sim (default: verilator)")
+    p.add_argument("-o", "--output", default="build/sweep",
+                   help="output folder: sweep.csv, sweep.json, sweep.png (default: build/sweep)")
+    p.add_argument("--force", action="store_true",
+                   help="build points above the size guard's limits too")
+    cluster_args(p)
+    no_cache(p)
+    p.set_defaults(func=cmd_sweep)
     p = sub.add_parser("reproduce", help="run a paper's system model beside the paper's figures")
     p.add_argument("paper", help="shield, rdxe, umdam, kvnand, flowkv or all")
     p.add_argument("-o", "--output", default="build/reproduce",
@@ -587,10 +711,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help="reduced size (the test suite's), written under OUTPUT/quick and "
                         "labelled so in every table and plot")
-    p.add_argument("--workers", type=int,
-                   help="worker processes of the local Dask cluster (default: one per core)")
-    p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="run on an existing Dask cluster, e.g. tcp://10.0.0.5:8786")
+    cluster_args(p)
     p.set_defaults(func=cmd_reproduce)
     return parser
 

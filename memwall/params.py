@@ -120,14 +120,33 @@ class BlockParams:
     @classmethod
     def from_dict(cls, values: dict) -> "BlockParams":
         """Rebuild a parameter set from :meth:`as_dict` output."""
-        hints = typing.get_type_hints(cls)
-        kwargs = {}
-        for name, value in values.items():
-            if name not in cls.names():
-                raise ParameterError(f"unknown parameter {name!r}; parameters are "
-                                     f"{', '.join(cls.names())}")
-            kwargs[name] = tuple(value) if typing.get_origin(hints[name]) is tuple else value
-        return cls(**kwargs)
+        return cls(**{name: tuple(value) if cls.is_tuple(name) else value
+                      for name, value in values.items()})
+
+    @classmethod
+    def parse(cls, name: str, text: str):
+        """The value of parameter ``name`` written as ``text`` (``--set`` syntax: a tuple's items
+        comma-separated), parsed but not yet checked against the block's limits.
+
+        Raises
+        ------
+        ParameterError
+            For an unknown name or a value that is not of the parameter's type.
+        """
+        return _parse(name, cls._hint(name), text)
+
+    @classmethod
+    def is_tuple(cls, name: str) -> bool:
+        """Whether parameter ``name`` holds a tuple (its ``--set`` text is comma-separated)."""
+        return typing.get_origin(cls._hint(name)) in (tuple, typing.Tuple)
+
+    @classmethod
+    def _hint(cls, name: str):
+        """The type of parameter ``name``; :class:`ParameterError` naming the others if none."""
+        if name not in cls.names():
+            raise ParameterError(f"unknown parameter {name!r}; parameters are "
+                                 f"{', '.join(cls.names())}")
+        return typing.get_type_hints(cls)[name]
 
     def with_overrides(self, overrides: dict[str, str] | None) -> "BlockParams":
         """Return a copy with ``NAME=VALUE`` text overrides applied and validated.
@@ -139,13 +158,7 @@ class BlockParams:
         """
         if not overrides:
             return self
-        hints = typing.get_type_hints(type(self))
-        changes = {}
-        for name, text in overrides.items():
-            if name not in self.names():
-                raise ParameterError(f"unknown parameter {name!r}; parameters are "
-                                     f"{', '.join(self.names())}")
-            changes[name] = _parse(name, hints[name], text)
+        changes = {name: self.parse(name, text) for name, text in overrides.items()}
         try:
             return dataclasses.replace(self, **changes)
         except (TypeError, ValueError) as exc:

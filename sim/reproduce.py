@@ -25,6 +25,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -228,31 +229,86 @@ class Context:
         return results
 
 
+def _one_line(exc: BaseException, limit: int = 160) -> str:
+    """An exception as a short line: its type when it has no words, newlines folded."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _accepts_tcp(scheduler: str) -> bool:
+    """Whether something accepts a TCP connection at a ``tcp://`` or ``tls://`` address."""
+    import socket
+
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(scheduler)
+        if scheme not in ("tcp", "tls"):
+            return False
+        with socket.create_connection(parse_host_port(location, 8786), timeout=2):
+            return True
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def _identity(scheduler: str) -> dict:
+    """What the Dask server at ``scheduler`` says it is, asked within :data:`CONNECT_TIMEOUT_S`:
+    distributed's ``Client`` waits for ever on a server that takes the connection and is silent."""
+    import asyncio
+
+    from distributed.core import rpc
+
+    async def ask():
+        server = rpc(scheduler, timeout=CONNECT_TIMEOUT_S)
+        try:
+            return await asyncio.wait_for(server.identity(), CONNECT_TIMEOUT_S)
+        finally:
+            await server.close_rpc()
+    return asyncio.run(ask())
+
+
 def _connect(client_type, scheduler: str):
     """A client of the scheduler at ``scheduler``, or :class:`ReproduceError` in one line."""
     try:
+        kind = _identity(scheduler).get("type")
+        if kind != "Scheduler":
+            raise ReproduceError(f"{scheduler!r} answers as a Dask {kind or 'server'}, not a "
+                                 f"scheduler; give the scheduler's address (tcp://HOST:8786 by "
+                                 f"default)")
         return client_type(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
+    except ReproduceError:
+        raise
     except (OSError, TimeoutError, ValueError) as exc:
+        # A server that takes the connection but never speaks Dask ends in a timeout too.
+        if _accepts_tcp(scheduler):
+            detail = _one_line(exc) if str(exc).strip() else \
+                f"no Dask reply within {CONNECT_TIMEOUT_S} s"
+            raise ReproduceError(f"{scheduler!r} answers, but not as a Dask scheduler "
+                                 f"({detail})") from exc
         raise ReproduceError(f"cannot reach the Dask scheduler at {scheduler!r}: "
-                             f"{exc}") from exc
+                             f"{_one_line(exc)}") from exc
     except Exception as exc:    # noqa: BLE001 - whatever the wrong server's bytes made of Dask
         # Another server's reply read as Dask's protocol: a frame length of exabytes
         # (MemoryError), a bad header (struct or msgpack errors), ...
         raise ReproduceError(f"{scheduler!r} answers, but not as a Dask scheduler "
-                             f"({type(exc).__name__}: {str(exc)[:120]})") from exc
+                             f"({type(exc).__name__}: {_one_line(exc, 120)})") from exc
 
 
-#: Evaluated on every worker of an existing cluster: can it import the models?
-_WORKER_CHECK = "__import__('importlib.util').util.find_spec('sim.reproduce') is not None"
+#: The modules a reproduction's points import on the workers.
+REPRODUCE_MODULES = ("sim.reproduce",)
+#: Evaluated on every worker of an existing cluster, formatted with the modules it must import:
+#: the package first, so that a worker without it answers False rather than raising.
+_WORKER_CHECK = ("all(u.find_spec(m.partition('.')[0]) is not None and u.find_spec(m) is not None"
+                 " for u in [__import__('importlib.util').util] for m in {modules!r})")
 
 
-def _check_workers(client, scheduler: str) -> None:
+def _check_workers(client, scheduler: str, modules=REPRODUCE_MODULES) -> None:
     """Refuse, in one line, a cluster with no workers or with workers that lack memwall."""
     try:
-        found = client.run(eval, _WORKER_CHECK)
+        found = client.run(eval, _WORKER_CHECK.format(modules=tuple(modules)))
     except Exception as exc:    # noqa: BLE001 - a worker that cannot even answer
-        raise ReproduceError(f"the Dask workers at {scheduler!r} cannot run memwall's models "
-                             f"({type(exc).__name__}: {str(exc)[:120]})") from exc
+        raise ReproduceError(f"the Dask workers at {scheduler!r} cannot run memwall "
+                             f"({type(exc).__name__}: {_one_line(exc, 120)})") from exc
     if not found:
         raise ReproduceError(f"the Dask cluster at {scheduler!r} has no workers")
     lacking = sorted(w for w, ok in found.items() if not ok)
@@ -263,8 +319,13 @@ def _check_workers(client, scheduler: str) -> None:
 
 
 @contextlib.contextmanager
-def dask_client(scheduler: str | None = None, workers: int | None = None):
+def dask_client(scheduler: str | None = None, workers: int | None = None,
+                modules: Sequence[str] = REPRODUCE_MODULES):
     """A Dask client: on ``scheduler`` if given, else on a local cluster of ``workers`` processes.
+
+    An existing cluster's workers must import ``modules`` (the code its tasks run); an address
+    that cannot be reached, that answers but not as a Dask scheduler, or whose cluster has no
+    such workers raises :class:`ReproduceError` with one line saying which.
 
     The local cluster has one single-threaded worker process per core by default (the models are
     NumPy and Python: processes, not threads, run them side by side), no dashboard, and is torn down
@@ -285,7 +346,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None):
                                  "(--scheduler) has its own workers")
         client = _connect(Client, scheduler)
         try:
-            _check_workers(client, scheduler)
+            _check_workers(client, scheduler, modules)
             yield client
         finally:
             client.close()
@@ -296,9 +357,13 @@ def dask_client(scheduler: str | None = None, workers: int | None = None):
     # The cluster logs nothing below CRITICAL: an interrupt cancels its tasks, which the workers
     # report as warnings and the scheduler as errors ("Couldn't gather keys"); a task's own error
     # reaches us through its future.
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                      host="127.0.0.1", silence_logs=logging.CRITICAL) as cluster, \
-            Client(cluster) as client:
+    with warnings.catch_warnings():
+        # No dashboard is asked for, yet the scheduler's HTTP server warns when its port is taken.
+        warnings.filterwarnings("ignore", message="Port .* is already in use")
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                               dashboard_address=None, host="127.0.0.1",
+                               silence_logs=logging.CRITICAL)
+    with cluster, Client(cluster) as client:
         yield client
 
 

