@@ -18,6 +18,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import shtab
 
@@ -278,22 +279,22 @@ def _timing_verdict(named_reports, fail: bool) -> int:
 
 # --- build (the main job) -------------------------------------------------------------------
 
-def _build_block(block, params, args, staged: Staged, tag: str) -> tuple[dict, list]:
-    """Generate, lint and synthesize one block of ``memwall build`` into ``staged``'s scratch
-    folder; return its report entry (paths where the files end up) and its synthesis reports."""
-    from synth.cache import synthesize
+def _build_block(block, params, args, stage: Path, final, tag: str,
+                 synthesize) -> tuple[dict, list]:
+    """Generate and lint one block of ``memwall build`` into ``stage`` (``final``: where a file
+    there ends up), then hand each synthesis to ``synthesize(verilog, top, target, workdir,
+    options)``; return the block's report entry and ``(target, what synthesize returned)``."""
     from synth.flow import devices
     from synth.lint import lint
 
-    design_dir = staged.stage / block.name
     _status(f"{tag}: generate ({args.preset})")
-    verilog_path, _, manifest = generate(block, params, args.preset, design_dir)
+    verilog_path, _, manifest = generate(block, params, args.preset, stage)
     text = verilog_path.read_text()
     _status(f"{tag}: verilator lint -Wall")
-    lint_report = lint(text, block.top, design_dir / "lint")
+    lint_report = lint(text, block.top, stage / "lint")
     entry = {
         "block": block.name, "family": block.family, "preset": args.preset,
-        "parameters": params.as_dict(), "verilog": str(staged.final(verilog_path)),
+        "parameters": params.as_dict(), "verilog": str(final(verilog_path)),
         "port_bits": sum(p["width"] for p in manifest["ports"]),
         "lint": {"errors": lint_report.errors, "warnings": lint_report.warnings,
                  "by_code": lint_report.by_code, "left": lint_report.left,
@@ -302,28 +303,104 @@ def _build_block(block, params, args, staged: Staged, tag: str) -> tuple[dict, l
     }
     if not lint_report.ok:
         _status(f"{tag}: lint found {lint_report.errors} error(s); see "
-                f"{staged.final(lint_report.log_path)}")
-    reports = []
+                f"{final(lint_report.log_path)}")
     if not (args.target or block.synth.targets):
         entry["synth_skipped"] = block.synth.skip_reason
         _status(f"{tag}: not synthesized: {block.synth.skip_reason}")
+    jobs = []
     for target in args.target or block.synth.targets:
-        _status(f"{tag}: synthesize for {target}")
         synth_text = block.verilog(params, target)[0] if target in FAMILIES else text
         device = args.device if args.device in [d[2] for d in devices(target)] else None
-        report = synthesize(synth_text, block.top, target, design_dir / target,
-                            **block.synth.flow_options(), seeds=args.seeds, device=device,
-                            cache=_cache(args),
-                            progress=lambda s, tag=tag: _status(f"{tag}:   {s}"))
-        entry["synth"].append(report.as_dict())
-        reports.append(report)
-        fmax = "n/a" if report.fmax_mhz is None else f"{report.fmax_mhz:.1f} MHz"
-        if len(report.fmax_mhz_seeds) > 1:
-            fmax += (f" (median of {len(report.fmax_mhz_seeds)} seeds, "
-                     f"{report.fmax_mhz_min:.1f} to {report.fmax_mhz_max:.1f})")
-        _status(f"{tag}: {target}: {report.cells} cells, {report.luts} LUTs, {report.ffs} FFs, "
-                f"Fmax {fmax} ({report.seconds:.1f} s{', cached' if report.cached else ''})")
-    return entry, reports
+        options = dict(block.synth.flow_options(), seeds=args.seeds, device=device)
+        jobs.append((target, synthesize(synth_text, block.top, target, stage / target, options)))
+    return entry, jobs
+
+
+def _synth_line(tag: str, report) -> str:
+    """The progress line of one finished synthesis of ``memwall build``."""
+    fmax = "n/a" if report.fmax_mhz is None else f"{report.fmax_mhz:.1f} MHz"
+    if len(report.fmax_mhz_seeds) > 1:
+        fmax += (f" (median of {len(report.fmax_mhz_seeds)} seeds, "
+                 f"{report.fmax_mhz_min:.1f} to {report.fmax_mhz_max:.1f})")
+    return (f"{tag}: {report.target}: {report.cells} cells, {report.luts} LUTs, {report.ffs} FFs, "
+            f"Fmax {fmax} ({report.seconds:.1f} s{', cached' if report.cached else ''})")
+
+
+def _build_blocks(client: Callable, chosen: list, args, out: Path) -> tuple[list, list, list]:
+    """Generate and lint the blocks here, one after another, while the cluster synthesizes those
+    already generated (through the cache); each block's files are moved into place once its
+    syntheses are done; ``client()`` gives the Dask client. Returns the report entries,
+    ``(block, report)`` per synthesis, and ``(block, target, message)`` per synthesis whose
+    tools failed."""
+    from distributed import as_completed
+
+    from synth.cache import cache_key, key_inputs
+    from synth.flow import SynthReport
+
+    from . import sweep
+
+    cache, queue, waiting, stages = _cache(args), [], {}, {}
+    entries, reports, failures = [], [], []
+    # Workers of the local cluster write their logs into the block's folder; others keep theirs.
+    local = args.scheduler is None
+
+    def synthesize(text, top, target, workdir, options):
+        hit = cache.get(cache_key(key_inputs(text, top, target, options)))
+        if hit is not None:
+            return hit
+        future = client().submit(sweep.synthesize_point, {"verilog": text, "top": top}, target,
+                                 options, str(workdir) if local else None, pure=False)
+        if not queue:                       # made with the client: it needs one
+            queue.append(as_completed())
+        queue[0].add(future)
+        return future
+
+    def finish(i):
+        if i in stages and None not in reports[i]:
+            stages.pop(i).__exit__(None, None, None)
+
+    try:
+        for i, block in enumerate(chosen):
+            tag = f"[{i + 1}/{len(chosen)}] {block.name}"
+            staged = Staged(out / block.name)     # a finished block's files stay if one fails
+            stages[i] = staged
+            entry, jobs = _build_block(block, block.parameters(args.preset), args,
+                                       staged.__enter__(), staged.final, tag, synthesize)
+            entries.append(entry)
+            reports.append([None] * len(jobs))
+            for t, (target, job) in enumerate(jobs):
+                if isinstance(job, SynthReport):
+                    reports[i][t] = job
+                    _status(_synth_line(tag, job))
+                else:
+                    waiting[job.key] = (i, t, target, tag)
+                    _status(f"{tag}: synthesize for {target}")
+            finish(i)
+        for future in queue[0] if queue else ():
+            i, t, target, tag = waiting.pop(future.key)
+            try:
+                result = future.result()
+            except Exception as exc:    # noqa: BLE001 - a task that broke: this synthesis fails
+                result = {"error": f"{type(exc).__name__}: {exc}"}
+            if "error" in result:
+                failures.append((entries[i]["block"], target, result["error"]))
+                entries[i].setdefault("synth_failed", {})[target] = result["error"]
+                _status(f"{tag}: {target}: FAILED: {result['error'].splitlines()[0]}")
+                reports[i][t] = False
+            else:
+                reports[i][t] = sweep.synth_result(result, cache)
+                _status(_synth_line(tag, reports[i][t]))
+            finish(i)
+    except BaseException as exc:
+        for staged in stages.values():
+            staged.__exit__(type(exc), exc, exc.__traceback__)
+        raise
+    named = []
+    for entry, block_reports in zip(entries, reports):
+        done_reports = [r for r in block_reports if r is not False]
+        entry["synth"] = [r.as_dict() for r in done_reports]
+        named += [(entry["block"], r) for r in done_reports]
+    return entries, named, failures
 
 
 def _build_report(preset: str, elapsed: float, results: list, rows: list, names: list) -> str:
@@ -352,6 +429,11 @@ def _build_report(preset: str, elapsed: float, results: list, rows: list, names:
         lines += ["Not synthesized:", ""]
         lines += [f"- **{e['block']}**: {e['synth_skipped']}" for e in skipped]
         lines.append("")
+    failed = [(e["block"], t, m) for e in results for t, m in e.get("synth_failed", {}).items()]
+    if failed:
+        lines += ["Synthesis failed (report.json has the tools' messages):", ""]
+        lines += [f"- **{b}** ({t}): {m.splitlines()[0]}" for b, t, m in failed]
+        lines.append("")
     missed = [r for r in rows if r.timing_met is False]
     lines += [f"Timing: {sum(r.timing_met is True for r in rows)} met, {len(missed)} missed"
               + (": " + ", ".join(f"{n} ({r.target}, {r.fmax_mhz:.1f} MHz against "
@@ -369,6 +451,8 @@ def _build_report(preset: str, elapsed: float, results: list, rows: list, names:
 def cmd_build(args) -> int:
     from synth.flow import check_options, devices
 
+    from . import sweep
+
     try:
         check_options("ecp5", 100.0, seeds=args.seeds)
     except ValueError as exc:
@@ -379,17 +463,19 @@ def cmd_build(args) -> int:
     out = output_folder(args.output)
     names = args.block or [b.name for b in registry.blocks()]
     chosen = [registry.get(n) for n in names]
-    results, rows, named = [], [], []
     started = time.monotonic()
-    for index, block in enumerate(chosen, 1):
-        params = block.parameters(args.preset)
-        staged = Staged(out)        # each finished block's files stay if a later one fails
-        with staged:
-            entry, reports = _build_block(block, params, args, staged,
-                                          f"[{index}/{len(chosen)}] {block.name}")
-        results.append(entry)
-        rows += reports
-        named += [(block.name, r) for r in reports]
+    with contextlib.ExitStack() as stack:
+        clients = []
+
+        def client():
+            if not clients:
+                clients.append(stack.enter_context(_cluster(args, "build", sweep.SWEEP_MODULES)))
+            return clients[0]
+        if args.scheduler is not None:
+            client()                # an existing cluster is checked before any work
+        # A local cluster is started only for a synthesis the cache does not hold.
+        results, named, failures = _build_blocks(client, chosen, args, out)
+    rows = [r for _, r in named]
     elapsed = time.monotonic() - started
     with Staged(out) as stage:
         (stage / "report.json").write_text(json.dumps(
@@ -401,8 +487,10 @@ def cmd_build(args) -> int:
     failed = [e["block"] for e in results if e["lint"]["errors"] or e["lint"]["left"]]
     if failed:
         _status(f"lint errors or warnings left in {', '.join(failed)} (report.md)")
+    for block, target, message in failures:
+        _status(f"synthesis failed: {block} ({target}): {message.splitlines()[0]}")
     timing = _timing_verdict(named, args.fail_on_timing)
-    return EXIT_TOOL if failed else timing
+    return EXIT_TOOL if failed or failures else timing
 
 
 # --- bench --------------------------------------------------------------------------------
@@ -670,6 +758,7 @@ def _parser() -> argparse.ArgumentParser:
                   "smallest that fits)")
     fail_on_timing(p)
     no_cache(p)
+    cluster_args(p)
     p.set_defaults(func=cmd_build)
     p = sub.add_parser("bench", help="measure a block family's throughput, latency, area, Fmax")
     p.add_argument("family", help="block family, e.g. umdam")

@@ -69,9 +69,10 @@ def test_bad_reproduce_arguments(capsys, argv, message):
     assert len(lines) == 1 and lines[0].startswith("memwall: error: ") and message in lines[0]
 
 
-#: A reproduction and a sweep (sweep.py) that meet a bad --scheduler before any work.
+#: A reproduction, a sweep and a build that meet a bad --scheduler before any work.
 COMMANDS = {"reproduce": ["reproduce", "umdam", "--quick"],
-            "sweep": ["sweep", "arith-idot", "--preset", "small", "--set", "lanes=2,4"]}
+            "sweep": ["sweep", "arith-idot", "--preset", "small", "--set", "lanes=2,4"],
+            "build": ["build", "--block", "arith-idot", "--preset", "small"]}
 
 
 @pytest.mark.parametrize("command", COMMANDS)

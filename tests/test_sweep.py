@@ -229,3 +229,55 @@ def test_a_simulated_sweep_on_a_scheduler_and_worker_on_loopback(capsys, tmp_pat
         assert point["latency_cycles"] == IntDot.latency_of(**dict(small.as_dict(), lanes=lanes))
         assert point["items_per_cycle"] == 1.0                # a pipelined unit's contract
     assert points[1]["cells"] > points[0]["cells"]
+
+
+def test_build_runs_its_syntheses_on_the_cluster_and_through_the_cache(capsys, tmp_path):
+    out = tmp_path / "out"
+    argv = ["build", "--block", "arith-idot", "--preset", "small", "--target", "generic",
+            "--workers", "2", "-o", str(out)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "build: running on a local Dask cluster of 2 worker processes" in err
+    assert "[1/1] arith-idot: synthesize for generic" in err
+    cold = json.loads((out / "report.json").read_text())["blocks"][0]["synth"]
+    # The local cluster's workers leave their logs in the block's folder, as a serial build did.
+    assert (out / "arith-idot" / "generic" / "synth_generic.log").is_file()
+    assert (out / "arith-idot" / "arith_idot.v").is_file() and not list(out.rglob(".partial-*"))
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    warm = json.loads((out / "report.json").read_text())["blocks"][0]["synth"]
+    assert err.count(", cached)") == 1 and "running on" not in err     # no cluster needed
+    assert [s["cached"] for s in cold] == [False] and [s["cached"] for s in warm] == [True]
+    assert [dict(s, cached=None) for s in cold] == [dict(s, cached=None) for s in warm]
+
+
+def test_a_build_whose_tools_fail_reports_it_and_finishes_the_others(capsys, tmp_path,
+                                                                    monkeypatch):
+    from distributed import LocalCluster
+
+    real = synth.flow.synthesize
+
+    def flaky(verilog, top, target, workdir, **options):
+        if top == "arith_fpadd":
+            raise SynthError("yosys synth_ecp5", Path(workdir) / "synth_ecp5.log", "it broke")
+        return real(verilog, top, target, workdir, **options)
+    monkeypatch.setattr(synth.flow, "synthesize", flaky)     # the workers are threads here
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))   # the failure's folder
+    out = tmp_path / "out"
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
+                      host="127.0.0.1", dashboard_address=None) as cluster:
+        code = main(["build", "--block", "arith-idot", "--block", "arith-fpadd", "--preset",
+                     "small", "--target", "generic", "--scheduler", cluster.scheduler_address,
+                     "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "[2/2] arith-fpadd: generic: FAILED: yosys synth_ecp5 failed; log: " in err
+    assert err.strip().splitlines()[-1].startswith(
+        "synthesis failed: arith-fpadd (generic): yosys synth_ecp5 failed; log: ")
+    blocks = json.loads((out / "report.json").read_text())["blocks"]
+    assert blocks[0]["synth"][0]["cells"] > 0 and blocks[1]["synth"] == []
+    assert "it broke" in blocks[1]["synth_failed"]["generic"]
+    assert "- **arith-fpadd** (generic): yosys synth_ecp5 failed; log: " in \
+        (out / "report.md").read_text()
+    assert (out / "arith-fpadd" / "arith_fpadd.v").is_file()        # its files are kept
