@@ -298,8 +298,9 @@ def _area(row: dict) -> tuple[float | None, str]:
 
 
 def _plot_label(point: Point, row: dict) -> str:
-    """A point's values, with the DSPs and block RAMs that the LUT axis leaves out."""
-    extra = [f"{row[k]} {name}" for k, name in (("dsps", "DSP"), ("brams", "BRAM")) if row[k]]
+    """A point's values, with the flip-flops, DSPs and block RAMs that the LUT axis leaves out."""
+    extra = [f"{row[k]} {name}" for k, name in (("ffs", "FF"), ("dsps", "DSP"), ("brams", "BRAM"))
+             if row[k] and (k == "ffs" or row["luts"] is not None)]
     return point.label + (f" ({', '.join(extra)})" if extra else "")
 
 
