@@ -6,6 +6,7 @@ The bad --scheduler cases are in test_sim_reproduce.py, for reproduce and sweep 
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -281,3 +282,32 @@ def test_a_build_whose_tools_fail_reports_it_and_finishes_the_others(capsys, tmp
     assert "- **arith-fpadd** (generic): yosys synth_ecp5 failed; log: " in \
         (out / "report.md").read_text()
     assert (out / "arith-fpadd" / "arith_fpadd.v").is_file()        # its files are kept
+
+
+def test_sigint_stops_the_tools_of_the_local_cluster(tmp_path):
+    from tests.test_cli import _processes_under
+
+    scratch, out = tmp_path / "tmp", tmp_path / "out"
+    scratch.mkdir()
+    # The workers' scratch folders go to TMPDIR: a tool's working folder tells it is ours.
+    env = dict(os.environ, TMPDIR=str(scratch))
+    proc = subprocess.Popen([sys.executable, "-m", "memwall.cli", "sweep", BLOCK, "--set",
+                             "lanes=16", "--workers", "1", "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=Path(__file__).resolve().parents[1],
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    def synthesis():        # Yosys's synth_ecp5 of 16 lanes: seconds, long enough to be caught
+        return [pid for pid in _processes_under(scratch)
+                if b"synth_ecp5.ys" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    deadline = time.monotonic() + 60
+    while not synthesis() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert synthesis(), "Yosys did not start within 60 s"
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    lines = proc.stderr.read().strip().splitlines()
+    assert lines[-1] == "memwall: interrupted", lines
+    assert not any("Traceback" in line for line in lines), lines
+    assert _processes_under(scratch) == []
+    assert [p for p in out.rglob("*") if not p.is_dir()] == []
