@@ -332,14 +332,12 @@ def _build_blocks(client: Callable, chosen: list, args, out: Path) -> tuple[list
     syntheses are done; ``client()`` gives the Dask client. Returns the report entries,
     ``(block, report)`` per synthesis, and ``(block, target, message)`` per synthesis whose
     tools failed."""
-    from distributed import as_completed
-
     from synth.cache import cache_key, key_inputs
     from synth.flow import SynthReport
 
     from . import sweep
 
-    cache, queue, waiting, stages = _cache(args), [], {}, {}
+    cache, pending, waiting, stages = _cache(args), set(), {}, {}
     entries, reports, failures = [], [], []
     # Workers of the local cluster write their logs into the block's folder; others keep theirs.
     local = args.scheduler is None
@@ -350,10 +348,12 @@ def _build_blocks(client: Callable, chosen: list, args, out: Path) -> tuple[list
             return hit
         future = client().submit(sweep.synthesize_point, {"verilog": text, "top": top}, target,
                                  options, str(workdir) if local else None, pure=False)
-        if not queue:                       # made with the client: it needs one
-            queue.append(as_completed())
-        queue[0].add(future)
+        pending.add(future)
         return future
+
+    def running() -> str:
+        return "build: waiting for " + ", ".join(f"{entries[i]['block']} ({target})"
+                                                 for i, _, target, _ in waiting.values())
 
     def finish(i):
         if i in stages and None not in reports[i]:
@@ -376,7 +376,7 @@ def _build_blocks(client: Callable, chosen: list, args, out: Path) -> tuple[list
                     waiting[job.key] = (i, t, target, tag)
                     _status(f"{tag}: synthesize for {target}")
             finish(i)
-        for future in queue[0] if queue else ():
+        for future in sweep.finished(pending, _status, running):
             i, t, target, tag = waiting.pop(future.key)
             try:
                 result = future.result()

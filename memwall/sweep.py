@@ -29,11 +29,13 @@ from typing import Callable
 from . import registry
 from .params import ParameterError
 
-__all__ = ["SWEEP_MODULES", "Point", "grid", "pareto", "prepare", "synthesize_point",
+__all__ = ["SWEEP_MODULES", "Point", "grid", "finished", "pareto", "prepare", "synthesize_point",
            "synth_result", "simulate_point", "run", "rows", "csv_text", "plot", "markdown"]
 
 #: The modules a sweep's tasks import on the workers.
 SWEEP_MODULES = ("memwall.sweep", "synth.flow", "cocotb_tests.bench")
+#: Seconds without a finished task after which :func:`finished` says what is still running.
+HEARTBEAT_S = 60.0
 #: Separates the values of a tuple parameter in ``--set`` (its items are comma-separated).
 TUPLE_SEPARATOR = ";"
 
@@ -72,6 +74,24 @@ def grid(params_cls, sets: list[str] | None) -> list[dict[str, str]]:
         raise ParameterError("sweep needs at least one --set NAME=V1,V2,... (see `memwall list "
                              "BLOCK` for the parameters)")
     return [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
+
+
+def finished(pending: set, progress: Callable[[str], None], what: Callable[[], str]):
+    """Yield the Dask futures of ``pending`` as they finish, ``pending`` growing meanwhile; after
+    each :data:`HEARTBEAT_S` in which none finishes, ``progress`` gets ``what()`` and the time
+    waited (a large block synthesizes for ten minutes)."""
+    from distributed import wait
+
+    started = time.monotonic()
+    while pending:
+        try:
+            done, _ = wait(list(pending), timeout=HEARTBEAT_S, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            progress(f"{what()} ({(time.monotonic() - started) / 60:.0f} min)")
+            continue
+        for future in done:
+            pending.discard(future)
+            yield future
 
 
 def pareto(points: list[tuple[float, float]]) -> list[int]:
@@ -197,26 +217,29 @@ def run(client, block, preset: str, points: list[dict[str, str]], *, target: str
     ``cache`` is a :class:`synth.cache.SynthCache` (``None``: synthesize every point, store
     nothing); ``simulator`` (``"verilator"`` or ``"icarus"``) also measures throughput.
     """
-    from distributed import as_completed
-
     from synth.cache import cache_key
 
     state = [Point(dict(p)) for p in points]
     options = dict(block.synth.flow_options(), seeds=seeds)
-    tag, tasks, done = uuid.uuid4().hex[:8], {}, as_completed()
+    tag, tasks, pending = uuid.uuid4().hex[:8], {}, set()
     started = time.monotonic()
 
     def submit(kind: str, k: int, fn, *args):
         future = client.submit(fn, *args, key=f"sweep-{tag}-{kind}-{k}")
         tasks[future.key] = (kind, k)
         state[k].pending += 1
-        done.add(future)
+        pending.add(future)
+
+    def running() -> str:
+        left = [p.label for p in state if p.pending]
+        return (f"sweep: {len(left)} point(s) running or queued: {', '.join(left[:4])}"
+                + (" ..." if len(left) > 4 else ""))
 
     for k, point in enumerate(state):
         submit("prepare", k, prepare, block.name, preset, point.overrides, target, options,
                force)
-    finished = 0
-    for future in done:
+    count = 0
+    for future in finished(pending, progress, running):
         kind, k = tasks.pop(future.key)
         point = state[k]
         point.pending -= 1
@@ -242,8 +265,8 @@ def run(client, block, preset: str, points: list[dict[str, str]], *, target: str
         else:
             point.metrics = result
         if point.pending == 0:
-            finished += 1
-            progress(f"[{finished}/{len(state)} at {time.monotonic() - started:.0f} s] "
+            count += 1
+            progress(f"[{count}/{len(state)} at {time.monotonic() - started:.0f} s] "
                      f"{point.label}: {_summary(point)}")
     return state
 

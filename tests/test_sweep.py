@@ -6,6 +6,7 @@ The bad --scheduler cases are in test_sim_reproduce.py, for reproduce and sweep 
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -156,12 +157,14 @@ def test_refused_and_failing_points_are_listed_and_the_others_go_on(capsys, tmp_
     failing = block.verilog(block.parameters("small", {"lanes": "4"}), "ecp5")[0]
 
     def fake(verilog, top, target, workdir, **options):
+        time.sleep(0.3)                     # long enough for a heartbeat line
         if verilog == failing:
             raise SynthError("yosys synth_ecp5", Path(workdir) / "synth_ecp5.log", "it broke")
         return SynthReport(target=target, top=top, cells=len(verilog), cells_by_type={},
                            luts=len(verilog) // 10, ffs=1, dsps=0, brams=0, fmax_mhz=99.0,
                            freq_mhz=options["freq_mhz"], seconds=0.1)
     monkeypatch.setattr(synth.flow, "synthesize", fake)     # the workers are threads here
+    monkeypatch.setattr(sweep, "HEARTBEAT_S", 0.1)
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))   # the failure's folder
     monkeypatch.setenv(ENV_CACHE, str(tmp_path / "cache"))
@@ -183,6 +186,7 @@ def test_refused_and_failing_points_are_listed_and_the_others_go_on(capsys, tmp_
     assert f"lanes=3: refused: {refusal.value}" in err
     assert "lanes=4: FAILED: yosys synth_ecp5 failed; log: " in err
     assert "1 point(s) done, 1 refused, 1 failed" in err
+    assert re.search(r"^sweep: 1 point\(s\) running or queued: lanes=[24] \(0 min\)$", err, re.M)
     assert len(list((tmp_path / "cache").rglob("*.json"))) == 1      # a failure is not kept
 
 
@@ -260,9 +264,11 @@ def test_a_build_whose_tools_fail_reports_it_and_finishes_the_others(capsys, tmp
 
     def flaky(verilog, top, target, workdir, **options):
         if top == "arith_fpadd":
+            time.sleep(0.5)                 # long enough for a heartbeat line
             raise SynthError("yosys synth_ecp5", Path(workdir) / "synth_ecp5.log", "it broke")
         return real(verilog, top, target, workdir, **options)
     monkeypatch.setattr(synth.flow, "synthesize", flaky)     # the workers are threads here
+    monkeypatch.setattr(sweep, "HEARTBEAT_S", 0.1)
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))   # the failure's folder
     out = tmp_path / "out"
@@ -274,6 +280,7 @@ def test_a_build_whose_tools_fail_reports_it_and_finishes_the_others(capsys, tmp
     err = capsys.readouterr().err
     assert code == 1
     assert "[2/2] arith-fpadd: generic: FAILED: yosys synth_ecp5 failed; log: " in err
+    assert "build: waiting for arith-fpadd (generic) (0 min)" in err
     assert err.strip().splitlines()[-1].startswith(
         "synthesis failed: arith-fpadd (generic): yosys synth_ecp5 failed; log: ")
     blocks = json.loads((out / "report.json").read_text())["blocks"]
