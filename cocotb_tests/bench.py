@@ -8,6 +8,8 @@ another folder), the simulators' output to ``FAMILY.log`` there.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib
 import json
 from pathlib import Path
@@ -15,11 +17,37 @@ from typing import Callable
 
 from memwall import registry
 from synth.flow import synthesize
+from synth.toolchain import tool_versions
 
 from .launcher import ROOT, run_block
 from .tb import ENV_METRICS
 
-__all__ = ["bench_family", "full_rate"]
+__all__ = ["bench_family", "full_rate", "full_rate_inputs"]
+
+
+#: Where the figures of ``full_rate`` come from: the RTL, the registry that builds it, the
+#: blocks' entries, the golden models and the testbenches (folders and files under ROOT).
+FULL_RATE_SOURCES = ("hdl", "golden", "cocotb_tests", "memwall/blocks", "memwall/registry.py")
+
+
+@functools.lru_cache(maxsize=1)
+def _sources_sha256() -> str:
+    digest = hashlib.sha256()
+    for name in FULL_RATE_SOURCES:
+        root = ROOT / name
+        for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def full_rate_inputs(block, params, simulator: str) -> dict:
+    """What :func:`full_rate`'s figures depend on, as a cache key's inputs
+    (:mod:`synth.cache`): the block, its parameters, the simulator, the versions of Amaranth,
+    cocotb and Verilator, and the SHA-256 of :data:`FULL_RATE_SOURCES`."""
+    return {"benchmark": "full_rate", "block": block.name, "parameters": params.as_dict(),
+            "simulator": simulator,
+            "tools": tool_versions(("amaranth", "cocotb", "verilator")),
+            "sources_sha256": _sources_sha256()}
 
 
 def full_rate(block, params, simulator: str, metrics_path: Path, *,

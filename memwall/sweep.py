@@ -6,10 +6,10 @@ points; :func:`run` runs them on a Dask client (:func:`sim.reproduce.dask_client
 cluster, or an existing one) in two steps per point: a worker checks the parameters and writes
 the Verilog (:func:`prepare`), then, unless :mod:`synth.cache` already holds the report for that
 Verilog, tools and options, a worker synthesizes it (:func:`synthesize_point`) and, with a
-simulator, measures its throughput with the block's ``full_rate`` benchmark
-(:func:`simulate_point`). The cache lives beside the client, so a cluster's workers need no
-shared folder. A point the block refuses is kept with the reason; a point whose tools fail is
-kept with the error, and the others go on.
+simulator and unless the cache holds the figures, measures its throughput with the block's
+``full_rate`` benchmark (:func:`simulate_point`). The cache lives beside the client, so a
+cluster's workers need no shared folder. A point the block refuses is kept with the reason; a
+point whose tools fail is kept with the error, and the others go on.
 """
 
 from __future__ import annotations
@@ -105,10 +105,10 @@ def pareto(points: list[tuple[float, float]]) -> list[int]:
 # --- the tasks, run on the workers (module-level functions of picklable arguments) ---------------
 
 def prepare(block_name: str, preset: str, overrides: dict[str, str], target: str,
-            options: dict, force: bool) -> dict:
+            options: dict, force: bool, simulator: str | None = None) -> dict:
     """Check one point's parameters and write its Verilog for ``target``: ``{"refused": why}``,
-    or its parameters, top module, Verilog and the inputs of its cache key (``options``: the
-    synthesis options)."""
+    or its parameters, top module, Verilog and the inputs of its cache keys (``options``: the
+    synthesis options; with a ``simulator``, the benchmark's too)."""
     from synth.cache import key_inputs
 
     block = registry.get(block_name)
@@ -117,8 +117,12 @@ def prepare(block_name: str, preset: str, overrides: dict[str, str], target: str
     except ParameterError as exc:
         return {"refused": str(exc)}
     text, _ = block.verilog(params, target)
-    return {"parameters": params.as_dict(), "top": block.top, "verilog": text,
-            "inputs": key_inputs(text, block.top, target, options)}
+    prepared = {"parameters": params.as_dict(), "top": block.top, "verilog": text,
+                "inputs": key_inputs(text, block.top, target, options)}
+    if simulator is not None:
+        from cocotb_tests.bench import full_rate_inputs
+        prepared["sim_inputs"] = full_rate_inputs(block, params, simulator)
+    return prepared
 
 
 def synthesize_point(prepared: dict, target: str, options: dict,
@@ -174,6 +178,8 @@ class Point:
     parameters: dict | None = None
     report: object = None           # synth.flow.SynthReport once synthesized
     metrics: dict | None = None
+    metrics_cached: bool = False
+    sim_inputs: dict | None = None
     refused: str = ""
     errors: list[str] = field(default_factory=list)
     pending: int = 0
@@ -205,7 +211,8 @@ def _summary(point: Point) -> str:
         parts.append(f"{area or f'{r.cells} cells'}, {fmax}" + (" (cached)" if r.cached else ""))
     if point.metrics is not None:
         parts.append(f"{point.metrics['per_cycle']:g} items/cycle, latency "
-                     f"{point.metrics['latency']} cycles")
+                     f"{point.metrics['latency']} cycles"
+                     + (" (cached)" if point.metrics_cached else ""))
     return "; ".join(parts)
 
 
@@ -237,7 +244,7 @@ def run(client, block, preset: str, points: list[dict[str, str]], *, target: str
 
     for k, point in enumerate(state):
         submit("prepare", k, prepare, block.name, preset, point.overrides, target, options,
-               force)
+               force, simulator)
     count = 0
     for future in finished(pending, progress, running):
         kind, k = tasks.pop(future.key)
@@ -259,11 +266,18 @@ def run(client, block, preset: str, points: list[dict[str, str]], *, target: str
             else:
                 submit("synth", k, synthesize_point, future, target, options)
             if simulator is not None:
-                submit("sim", k, simulate_point, block.name, point.parameters, simulator)
+                point.sim_inputs = result["sim_inputs"]
+                point.metrics = None if cache is None else \
+                    cache.get_result(cache_key(point.sim_inputs))
+                point.metrics_cached = point.metrics is not None
+                if point.metrics is None:
+                    submit("sim", k, simulate_point, block.name, point.parameters, simulator)
         elif kind == "synth":
             point.report = synth_result(result, cache)
         else:
             point.metrics = result
+            if cache is not None:
+                cache.put_result(cache_key(point.sim_inputs), result, point.sim_inputs)
         if point.pending == 0:
             count += 1
             progress(f"[{count}/{len(state)} at {time.monotonic() - started:.0f} s] "
@@ -286,6 +300,7 @@ def _row(point: Point) -> dict:
         "throughput_mitems_s": None if per_cycle is None or fmax is None
         else round(per_cycle * fmax, 3),
         "cached": None if r is None else r.cached,
+        "sim_cached": point.metrics_cached if point.metrics is not None else None,
         "synth_seconds": None if r is None else round(r.seconds, 1),
         "device": None if r is None else r.device,
         "reason": point.refused or "; ".join(point.errors),

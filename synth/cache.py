@@ -9,9 +9,11 @@ callbacks change no result and are left out.
 
 Entries live in ``$MEMWALL_SYNTH_CACHE`` if set, else ``build/synth-cache`` under the working
 directory: one JSON file ``<key[:2]>/<key>.json`` per entry holding the report and the inputs
-of its key (the Verilog by its hash), written under a temporary name and renamed, so a reader
-never sees half an entry and processes may share the folder. Nothing is evicted: delete the
-folder to empty it. An entry that cannot be read is a miss.
+of its key (the Verilog by its hash); ``memwall sweep --sim`` keeps its simulated figures there
+too, keyed by their own inputs (:func:`cocotb_tests.bench.full_rate_inputs`). Files are written
+under a temporary name and renamed, so a reader never sees half an entry and processes may share
+the folder. Nothing is evicted: delete the folder to empty it. An entry that cannot be read is a
+miss.
 """
 
 from __future__ import annotations
@@ -90,21 +92,37 @@ class SynthCache:
 
     def get(self, key: str) -> flow.SynthReport | None:
         """The report stored under ``key`` (marked ``cached``), or ``None``."""
-        if not self.read:
+        result = self.get_result(key)
+        if result is None:
             return None
         try:
-            entry = json.loads(self.path(key).read_text())
-            report = flow.SynthReport.from_dict(entry["report"])
-        except (OSError, ValueError, KeyError, TypeError):
+            report = flow.SynthReport.from_dict(result)
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
         return dataclasses.replace(report, cached=True)
 
     def put(self, key: str, report: flow.SynthReport, inputs: dict | None = None) -> bool:
-        """Store ``report`` under ``key``; ``False`` (and nothing stored) if the folder cannot
-        be written, which costs a recomputation later and nothing else."""
+        """Store ``report`` under ``key`` (:meth:`put_result`)."""
+        return self.put_result(key, dict(report.as_dict(), cached=False), inputs)
+
+    def get_result(self, key: str) -> dict | None:
+        """The result stored under ``key`` (a report as a dict, or another JSON object such as
+        a benchmark's figures), or ``None``."""
+        if not self.read:
+            return None
+        try:
+            result = json.loads(self.path(key).read_text())["result"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return result if isinstance(result, dict) else None
+
+    def put_result(self, key: str, result: dict, inputs: dict | None = None) -> bool:
+        """Store ``result`` under ``key``, beside the ``inputs`` of the key; ``False`` (and
+        nothing stored) if the folder cannot be written, which costs a recomputation later and
+        nothing else."""
         path = self.path(key)
         partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-        entry = {"key": key, "inputs": inputs, "report": dict(report.as_dict(), cached=False)}
+        entry = {"key": key, "inputs": inputs, "result": result}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             partial.write_text(json.dumps(entry, indent=1) + "\n")

@@ -42,6 +42,18 @@ def test_the_grid_is_every_combination_the_last_name_fastest():
         {"mappings": "umdam"}, {"mappings": "row,bank"}]
 
 
+def test_the_benchmark_key_follows_the_point_and_the_simulator():
+    from cocotb_tests.bench import full_rate_inputs
+    from synth.cache import cache_key
+
+    block = registry.get(BLOCK)
+    small, wider = block.parameters("small"), block.parameters("small", {"lanes": "8"})
+    keys = [cache_key(full_rate_inputs(block, p, s)) for p in (small, wider)
+            for s in ("icarus", "verilator")]
+    assert len(set(keys)) == 4
+    assert cache_key(full_rate_inputs(block, small, "icarus")) == keys[0]
+
+
 @pytest.mark.parametrize("sets, message", [
     ([], "sweep needs at least one --set NAME=V1,V2,..."),
     (["lanes"], "--set takes NAME=V1,V2,... (a tuple parameter's values separated by ;), "
@@ -221,9 +233,9 @@ def test_a_simulated_sweep_on_a_scheduler_and_worker_on_loopback(capsys, tmp_pat
                                                                  loopback_cluster):
     monkeypatch.setenv(ENV_CACHE, str(tmp_path / "cache"))
     out = tmp_path / "out"
-    code = main(["sweep", BLOCK, "--preset", "small", "--set", "lanes=2,4", "--target", "generic",
-                 "--sim", "--simulator", "icarus", "--scheduler", loopback_cluster,
-                 "-o", str(out)])
+    argv = ["sweep", BLOCK, "--preset", "small", "--set", "lanes=2,4", "--target", "generic",
+            "--sim", "--simulator", "icarus", "--scheduler", loopback_cluster, "-o", str(out)]
+    code = main(argv)
     err = capsys.readouterr().err
     assert code == 0, err
     assert f"running on {loopback_cluster} (1 Dask worker)" in err
@@ -234,6 +246,15 @@ def test_a_simulated_sweep_on_a_scheduler_and_worker_on_loopback(capsys, tmp_pat
         assert point["latency_cycles"] == IntDot.latency_of(**dict(small.as_dict(), lanes=lanes))
         assert point["items_per_cycle"] == 1.0                # a pipelined unit's contract
     assert points[1]["cells"] > points[0]["cells"]
+    assert [p["sim_cached"] for p in points] == [False, False]
+    assert main(argv) == 0                      # again: nothing is synthesized or simulated
+    err = capsys.readouterr().err
+    again = _rows(out)
+    assert [(p["cached"], p["sim_cached"]) for p in again] == [(True, True)] * 2
+    assert err.count(" (cached); ") == 2 and err.count(" cycles (cached)") == 2
+    for old, new in zip(points, again):
+        assert {k: v for k, v in old.items() if "cached" not in k} == \
+            {k: v for k, v in new.items() if "cached" not in k}
 
 
 def test_build_runs_its_syntheses_on_the_cluster_and_through_the_cache(capsys, tmp_path):
