@@ -616,7 +616,8 @@ def _cluster(args, command: str, modules=None):
     """The Dask client of ``--scheduler``/``--workers`` (:func:`sim.reproduce.dask_client`),
     its trouble as one line; says where the command runs."""
     from sim.reproduce import REPRODUCE_MODULES, ReproduceError, dask_client
-    from synth.toolchain import stop_children
+
+    from . import sweep
 
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be at least 1, not {args.workers}")
@@ -633,7 +634,7 @@ def _cluster(args, command: str, modules=None):
                 # Closing the cluster ends its worker processes but not the tools they started.
                 if args.scheduler is None:
                     with contextlib.suppress(Exception):
-                        client.run(stop_children)
+                        client.run(sweep.stop)
                 raise
     except ReproduceError as exc:
         raise UsageError(str(exc)) from exc

@@ -20,6 +20,7 @@ import itertools
 import json
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from . import registry
 from .params import ParameterError
 
 __all__ = ["SWEEP_MODULES", "Point", "grid", "finished", "pareto", "prepare", "synthesize_point",
-           "synth_result", "simulate_point", "run", "rows", "csv_text", "plot", "markdown"]
+           "stop", "synth_result", "simulate_point", "run", "rows", "csv_text", "plot", "markdown"]
 
 #: The modules a sweep's tasks import on the workers.
 SWEEP_MODULES = ("memwall.sweep", "synth.flow", "cocotb_tests.bench")
@@ -138,11 +139,26 @@ def synthesize_point(prepared: dict, target: str, options: dict,
     try:
         report = synthesize(prepared["verilog"], prepared["top"], target, folder, **options)
     except (SynthError, ToolNotFound) as exc:      # their messages carry the log's last lines
+        if workdir is None and _stopping.is_set():
+            shutil.rmtree(folder, ignore_errors=True)   # stopped, not failed: no log to read
         return {"error": str(exc)}
     if workdir is None:
         shutil.rmtree(folder, ignore_errors=True)
     return {"report": report.as_dict(),
             "inputs": key_inputs(prepared["verilog"], prepared["top"], target, options)}
+
+
+#: Set in a worker by :func:`stop`: its tools' failures from then on are the interrupt's.
+_stopping = threading.Event()
+
+
+def stop() -> None:
+    """Stop the tools this worker process runs (:func:`synth.toolchain.stop_children`), for a
+    command interrupted on the client; the scratch folders of the stopped syntheses go too."""
+    from synth.toolchain import stop_children
+
+    _stopping.set()
+    stop_children()
 
 
 def synth_result(result: dict, cache):

@@ -339,3 +339,4 @@ def test_sigint_stops_the_tools_of_the_local_cluster(tmp_path):
     assert not any("Traceback" in line for line in lines), lines
     assert _processes_under(scratch) == []
     assert [p for p in out.rglob("*") if not p.is_dir()] == []
+    assert list(scratch.glob("memwall-sweep-*")) == []      # stopped, so no logs are kept
