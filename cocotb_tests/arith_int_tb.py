@@ -13,15 +13,8 @@ import cocotb
 from golden.arith import idot as idot_golden
 from golden.arith import requant as requant_golden
 
+from .streams import to_signed, to_unsigned
 from .tb import BlockTB, select_tb
-
-
-def _signed(value: int, bits: int) -> int:
-    return value - (1 << bits) if value >> (bits - 1) else value
-
-
-def _unsigned(value: int, bits: int) -> int:
-    return value & ((1 << bits) - 1)
 
 
 class RequantTB(BlockTB):
@@ -35,15 +28,15 @@ class RequantTB(BlockTB):
 
     def model(self, stream, item):
         p = self.params
-        x = _signed(item["x"], p.in_bits)
-        m = _signed(item["m"], p.mult_bits) if p.mult_signed else item["m"]
+        x = to_signed(item["x"], p.in_bits)
+        m = to_signed(item["m"], p.mult_bits) if p.mult_signed else item["m"]
         y = int(requant_golden.requantize(x, m, item["shift"], out_bits=p.out_bits,
                                           clamp=p.clamp))
-        return {"o": [{"y": _unsigned(y, p.out_bits)}]}
+        return {"o": [{"y": to_unsigned(y, p.out_bits)}]}
 
     def item(self, x, m, shift):
         p = self.params
-        return {"x": _unsigned(x, p.in_bits), "m": _unsigned(m, p.mult_bits), "shift": shift}
+        return {"x": to_unsigned(x, p.in_bits), "m": to_unsigned(m, p.mult_bits), "shift": shift}
 
     def corners(self):
         p = self.params
@@ -75,15 +68,15 @@ class IntDotTB(BlockTB):
 
     def model(self, stream, item):
         p = self.params
-        a = [_signed(item[f"a.{k}"], p.a_bits) for k in range(self.lanes)]
-        b = [_signed(item[f"b.{k}"], p.b_bits) for k in range(self.lanes)]
+        a = [to_signed(item[f"a.{k}"], p.a_bits) for k in range(self.lanes)]
+        b = [to_signed(item[f"b.{k}"], p.b_bits) for k in range(self.lanes)]
         y = int(idot_golden.dot(a, b))
-        return {"o": [{"y": _unsigned(y, p.acc_bits)}]}
+        return {"o": [{"y": to_unsigned(y, p.acc_bits)}]}
 
     def item(self, a, b):
         p = self.params
-        out = {f"a.{k}": _unsigned(v, p.a_bits) for k, v in enumerate(a)}
-        out.update({f"b.{k}": _unsigned(v, p.b_bits) for k, v in enumerate(b)})
+        out = {f"a.{k}": to_unsigned(v, p.a_bits) for k, v in enumerate(a)}
+        out.update({f"b.{k}": to_unsigned(v, p.b_bits) for k, v in enumerate(b)})
         return out
 
     def corners(self):

@@ -16,7 +16,18 @@ import cocotb
 from cocotb.triggers import Event, ReadOnly, RisingEdge
 
 __all__ = ["stream_port", "PayloadCodec", "StreamDriver", "StreamSink", "StreamMonitor",
-           "Scoreboard", "CycleCounter"]
+           "Scoreboard", "CycleCounter", "to_signed", "to_unsigned"]
+
+
+def to_signed(value: int, bits: int) -> int:
+    """The two's-complement reading of the low ``bits`` bits of a field's value."""
+    value = int(value) & ((1 << bits) - 1)
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def to_unsigned(value: int, bits: int) -> int:
+    """The ``bits``-bit field that holds ``value`` (two's complement for a negative one)."""
+    return int(value) & ((1 << bits) - 1)
 
 
 class PayloadCodec:

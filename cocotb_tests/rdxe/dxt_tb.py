@@ -40,6 +40,7 @@ from golden.arith.float import from_float
 from hdl.arith.format import FP32
 from hdl.rdxe import DESTS, GBUS_BYTES, OPS
 
+from ..streams import to_signed, to_unsigned
 from ..tb import BlockTB, select_tb
 
 __all__ = ["golden_params", "DxtModel", "DxtTB", "ENV_GEMV"]
@@ -59,14 +60,6 @@ def golden_params(cfg) -> golden.RdxeParams:
                              head_dim=cfg.head_dim, group_size=cfg.group_size,
                              mult_bits=cfg.mult_bits, clamp=cfg.clamp, rc_bits=cfg.rc_bits,
                              norm_frac=cfg.norm_frac, prob_frac=cfg.prob_frac)
-
-
-def _signed(value: int, bits: int) -> int:
-    return value - (1 << bits) if value >> (bits - 1) & 1 else value
-
-
-def _unsigned(value, bits: int) -> int:
-    return int(value) & ((1 << bits) - 1)
 
 
 def fp32(value: float) -> int:
@@ -91,18 +84,18 @@ class DxtModel:
         self.drop = 0                  # token chunks of refused commands still to come
 
     def wmem_write(self, item):
-        self.wmem[item["vac"], item["addr"]] = [_signed(item[f"data.{k}"], 8)
+        self.wmem[item["vac"], item["addr"]] = [to_signed(item[f"data.{k}"], 8)
                                                 for k in range(self.cfg.lanes)]
 
     def ppu_write(self, item):
-        self.table[item["vac"], item["addr"]] = (_signed(item["m"], self.cfg.mult_bits),
+        self.table[item["vac"], item["addr"]] = (to_signed(item["m"], self.cfg.mult_bits),
                                                  item["shift"])
 
     def chunk(self, item):
         if self.drop:                  # a refused command's chunk: drained, unused
             self.drop -= 1
             return
-        self.x.append([_signed(item[f"data.{k}"], 8) for k in range(self.cfg.lanes)])
+        self.x.append([to_signed(item[f"data.{k}"], 8) for k in range(self.cfg.lanes)])
 
     def command(self, item):
         self.cmds.append(dict(item))
@@ -211,7 +204,7 @@ def _words(y) -> list[dict]:
     out = []
     for w in range(-(-len(y) // GBUS_BYTES)):
         part = y[GBUS_BYTES * w:GBUS_BYTES * (w + 1)]
-        item = {f"data.{k}": _unsigned(v, 8) for k, v in enumerate(part)}
+        item = {f"data.{k}": to_unsigned(v, 8) for k, v in enumerate(part)}
         item.update(keep=(1 << len(part)) - 1, last=int(GBUS_BYTES * (w + 1) >= len(y)))
         out.append(item)
     return out
@@ -263,7 +256,7 @@ class DxtTB(BlockTB):
         row, entry = self._place(P * C, P)
         image = golden.wmem_image(W, self.dmodel.params)
         rows = [{"vac": v, "addr": row + r,
-                 **{f"data.{k}": _unsigned(image[v, r, k], 8) for k in range(L)}}
+                 **{f"data.{k}": to_unsigned(image[v, r, k], 8) for k in range(L)}}
                 for v in range(N) for r in range(P * C)]
         self.rng.shuffle(rows)
         self.send("wmem", rows)
@@ -278,7 +271,7 @@ class DxtTB(BlockTB):
             for v in range(N):
                 o = p * N + v
                 mo, so = (int(m[o]), int(shift[o])) if o < outputs else (0, 0)
-                items.append({"vac": v, "addr": entry + p, "m": _unsigned(mo, self.cfg.mult_bits),
+                items.append({"vac": v, "addr": entry + p, "m": to_unsigned(mo, self.cfg.mult_bits),
                               "shift": so})
         self.send("ppu", items)
 
@@ -293,7 +286,7 @@ class DxtTB(BlockTB):
         L = self.cfg.lanes
         xp = np.zeros(chunks * L, np.int64)
         xp[:len(x)] = x
-        self.send("x", [{f"data.{k}": _unsigned(xp[j * L + k], 8) for k in range(L)}
+        self.send("x", [{f"data.{k}": to_unsigned(xp[j * L + k], 8) for k in range(L)}
                         for j in range(chunks)])
 
     def scales(self, M, k):

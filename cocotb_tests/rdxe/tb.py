@@ -49,7 +49,7 @@ from golden import rdxe as golden
 from golden.arith.float import from_float
 from hdl.arith.format import FP32
 
-from ..streams import PayloadCodec, StreamMonitor
+from ..streams import PayloadCodec, StreamMonitor, to_signed, to_unsigned
 from ..tb import BlockTB, select_tb
 
 __all__ = ["golden_params", "VacModel", "CreditSource", "Op", "VacTB"]
@@ -61,14 +61,6 @@ def golden_params(cfg) -> golden.RdxeParams:
     return golden.RdxeParams(lanes=cfg.lanes, vacs=1, kv_cols=cfg.lanes, head_dim=cfg.lanes,
                              kv_rows=max(2 * cfg.lanes, 2), wmem_depth=golden.MAX_INPUTS,
                              mult_bits=cfg.mult_bits, clamp=cfg.clamp, rc_bits=cfg.rc_bits)
-
-
-def _signed(value: int, bits: int) -> int:
-    return value - (1 << bits) if value >> (bits - 1) & 1 else value
-
-
-def _unsigned(value: int, bits: int) -> int:
-    return int(value) & ((1 << bits) - 1)
 
 
 def _history(writes: list[tuple[int, object]], cycle: int, default):
@@ -120,7 +112,7 @@ class VacModel:
     # --- input transfers ----------------------------------------------------------------------
 
     def wmem_write(self, item: dict, cycle: int):
-        data = [_signed(item[f"data.{k}"], 8) for k in range(self.cfg.lanes)]
+        data = [to_signed(item[f"data.{k}"], 8) for k in range(self.cfg.lanes)]
         self.wmem[item["addr"]].append((cycle, data))
 
     def kv_write(self, item: dict, cycle: int):
@@ -129,11 +121,11 @@ class VacModel:
         row = list(_history(self.kv[item["addr"]], cycle + 1, [0] * self.cfg.lanes))
         for k in range(self.cfg.lanes):
             if item["en"] >> k & 1:
-                row[k] = _signed(item[f"data.{k}"], 8)
+                row[k] = to_signed(item[f"data.{k}"], 8)
         self.kv[item["addr"]].append((cycle, row))
 
     def ppu_write(self, item: dict, cycle: int):
-        m = _signed(item["m"], self.cfg.mult_bits)
+        m = to_signed(item["m"], self.cfg.mult_bits)
         self.table[item["addr"]].append((cycle, (m, item["shift"])))
 
     def rc_factor(self, item: dict, cycle: int):
@@ -153,7 +145,7 @@ class VacModel:
         # The row as it was in this cycle (the VAC's memories start all zero).
         memory = self.kv if item["kv"] else self.wmem
         out.w += _history(memory[item["row"]], cycle, [0] * self.cfg.lanes)
-        out.x += [_signed(item[f"data.{k}"], 8) for k in range(self.cfg.lanes)]
+        out.x += [to_signed(item[f"data.{k}"], 8) for k in range(self.cfg.lanes)]
         if not item["last"]:
             return
         out.entry, out.read_cycle = item["out"], cycle + self.entry_delay
@@ -183,7 +175,7 @@ class VacModel:
                                m, shift, self.params)
             else:
                 y = golden.gemv(W, x, m, shift, self.params)
-            results.append({"y": _unsigned(y[0], 8)})
+            results.append({"y": to_unsigned(y[0], 8)})
         return results
 
 
@@ -450,7 +442,7 @@ class VacTB(BlockTB):
         xp = np.zeros(C * L, np.int64)
         xp[:K] = op.x
         rows = [{"addr": r0 + p * C + j,
-                 **{f"data.{k}": _unsigned(Wp[p, j * L + k], 8) for k in range(L)}}
+                 **{f"data.{k}": to_unsigned(Wp[p, j * L + k], 8) for k in range(L)}}
                 for p in range(M) for j in range(C)]
         self.rng.shuffle(rows)
         memory = "wmem"
@@ -466,7 +458,7 @@ class VacTB(BlockTB):
                         if not mask >> k & 1}})
             self.rng.shuffle(halves)
             rows = halves
-        entries = [{"addr": e0 + p, "m": _unsigned(op.m[p], cfg.mult_bits),
+        entries = [{"addr": e0 + p, "m": to_unsigned(op.m[p], cfg.mult_bits),
                     "shift": int(op.shift[p])} for p in range(M)]
         self.rng.shuffle(entries)
         self.send(memory, rows)
@@ -484,7 +476,7 @@ class VacTB(BlockTB):
                     {"row": r0 + p * C + j, "first": int(j == 0), "last": int(j == C - 1),
                      "out": e0 + p, "rcu": int(fused), "rc_last": int(fused and p == M - 1),
                      "kv": int(op.kv),
-                     **{f"data.{k}": _unsigned(xp[j * L + k], 8) for k in range(L)}},
+                     **{f"data.{k}": to_unsigned(xp[j * L + k], 8) for k in range(L)}},
                     after=(lambda cycle, f=factor: self._release(f, cycle)) if release else None)
                 readers[r0 + p * C + j] = seq + 1
             self._outputs += 1
