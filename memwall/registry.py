@@ -312,9 +312,11 @@ class Block:
 #: multiplexers: Amaranth keeps them (``proc -nomux``) as ``always @*`` blocks that a declaration
 #: initialiser starts at time 0, which only Verilog-2005 rules turn into an event; under
 #: SystemVerilog's (``iverilog -g2012``) a combinational value whose inputs sit still stays X.
-#: Continuous assignments are evaluated at time 0 under both (docs/integration.md).
+#: Continuous assignments are evaluated at time 0 under both (docs/integration.md). A switch
+#: that is a constant table becomes a ROM first (``proc`` without ``-norom``): lowered to a
+#: multiplexer it would no longer reach block RAM in synthesis (arith-exp2: 79.0 against 133.9 MHz).
 _YOSYS_SCRIPT = ("read_rtlil <<rtlil\n{rtlil}\nrtlil\n"
-                 "proc -norom\nmemory_collect\nwrite_verilog")
+                 "proc\nmemory_collect\nwrite_verilog")
 
 
 def verilog_text(rtlil_text: str, top: str) -> str:
