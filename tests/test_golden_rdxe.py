@@ -8,6 +8,7 @@ schedules).
 """
 
 import math
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from golden.rdxe.model import _activation_quantize
 from hdl.arith.format import FP32
 
 DEFAULT = R.RdxeParams()
-SMALL = R.RdxeParams(lanes=4, vacs=2, wmem_depth=64, kv_rows=16, kv_cols=4, head_dim=8)
+SMALL = R.RdxeParams(lanes=4, vacs=2, wmem_depth=64, kv_rows=16, head_dim=8)
 BIG_WMEM = R.RdxeParams(wmem_depth=1 << 16)
 ONE = 0x3F800000
 
@@ -63,7 +64,6 @@ def test_default_parameters_and_derived_sizes():
     ({"wmem_depth": 0}, ValueError, "WMEM depth must be between 1 and 1048576, not 0"),
     ({"kv_rows": 384}, ValueError, "KV-cache row count must be a power of two between 2 and "
                                    "1048576, not 384"),
-    ({"kv_cols": 8}, ValueError, "KV-cache row width must be 16, not 8"),
     ({"head_dim": 40}, ValueError, "Head dimension must be a multiple of the lane count 16, "
                                    "not 40"),
     ({"head_dim": 8}, ValueError, "Head dimension must be between 16 and 1024, not 8"),
@@ -391,7 +391,7 @@ def test_overflow_is_reported_and_harmless(layout):
     part = R.kv_image(K[:5], V[:5], SMALL, layout)
     assert part.written.sum() == 5 * 8 * 2         # exactly the bytes of 5 tokens
     # A cache too small for the baseline's column-wise keys: every write is refused.
-    tiny = R.RdxeParams(lanes=4, vacs=2, kv_rows=8, kv_cols=4, head_dim=8)
+    tiny = R.RdxeParams(lanes=4, vacs=2, kv_rows=8, head_dim=8)
     assert R.kv_capacity(tiny, "baseline") == 0 and R.kv_capacity(tiny) == 4
     none = R.kv_image(K[:2], V[:2], tiny, "baseline")
     assert not none.responses.any() and not none.written.any()
@@ -886,7 +886,7 @@ def test_argument_messages():
         (lambda: R.gemv(W, x, [1, 2, 3], 0, DEFAULT), ValueError,
          r"PPU multiplier must be a scalar or one value per output \(2\), not shape \(3,\)"),
         (lambda: R.gemv(W, x, 1, 0, "default"), TypeError,
-         "Parameters must be an RdxeParams, not str"),
+         "Parameters must be an RdxeParams or a DxtConfig, not str"),
         (lambda: R.rmsnorm_gemv(W, x, 1, 0, 0, DEFAULT, mode="fast"), ValueError,
          "Mode must be 'fused' or 'sequential', not 'fast'"),
         (lambda: R.rmsnorm_gemv(W, x, 1, 0, 1, DEFAULT), ValueError,
@@ -930,3 +930,31 @@ def test_argument_messages():
     for call, error, message in cases:
         with pytest.raises(error, match=f"^{message}$"):
             call()
+
+
+def test_the_registry_parameters_drive_the_models():
+    """The registry's ``rdxe-dxt`` parameters go to the models as they are (no translation):
+    the same results as the RdxeParams of the same tile, and a VAC's own steps take the
+    ``rdxe-vac`` parameters."""
+    from memwall import registry
+
+    cfg = registry.get("rdxe-dxt").parameters("small")
+    same = R.RdxeParams(**{f.name: getattr(cfg, f.name) for f in fields(R.RdxeParams)})
+    rng = np.random.default_rng(3)
+    W, x = rng.integers(-128, 128, (8, 32)), rng.integers(-128, 128, 32)
+    assert np.array_equal(R.gemv(W, x, 3, 9, cfg), R.gemv(W, x, 3, 9, same))
+    assert np.array_equal(R.wmem_image(W, cfg), R.wmem_image(W, same))
+    for kind in ("k", "v"):
+        got = R.kv_address(kind, 5, np.arange(cfg.head_dim), cfg)
+        want = R.kv_address(kind, 5, np.arange(cfg.head_dim), same)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    assert R.qk_cycles(16, cfg) == R.qk_cycles(16, same, R.Latency.of(cfg))
+    vac = registry.get("rdxe-vac").parameters("small")
+    acc = R.accumulate(W, x)
+    assert np.array_equal(R.ppu(acc, 3, 9, vac), R.ppu(acc, 3, 9, same))
+    with pytest.raises(TypeError, match="Parameters must be an RdxeParams or a VacConfig, "
+                                        "not str"):
+        R.ppu(acc, 3, 9, "small")
+    with pytest.raises(TypeError, match="Parameters must be an RdxeParams or a DxtConfig, "
+                                        "not VacParams"):
+        R.gemv(W, x, 3, 9, vac)

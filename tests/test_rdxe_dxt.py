@@ -33,15 +33,6 @@ SMALL = dict(lanes=4, vacs=4, wmem_depth=160, ppu_depth=64, kv_rows=64, queue_de
              head_dim=16, max_inputs=64)
 
 
-def golden_params(cfg: DxtConfig) -> golden.RdxeParams:
-    """The golden parameters of the tile."""
-    return golden.RdxeParams(lanes=cfg.lanes, vacs=cfg.vacs, wmem_depth=1 << 20,
-                             kv_rows=cfg.kv_rows, kv_groups=cfg.kv_groups, kv_cols=cfg.lanes,
-                             head_dim=cfg.head_dim, group_size=cfg.group_size,
-                             mult_bits=cfg.mult_bits, clamp=cfg.clamp, rc_bits=cfg.rc_bits,
-                             norm_frac=cfg.norm_frac, prob_frac=cfg.prob_frac)
-
-
 def fp32(value: float) -> int:
     return int(from_float(np.float64(value), FP32))
 
@@ -94,7 +85,6 @@ class Program:
         return np.array(flat[:count])
 
     def __post_init__(self):
-        self.params = golden_params(self.cfg)
         self._identity = None
 
     # --- placement -------------------------------------------------------------------------
@@ -104,7 +94,7 @@ class Program:
         cfg, N, L = self.cfg, self.cfg.vacs, self.cfg.lanes
         M, K = W.shape
         C, P = -(-K // L), -(-M // N)
-        image = golden.wmem_image(W, self.params)
+        image = golden.wmem_image(W, self.cfg)
         row, entry = self.row, self.entry
         assert row + P * C <= cfg.wmem_depth and entry + P <= cfg.ppu_depth, "tile too small"
         for v in range(N):
@@ -157,11 +147,11 @@ class Program:
         fields = dict(outputs=W.shape[0], chunks=C, row=row, entry=entry)
         if rmsnorm is None:
             self.command("gemv", **fields)
-            want = golden.gemv(W, x, m, shift, self.params)
+            want = golden.gemv(W, x, m, shift, self.cfg)
         else:
             self.command("rmsnorm", seq=int(mode == "sequential"), inv_k=fp32(1 / len(x)),
                          eps=int(rmsnorm), **fields)
-            want = golden.rmsnorm_gemv(W, x, m, shift, rmsnorm, self.params, mode=mode)
+            want = golden.rmsnorm_gemv(W, x, m, shift, rmsnorm, self.cfg, mode=mode)
         self._send_x(x, C)
         self._expect(want)
         return want
@@ -193,7 +183,7 @@ class Program:
         self.entry += 1
         self.command("qk", entry=entry, head=head, tokens=len(K))
         self._send_x(q, self.cfg.key_rows)
-        _, s = golden.qk_scores(np.asarray(q), np.asarray(K), m, shift, self.params)
+        _, s = golden.qk_scores(np.asarray(q), np.asarray(K), m, shift, self.cfg)
         self._expect(s)
         return s
 
@@ -205,7 +195,7 @@ class Program:
         self.entry += passes
         self.command("pv", seq=int(mode == "sequential"), entry=entry, head=head,
                      tokens=len(V), scale=int(scale))
-        want = golden.softmax_pv(np.asarray(s), np.asarray(V), scale, m, shift, self.params,
+        want = golden.softmax_pv(np.asarray(s), np.asarray(V), scale, m, shift, self.cfg,
                                  mode=mode)
         self._expect(want)
         return want
@@ -283,7 +273,7 @@ def _attention(prog: Program, rng, *, heads, T, group_of=None, K=None, V=None, m
     d, G = cfg.head_dim, cfg.group_size
     group_of = group_of or [h // G for h in range(heads)]
     groups = sorted(set(group_of))
-    lo = prog.params.out_limits[0]
+    lo = prog.cfg.out_limits[0]
     if K is None:
         K = {g: rng.integers(lo, 128, (T, d)) for g in groups}
         V = {g: rng.integers(lo, 128, (T, d)) for g in groups}
@@ -338,7 +328,7 @@ def test_kv_cache_image_and_overflow():
     d/lanes rows in its owner VAC t mod N, values column by column in VAC e mod N) and nothing
     else, and attention over every stored token still equals golden."""
     cfg = DxtConfig(**{**SMALL, "kv_groups": 3, "group_size": 2})
-    params = golden_params(cfg)
+    params = cfg
     cap = cfg.capacity
     assert cap == golden.kv_capacity(params) == 8
     prog = Program(cfg)
@@ -444,7 +434,7 @@ def test_accuracy_within_the_documented_bounds():
     with one dominant score and with a row of equal scores (both modes)."""
     cfg = DxtConfig(**SMALL)
     prog = Program(cfg)
-    params = prog.params
+    params = prog.cfg
     lo, hi = params.out_limits
     rng = np.random.default_rng(8)
     d = cfg.head_dim
@@ -543,7 +533,7 @@ def test_cycles_match_the_model(op, size):
     and the GBUS included)."""
     cfg = DxtConfig(**SMALL)
     prog = Program(cfg)
-    params, lat = prog.params, golden.Latency(row=Dxt(cfg).row_latency)
+    params, lat = prog.cfg, golden.Latency.of(cfg)
     rng = np.random.default_rng(9)
     kind, _, mode = op.partition("-")
     if kind in ("gemv", "rmsnorm"):

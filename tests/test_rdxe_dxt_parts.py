@@ -25,12 +25,6 @@ SMALL = dict(lanes=4, vacs=4, wmem_depth=160, ppu_depth=64, kv_rows=64, queue_de
              head_dim=16, max_inputs=64)
 
 
-def _params(cfg: DxtConfig) -> golden.RdxeParams:
-    return golden.RdxeParams(lanes=cfg.lanes, vacs=cfg.vacs, wmem_depth=1 << 20,
-                             kv_rows=cfg.kv_rows, kv_groups=cfg.kv_groups, kv_cols=cfg.lanes,
-                             head_dim=cfg.head_dim, group_size=cfg.group_size)
-
-
 def _simulate(dut, bench):
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -60,7 +54,7 @@ def test_kv_writer_places_every_byte_where_golden_does(geometry):
     """Keys and values of random tokens and groups, one word per cycle with gaps: the bytes the
     VACs' caches end up holding are exactly ``golden.rdxe.kv_address``'s, and nothing else."""
     cfg = DxtConfig(**geometry)
-    params = _params(cfg)
+    params = cfg
     dut = KvWriter(cfg)
     rng = np.random.default_rng(len(str(geometry)))
     d = cfg.head_dim

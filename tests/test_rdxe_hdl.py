@@ -85,14 +85,18 @@ def test_shared_parameters_match_golden():
 
 
 def test_latencies_match_golden():
-    lat = golden.Latency()
     for lanes in (1, 4, 16, 64):
         vac = Vac(VacConfig(lanes=lanes))
+        lat = golden.Latency.of(vac.cfg)
         assert vac.dot_latency == lat.dot(lanes)
         assert vac.requant_latency == lat.requant
         assert vac.acc_latency == vac.row_latency + lat.dot(lanes) + lat.accumulate
     assert (Vac(VacConfig()).row_latency, Vac(VacConfig()).latency) == (5, 17)
     assert Vac(VacConfig(operand_stages=1)).latency == 14
+    for stages in (1, 4, 8):
+        cfg = VacConfig(operand_stages=stages)
+        assert golden.Latency.of(cfg).row == Vac(cfg).row_latency
+    assert golden.Latency.of(golden.RdxeParams()) == golden.Latency.of(VacConfig())
 
 
 # --- the test ring -------------------------------------------------------------------------------
@@ -168,7 +172,7 @@ class Ring(wiring.Component):
 # --- operations: stimulus and expected results ----------------------------------------------------
 
 def _params(cfg: VacConfig, vacs: int, **extra) -> golden.RdxeParams:
-    return golden.RdxeParams(lanes=cfg.lanes, vacs=vacs, kv_cols=cfg.lanes, mult_bits=cfg.mult_bits,
+    return golden.RdxeParams(lanes=cfg.lanes, vacs=vacs, mult_bits=cfg.mult_bits,
                              clamp=cfg.clamp, rc_bits=cfg.rc_bits, wmem_depth=1 << 20,
                              head_dim=cfg.lanes * max(1, 64 // cfg.lanes), kv_rows=1 << 10,
                              **extra)
@@ -614,7 +618,7 @@ def test_full_rate_needs_one_ring_trip_of_credits():
 
 
 def _ve_params(cfg: VeConfig) -> golden.RdxeParams:
-    return golden.RdxeParams(lanes=cfg.lanes, vacs=1, kv_cols=cfg.lanes, head_dim=cfg.lanes,
+    return golden.RdxeParams(lanes=cfg.lanes, vacs=1, head_dim=cfg.lanes,
                              kv_rows=2 * cfg.lanes, rc_bits=cfg.rc_bits, clamp=cfg.clamp,
                              norm_frac=cfg.norm_frac, prob_frac=cfg.prob_frac)
 

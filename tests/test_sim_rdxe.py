@@ -60,7 +60,8 @@ def test_layer_costs_are_those_of_the_paper_dxt_rtl():
     for name in ("lanes", "vacs", "head_dim", "mult_bits", "clamp", "rc_bits", "norm_frac",
                  "prob_frac"):
         assert getattr(P, name) == getattr(paper, name), name
-    assert Latency().row == Dxt(paper).row_latency
+    assert Latency.of(P) == Latency.of(paper)
+    assert Latency.of(paper).row == Dxt(paper).row_latency
 
 
 def test_busiest_dxt_sets_the_time():

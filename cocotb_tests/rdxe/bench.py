@@ -22,7 +22,7 @@ from sim import rdxe as ring
 
 from ..launcher import run_block
 from ..tb import ENV_METRICS
-from .dxt_tb import ENV_GEMV, ENV_OP, golden_params
+from .dxt_tb import ENV_GEMV, ENV_OP
 
 __all__ = ["extra", "GEMVS", "ATTENTION", "PAPER"]
 
@@ -55,7 +55,6 @@ def extra(out_dir: Path, simulator: str, progress: Callable[[str], None]) -> str
     """Run the measurements and return the Markdown sections (also written to JSON)."""
     block = registry.get("rdxe-dxt")
     params = block.parameters("default")
-    gp = golden_params(params)
     results = {"gemv": [], "attention": [], "stream": None}
     lines = ["", "## rDXE: measured on the default DXT", "",
              f"`rdxe-dxt` default ({params.vacs} VACs of {params.lanes} lanes, d = "
@@ -100,7 +99,7 @@ def extra(out_dir: Path, simulator: str, progress: Callable[[str], None]) -> str
                      f"{got['sequential']['model']} | "
                      f"{got['sequential']['cycles'] / got['fused']['cycles']:.2f}x |")
     (out_dir / "rdxe-measured.json").write_text(json.dumps(results, indent=2) + "\n")
-    lines += ["", paper_tables(gp), ""]
+    lines += ["", paper_tables(), ""]
     return "\n".join(lines) + "\n"
 
 
@@ -123,7 +122,7 @@ def _vrc(model, T: int):
     return out
 
 
-def paper_tables(gp) -> str:
+def paper_tables() -> str:
     """The cycle model at the paper's tile and layer shapes (the model the default tile's
     measurements validate)."""
     lines = ["## rDXE at the paper's tile (cycle model)", "",

@@ -43,23 +43,13 @@ from hdl.rdxe import DESTS, GBUS_BYTES, OPS
 from ..streams import to_signed, to_unsigned
 from ..tb import BlockTB, select_tb
 
-__all__ = ["golden_params", "DxtModel", "DxtTB", "ENV_GEMV"]
+__all__ = ["DxtModel", "DxtTB", "ENV_GEMV"]
 
 #: Benchmarks: the GEMV shape and count of ``full_rate`` ("M,K,count").
 ENV_GEMV = "MEMWALL_RDXE_GEMV"
 
 _GEMV, _RMS, _QK, _PV = (OPS.index(n) for n in ("gemv", "rmsnorm", "qk", "pv"))
 _OUT, _KEY, _VALUE = (DESTS.index(n) for n in ("out", "key", "value"))
-
-
-def golden_params(cfg) -> golden.RdxeParams:
-    """The golden parameters of a tile: its VACs, cache and formats (a WMEM large enough that the
-    golden model never refuses what the tile's rows hold)."""
-    return golden.RdxeParams(lanes=cfg.lanes, vacs=cfg.vacs, wmem_depth=1 << 20,
-                             kv_rows=cfg.kv_rows, kv_groups=cfg.kv_groups, kv_cols=cfg.lanes,
-                             head_dim=cfg.head_dim, group_size=cfg.group_size,
-                             mult_bits=cfg.mult_bits, clamp=cfg.clamp, rc_bits=cfg.rc_bits,
-                             norm_frac=cfg.norm_frac, prob_frac=cfg.prob_frac)
 
 
 def fp32(value: float) -> int:
@@ -72,7 +62,6 @@ class DxtModel:
 
     def __init__(self, cfg):
         self.cfg = cfg
-        self.params = golden_params(cfg)
         N, L = cfg.vacs, cfg.lanes
         self.wmem = np.zeros((N, cfg.wmem_depth, L), np.int64)
         self.table = np.zeros((N, cfg.ppu_depth, 2), np.int64)
@@ -159,31 +148,31 @@ class DxtModel:
     def _gemv(self, c, x):
         W, m, shift = self._weights(c)
         if c["op"] == _GEMV:
-            y = golden.gemv(W, x, m, shift, self.params)
+            y = golden.gemv(W, x, m, shift, self.cfg)
         else:
             mode = "sequential" if c["seq"] else "fused"
-            y = golden.rmsnorm_gemv(W, x, m, shift, np.uint32(c["eps"]), self.params, mode=mode,
+            y = golden.rmsnorm_gemv(W, x, m, shift, np.uint32(c["eps"]), self.cfg, mode=mode,
                                     inv_k=np.uint32(c["inv_k"]))
         if c["dest"] == _OUT:
             return y
         t, d = c["tokens"], self.cfg.head_dim
         kind = "k" if c["dest"] == _KEY else "v"
-        vac, row, col = golden.kv_address(kind, t, np.arange(d), self.params, group=c["head"])
+        vac, row, col = golden.kv_address(kind, t, np.arange(d), self.cfg, group=c["head"])
         self.kv[vac, row, col] = y
         return None
 
     def _cached(self, kind, group, T):
         t, ch = np.meshgrid(np.arange(T), np.arange(self.cfg.head_dim), indexing="ij")
-        vac, row, col = golden.kv_address(kind, t, ch, self.params, group=group)
+        vac, row, col = golden.kv_address(kind, t, ch, self.cfg, group=group)
         return self.kv[vac, row, col]
 
     def _qk(self, c, q):
         T, N = c["tokens"], self.cfg.vacs
         K = self._cached("k", c["head"] // self.cfg.group_size, T)
-        acc, _ = golden.qk_scores(q, K, 1, 0, self.params)
+        acc, _ = golden.qk_scores(q, K, 1, 0, self.cfg)
         t = np.arange(T)
         entry = self.table[t % N, c["entry"]]             # token t's score on VAC t mod N
-        self.scores = golden.ppu(acc, entry[:, 0], entry[:, 1], self.params)
+        self.scores = golden.ppu(acc, entry[:, 0], entry[:, 1], self.cfg)
         return self.scores
 
     def _pv(self, c, _):
@@ -195,7 +184,7 @@ class DxtModel:
         entry = self.table[e % N, c["entry"] + e // N]
         mode = "sequential" if c["seq"] else "fused"
         return golden.softmax_pv(self.scores, V, np.uint32(c["scale"]), entry[:, 0],
-                                 entry[:, 1], self.params, mode=mode)
+                                 entry[:, 1], self.cfg, mode=mode)
 
 
 def _words(y) -> list[dict]:
@@ -254,7 +243,7 @@ class DxtTB(BlockTB):
         M, K = W.shape
         C, P = -(-K // L), -(-M // N)
         row, entry = self._place(P * C, P)
-        image = golden.wmem_image(W, self.dmodel.params)
+        image = golden.wmem_image(W, self.cfg)
         rows = [{"vac": v, "addr": row + r,
                  **{f"data.{k}": to_unsigned(image[v, r, k], 8) for k in range(L)}}
                 for v in range(N) for r in range(P * C)]
@@ -458,9 +447,9 @@ async def full_rate(dut):
     macs = count * M * K
     # The model: back to back, each operation's requests follow the previous one's after the
     # sequencer's decode; the last one's words leave lead + done cycles after its first request.
-    lat = golden.Latency(row=1 + cfg.operand_stages)
+    lat = golden.Latency.of(cfg)
     model = ((count - 1) * (P * C + lat.accept) + lat.lead +
-             golden.gemv_cycles(M, K, tb.dmodel.params, lat).done + lat.word)
+             golden.gemv_cycles(M, K, cfg, lat).done + lat.word)
     tb.report("full_rate", items=items, cycles=span, per_cycle=round(items / span, 4),
               latency=o.first_cycle - x.first_cycle, latency_meaning="first token chunk taken "
               "to the first result word", macs=macs, M=M, K=K, count=count,
@@ -473,19 +462,19 @@ async def full_rate(dut):
 ENV_OP = "MEMWALL_RDXE_OP"
 
 
-def model_cycles(cfg, params, kind, mode, a, b) -> int:
+def model_cycles(cfg, kind, mode, a, b) -> int:
     """Cycles from an operation's command taken to its response, by ``golden.rdxe``'s cycle
     model, for an operation that waits for nothing: the command's decode register, the
     sequencer's accept, ``lead`` to cycle 0, ``done``, the response queue."""
-    lat = golden.Latency(row=1 + cfg.operand_stages)
+    lat = golden.Latency.of(cfg)
     if kind == "gemv":
-        c = golden.gemv_cycles(a, b, params, lat)
+        c = golden.gemv_cycles(a, b, cfg, lat)
     elif kind == "rmsnorm":
-        c = golden.rmsnorm_gemv_cycles(a, b, params, mode=mode, lat=lat)
+        c = golden.rmsnorm_gemv_cycles(a, b, cfg, mode=mode, lat=lat)
     elif kind == "qk":
-        c = golden.qk_cycles(a, params, lat)
+        c = golden.qk_cycles(a, cfg, lat)
     else:
-        c = golden.softmax_pv_cycles(a, params, mode=mode, lat=lat)
+        c = golden.softmax_pv_cycles(a, cfg, mode=mode, lat=lat)
     return lat.decode + lat.accept + lat.lead + c.done - 1 + lat.response
 
 
@@ -519,6 +508,6 @@ async def measure(dut):
     cmd, resp = tb.input_monitors["cmd"], tb.output_monitors["resp"]
     assert cmd.transfers == taken + 1
     cycles = resp.last_cycle - cmd.last_cycle
-    model = model_cycles(tb.cfg, tb.dmodel.params, kind, mode, a, b)
+    model = model_cycles(tb.cfg, kind, mode, a, b)
     tb.report("measure", op=spec, cycles=cycles, model=model)
     assert cycles == model, f"{spec}: {cycles} cycles from command to response, model {model}"

@@ -52,15 +52,7 @@ from hdl.arith.format import FP32
 from ..streams import PayloadCodec, StreamMonitor, to_signed, to_unsigned
 from ..tb import BlockTB, select_tb
 
-__all__ = ["golden_params", "VacModel", "CreditSource", "Op", "VacTB"]
-
-
-def golden_params(cfg) -> golden.RdxeParams:
-    """The golden parameters of one VAC's results: its lanes, PPU and RC factor, one VAC, and a
-    WMEM and KV cache large enough that the model of a single output is never refused."""
-    return golden.RdxeParams(lanes=cfg.lanes, vacs=1, kv_cols=cfg.lanes, head_dim=cfg.lanes,
-                             kv_rows=max(2 * cfg.lanes, 2), wmem_depth=golden.MAX_INPUTS,
-                             mult_bits=cfg.mult_bits, clamp=cfg.clamp, rc_bits=cfg.rc_bits)
+__all__ = ["VacModel", "CreditSource", "Op", "VacTB"]
 
 
 def _history(writes: list[tuple[int, object]], cycle: int, default):
@@ -98,7 +90,6 @@ class VacModel:
 
     def __init__(self, cfg, entry_delay: int):
         self.cfg = cfg
-        self.params = golden_params(cfg)
         self.entry_delay = entry_delay
         self.wmem: dict[int, list] = collections.defaultdict(list)     # row -> [(cycle, data)]
         self.kv: dict[int, list] = collections.defaultdict(list)       # row -> [(cycle, data)]
@@ -170,11 +161,10 @@ class VacModel:
             m, shift = _history(self.table[out.entry], out.read_cycle, (0, 0))
             W, x = np.array([out.w]), np.array(out.x)
             m, shift = np.array([m]), np.array([shift])
+            acc = golden.accumulate(W, x)
             if out.fused:
-                y = golden.ppu(golden.rcu(golden.accumulate(W, x), self.factors[out.factor]),
-                               m, shift, self.params)
-            else:
-                y = golden.gemv(W, x, m, shift, self.params)
+                acc = golden.rcu(acc, self.factors[out.factor])
+            y = golden.ppu(acc, m, shift, self.cfg)
             results.append({"y": to_unsigned(y[0], 8)})
         return results
 
@@ -408,8 +398,7 @@ class VacTB(BlockTB):
     def rc_code(self, value: float, frac: int) -> dict:
         """The vector engine's RC factor for the real factor ``value``: ``golden.rdxe.to_rc`` of
         its fp32 code."""
-        rc = golden.to_rc(np.uint32(from_float(np.float64(value), FP32)), frac,
-                          self.vmodel.params)
+        rc = golden.to_rc(np.uint32(from_float(np.float64(value), FP32)), frac, self.cfg)
         return {"m": int(rc.m), "shift": int(rc.shift)}
 
     def _place(self, size: int, depth: int, attr: str) -> int:

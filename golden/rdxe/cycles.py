@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hdl.latency import unit_latency
+from hdl.rdxe.spec import VacConfig
+from hdl.rdxe.vac import Vac
 from hdl.validate import integer
 
 from .params import GBUS_BYTES, MAX_TOKENS, RdxeParams, _layout, _mode, _params
@@ -45,7 +48,7 @@ class Latency:
     the VACs.
     """
 
-    requant: int = 4
+    requant: int = unit_latency(Vac.ppu_unit(VacConfig()))
     int_to_float: int = 3
     fmul: int = 5
     fadd: int = 6
@@ -56,7 +59,7 @@ class Latency:
     broadcast: int = 1
     score_read: int = 2
     queue: int = 2
-    row: int = 5
+    row: int = Vac.row_latency_of(VacConfig())
     wait: int = 1
     response: int = 2
     word: int = 1
@@ -64,6 +67,16 @@ class Latency:
     split: int = 1
     rc_out: int = 1
     decode: int = 1
+
+    @classmethod
+    def of(cls, params) -> Latency:
+        """The latencies of the tile ``params`` describes: those of its VACs' PPU and operand
+        path (``hdl.rdxe.Vac.ppu_unit``, ``Vac.row_latency_of``) for a ``DxtConfig`` or a
+        ``VacConfig``; the defaults (the hardware's defaults) for an :class:`RdxeParams`, which
+        names no registers."""
+        if not isinstance(params, VacConfig):
+            return cls()
+        return cls(requant=unit_latency(Vac.ppu_unit(params)), row=Vac.row_latency_of(params))
 
     def dot(self, lanes: int) -> int:
         return 1 + (lanes.bit_length() - 1)
@@ -157,7 +170,7 @@ def _cycles(total: int, outputs: int, inputs: int, params: RdxeParams, **extra) 
     return Cycles(int(total), macs, macs / (params.vacs * params.lanes * int(total)), **extra)
 
 
-def gemv_cycles(outputs: int, inputs: int, params: RdxeParams, lat: Latency = Latency()
+def gemv_cycles(outputs: int, inputs: int, params: RdxeParams, lat: Latency | None = None
                 ) -> Cycles:
     """Cycles of a plain GEMV of ``outputs`` x ``inputs`` on one DXT.
 
@@ -170,6 +183,7 @@ def gemv_cycles(outputs: int, inputs: int, params: RdxeParams, lat: Latency = La
     1``; ``done`` adds the GBUS (:func:`_gbus`).
     """
     params = _params(params)
+    lat = Latency.of(params) if lat is None else lat
     outputs, inputs = _pos(outputs, "Output count"), _pos(inputs, "Input length")
     results = _acc_ready(outputs, inputs, params, lat) + lat.requant
     return _cycles(results.max() + 1, outputs, inputs, params, done=_gbus(results, lat))
@@ -214,7 +228,7 @@ def _sequential(plain: Cycles, inputs: int, params: RdxeParams, lat: Latency, rc
 
 
 def rmsnorm_gemv_cycles(outputs: int, inputs: int, params: RdxeParams, *, mode: str = "fused",
-                        lat: Latency = Latency()) -> Cycles:
+                        lat: Latency | None = None) -> Cycles:
     """Cycles of an RMSNorm-GEMV, fused or sequential.
 
     The VE's sum ``IntDot(x, x)`` takes chunk ``j`` at cycle ``j``, where VAC 0's lane tree meets
@@ -233,6 +247,7 @@ def rmsnorm_gemv_cycles(outputs: int, inputs: int, params: RdxeParams, *, mode: 
     + wait + C + lead + gemv_cycles(...).total`` (:func:`_sequential`).
     """
     params = _params(params)
+    lat = Latency.of(params) if lat is None else lat
     mode = _mode(mode)
     outputs, inputs = _pos(outputs, "Output count"), _pos(inputs, "Input length")
     rc_ready = _rc_ready(inputs, params, lat)
@@ -242,7 +257,7 @@ def rmsnorm_gemv_cycles(outputs: int, inputs: int, params: RdxeParams, *, mode: 
 
 
 def softmax_pv_cycles(tokens: int, params: RdxeParams, *, mode: str = "fused",
-                      lat: Latency = Latency()) -> Cycles:
+                      lat: Latency | None = None) -> Cycles:
     """Cycles of one head's softmax-P.V (``head_dim`` outputs, ``tokens`` inputs).
 
     The INT8 scores and their maximum are in the VE (:func:`qk_cycles`). The VE reads ``lanes``
@@ -259,6 +274,7 @@ def softmax_pv_cycles(tokens: int, params: RdxeParams, *, mode: str = "fused",
     rc_ready + wait + C + lead + gemv_cycles(head_dim, tokens).total``.
     """
     params = _params(params)
+    lat = Latency.of(params) if lat is None else lat
     mode = _mode(mode)
     tokens = integer(tokens, "Token count", 1, MAX_TOKENS)
     rc_ready = _rc_ready(tokens, params, lat)
@@ -268,7 +284,7 @@ def softmax_pv_cycles(tokens: int, params: RdxeParams, *, mode: str = "fused",
     return _sequential(gemv_cycles(d, tokens, params, lat), tokens, params, lat, rc_ready)
 
 
-def qk_cycles(tokens: int, params: RdxeParams, lat: Latency = Latency()) -> Cycles:
+def qk_cycles(tokens: int, params: RdxeParams, lat: Latency | None = None) -> Cycles:
     """Cycles of one head's Q.K^T with INT8 write-back to the VE (iWuR layout).
 
     A GEMV with ``tokens`` outputs and ``head_dim`` inputs: token ``t`` on VAC ``t mod N`` (its
@@ -280,6 +296,7 @@ def qk_cycles(tokens: int, params: RdxeParams, lat: Latency = Latency()) -> Cycl
     they come. ``total = done = g_last + 1``.
     """
     params = _params(params)
+    lat = Latency.of(params) if lat is None else lat
     tokens = integer(tokens, "Token count", 1, MAX_TOKENS)
     results = _acc_ready(tokens, params.head_dim, params, lat) + lat.requant
     done = _gbus(results, lat)
@@ -350,7 +367,7 @@ def kv_read_cycles(tokens: int, op: str, params: RdxeParams, layout: str = "iwur
 
 
 def layout_cycles(tokens: int, op: str, params: RdxeParams, layout: str = "iwur", *,
-                  mode: str = "fused", lat: Latency = Latency()) -> int:
+                  mode: str = "fused", lat: Latency | None = None) -> int:
     """Cycles of one head's Q.K^T (``op="qk"``) or softmax-P.V (``"pv"``, ``mode``) with the KV
     cache in ``layout``.
 
@@ -360,6 +377,7 @@ def layout_cycles(tokens: int, op: str, params: RdxeParams, layout: str = "iwur"
     before the first key can go (iWuR reads ``d / lanes`` rows before it).
     """
     params = _params(params)
+    lat = Latency.of(params) if lat is None else lat
     layout = _layout(layout)
     if op == "qk":
         iwur = qk_cycles(tokens, params, lat).total

@@ -18,7 +18,7 @@ from ..arith.idot import dot
 from ..arith.requant import requantize
 from .kv import KVImage, kv_groups
 from .params import (MAX_INPUTS, MAX_TOKENS, P_ONE, RdxeParams, SHIFT_MAX, _INT8, _fp32_code, _int8,
-                     _ints, _mode, _params, _ppu_args)
+                     _ints, _mode, _params, _ppu_args, _vac_params)
 
 __all__ = [
     "RCFactor", "RmsNormTrace", "SoftmaxTrace", "accumulate", "ppu", "to_rc", "rcu",
@@ -49,7 +49,7 @@ def accumulate(W, x) -> np.ndarray:
 def ppu(acc, m, shift, params: RdxeParams) -> np.ndarray:
     """Requantize accumulators to INT8: ``clamp(RNE(acc * m / 2**shift))`` (the shared
     requantizer with ``mult_bits`` signed multipliers and the ``clamp`` range)."""
-    params = _params(params)
+    params = _vac_params(params)
     return requantize(acc, m, shift, out_bits=8, clamp=params.clamp)
 
 
@@ -100,7 +100,7 @@ def to_rc(bits, frac: int, params: RdxeParams) -> RCFactor:
     ValueError
         A negative or NaN factor (the VE never produces one).
     """
-    params = _params(params)
+    params = _vac_params(params)
     frac = integer(frac, "RC fraction bits", 0, 30)
     value, sig, e = _significands(bits)
     if np.any(np.isnan(value) | (value < 0)):

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hdl.arith.format import FP32
-from hdl.rdxe.spec import KVGeometry
-from hdl.validate import integer, one_of, power_of_two
+from hdl.rdxe.spec import DxtConfig, KVGeometry, VacConfig, check_rc_clamp, check_tile
+from hdl.validate import integer, power_of_two
 
 __all__ = [
     "LAYOUTS", "MODES", "P_ONE", "SHIFT_MAX", "GBUS_BYTES", "MAX_INPUTS", "MAX_TOKENS",
@@ -32,7 +32,6 @@ MAX_INPUTS = 1 << 16
 #: Most tokens of a softmax row: sum(p) <= 127 * 2**16 < 2**24 converts to fp32 exactly.
 MAX_TOKENS = 1 << 16
 _INT8 = (-128, 127)
-_CLAMPS = ("symmetric", "full")
 
 
 # --- parameters -----------------------------------------------------------------------------------
@@ -53,8 +52,6 @@ class RdxeParams:
     kv_rows : int
         KV-cache rows per VAC, a power of two from 2 to 2**20 (512); the first half holds K, the
         second half V. It must hold at least one token.
-    kv_cols : int
-        KV-cache row width in bytes; it must equal ``lanes`` (one row feeds the MAC per cycle).
     head_dim : int
         Head dimension ``d``: a multiple of ``lanes`` from ``lanes`` to 1024 (64).
     group_size : int
@@ -88,7 +85,6 @@ class RdxeParams:
     vacs: int = 16
     wmem_depth: int = 1024
     kv_rows: int = 512
-    kv_cols: int = 16
     head_dim: int = 64
     group_size: int = 1
     kv_groups: int = 1
@@ -103,20 +99,9 @@ class RdxeParams:
         integer(self.vacs, "VAC count", 1, 64)
         integer(self.wmem_depth, "WMEM depth", 1, 1 << 20)
         power_of_two(self.kv_rows, "KV-cache row count", 2, 1 << 20)
-        one_of(self.kv_cols, "KV-cache row width", (self.lanes,))
-        integer(self.head_dim, "Head dimension", self.lanes, 1024)
-        if self.head_dim % self.lanes:
-            raise ValueError(f"Head dimension must be a multiple of the lane count "
-                             f"{self.lanes}, not {self.head_dim}")
-        integer(self.group_size, "GQA group size", 1, 64)
-        integer(self.kv_groups, "KV group count", 1, 64)
         integer(self.mult_bits, "PPU multiplier width", 2, 32)
-        if self.clamp not in _CLAMPS:
-            raise ValueError(f"Clamp must be 'symmetric' or 'full', not {self.clamp!r}")
-        integer(self.rc_bits, "RC factor width", 16, 30)
-        integer(self.norm_frac, "RMSNorm fraction bits", 0, 7)
-        integer(self.prob_frac, "Probability fraction bits", 0, 7)
-        self.kv.check()
+        check_rc_clamp(self.rc_bits, self.clamp)
+        check_tile(self)
 
     @property
     def rc_mant_bits(self) -> int:
@@ -203,7 +188,19 @@ def _layout(layout: str) -> str:
     return layout
 
 
-def _params(params) -> RdxeParams:
-    if not isinstance(params, RdxeParams):
-        raise TypeError(f"Parameters must be an RdxeParams, not {type(params).__name__}")
+def _params(params) -> RdxeParams | DxtConfig:
+    """A tile's parameters: the model's :class:`RdxeParams` or the hardware's ``DxtConfig``
+    (the registry's ``rdxe-dxt`` parameters), which has every field the models read."""
+    if not isinstance(params, (RdxeParams, DxtConfig)):
+        raise TypeError(f"Parameters must be an RdxeParams or a DxtConfig, not "
+                        f"{type(params).__name__}")
+    return params
+
+
+def _vac_params(params) -> RdxeParams | VacConfig:
+    """One VAC's parameters, for the models of a VAC's own steps (PPU, RC factor): a tile's, or
+    the hardware's ``VacConfig`` (the registry's ``rdxe-vac`` parameters)."""
+    if not isinstance(params, (RdxeParams, VacConfig)):
+        raise TypeError(f"Parameters must be an RdxeParams or a VacConfig, not "
+                        f"{type(params).__name__}")
     return params

@@ -118,7 +118,7 @@ class Dxt(wiring.Component):
     @property
     def row_latency(self) -> int:
         """A VAC's ``row_latency``: a chunk on its ``hlink_i`` to its lane tree."""
-        return 1 + self.cfg.operand_stages
+        return Vac.row_latency_of(self.cfg)
 
     @property
     def request_latency(self) -> int:

@@ -356,6 +356,21 @@ class KVGeometry:
                              f"rows per half), not {self.kv_rows}")
 
 
+def check_tile(p) -> None:
+    """Check the tile-level fields shared by :class:`DxtConfig` and ``golden.rdxe.RdxeParams``:
+    ``head_dim`` (a multiple of ``lanes`` up to 1024), ``group_size``, ``kv_groups``,
+    ``norm_frac``, ``prob_frac``, and a cache that holds one token of each group."""
+    integer(p.head_dim, "Head dimension", p.lanes, 1024)
+    if p.head_dim % p.lanes:
+        raise ValueError(f"Head dimension must be a multiple of the lane count "
+                         f"{p.lanes}, not {p.head_dim}")
+    integer(p.group_size, "GQA group size", 1, 64)
+    integer(p.kv_groups, "KV group count", 1, 64)
+    integer(p.norm_frac, "RMSNorm fraction bits", 0, 7)
+    integer(p.prob_frac, "Probability fraction bits", 0, 7)
+    p.kv.check()
+
+
 @dataclass(frozen=True)
 class DxtConfig(VacConfig):
     """Check and hold the parameters of one decoder execution tile (DXT).
@@ -405,16 +420,8 @@ class DxtConfig(VacConfig):
         if self.kv_rows == 0:
             raise ValueError("KV-cache row count must be a power of two between 2 and "
                              f"{MAX_DEPTH}, not 0")
-        integer(self.head_dim, "Head dimension", self.lanes, 1024)
-        if self.head_dim % self.lanes:
-            raise ValueError(f"Head dimension must be a multiple of the lane count "
-                             f"{self.lanes}, not {self.head_dim}")
-        integer(self.group_size, "GQA group size", 1, 64)
-        integer(self.kv_groups, "KV group count", 1, 64)
-        integer(self.norm_frac, "RMSNorm fraction bits", 0, 7)
-        integer(self.prob_frac, "Probability fraction bits", 0, 7)
+        check_tile(self)
         integer(self.max_inputs, "Token buffer length", 1, 1 << 16)
-        self.kv.check()
 
     def vac_config(self) -> VacConfig:
         return VacConfig(**VacConfig.kwargs(self))
@@ -430,6 +437,7 @@ class DxtConfig(VacConfig):
 
     key_rows = property(lambda self: self.kv.key_rows)
     value_rows = property(lambda self: self.kv.value_rows)
+    half_rows = property(lambda self: self.kv.half_rows)
     group_rows = property(lambda self: self.kv.group_rows)
     capacity = property(lambda self: self.kv.capacity)
 

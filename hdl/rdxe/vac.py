@@ -168,33 +168,44 @@ class Vac(wiring.Component):
 
     # The products' registers are the ECP5 multiplier blocks' own (hdl.arith.dsp) when built for
     # that target: in a DXT the blocks sit far from the VAC's logic.
-    def _dot(self) -> partial:
-        return partial(IntDot, self.cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS,
+    @staticmethod
+    def dot_unit(cfg: VacConfig) -> partial:
+        """The lane tree of a VAC of configuration ``cfg``."""
+        return partial(IntDot, cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS,
                        acc_bits=ACC_BITS, block_registers=True)
 
-    def _ppu(self) -> partial:
-        return partial(Requantizer, ACC_BITS, CODE_BITS, clamp=self.cfg.clamp,
-                       mult_bits=self.cfg.mult_bits, block_registers=True)
+    @staticmethod
+    def ppu_unit(cfg: VacConfig) -> partial:
+        """The PPU's requantizer of a VAC of configuration ``cfg``."""
+        return partial(Requantizer, ACC_BITS, CODE_BITS, clamp=cfg.clamp,
+                       mult_bits=cfg.mult_bits, block_registers=True)
 
-    def _rcu(self) -> partial:
+    @staticmethod
+    def rcu_unit(cfg: VacConfig) -> partial:
+        """The RCU's requantizer of a VAC of configuration ``cfg``."""
         return partial(Requantizer, ACC_BITS, ACC_BITS, clamp="full",
-                       mult_bits=self.cfg.rc_mant_bits, mult_signed=False, block_registers=True)
+                       mult_bits=cfg.rc_mant_bits, mult_signed=False, block_registers=True)
+
+    @staticmethod
+    def row_latency_of(cfg: VacConfig) -> int:
+        """Cycles from a chunk on ``hlink_i`` to the lane tree's input, where it meets its WMEM
+        row: the HLINK register (the synchronous WMEM read) and ``operand_stages``."""
+        return 1 + cfg.operand_stages
 
     @property
     def dot_latency(self) -> int:
         """Cycles of the lane tree: ``1 + log2(lanes)`` (``golden.rdxe.Latency.dot``)."""
-        return unit_latency(self._dot())
+        return unit_latency(self.dot_unit(self.cfg))
 
     @property
     def requant_latency(self) -> int:
         """Cycles of the PPU and of the RCU (``golden.rdxe.Latency.requant``)."""
-        return unit_latency(self._ppu())
+        return unit_latency(self.ppu_unit(self.cfg))
 
     @property
     def row_latency(self) -> int:
-        """Cycles from a chunk on ``hlink_i`` to the lane tree's input, where it meets its WMEM
-        row: the HLINK register (the synchronous WMEM read) and ``operand_stages``."""
-        return 1 + self.cfg.operand_stages
+        """:meth:`row_latency_of` the configuration."""
+        return self.row_latency_of(self.cfg)
 
     @property
     def acc_latency(self) -> int:
@@ -260,7 +271,7 @@ class Vac(wiring.Component):
         chunk_valid = delay(m, self.hlink_o.valid, stages, name="chunk_valid", reset=True)
 
         # ---- lane tree and INT32 accumulator ----------------------------------------------------
-        m.submodules.dot = dot = self._dot()()
+        m.submodules.dot = dot = self.dot_unit(self.cfg)()
         m.d.comb += [dot.i.valid.eq(chunk_valid), dot.i.payload.a.eq(chunk.data),
                      dot.i.payload.b.eq(row)]
         lat = dot.latency
@@ -304,8 +315,8 @@ class Vac(wiring.Component):
 
         # ---- issue, in order: to the RCU (with a factor) or straight to the PPU ---------------
         queue = ResultQueue(m, self.o, depth=depth, name="results")
-        m.submodules.rcu = rcu = self._rcu()()
-        m.submodules.ppu = ppu = self._ppu()()
+        m.submodules.rcu = rcu = self.rcu_unit(self.cfg)()
+        m.submodules.ppu = ppu = self.ppu_unit(self.cfg)()
         in_rcu = Signal(range(rcu.latency + 1))     # items in the RCU, its output included
         to_rcu = Signal()
         to_ppu = Signal()

@@ -20,27 +20,9 @@ from .units import requant_products as _requant
 
 
 @dataclass(frozen=True)
-class VacParams(BlockParams):
-    """Lanes, WMEM and PPU table depths, PPU multiplier width, clamp, RC factor width, KV-cache
-    rows, result queue depth and operand register stages of one VAC: the fields of
-    :class:`hdl.rdxe.VacConfig`.
-
-    Checked by :class:`hdl.rdxe.VacConfig` (the registry builds the component); ``ppu_depth`` None
-    means ``wmem_depth``.
-    """
-
-    lanes: int = 16
-    wmem_depth: int = 1024
-    ppu_depth: int | None = None
-    mult_bits: int = 32
-    clamp: str = "symmetric"
-    rc_bits: int = 25
-    kv_rows: int = 512
-    queue_depth: int = 32
-    operand_stages: int = 4
-
-    def config(self) -> VacConfig:
-        return VacConfig(**{name: getattr(self, name) for name in VacParams.names()})
+class VacParams(BlockParams, VacConfig):
+    """The fields of :class:`hdl.rdxe.VacConfig`, checked by it. ``ppu_depth`` None means
+    ``wmem_depth`` (resolved when the parameters are made)."""
 
 
 _PRESETS = {
@@ -154,11 +136,11 @@ register(Block(
             "PPU and fused RCU, credit flow control",
     params=VacParams,
     presets=_PRESETS,
-    build=lambda p: Vac(p.config()),
+    build=lambda p: Vac(p),
     golden="golden.rdxe",
     testbench="cocotb_tests.rdxe.tb",
     timing=_vac_timing,
-    size=lambda p: _vac_size(p.config()),
+    size=_vac_size,
     synth=SynthSettings(),
 ))
 
