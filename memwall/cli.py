@@ -326,6 +326,16 @@ def _synth_line(tag: str, report) -> str:
             f"Fmax {fmax} ({report.seconds:.1f} s{', cached' if report.cached else ''})")
 
 
+def _largest_first(chosen: list, preset: str) -> list[int]:
+    """The order ``memwall build`` takes ``chosen`` in: the largest netlists (the registry's
+    ``Size.cells`` estimate) first, so that the longest syntheses start first and the small ones
+    fill the workers in beside them; the report keeps the registry's order."""
+    def cells(i: int) -> int:
+        block = chosen[i]
+        return block.size(block.parameters(preset)).cells if block.synth.targets else 0
+    return sorted(range(len(chosen)), key=lambda i: -cells(i))
+
+
 def _build_blocks(client: Callable, chosen: list, args, out: Path) -> tuple[list, list, list]:
     """Generate and lint the blocks here, one after another, while the cluster synthesizes those
     already generated (through the cache); each block's files are moved into place once its
@@ -338,7 +348,7 @@ def _build_blocks(client: Callable, chosen: list, args, out: Path) -> tuple[list
     from . import sweep
 
     cache, pending, waiting, stages = _cache(args), set(), {}, {}
-    entries, reports, failures = [], [], []
+    entries, reports, failures = [None] * len(chosen), [None] * len(chosen), []
     # Workers of the local cluster write their logs into the block's folder; others keep theirs.
     local = args.scheduler is None
 
@@ -360,14 +370,15 @@ def _build_blocks(client: Callable, chosen: list, args, out: Path) -> tuple[list
             stages.pop(i).__exit__(None, None, None)
 
     try:
-        for i, block in enumerate(chosen):
-            tag = f"[{i + 1}/{len(chosen)}] {block.name}"
+        for n, i in enumerate(_largest_first(chosen, args.preset)):
+            block = chosen[i]
+            tag = f"[{n + 1}/{len(chosen)}] {block.name}"
             staged = Staged(out / block.name)     # a finished block's files stay if one fails
             stages[i] = staged
             entry, jobs = _build_block(block, block.parameters(args.preset), args,
                                        staged.__enter__(), staged.final, tag, synthesize)
-            entries.append(entry)
-            reports.append([None] * len(jobs))
+            entries[i] = entry
+            reports[i] = [None] * len(jobs)
             for t, (target, job) in enumerate(jobs):
                 if isinstance(job, SynthReport):
                     reports[i][t] = job

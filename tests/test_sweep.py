@@ -300,8 +300,9 @@ def test_a_build_whose_tools_fail_reports_it_and_finishes_the_others(capsys, tmp
                      "-o", str(out)])
     err = capsys.readouterr().err
     assert code == 1
-    assert "[2/2] arith-fpadd: generic: FAILED: yosys synth_ecp5 failed; log: " in err
-    assert "build: waiting for arith-fpadd (generic) (0 min)" in err
+    # The larger netlist (the registry's estimate) goes first; the report keeps the given order.
+    assert "[1/2] arith-fpadd: generic: FAILED: yosys synth_ecp5 failed; log: " in err
+    assert "build: waiting for arith-" in err          # the heartbeat of a running synthesis
     assert err.strip().splitlines()[-1].startswith(
         "synthesis failed: arith-fpadd (generic): yosys synth_ecp5 failed; log: ")
     blocks = json.loads((out / "report.json").read_text())["blocks"]
@@ -310,6 +311,21 @@ def test_a_build_whose_tools_fail_reports_it_and_finishes_the_others(capsys, tmp
     assert "- **arith-fpadd** (generic): yosys synth_ecp5 failed; log: " in \
         (out / "report.md").read_text()
     assert (out / "arith-fpadd" / "arith_fpadd.v").is_file()        # its files are kept
+
+
+def test_build_starts_the_largest_netlists_first():
+    """memwall build hands the syntheses to the cluster largest first (Size.cells), so that the
+    longest start at once and the small ones fill in beside them; blocks it does not synthesize
+    come last."""
+    from memwall.cli import _largest_first
+
+    chosen = registry.blocks()
+    order = _largest_first(chosen, "default")
+    assert sorted(order) == list(range(len(chosen)))
+    cells = [chosen[i].size(chosen[i].parameters("default")).cells
+             if chosen[i].synth.targets else 0 for i in order]
+    assert cells == sorted(cells, reverse=True) and cells[0] > cells[-1]
+    assert not chosen[order[-1]].synth.targets
 
 
 def test_sigint_stops_the_tools_of_the_local_cluster(tmp_path):
