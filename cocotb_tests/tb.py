@@ -20,6 +20,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 
 from memwall import registry
 
+from . import functional  # noqa: F401 - saves the run's functional coverage as it exits
 from .axis import AxisDriver, AxisMonitor, AxisSink, axis_prefix, is_axis
 from .streams import (CycleCounter, PayloadCodec, Scoreboard, StreamDriver, StreamMonitor,
                       StreamSink)
@@ -95,7 +96,7 @@ class BlockTB(abc.ABC):
             for p in inputs}
         self.output_monitors = {
             p: StreamMonitor(dut, p, dut.clk, self.codecs[p], self.counter,
-                             self.scoreboards[p].got, dut.rst)
+                             lambda item, cycle, p=p: self._on_output(p, item, cycle), dut.rst)
             for p in outputs}
 
     def _axis_streams(self, inputs, outputs, idle, backpressure):
@@ -116,17 +117,27 @@ class BlockTB(abc.ABC):
             for p in inputs}
         self.output_monitors = {
             p: AxisMonitor(dut, p, False, dut.clk, rst, self.codecs[p], self.counter,
-                           self.scoreboards[p].got, receiver=self.sinks[p].receiver)
+                           lambda item, cycle, p=p: self._on_output(p, item, cycle),
+                           receiver=self.sinks[p].receiver)
             for p in outputs}
 
     @abc.abstractmethod
     def model(self, stream: str, item: dict[str, int]) -> dict[str, list[dict[str, int]]]:
         """Return the expected output items, per output stream, caused by one input transfer."""
 
+    def observe(self, stream: str, item: dict[str, int], cycle: int) -> None:
+        """Sample the block's functional coverage (:mod:`cocotb_tests.functional`) with one
+        transfer a monitor saw on ``stream``, input or output; the default samples nothing."""
+
     def _on_input(self, stream, item, cycle):
+        self.observe(stream, item, cycle)
         for out, items in self.model(stream, item).items():
             for expected in items:
                 self.scoreboards[out].expect(expected)
+
+    def _on_output(self, stream, item, cycle):
+        self.observe(stream, item, cycle)
+        self.scoreboards[stream].got(item, cycle)
 
     def report(self, test: str, **figures):
         """Log measured figures and, when a benchmark asked for them, add them to its JSON file."""

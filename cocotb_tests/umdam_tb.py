@@ -12,7 +12,28 @@ from cocotb.triggers import ClockCycles
 from golden import umdam as golden
 from hdl.umdam import COORDINATES, WalkOrder
 
+from .functional import sampler, value_class, value_classes
 from .tb import BlockTB, select_tb
+
+
+def _select_points(block: str, codec_fields, mappings: int) -> dict[str, tuple]:
+    """The mapping select an input carries (every value its field can hold, valid or not) and
+    the class of each coordinate field's value in the items of ``codec_fields``."""
+    widths = {f["name"]: f["width"] for f in codec_fields}
+    points = {f"{block}.mapping": (lambda item: item.get("mapping", 0),
+                                   range(max(mappings, 1 << widths.get("mapping", 0))))}
+    for name in COORDINATES:
+        if widths.get(name):
+            points[f"{block}.field.{name}"] = (
+                lambda item, n=name, w=widths[name]: value_class(item[n], w), value_classes(
+                    widths[name]))
+    return points
+
+
+def _flag_points(block: str, codec_fields) -> dict[str, tuple]:
+    """Both values of each one-bit flag (``error``, ``last``) of the outputs that have it."""
+    return {f"{block}.{f['name']}": (lambda item, n=f["name"]: item[n], (0, 1))
+            for f in codec_fields if f["name"] in ("error", "last")}
 
 
 class MapperTB(BlockTB):
@@ -22,6 +43,16 @@ class MapperTB(BlockTB):
         super().__init__(dut, ("i",), ("o",), **kwargs)
         self.mappings = self.params.address_mappings
         self.out_fields = {f["name"] for f in self.codecs["o"].fields}
+        bits = self.params.geometry.address_bits
+        points = _select_points("umdam", self.codecs["i"].fields, len(self.mappings))
+        points["umdam.addr"] = (lambda item: value_class(item["addr"], bits), value_classes(bits))
+        self.samplers = {"i": sampler(points, {"umdam.mapping_x_addr": ["umdam.mapping",
+                                                                        "umdam.addr"]}),
+                         "o": sampler({**_select_points("umdam", self.codecs["o"].fields, 1),
+                                       **_flag_points("umdam", self.codecs["o"].fields)})}
+
+    def observe(self, stream, item, cycle):
+        self.samplers[stream](item)
 
     def model(self, stream, item):
         out = golden.mapper_outputs(self.mappings, [item["addr"]], [item.get("mapping", 0)])
@@ -46,6 +77,13 @@ class ComposerTB(BlockTB):
         super().__init__(dut, ("i",), ("o",), **kwargs)
         self.mappings = self.params.address_mappings
         self.out_fields = {f["name"] for f in self.codecs["o"].fields}
+        block = "umdam-composer"
+        self.samplers = {"i": sampler(_select_points(block, self.codecs["i"].fields,
+                                                     len(self.mappings))),
+                         "o": sampler(_flag_points(block, self.codecs["o"].fields))}
+
+    def observe(self, stream, item, cycle):
+        self.samplers[stream](item)
 
     def model(self, stream, item):
         select = item.get("mapping", 0)
@@ -72,6 +110,23 @@ class TileGenTB(BlockTB):
         self.tile_height, self.tile_width = golden.tile_shape(p.geometry, p.elem_bytes)
         widths = p.geometry.widths
         self.slots = 1 << (widths["row"] + widths["colM"])
+        block = "umdam-tilegen"
+        order = {WalkOrder.NPU.value: "npu", WalkOrder.PIM.value: "pim"}
+
+        def tail(size: int, tile: int):
+            return None if size == 0 else "whole" if size % tile == 0 else "partial"
+        self.samplers = {
+            "cmd": sampler({f"{block}.order": (lambda item: order[item["order"]], order.values()),
+                            f"{block}.rows": (lambda item: tail(item["rows"], self.tile_height),
+                                              ("whole", "partial")),
+                            f"{block}.cols": (lambda item: tail(item["cols"], self.tile_width),
+                                              ("whole", "partial"))},
+                           {f"{block}.order_x_rows_x_cols": [f"{block}.order", f"{block}.rows",
+                                                            f"{block}.cols"]}),
+            "o": sampler(_flag_points(block, self.codecs["o"].fields))}
+
+    def observe(self, stream, item, cycle):
+        self.samplers[stream](item)
 
     def model(self, stream, item):
         p = self.params

@@ -1,0 +1,84 @@
+"""Functional coverage: each block's coverpoints and crosses (cocotb-coverage), sampled from what
+its monitors saw, saved per simulator run for ``make coverage`` (:mod:`cocotb_tests.coverage`).
+
+A block's testbench declares its points with cocotb-coverage's decorators on one sampling
+function, named ``BLOCK.point`` (``umdam.mapping``), and calls it from
+:meth:`cocotb_tests.tb.BlockTB.observe`, which every monitored transfer reaches: the stimulus
+never samples. When the launcher asks for coverage it sets :data:`ENV_FILE`; the run then writes
+every point's bins and hits to that file as it exits (:func:`save`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+from pathlib import Path
+
+from cocotb_coverage.coverage import CoverCross, CoverPoint, coverage_db
+
+__all__ = ["ENV_FILE", "sampler", "value_class", "value_classes", "bins", "save", "merge"]
+
+#: The file a run writes its functional coverage to (set by the launcher with coverage on).
+ENV_FILE = "MEMWALL_FUNCTIONAL"
+
+
+def sampler(points: dict[str, tuple], crosses: dict[str, list[str]] | None = None):
+    """Return a function ``sample(item)`` that samples the cocotb-coverage points ``{name: (xf,
+    bins)}`` (``xf(item)`` gives the value; None: the item does not concern that point) and the
+    crosses ``{name: [point names]}``. A name already declared in this process is reused: a
+    second testbench of the same block adds to the same bins."""
+    def sample(item):
+        del item
+    # A cross reads its points when it is made, and samples after them (the innermost wrapper).
+    made = [CoverPoint(name, xf=xf, bins=list(b)) for name, (xf, b) in points.items()]
+    for cross in [CoverCross(name, items=items) for name, items in (crosses or {}).items()]:
+        sample = cross(sample)
+    for point in made:
+        sample = point(sample)
+    return sample
+
+
+def value_class(value: int, width: int) -> str:
+    """The class of a ``width``-bit field's value that a test should reach: ``zero``, ``max``
+    (all ones) or ``between``."""
+    return "zero" if value == 0 else "max" if value == (1 << width) - 1 else "between"
+
+
+def value_classes(width: int) -> tuple[str, ...]:
+    """The classes :func:`value_class` gives a ``width``-bit field (no ``between`` at 1 bit)."""
+    return ("zero", "max") if width == 1 else ("zero", "between", "max")
+
+
+def bins() -> dict[str, dict[str, int]]:
+    """Every point and cross sampled in this process: ``{name: {bin: hits}}`` (bins as text)."""
+    out = {}
+    for name, item in coverage_db.items():
+        if isinstance(item, (CoverPoint, CoverCross)):
+            out[name] = {repr(b): int(h) for b, h in item.detailed_coverage.items()}
+    return out
+
+
+def save(path: Path) -> None:
+    """Write :func:`bins` to ``path`` (JSON)."""
+    Path(path).write_text(json.dumps(bins(), indent=1, sort_keys=True) + "\n")
+
+
+def merge(files) -> dict[str, dict[str, int]]:
+    """The bins of several runs' files, hits added: a bin is hit if any run hit it."""
+    merged: dict[str, dict[str, int]] = {}
+    for path in files:
+        for name, hits in json.loads(Path(path).read_text()).items():
+            point = merged.setdefault(name, {})
+            for b, h in hits.items():
+                point[b] = point.get(b, 0) + h
+    return merged
+
+
+def _save_on_exit() -> None:
+    path = os.environ.get(ENV_FILE)
+    if path:
+        save(Path(path))
+
+
+atexit.register(_save_on_exit)
