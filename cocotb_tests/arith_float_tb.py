@@ -11,6 +11,8 @@ zeros included).
 from __future__ import annotations
 
 import abc
+import collections
+from fractions import Fraction
 
 import cocotb
 import numpy as np
@@ -18,16 +20,137 @@ import numpy as np
 from golden.arith import float as golden
 from hdl.arith.format import float_format
 
+from .functional import exclude, sampler
 from .tb import BlockTB, select_tb
+
+#: Classes of a float code (a subnormal code is read as zero by every unit: flush to zero).
+CLASSES = ("zero", "subnormal", "normal", "inf", "nan")
+#: How a result was rounded: equal to the exact value; rounded (to nearest); a tie (exactly
+#: halfway); rounded up into the next binade (carry out of the fraction); overflow to infinity;
+#: a non-zero result flushed to zero.
+ROUNDING = ("exact", "inexact", "tie", "carry", "overflow", "flush")
+
+
+def float_class(code: int, fmt) -> str:
+    field = (code >> fmt.man_bits) & fmt.exp_max_field
+    man = code & ((1 << fmt.man_bits) - 1)
+    if field == fmt.exp_max_field:
+        return "nan" if man else "inf"
+    return ("subnormal" if man else "zero") if field == 0 else "normal"
+
+
+def value(code: int, fmt) -> Fraction:
+    """The exact value of a finite code (a subnormal code reads as zero, as in the units)."""
+    return Fraction(float(golden.to_float([code], fmt)[0]))
+
+
+def rounding_case(exact: Fraction, code: int, fmt) -> str:
+    """How the result ``code`` of ``fmt`` rounds the exact (finite) value ``exact``."""
+    kind = float_class(code, fmt)
+    if kind in ("inf", "nan"):
+        return "overflow"
+    got = value(code, fmt)
+    if got == exact:
+        return "exact"
+    if got == 0:
+        return "flush"
+    field = (code >> fmt.man_bits) & fmt.exp_max_field
+    ulp = Fraction(2) ** (field - fmt.bias - fmt.man_bits)
+    if abs(got) > abs(exact) and (code & ((1 << fmt.man_bits) - 1)) == 0:
+        return "carry"        # a power of two above the exact value: it left its binade
+    return "tie" if 2 * abs(got - exact) == ulp else "inexact"
+
+
+def _limits(fmt) -> tuple[Fraction, Fraction]:
+    """The largest finite value and the smallest normal value of ``fmt``."""
+    return value(fmt.max_normal, fmt), value(fmt.min_normal, fmt)
+
+
+def _unreachable(bits: int, out_fmt, largest: Fraction, smallest: Fraction, what: str
+                 ) -> dict[str, str]:
+    """The rounding cases an exact ``what`` of at most ``bits`` significand bits, at most
+    ``largest`` and, when not zero, at least ``smallest`` in magnitude, cannot reach in
+    ``out_fmt``."""
+    o_max, o_min = _limits(out_fmt)
+    gone = {}
+    if bits <= out_fmt.precision:
+        why = f"every {what} has at most {bits} significand bits: {out_fmt.precision} hold it"
+        gone.update({case: why for case in ("inexact", "tie", "carry")})
+    if largest <= o_max:
+        gone["overflow"] = f"no {what} exceeds the largest finite result ({float(largest):.4g})"
+    if smallest >= o_min:
+        gone["flush"] = (f"no non-zero {what} is below the smallest normal result "
+                         f"({float(smallest):.4g})")
+    return gone
 
 
 class FloatTB(BlockTB):
     """Always-ready unit with input stream ``i`` and output ``o.y``; subclasses give the golden
-    call and the stimulus."""
+    call, the stimulus and, for a unit that rounds once, the exact value of an input
+    (:meth:`exact`).
+
+    Functional coverage: the class of every float operand and of the result, and how the result
+    rounds the exact value; bins the formats make unreachable are excluded (:meth:`reachable`).
+    """
+
+    #: The input fields that are float codes, with the name of their format's attribute.
+    operands: dict[str, str] = {}
+    #: The attribute holding the result's format.
+    result_fmt = "out_fmt"
 
     def __init__(self, dut, **kwargs):
         super().__init__(dut, ("i",), ("o",), **kwargs)
         self.np_rng = np.random.default_rng(self.seed)
+        self.seen: collections.deque = collections.deque()    # inputs whose results are due
+
+    def _coverage(self):
+        block = self.block.name
+        points = {f"{block}.operand.{name}": (lambda pair, n=name, f=getattr(self, attr):
+                                              float_class(pair[0][n], f), CLASSES)
+                  for name, attr in self.operands.items()}
+        out_fmt = getattr(self, self.result_fmt)
+        gone = self.unreachable() if self.rounds_once else {}
+        never = self.results_unreachable(gone)
+        for kind, why in never.items():
+            exclude(f"{block}.result", kind, why)
+        points[f"{block}.result"] = (lambda pair: float_class(pair[1]["y"], out_fmt),
+                                     [k for k in ("zero", "normal", "inf", "nan")
+                                      if k not in never])
+        if self.rounds_once:
+            for case, why in gone.items():
+                exclude(f"{block}.rounding", case, why)
+            points[f"{block}.rounding"] = (self._rounding,
+                                           [c for c in ROUNDING if c not in gone])
+        self.sample = sampler(points)
+
+    #: Whether the unit rounds its exact result once (then the rounding case is covered).
+    rounds_once = False
+
+    def _rounding(self, pair):
+        exact = self.exact(pair[0])
+        return None if exact is None else rounding_case(exact, pair[1]["y"],
+                                                        getattr(self, self.result_fmt))
+
+    def exact(self, item) -> Fraction | None:
+        """The exact value the unit rounds, None where an operand is not finite."""
+        return None
+
+    def unreachable(self) -> dict[str, str]:
+        """The rounding cases these formats cannot reach, with the reason."""
+        return {}
+
+    def results_unreachable(self, rounding: dict[str, str]) -> dict[str, str]:
+        """The result classes the unit cannot produce, with the reason (``rounding``: the
+        rounding cases it cannot reach)."""
+        return {}
+
+    def observe(self, stream, item, cycle):
+        if not hasattr(self, "sample"):
+            self._coverage()
+        if stream == "i":
+            self.seen.append(item)
+        else:
+            self.sample((self.seen.popleft(), item))
 
     @abc.abstractmethod
     def expected(self, item) -> int:
@@ -46,9 +169,24 @@ class MulTB(FloatTB):
         super().__init__(dut, **kwargs)
         p = self.params
         self.fmts = float_format(p.a_fmt), float_format(p.b_fmt), float_format(p.out_fmt)
+        self.a_fmt, self.b_fmt, self.out_fmt = self.fmts
+
+    operands = {"a": "a_fmt", "b": "b_fmt"}
+    rounds_once = True
 
     def expected(self, item):
         return golden.fmul([item["a"]], [item["b"]], *self.fmts)[0]
+
+    def exact(self, item):
+        a, b = item["a"], item["b"]
+        finite = all(float_class(c, f) not in ("inf", "nan")
+                     for c, f in ((a, self.a_fmt), (b, self.b_fmt)))
+        return value(a, self.a_fmt) * value(b, self.b_fmt) if finite else None
+
+    def unreachable(self):
+        (a_max, a_min), (b_max, b_min), (o_max, o_min) = map(_limits, self.fmts)
+        return _unreachable(self.a_fmt.precision + self.b_fmt.precision, self.out_fmt,
+                            a_max * b_max, a_min * b_min, "product")
 
     def stimulus(self, count):
         a, b = golden.operand_pairs(self.np_rng, self.fmts[0], self.fmts[1], count)
@@ -60,8 +198,18 @@ class AddTB(FloatTB):
         super().__init__(dut, **kwargs)
         self.fmt = float_format(self.params.fmt)
 
+    operands = {"a": "fmt", "b": "fmt"}
+    result_fmt = "fmt"
+    rounds_once = True
+
     def expected(self, item):
         return golden.fadd([item["a"]], [item["b"]], self.fmt)[0]
+
+    def exact(self, item):
+        codes = (item["a"], item["b"])
+        if any(float_class(c, self.fmt) in ("inf", "nan") for c in codes):
+            return None
+        return sum(value(c, self.fmt) for c in codes)
 
     def stimulus(self, count):
         a, b = golden.operand_pairs(self.np_rng, self.fmt, self.fmt, count, add=True)
@@ -73,6 +221,9 @@ class MacTB(FloatTB):
         super().__init__(dut, **kwargs)
         self.in_fmt, self.acc_fmt = float_format(self.params.in_fmt), \
             float_format(self.params.acc_fmt)
+
+    operands = {"a": "in_fmt", "b": "in_fmt", "c": "acc_fmt"}
+    result_fmt = "acc_fmt"
 
     def expected(self, item):
         return golden.fmac([item["a"]], [item["b"]], [item["c"]], self.in_fmt, self.acc_fmt)[0]
@@ -97,8 +248,19 @@ class ConvTB(FloatTB):
         self.in_fmt, self.out_fmt = float_format(self.params.in_fmt), \
             float_format(self.params.out_fmt)
 
+    operands = {"x": "in_fmt"}
+    rounds_once = True
+
     def expected(self, item):
         return golden.fconvert([item["x"]], self.in_fmt, self.out_fmt)[0]
+
+    def exact(self, item):
+        finite = float_class(item["x"], self.in_fmt) not in ("inf", "nan")
+        return value(item["x"], self.in_fmt) if finite else None
+
+    def unreachable(self):
+        big, small = _limits(self.in_fmt)
+        return _unreachable(self.in_fmt.precision, self.out_fmt, big, small, "input")
 
     def stimulus(self, count):
         f, o = self.in_fmt, self.out_fmt
@@ -120,8 +282,26 @@ class IntToFloatTB(FloatTB):
         super().__init__(dut, **kwargs)
         self.bits, self.fmt = self.params.int_bits, float_format(self.params.fmt)
 
+    result_fmt = "fmt"
+    rounds_once = True
+
     def expected(self, item):
         return golden.int_to_float([item["x"]], self.bits, self.fmt)[0]
+
+    def exact(self, item):
+        x = item["x"]
+        return Fraction(x - (1 << self.bits) if x >> (self.bits - 1) else x)
+
+    def unreachable(self):
+        # Magnitudes up to 2**(n-1); the powers of two among them are exact.
+        return _unreachable(self.bits - 1, self.fmt, Fraction(2) ** (self.bits - 1),
+                            Fraction(1), "integer")
+
+    def results_unreachable(self, rounding):
+        never = {"nan": "an integer converts to a number, never NaN"}
+        if "overflow" in rounding:
+            never["inf"] = rounding["overflow"]
+        return never
 
     def stimulus(self, count):
         n, mask = self.bits, (1 << self.bits) - 1
@@ -147,6 +327,9 @@ class DotTB(FloatTB):
         p = self.params
         self.in_fmt, self.acc_fmt, self.lanes = float_format(p.in_fmt), float_format(p.acc_fmt), \
             p.lanes
+
+    operands = {"a.0": "in_fmt", "b.0": "in_fmt"}
+    result_fmt = "acc_fmt"
 
     def expected(self, item):
         a = np.array([[item[f"a.{k}"] for k in range(self.lanes)]])

@@ -105,18 +105,23 @@ def collect(root: Path) -> dict[str, list[BuildCoverage]]:
 def collect_functional(root: Path) -> dict[str, dict[str, dict[str, int]]]:
     """Every run's functional coverage under ``root``, merged per block: ``{block: {point:
     {bin: hits}}}`` (a point ``BLOCK.name`` belongs to ``BLOCK``)."""
-    merged = functional.merge(sorted(root.glob("*/*/functional-*.json")))
+    files = sorted(root.glob("*/*/functional-*.json"))
     out: dict[str, dict] = collections.defaultdict(dict)
-    for name, hits in merged.items():
+    for name, hits in functional.merge(files).items():
         out[name.split(".")[0]][name] = hits
+    for key, reason in functional.merge_excluded(files).items():
+        out[key.split(".")[0]].setdefault(functional.EXCLUDED, {})[key] = reason
     return out
 
 
-def _functional_entry(points: dict[str, dict[str, int]]) -> dict:
+def _functional_entry(points: dict) -> dict:
+    excluded = points.get(functional.EXCLUDED, {})
+    points = {k: v for k, v in points.items() if k != functional.EXCLUDED}
     missed = [f"{name} {b}" for name, hits in sorted(points.items())
               for b, h in hits.items() if h == 0]
     total = sum(len(hits) for hits in points.values())
-    return {"points": len(points), "bins": total, "hit": total - len(missed), "missed": missed}
+    return {"points": len(points), "bins": total, "hit": total - len(missed), "missed": missed,
+            "excluded": excluded}
 
 
 def _percent(hit: int, total: int) -> float | None:
@@ -189,9 +194,13 @@ def report(summary: dict, found: dict[str, list[BuildCoverage]], seconds: float)
         out.append(f"| {name} | {entry['builds']} | {entry['runs']} | {_cell(entry, 'line')} | "
                    f"{_cell(entry, 'branch')} | {_cell(entry, 'toggle')} | {bins_cell} |")
     for name, entry in summary["blocks"].items():
-        if entry["functional"] and entry["functional"]["missed"]:
+        fn = entry["functional"]
+        if fn and fn["missed"]:
             out += ["", f"## {name}: functional bins missed", "",
-                    *(f"- `{m}`" for m in entry["functional"]["missed"])]
+                    *(f"- `{m}`" for m in fn["missed"])]
+        if fn and fn["excluded"]:
+            out += ["", f"## {name}: bins excluded as unreachable", "",
+                    *(f"- `{k}`: {why}" for k, why in sorted(fn["excluded"].items()))]
     for name, builds in sorted(found.items()):
         missed = [(b, h) for b in builds for h in holes(b)]
         if not missed:

@@ -17,10 +17,21 @@ from pathlib import Path
 
 from cocotb_coverage.coverage import CoverCross, CoverPoint, coverage_db
 
-__all__ = ["ENV_FILE", "sampler", "value_class", "value_classes", "bins", "save", "merge"]
+__all__ = ["ENV_FILE", "sampler", "exclude", "value_class", "value_classes", "bins", "save",
+           "merge", "merge_excluded"]
 
 #: The file a run writes its functional coverage to (set by the launcher with coverage on).
 ENV_FILE = "MEMWALL_FUNCTIONAL"
+#: The key of the saved file that holds the excluded bins: ``{"POINT BIN": reason}``.
+EXCLUDED = "excluded"
+#: Bins a testbench showed unreachable at its parameters (:func:`exclude`), with the reason.
+_excluded: dict[str, str] = {}
+
+
+def exclude(point: str, bin_, reason: str) -> None:
+    """Record that ``bin_`` of ``point`` cannot be reached at these parameters, and why; the
+    testbench leaves it out of the point's bins and the report lists it."""
+    _excluded[f"{point} {bin_!r}"] = reason
 
 
 def sampler(points: dict[str, tuple], crosses: dict[str, list[str]] | None = None):
@@ -60,15 +71,24 @@ def bins() -> dict[str, dict[str, int]]:
 
 
 def save(path: Path) -> None:
-    """Write :func:`bins` to ``path`` (JSON)."""
-    Path(path).write_text(json.dumps(bins(), indent=1, sort_keys=True) + "\n")
+    """Write :func:`bins` and the excluded bins to ``path`` (JSON)."""
+    Path(path).write_text(json.dumps({"bins": bins(), EXCLUDED: _excluded}, indent=1,
+                                     sort_keys=True) + "\n")
+
+
+def merge_excluded(files) -> dict[str, str]:
+    """The excluded bins of several runs' files: ``{"POINT BIN": reason}``."""
+    out: dict[str, str] = {}
+    for path in files:
+        out.update(json.loads(Path(path).read_text()).get(EXCLUDED, {}))
+    return out
 
 
 def merge(files) -> dict[str, dict[str, int]]:
     """The bins of several runs' files, hits added: a bin is hit if any run hit it."""
     merged: dict[str, dict[str, int]] = {}
     for path in files:
-        for name, hits in json.loads(Path(path).read_text()).items():
+        for name, hits in json.loads(Path(path).read_text())["bins"].items():
             point = merged.setdefault(name, {})
             for b, h in hits.items():
                 point[b] = point.get(b, 0) + h

@@ -127,6 +127,26 @@ def test_functional_bins_are_sampled_saved_and_merged_over_runs(tmp_path):
     summary = coverage.summarize({}, {"umdam": {k: v for k, v in merged.items()
                                                 if k.startswith("testblock.")}})
     fn = summary["blocks"]["umdam"]["functional"]
-    assert (fn["points"], fn["bins"], fn["hit"]) == (3, 15, 6)
+    assert (fn["points"], fn["bins"], fn["hit"], fn["excluded"]) == (3, 15, 6, {})
     assert "testblock.kind 'c'" in fn["missed"] and len(fn["missed"]) == 9
     assert summary["blocks"]["edram"]["functional"] is None
+
+
+def test_an_unreachable_bin_is_excluded_with_its_reason(tmp_path):
+    """A testbench that shows a bin unreachable leaves it out and says why; the report lists it
+    beside the block's table row."""
+    from cocotb_tests import functional
+
+    functional.exclude("umdam.test_point", "never", "the parameters forbid it")
+    sample = functional.sampler({"umdam.test_point": (lambda item: item, ("once",))})
+    sample("once")
+    where = tmp_path / "cocotb" / "umdam" / "0-icarus"
+    where.mkdir(parents=True)
+    functional.save(where / "functional-0.json")
+    points = coverage.collect_functional(tmp_path / "cocotb")["umdam"]
+    summary = coverage.summarize({}, {"umdam": points})
+    fn = summary["blocks"]["umdam"]["functional"]
+    assert fn["excluded"] == {"umdam.test_point 'never'": "the parameters forbid it"}
+    assert fn["missed"] == [] and fn["hit"] == fn["bins"] == 1
+    assert "- `umdam.test_point 'never'`: the parameters forbid it" in \
+        coverage.report(summary, {}, 1.0)
