@@ -34,17 +34,22 @@ def exclude(point: str, bin_, reason: str) -> None:
     _excluded[f"{point} {bin_!r}"] = reason
 
 
-def sampler(points: dict[str, tuple], crosses: dict[str, list[str]] | None = None):
+def sampler(points: dict[str, tuple], crosses: dict[str, list | tuple] | None = None):
     """Return a function ``sample(item)`` that samples the cocotb-coverage points ``{name: (xf,
-    bins)}`` (``xf(item)`` gives the value; None: the item does not concern that point) and the
-    crosses ``{name: [point names]}``. A name already declared in this process is reused: a
-    second testbench of the same block adds to the same bins."""
+    bins[, rel])}`` (``xf(item)`` gives the value, None where the item does not concern that
+    point; ``rel(value, bin)``, default equality, lets one value hit several bins) and the
+    crosses ``{name: [point names]}`` or ``{name: ([point names], [bins to ignore])}`` (each
+    ignored bin also given to :func:`exclude`, with its reason). A name already declared in this
+    process is reused: a second testbench of the same block adds to the same bins."""
     def sample(item):
         del item
     # A cross reads its points when it is made, and samples after them (the innermost wrapper).
-    made = [CoverPoint(name, xf=xf, bins=list(b)) for name, (xf, b) in points.items()]
-    for cross in [CoverCross(name, items=items) for name, items in (crosses or {}).items()]:
-        sample = cross(sample)
+    made = [CoverPoint(name, xf=spec[0], bins=list(spec[1]), rel=spec[2], inj=False)
+            if len(spec) > 2 else CoverPoint(name, xf=spec[0], bins=list(spec[1]))
+            for name, spec in points.items()]
+    for name, spec in (crosses or {}).items():
+        items, ignored = spec if isinstance(spec, tuple) else (spec, [])
+        sample = CoverCross(name, items=items, ign_bins=list(ignored))(sample)
     for point in made:
         sample = point(sample)
     return sample

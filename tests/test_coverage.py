@@ -150,3 +150,16 @@ def test_an_unreachable_bin_is_excluded_with_its_reason(tmp_path):
     assert fn["missed"] == [] and fn["hit"] == fn["bins"] == 1
     assert "- `umdam.test_point 'never'`: the parameters forbid it" in \
         coverage.report(summary, {}, 1.0)
+
+
+def test_a_relation_hits_several_bins_and_a_cross_ignores_bins(tmp_path):
+    from cocotb_tests import functional
+
+    sample = functional.sampler(
+        {"testrel.seen": (lambda item: item["seen"], ("x", "y", "z"), lambda v, b: b in v),
+         "testrel.kind": (lambda item: item["kind"], ("a", "b"))},
+        {"testrel.seen_x_kind": (["testrel.kind", "testrel.kind"], [("b", "b")])})
+    sample({"seen": ["x", "z"], "kind": "a"})
+    hits = functional.bins()
+    assert hits["testrel.seen"] == {"'x'": 1, "'y'": 0, "'z'": 1}
+    assert "('b', 'b')" not in hits["testrel.seen_x_kind"]

@@ -20,8 +20,15 @@ from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 from golden import edram as golden
 from hdl.edram import SEGMENTS, EdramController, Op, Policy, TensorClass
 
+from ..functional import sampler
 from ..streams import PayloadCodec, Scoreboard
 from ..tb import BlockTB
+
+#: Why the controller refuses a request (the contract, docs/edram.md): a write to a live row of
+#: the other class, a release whose last word is below its first, a policy switch while rows
+#: are live, a policy code that names no policy.
+REFUSALS = ("write_other_class", "release_backwards", "set_policy_live_rows",
+            "set_policy_bad_code")
 from .macro import DecayMacro, poisson_bounds
 
 KV, QO = TensorClass.KV.value, TensorClass.QO.value
@@ -107,6 +114,25 @@ class _ResponseCheck(Scoreboard):
         return want
 
 
+def _sampler(block: str):
+    """The coverpoints of one accepted request: its operation under the active policy, the
+    mantissa segment a read or write reaches, why it was refused, whether it waited before the
+    controller took it, and which segments have had a request wait for a forced refresh
+    (``status``'s stall counters)."""
+    ops, policies = [op.name for op in Op], [p.name for p in Policy]
+    return sampler({
+        f"{block}.op": (lambda r: r["op"], ops),
+        f"{block}.policy": (lambda r: r["policy"], policies),
+        f"{block}.segment": (lambda r: r["segment"], ("kv_mant", "qo_mant")),
+        f"{block}.refusal": (lambda r: r["refusal"], REFUSALS),
+        f"{block}.waited": (lambda r: r["waited"], (False, True)),
+        f"{block}.refresh_stall": (lambda r: r["stalled"], SEGMENTS,
+                                   lambda seen, b: b in seen),
+    }, {f"{block}.policy_x_op": [f"{block}.policy", f"{block}.op"],
+        f"{block}.policy_x_segment": [f"{block}.policy", f"{block}.segment"],
+        f"{block}.op_x_waited": [f"{block}.op", f"{block}.waited"]})
+
+
 class EdramTB(BlockTB):
     """Requests in, responses out; decay macros on the bank ports of the bare controller."""
 
@@ -144,6 +170,9 @@ class EdramTB(BlockTB):
             self._set_limits(0)
         self.origin: int | None = None
         self.first_read: int | None = None
+        self.refusal: str | None = None
+        self._stalls = 0
+        self.sample = _sampler(self.block.name)
         cocotb.start_soon(self._watch_reset())
 
     # ---- bookkeeping -----------------------------------------------------------------------------
@@ -183,7 +212,20 @@ class EdramTB(BlockTB):
 
     def _on_input(self, stream, item, cycle):
         self.accepted_at = cycle
+        op, policy, g = Op(item["op"]), self.policy, item["addr"] // self.cols
+        qo = item["cls"] == QO if op == Op.WRITE else bool(self.row_qo[g])
+        segment = ("qo_mant" if qo else "kv_mant") if op in (Op.WRITE, Op.READ) else None
+        stalls, self._stalls = self._stalls, self.input_monitors[stream].stalls
+        self.refusal = None
         super()._on_input(stream, item, cycle)
+        status = self.status()
+        self.sample({"op": op.name, "policy": policy.name, "segment": segment,
+                     "refusal": self.refusal, "waited": self._stalls > stalls,
+                     "stalled": [seg for seg in SEGMENTS if status[f"{seg}.stalls"]]})
+
+    def _refuse(self, reason: str) -> dict:
+        self.refusal = reason
+        return {"resp": [{"data": 0, "live": 0, "error": 1}]}
 
     async def drain(self, stall_cycles: int = 10_000):
         """Wait as :meth:`BlockTB.drain` does, and until the last accepted request has committed
@@ -197,10 +239,9 @@ class EdramTB(BlockTB):
         op, addr, cls = Op(item["op"]), item["addr"], item["cls"]
         cycle = self.accepted_at + self.ctrl.commit_latency
         g = addr // self.cols
-        refused = {"data": 0, "live": 0, "error": 1}
         if op == Op.WRITE:
             if self.live[g] and int(self.row_qo[g]) != cls:
-                return {"resp": [refused]}
+                return self._refuse("write_other_class")
             std, mant = golden.split(item["data"])
             self.mem["std"][addr] = int(std)
             self.mem["qo_mant" if cls == QO else "kv_mant"][addr] = int(mant)
@@ -219,7 +260,7 @@ class EdramTB(BlockTB):
         same_class = self.row_qo == (cls == QO)
         if op == Op.RELEASE_ROWS:
             if item["last"] < addr:
-                return {"resp": [refused]}
+                return self._refuse("release_backwards")
             span = np.zeros(self.rows_total, bool)
             span[addr // self.cols:item["last"] // self.cols + 1] = True
             self._release(self.live & same_class & span, cycle)
@@ -228,8 +269,10 @@ class EdramTB(BlockTB):
             self._release(self.live & same_class, cycle)
             return {}
         if op == Op.SET_POLICY:
-            if self.live.any() or item["data"] >= len(Policy):
-                return {"resp": [refused]}
+            if self.live.any():
+                return self._refuse("set_policy_live_rows")
+            if item["data"] >= len(Policy):
+                return self._refuse("set_policy_bad_code")
             self.policy = Policy(item["data"])
             self.epochs.append((cycle + self.ctrl.policy_latency, self.policy))
             self._set_limits(cycle + self.ctrl.policy_latency)
@@ -332,6 +375,7 @@ async def random_traffic(dut):
     match the model, refresh counts match the golden sweep count."""
     tb = EdramTB(dut)
     await tb.reset()
+    tb.send("req", [tb.set_policy(len(Policy))])    # no row live: refused for the code alone
     for phase in range(4):
         tb.send("req", tb.random_requests(300))
         await tb.drain()

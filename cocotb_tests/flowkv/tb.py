@@ -29,6 +29,7 @@ from golden.arith.float import from_float, to_float
 from hdl.flowkv import FlowKVConfig, ValueTile
 from hdl.arith.format import BF16
 
+from ..functional import exclude, sampler
 from ..tb import BlockTB, block_params, select_tb
 
 #: Environment variable of the ``full_rate`` sequence length (benchmarks sweep it).
@@ -78,6 +79,67 @@ class _Step:
         return out
 
 
+def _length_class(cfg, length: int) -> str:
+    """One row, under one chunk, whole chunks, or chunks with a partial last one."""
+    if length == 1:
+        return "one_row"
+    if length < cfg.chunk:
+        return "under_chunk"
+    return "whole_chunks" if length % cfg.chunk == 0 else "partial_last"
+
+
+def _window_class(cfg, position: int, window: int | None) -> str:
+    """No window; a window reaching row 0 (it keeps every row); or the window's first row on a
+    chunk boundary or inside a chunk (the sweep then starts mid-chunk, masking its head)."""
+    if window is None:
+        return "none"
+    first = position - window + 1
+    if first <= 0:
+        return "reaches_row_0"
+    return "edge_on_chunk" if first % cfg.chunk == 0 else "edge_in_chunk"
+
+
+def _samplers(block: str, cfg) -> dict:
+    """The coverpoints of a decode step (from the command the design took) and of its output
+    (refused or not); a refused command is not a step shape."""
+    def on_step(f):
+        def xf(item):
+            window = item["window"] if item["sliding"] else None
+            L, p = item["length"], item["position"]
+            return None if refused_step(cfg, L, p, window) else f(L, p, window)
+        return xf
+
+    lengths = ["one_row", "under_chunk", "whole_chunks", "partial_last"]
+    windows = ["none", "reaches_row_0", "edge_on_chunk", "edge_in_chunk"]
+    gone = {("one_row", "edge_on_chunk"): "a window over one row reaches row 0",
+            ("one_row", "edge_in_chunk"): "a window over one row reaches row 0",
+            ("under_chunk", "edge_on_chunk"): "a step under one chunk has no chunk boundary "
+                                              "after row 0"}
+    if cfg.chunk <= 2:
+        lengths.remove("under_chunk")
+        exclude(f"{block}.length", "under_chunk", f"a chunk of {cfg.chunk} rows: no length "
+                                                  "between one row and one chunk")
+    if cfg.chunk == 1:
+        lengths.remove("partial_last")
+        windows.remove("edge_in_chunk")
+        exclude(f"{block}.length", "partial_last", "a chunk of one row is never partial")
+        exclude(f"{block}.window", "edge_in_chunk", "a chunk of one row has no inside")
+    ignored = [b for b in gone if b[0] in lengths and b[1] in windows]
+    for b in ignored:
+        exclude(f"{block}.length_x_window", b, gone[b])
+    points = {
+        f"{block}.length": (on_step(lambda L, p, w: _length_class(cfg, L)), lengths),
+        f"{block}.window": (on_step(lambda L, p, w: _window_class(cfg, p, w)), windows),
+        f"{block}.position": (on_step(lambda L, p, w: "last_row" if p == L - 1 else "earlier"),
+                              ("last_row", "earlier")),
+        f"{block}.group": (lambda item: "gqa" if cfg.group > 1 else "mha", ("mha", "gqa")),
+    }
+    crosses = {f"{block}.length_x_window": ([f"{block}.length", f"{block}.window"], ignored)}
+    return {"cmd": sampler(points, crosses),
+            "o": sampler({f"{block}.refused": (lambda item: item["error"] if item["last"]
+                                               else None, (0, 1))})}
+
+
 def refused_step(cfg, length: int, position: int, window: int | None) -> bool:
     """The contract's refusal rule (``hdl.flowkv.spec.command_layout``)."""
     return (length == 0 or length > cfg.max_tokens or position >= length
@@ -106,6 +168,13 @@ class FlowKVTB(BlockTB):
         self.by_stream = {}
         for pair, (q, k, v, o) in enumerate(self.names):
             self.by_stream.update({q: (pair, "q"), k: (pair, "k"), v: (pair, "v")})
+        self.samplers = _samplers(self.block.name, self.cfg)
+
+    def observe(self, stream, item, cycle):
+        if stream == "cmd":
+            self.samplers["cmd"](item)
+        elif stream in {o for *_, o in self.names}:
+            self.samplers["o"](item)
 
     # --- model --------------------------------------------------------------------------------
 
@@ -210,6 +279,8 @@ async def corner_cases(dut):
     tb.step(L, L - 1, window=1)
     tb.step(L, cfg.chunk - 1 if cfg.chunk <= L else L - 1, window=cfg.chunk)
     tb.step(L, L - 1, window=cfg.max_tokens)
+    if 2 * cfg.chunk <= cfg.max_tokens:     # whole chunks, the window starting on a boundary
+        tb.step(2 * cfg.chunk, 2 * cfg.chunk - 1, window=cfg.chunk)
     # L = 1, and a window on it.
     tb.step(1, 0)
     tb.step(1, 0, window=1)
