@@ -40,6 +40,7 @@ from golden.arith.float import from_float
 from hdl.arith.format import FP32
 from hdl.rdxe import DESTS, GBUS_BYTES, OPS
 
+from ..functional import sampler
 from ..streams import to_signed, to_unsigned
 from ..tb import BlockTB, select_tb
 
@@ -54,6 +55,61 @@ _OUT, _KEY, _VALUE = (DESTS.index(n) for n in ("out", "key", "value"))
 
 def fp32(value: float) -> int:
     return int(from_float(np.float64(value), FP32))
+
+
+#: Why ``hdl.rdxe.Dxt`` refuses a command, in the order it checks (docs/rdxe.md).
+REFUSALS = ("empty_gemv", "too_many_chunks", "bad_dest", "kv_shape", "cache_full",
+            "no_tokens", "too_many_tokens", "bad_head")
+
+
+def refusal(cfg, c) -> str | None:
+    """The first of :data:`REFUSALS` that refuses command ``c``, None when it is taken."""
+    if c["op"] in (_GEMV, _RMS):
+        if c["outputs"] == 0 or c["chunks"] == 0:
+            return "empty_gemv"
+        if c["chunks"] > cfg.chunks:
+            return "too_many_chunks"
+        if c["dest"] > _VALUE:
+            return "bad_dest"
+        if c["dest"] in (_KEY, _VALUE):
+            if c["outputs"] != cfg.head_dim or c["head"] >= cfg.kv_groups:
+                return "kv_shape"
+            if c["tokens"] >= cfg.capacity:
+                return "cache_full"
+        return None
+    if c["tokens"] == 0:
+        return "no_tokens"
+    if c["tokens"] > cfg.capacity:
+        return "too_many_tokens"
+    return "bad_head" if c["head"] >= cfg.heads else None
+
+
+def _operation(c) -> str:
+    """A command's operation and, for RMSNorm-GEMV and P.V, its mode."""
+    name = OPS[c["op"]]
+    return f"{name}_{'sequential' if c['seq'] else 'fused'}" if c["op"] in (_RMS, _PV) else name
+
+
+def _sampler(block: str, cfg):
+    """The coverpoints of a command the tile took: its operation (and mode), where a GEMV's
+    results go, whether a GEMV takes one pass of the VACs or several (and a partial last one),
+    and why the tile refused it; an operation crossed with refused or not."""
+    def passes(c):
+        if c["op"] not in (_GEMV, _RMS) or refusal(cfg, c):
+            return None
+        full, rest = divmod(c["outputs"], cfg.vacs)
+        return "one_pass" if c["outputs"] <= cfg.vacs else \
+            "passes_partial_last" if rest else "whole_passes"
+    operations = ["gemv", "rmsnorm_fused", "rmsnorm_sequential", "qk", "pv_fused",
+                  "pv_sequential"]
+    return sampler({
+        f"{block}.operation": (_operation, operations),
+        f"{block}.dest": (lambda c: DESTS[c["dest"]] if c["op"] in (_GEMV, _RMS) and
+                          c["dest"] <= _VALUE else None, DESTS),
+        f"{block}.passes": (passes, ("one_pass", "whole_passes", "passes_partial_last")),
+        f"{block}.refusal": (lambda c: refusal(cfg, c), REFUSALS),
+        f"{block}.refused": (lambda c: refusal(cfg, c) is not None, (False, True)),
+    }, {f"{block}.operation_x_refused": [f"{block}.operation", f"{block}.refused"]})
 
 
 class DxtModel:
@@ -93,15 +149,7 @@ class DxtModel:
 
     def _refused(self, c) -> bool:
         """``hdl.rdxe.Dxt``'s refusal rules."""
-        cfg = self.cfg
-        if c["op"] in (_GEMV, _RMS):
-            bad = c["outputs"] == 0 or c["chunks"] == 0 or c["chunks"] > cfg.chunks or \
-                c["dest"] > _VALUE
-            if c["dest"] in (_KEY, _VALUE):
-                bad |= c["outputs"] != cfg.head_dim or c["head"] >= cfg.kv_groups or \
-                    c["tokens"] >= cfg.capacity
-            return bad
-        return c["tokens"] == 0 or c["tokens"] > cfg.capacity or c["head"] >= cfg.heads
+        return refusal(self.cfg, c) is not None
 
     def _chunks_needed(self, c) -> int:
         if c["op"] in (_GEMV, _RMS):
@@ -207,10 +255,15 @@ class DxtTB(BlockTB):
                          **kwargs)
         self.cfg = self.params
         self.dmodel = DxtModel(self.cfg)
+        self.sample = _sampler(self.block.name, self.cfg)
         self.rng_np = np.random.default_rng(self.rng.getrandbits(32))
         self.row = self.entry = 0
         self.sent_cmds = 0
         self._identity = None
+
+    def observe(self, stream, item, cycle):
+        if stream == "cmd":
+            self.sample(item)
 
     def model(self, stream, item):
         handler = {"wmem": self.dmodel.wmem_write, "ppu": self.dmodel.ppu_write,
@@ -406,8 +459,29 @@ async def attention_overflow(dut):
     tb.tokens(np.zeros(1), 2)
     tb.command("qk", head=0, tokens=cap + 1)
     tb.tokens(np.zeros(1), tb.cfg.key_rows)
+    for op, fields, chunks in _refused_commands(tb):
+        tb.command(op, **fields)
+        tb.tokens(np.zeros(1), chunks)
     await tb.settle()
     await tb.phase(tb.attention_ops(cap, 0, modes=("fused", "sequential")))
+
+
+def _refused_commands(tb) -> list[tuple[str, dict, int]]:
+    """One command per refusal rule and mode (``REFUSALS``), with the token chunks each one
+    takes, where its fields can hold the bad value: ``(op, fields, chunks)``."""
+    cfg = tb.cfg
+    widest = {f["name"]: (1 << f["width"]) - 1 for f in tb.ports["cmd__payload"]["fields"]}
+    key = DESTS.index("key")
+    bad = [("rmsnorm", dict(outputs=0, chunks=1), 1),
+           ("rmsnorm", dict(outputs=0, chunks=1, seq=1), 1),
+           ("gemv", dict(outputs=1, chunks=1, dest=len(DESTS)), 1),
+           ("gemv", dict(outputs=cfg.head_dim + 1, chunks=1, dest=key), 1),
+           ("gemv", dict(outputs=1, chunks=cfg.chunks + 1), cfg.chunks + 1),
+           ("qk", dict(tokens=0), cfg.key_rows),
+           ("qk", dict(tokens=1, head=cfg.heads), cfg.key_rows),
+           ("pv", dict(tokens=0), 0),
+           ("pv", dict(tokens=0, seq=1), 0)]
+    return [b for b in bad if all(v <= widest[k] for k, v in b[1].items())]
 
 
 @cocotb.test()
