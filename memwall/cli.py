@@ -326,14 +326,28 @@ def _synth_line(tag: str, report) -> str:
             f"Fmax {fmax} ({report.seconds:.1f} s{', cached' if report.cached else ''})")
 
 
+#: Memory bits that weigh like one netlist cell in :func:`_largest_first`'s estimate.
+_BITS_PER_CELL = 64
+
+
+#: Syntheses the heartbeat line of ``memwall build`` names (the rest are counted).
+_NAMED = 3
+
+
 def _largest_first(chosen: list, preset: str) -> list[int]:
-    """The order ``memwall build`` takes ``chosen`` in: the largest netlists (the registry's
-    ``Size.cells`` estimate) first, so that the longest syntheses start first and the small ones
-    fill the workers in beside them; the report keeps the registry's order."""
-    def cells(i: int) -> int:
+    """The order ``memwall build`` takes ``chosen`` in: the largest designs first, so that the
+    longest syntheses start first and the small ones fill the workers in beside them; the report
+    keeps the registry's order. The size is the registry's estimate (``Size``): netlist cells,
+    plus one per :data:`_BITS_PER_CELL` memory bits, since block RAMs are placed and routed too
+    (this ranks the measured synthesis times of docs/sweeps.md; cells alone put rdxe-dxt, the
+    longest, third)."""
+    def weight(i: int) -> int:
         block = chosen[i]
-        return block.size(block.parameters(preset)).cells if block.synth.targets else 0
-    return sorted(range(len(chosen)), key=lambda i: -cells(i))
+        if not block.synth.targets:
+            return 0
+        size = block.size(block.parameters(preset))
+        return size.cells + size.storage_bits // _BITS_PER_CELL
+    return sorted(range(len(chosen)), key=lambda i: -weight(i))
 
 
 def _build_blocks(client: Callable, chosen: list, args, out: Path) -> tuple[list, list, list]:
@@ -362,8 +376,9 @@ def _build_blocks(client: Callable, chosen: list, args, out: Path) -> tuple[list
         return future
 
     def running() -> str:
-        return "build: waiting for " + ", ".join(f"{entries[i]['block']} ({target})"
-                                                 for i, _, target, _ in waiting.values())
+        names = [f"{entries[i]['block']} ({target})" for i, _, target, _ in waiting.values()]
+        more = f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
+        return f"build: {len(names)} syntheses to finish: " + ", ".join(names[:_NAMED]) + more
 
     def finish(i):
         if i in stages and None not in reports[i]:

@@ -302,7 +302,7 @@ def test_a_build_whose_tools_fail_reports_it_and_finishes_the_others(capsys, tmp
     assert code == 1
     # The larger netlist (the registry's estimate) goes first; the report keeps the given order.
     assert "[1/2] arith-fpadd: generic: FAILED: yosys synth_ecp5 failed; log: " in err
-    assert "build: waiting for arith-" in err          # the heartbeat of a running synthesis
+    assert "syntheses to finish: arith-" in err          # the heartbeat while one runs
     assert err.strip().splitlines()[-1].startswith(
         "synthesis failed: arith-fpadd (generic): yosys synth_ecp5 failed; log: ")
     blocks = json.loads((out / "report.json").read_text())["blocks"]
@@ -314,18 +314,21 @@ def test_a_build_whose_tools_fail_reports_it_and_finishes_the_others(capsys, tmp
 
 
 def test_build_starts_the_largest_netlists_first():
-    """memwall build hands the syntheses to the cluster largest first (Size.cells), so that the
-    longest start at once and the small ones fill in beside them; blocks it does not synthesize
-    come last."""
+    """memwall build hands the syntheses to the cluster largest first (Size: cells and memory
+    bits), so that the longest start at once and the small ones fill in beside them; blocks it
+    does not synthesize come last."""
     from memwall.cli import _largest_first
 
     chosen = registry.blocks()
     order = _largest_first(chosen, "default")
     assert sorted(order) == list(range(len(chosen)))
-    cells = [chosen[i].size(chosen[i].parameters("default")).cells
-             if chosen[i].synth.targets else 0 for i in order]
-    assert cells == sorted(cells, reverse=True) and cells[0] > cells[-1]
+    sizes = [chosen[i].size(chosen[i].parameters("default")) for i in order]
+    weights = [s.cells + s.storage_bits // 64 if chosen[i].synth.targets else 0
+               for i, s in zip(order, sizes)]
+    assert weights == sorted(weights, reverse=True) and weights[0] > weights[-1]
     assert not chosen[order[-1]].synth.targets
+    # The three syntheses of tens of minutes come first, the longest (rdxe-dxt) first.
+    assert [chosen[i].name for i in order[:3]] == ["rdxe-dxt", "inflash", "flowkv"]
 
 
 def test_sigint_stops_the_tools_of_the_local_cluster(tmp_path):
