@@ -53,6 +53,7 @@ from hdl.inflash.reader import PageReader
 from hdl.inflash.spec import (ATTENTION_MODES, IMPLEMENTED_MODES, MAX_KV_HEADS, MAX_LAYERS,
                               MAX_TOKENS, Mapping, Mode, Op, WriteError)
 
+from ..functional import sampler
 from ..streams import PayloadCodec, Scoreboard, StreamMonitor, StreamSink
 from ..tb import BlockTB, select_tb
 from .kvstream import check_kv_write, entries_of, kv_command, kv_words
@@ -254,6 +255,72 @@ def is_refused(cfg, cmd: dict) -> bool:
     return cmd["page"] + pages > cfg.geometry.pages
 
 
+def _command_name(cmd: dict) -> str:
+    return f"{Op(cmd['op']).name.lower()}_{Mode(cmd['mode']).name.lower()}"
+
+
+def _timing(tb: "InflashTB", cmd: dict):
+    """The golden page schedule of a command the tile takes (None for a refused one)."""
+    cfg = tb.cfg
+    if is_refused(cfg, cmd):
+        return None
+    if cmd["op"] == Op.GEMV:
+        return golden.gemv_timing(tb.geometry, Mode(cmd["mode"]).name.lower(), cmd["rows"],
+                                  cmd["cols"], group_size=cfg.group_size)
+    layout = golden.KVLayout(cmd["layers"], cmd["kv_heads"], cmd["head_dim"],
+                             _KV_FORMAT[Mode(cmd["mode"])], page_bytes=cfg.page_bytes,
+                             mapping=golden.MAPPINGS[cmd["mapping"]])
+    return golden.attention_timing(tb.geometry, layout, cmd["tokens"],
+                                   op=Op(cmd["op"]).name.lower(), group=cmd["query_heads"],
+                                   layer=cmd["layer"], head=cmd["head"])
+
+
+def paced_by(timing) -> str | None:
+    """What sets the page period of a command's first full page: the array read (``tR``), the
+    page transfer or the PE's compute (the largest; ties go to the earlier of the three); a
+    single page has no period."""
+    if timing is None:
+        return None
+    if len(timing.compute) < 2:
+        return "single_page"
+    stages = {"tR": timing.tR, "transfer": int(timing.transfer[0]),
+              "compute": int(timing.compute[0])}
+    return max(stages, key=stages.get)
+
+
+def _sampler(tb: "InflashTB"):
+    """The coverpoints of a command the PE took: operation x precision mode, refused or not,
+    for attention the KV mapping x MHA or GQA, for a GEMV whether its stream fills its last
+    page, and which of tR, transfer and compute paces its pages."""
+    block, cfg = tb.block.name, tb.cfg
+    commands = [f"gemv_{m.name.lower()}" for m in IMPLEMENTED_MODES] + \
+        [f"{op}_{m.name.lower()}" for op in ("logit", "attend") for m in ATTENTION_MODES]
+
+    def attention(f):
+        return lambda c: f(c) if c["op"] in (Op.LOGIT, Op.ATTEND) and \
+            not is_refused(cfg, c) else None
+
+    def last_page(c):
+        if c["op"] != Op.GEMV or is_refused(cfg, c):
+            return None
+        used = golden.stream_bytes(Mode(c["mode"]).name.lower(), c["rows"], c["cols"],
+                                   group_size=cfg.group_size)
+        return "fills_last_page" if used % cfg.page_bytes == 0 else "partial_last_page"
+
+    return sampler({
+        f"{block}.command": (lambda c: _command_name(c) if c["op"] in tuple(Op) and
+                             c["mode"] in tuple(Mode) else None, commands),
+        f"{block}.refused": (lambda c: is_refused(cfg, c), (False, True)),
+        f"{block}.mapping": (attention(lambda c: golden.MAPPINGS[c["mapping"]]),
+                             golden.MAPPINGS),
+        f"{block}.heads": (attention(lambda c: "mha" if c["query_heads"] == 1 else "gqa"),
+                           ("mha", "gqa")),
+        f"{block}.last_page": (last_page, ("fills_last_page", "partial_last_page")),
+        f"{block}.paced_by": (lambda c: paced_by(_timing(tb, c)),
+                              ("tR", "transfer", "compute", "single_page")),
+    }, {f"{block}.mapping_x_heads": [f"{block}.mapping", f"{block}.heads"]})
+
+
 class InflashTB(BlockTB):
     """``cmd`` and ``x`` driven, ``y`` checked, the plane on ``rd_cmd`` / ``rd_data``."""
 
@@ -285,6 +352,11 @@ class InflashTB(BlockTB):
         self.named_pages: list[int] = []          # pages the accepted commands name, in order
         self.read_sizes: collections.deque[int] = collections.deque()   # reads taken
         self.read_left = 0                        # bytes of the streaming read still to come
+        self.sample = _sampler(self)
+
+    def observe(self, stream, item, cycle):
+        if stream == "cmd":
+            self.sample(item)
 
     # --- model --------------------------------------------------------------------------------
 
