@@ -105,7 +105,7 @@ FIGURES = {
     "2^-17.9": _func_bound("2^-17.9", "EXP2_ERROR"),
     "2^-23.9": _func_bound("2^-23.9", "RECIP_ERROR", "RSQRT_ERROR"),
     "84.3 MHz": _docs("rdxe.md", "84.3 MHz"),
-    "20.5K LUTs": _docs("rdxe.md", "20.5K LUTs"),
+    "20.4K LUTs": _docs("rdxe.md", "20.4K LUTs"),
     "625 against 10000 page reads": _page_reads,
     "29.7K LUTs": _docs("inflash.md", "29.7K LUTs"),
     "102.0 MHz": _docs("inflash.md", "102.0 MHz"),
