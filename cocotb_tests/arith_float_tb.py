@@ -20,7 +20,8 @@ import numpy as np
 from golden.arith import float as golden
 from hdl.arith.format import float_format
 
-from .functional import exclude, sampler
+from .functional import sampler
+from .streams import to_signed
 from .tb import BlockTB, select_tb
 
 #: Classes of a float code (a subnormal code is read as zero by every unit: flush to zero).
@@ -90,7 +91,8 @@ class FloatTB(BlockTB):
     (:meth:`exact`).
 
     Functional coverage: the class of every float operand and of the result, and how the result
-    rounds the exact value; bins the formats make unreachable are excluded (:meth:`reachable`).
+    rounds the exact value; bins the formats make unreachable are excluded (:meth:`unreachable`,
+    :meth:`results_unreachable`).
     """
 
     #: The input fields that are float codes, with the name of their format's attribute.
@@ -110,21 +112,18 @@ class FloatTB(BlockTB):
                   for name, attr in self.operands.items()}
         out_fmt = getattr(self, self.result_fmt)
         gone = self.unreachable() if self.rounds_once else {}
-        never = self.results_unreachable(gone)
-        for kind, why in never.items():
-            exclude(f"{block}.result", kind, why)
         points[f"{block}.result"] = (lambda pair: float_class(pair[1]["y"], out_fmt),
-                                     [k for k in ("zero", "normal", "inf", "nan")
-                                      if k not in never])
+                                     ("zero", "normal", "inf", "nan"))
         if self.rounds_once:
-            for case, why in gone.items():
-                exclude(f"{block}.rounding", case, why)
-            points[f"{block}.rounding"] = (self._rounding,
-                                           [c for c in ROUNDING if c not in gone])
-        self.sample = sampler(points)
+            points[f"{block}.rounding"] = (self._rounding, ROUNDING)
+        self.sample = sampler(points, unreachable={f"{block}.rounding": gone,
+                                                   f"{block}.result":
+                                                       self.results_unreachable(gone)})
 
-    #: Whether the unit rounds its exact result once (then the rounding case is covered).
-    rounds_once = False
+    @property
+    def rounds_once(self) -> bool:
+        """Whether the unit rounds its exact result once: it defines :meth:`exact`."""
+        return type(self).exact is not FloatTB.exact
 
     def _rounding(self, pair):
         exact = self.exact(pair[0])
@@ -145,7 +144,7 @@ class FloatTB(BlockTB):
         return {}
 
     def observe(self, stream, item, cycle):
-        if not hasattr(self, "sample"):
+        if not hasattr(self, "sample"):     # the subclass sets its formats after __init__
             self._coverage()
         if stream == "i":
             self.seen.append(item)
@@ -172,7 +171,6 @@ class MulTB(FloatTB):
         self.a_fmt, self.b_fmt, self.out_fmt = self.fmts
 
     operands = {"a": "a_fmt", "b": "b_fmt"}
-    rounds_once = True
 
     def expected(self, item):
         return golden.fmul([item["a"]], [item["b"]], *self.fmts)[0]
@@ -184,7 +182,7 @@ class MulTB(FloatTB):
         return value(a, self.a_fmt) * value(b, self.b_fmt) if finite else None
 
     def unreachable(self):
-        (a_max, a_min), (b_max, b_min), (o_max, o_min) = map(_limits, self.fmts)
+        (a_max, a_min), (b_max, b_min) = map(_limits, self.fmts[:2])
         return _unreachable(self.a_fmt.precision + self.b_fmt.precision, self.out_fmt,
                             a_max * b_max, a_min * b_min, "product")
 
@@ -200,7 +198,6 @@ class AddTB(FloatTB):
 
     operands = {"a": "fmt", "b": "fmt"}
     result_fmt = "fmt"
-    rounds_once = True
 
     def expected(self, item):
         return golden.fadd([item["a"]], [item["b"]], self.fmt)[0]
@@ -249,7 +246,6 @@ class ConvTB(FloatTB):
             float_format(self.params.out_fmt)
 
     operands = {"x": "in_fmt"}
-    rounds_once = True
 
     def expected(self, item):
         return golden.fconvert([item["x"]], self.in_fmt, self.out_fmt)[0]
@@ -283,14 +279,12 @@ class IntToFloatTB(FloatTB):
         self.bits, self.fmt = self.params.int_bits, float_format(self.params.fmt)
 
     result_fmt = "fmt"
-    rounds_once = True
 
     def expected(self, item):
         return golden.int_to_float([item["x"]], self.bits, self.fmt)[0]
 
     def exact(self, item):
-        x = item["x"]
-        return Fraction(x - (1 << self.bits) if x >> (self.bits - 1) else x)
+        return Fraction(to_signed(item["x"], self.bits))
 
     def unreachable(self):
         # Magnitudes up to 2**(n-1); the powers of two among them are exact.

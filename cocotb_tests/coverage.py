@@ -93,30 +93,29 @@ def collect(root: Path) -> dict[str, list[BuildCoverage]]:
     """Every build folder under ``root`` (``build/cocotb``) with coverage files, by block."""
     found: dict[str, list[BuildCoverage]] = collections.defaultdict(list)
     for folder in sorted(p for p in root.glob("*/*-verilator") if any(p.glob("coverage-*.dat"))):
-        info = json.loads((folder / "params.json").read_text())
-        sources = [p for p in folder.glob("*.v")]
-        build = BuildCoverage(info["block"], folder, sources[0] if sources else folder / "?.v")
+        block = json.loads((folder / "params.json").read_text())["block"]
+        build = BuildCoverage(block, folder, folder / f"{registry.get(block).top}.v")
         for dat in sorted(folder.glob("coverage-*.dat")):
             build.add(read_points(dat))
         found[build.block].append(build)
     return found
 
 
-def collect_functional(root: Path) -> dict[str, dict[str, dict[str, int]]]:
-    """Every run's functional coverage under ``root``, merged per block: ``{block: {point:
-    {bin: hits}}}`` (a point ``BLOCK.name`` belongs to ``BLOCK``)."""
-    files = sorted(root.glob("*/*/functional-*.json"))
-    out: dict[str, dict] = collections.defaultdict(dict)
-    for name, hits in functional.merge(files).items():
-        out[name.split(".")[0]][name] = hits
-    for key, reason in functional.merge_excluded(files).items():
-        out[key.split(".")[0]].setdefault(functional.EXCLUDED, {})[key] = reason
+def collect_functional(root: Path) -> dict[str, dict[str, dict]]:
+    """Every run's functional coverage under ``root``, merged per block: ``{block: {"bins":
+    {point: {bin: hits}}, "excluded": {"POINT BIN": reason}}}`` (``BLOCK.name`` belongs to
+    ``BLOCK``)."""
+    merged, excluded = functional.merge(sorted(root.glob("*/*/functional-*.json")))
+    out: dict[str, dict] = collections.defaultdict(lambda: {"bins": {}, "excluded": {}})
+    for name, hits in merged.items():
+        out[name.split(".")[0]]["bins"][name] = hits
+    for key, reason in excluded.items():
+        out[key.split(".")[0]]["excluded"][key] = reason
     return out
 
 
-def _functional_entry(points: dict) -> dict:
-    excluded = points.get(functional.EXCLUDED, {})
-    points = {k: v for k, v in points.items() if k != functional.EXCLUDED}
+def _functional_entry(block: dict) -> dict:
+    points, excluded = block["bins"], block["excluded"]
     missed = [f"{name} {b}" for name, hits in sorted(points.items())
               for b, h in hits.items() if h == 0]
     total = sum(len(hits) for hits in points.values())

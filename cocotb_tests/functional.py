@@ -1,8 +1,8 @@
 """Functional coverage: each block's coverpoints and crosses (cocotb-coverage), sampled from what
 its monitors saw, saved per simulator run for ``make coverage`` (:mod:`cocotb_tests.coverage`).
 
-A block's testbench declares its points with cocotb-coverage's decorators on one sampling
-function, named ``BLOCK.point`` (``umdam.mapping``), and calls it from
+A block's testbench declares its points with :func:`sampler` (cocotb-coverage's points and
+crosses), named ``BLOCK.point`` (``umdam.mapping``), and samples them from
 :meth:`cocotb_tests.tb.BlockTB.observe`, which every monitored transfer reaches: the stimulus
 never samples. When the launcher asks for coverage it sets :data:`ENV_FILE`; the run then writes
 every point's bins and hits to that file as it exits (:func:`save`).
@@ -18,7 +18,7 @@ from pathlib import Path
 from cocotb_coverage.coverage import CoverCross, CoverPoint, coverage_db
 
 __all__ = ["ENV_FILE", "sampler", "exclude", "value_class", "value_classes", "bins", "save",
-           "merge", "merge_excluded"]
+           "merge"]
 
 #: The file a run writes its functional coverage to (set by the launcher with coverage on).
 ENV_FILE = "MEMWALL_FUNCTIONAL"
@@ -34,22 +34,29 @@ def exclude(point: str, bin_, reason: str) -> None:
     _excluded[f"{point} {bin_!r}"] = reason
 
 
-def sampler(points: dict[str, tuple], crosses: dict[str, list | tuple] | None = None):
+def sampler(points: dict[str, tuple], crosses: dict[str, list[str]] | None = None,
+            unreachable: dict[str, dict] | None = None):
     """Return a function ``sample(item)`` that samples the cocotb-coverage points ``{name: (xf,
     bins[, rel])}`` (``xf(item)`` gives the value, None where the item does not concern that
     point; ``rel(value, bin)``, default equality, lets one value hit several bins) and the
-    crosses ``{name: [point names]}`` or ``{name: ([point names], [bins to ignore])}`` (each
-    ignored bin also given to :func:`exclude`, with its reason). A name already declared in this
+    crosses ``{name: [point names]}``. ``unreachable`` names, per point or cross, the bins these
+    parameters cannot reach with the reason, ``{name: {bin: reason}}``: they are left out (a
+    cross ignores them) and recorded with :func:`exclude`. A name already declared in this
     process is reused: a second testbench of the same block adds to the same bins."""
     def sample(item):
         del item
+    unreachable = unreachable or {}
+    for name, gone in unreachable.items():
+        for b, reason in gone.items():
+            exclude(name, b, reason)
     # A cross reads its points when it is made, and samples after them (the innermost wrapper).
-    made = [CoverPoint(name, xf=spec[0], bins=list(spec[1]), rel=spec[2], inj=False)
-            if len(spec) > 2 else CoverPoint(name, xf=spec[0], bins=list(spec[1]))
-            for name, spec in points.items()]
-    for name, spec in (crosses or {}).items():
-        items, ignored = spec if isinstance(spec, tuple) else (spec, [])
-        sample = CoverCross(name, items=items, ign_bins=list(ignored))(sample)
+    made = []
+    for name, spec in points.items():
+        kept = [b for b in spec[1] if b not in unreachable.get(name, {})]
+        made.append(CoverPoint(name, xf=spec[0], bins=kept, rel=spec[2], inj=False)
+                    if len(spec) > 2 else CoverPoint(name, xf=spec[0], bins=kept))
+    for name, items in (crosses or {}).items():
+        sample = CoverCross(name, items=items, ign_bins=list(unreachable.get(name, {})))(sample)
     for point in made:
         sample = point(sample)
     return sample
@@ -81,23 +88,19 @@ def save(path: Path) -> None:
                                      sort_keys=True) + "\n")
 
 
-def merge_excluded(files) -> dict[str, str]:
-    """The excluded bins of several runs' files: ``{"POINT BIN": reason}``."""
-    out: dict[str, str] = {}
-    for path in files:
-        out.update(json.loads(Path(path).read_text()).get(EXCLUDED, {}))
-    return out
-
-
-def merge(files) -> dict[str, dict[str, int]]:
-    """The bins of several runs' files, hits added: a bin is hit if any run hit it."""
+def merge(files) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+    """The bins of several runs' files, hits added (a bin is hit if any run hit it), and their
+    excluded bins: ``({name: {bin: hits}}, {"POINT BIN": reason})``."""
     merged: dict[str, dict[str, int]] = {}
+    excluded: dict[str, str] = {}
     for path in files:
-        for name, hits in json.loads(Path(path).read_text())["bins"].items():
+        saved = json.loads(Path(path).read_text())
+        excluded.update(saved[EXCLUDED])
+        for name, hits in saved["bins"].items():
             point = merged.setdefault(name, {})
             for b, h in hits.items():
                 point[b] = point.get(b, 0) + h
-    return merged
+    return merged, excluded
 
 
 def _save_on_exit() -> None:

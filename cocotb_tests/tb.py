@@ -125,9 +125,15 @@ class BlockTB(abc.ABC):
     def model(self, stream: str, item: dict[str, int]) -> dict[str, list[dict[str, int]]]:
         """Return the expected output items, per output stream, caused by one input transfer."""
 
+    #: Functional coverage samplers by stream (:func:`cocotb_tests.functional.sampler`).
+    samplers: dict = {}
+
     def observe(self, stream: str, item: dict[str, int], cycle: int) -> None:
         """Sample the block's functional coverage (:mod:`cocotb_tests.functional`) with one
-        transfer a monitor saw on ``stream``, input or output; the default samples nothing."""
+        transfer a monitor saw on ``stream``, input or output: the default samples the stream's
+        sampler in :attr:`samplers`, if it has one."""
+        if stream in self.samplers:
+            self.samplers[stream](item)
 
     def _on_input(self, stream, item, cycle):
         self.observe(stream, item, cycle)

@@ -44,15 +44,14 @@ class MapperTB(BlockTB):
         self.mappings = self.params.address_mappings
         self.out_fields = {f["name"] for f in self.codecs["o"].fields}
         bits = self.params.geometry.address_bits
-        points = _select_points("umdam", self.codecs["i"].fields, len(self.mappings))
-        points["umdam.addr"] = (lambda item: value_class(item["addr"], bits), value_classes(bits))
-        self.samplers = {"i": sampler(points, {"umdam.mapping_x_addr": ["umdam.mapping",
-                                                                        "umdam.addr"]}),
-                         "o": sampler({**_select_points("umdam", self.codecs["o"].fields, 1),
-                                       **_flag_points("umdam", self.codecs["o"].fields)})}
-
-    def observe(self, stream, item, cycle):
-        self.samplers[stream](item)
+        block = self.block.name
+        points = _select_points(block, self.codecs["i"].fields, len(self.mappings))
+        points[f"{block}.addr"] = (lambda item: value_class(item["addr"], bits),
+                                   value_classes(bits))
+        self.samplers = {"i": sampler(points, {f"{block}.mapping_x_addr": [f"{block}.mapping",
+                                                                          f"{block}.addr"]}),
+                         "o": sampler({**_select_points(block, self.codecs["o"].fields, 1),
+                                       **_flag_points(block, self.codecs["o"].fields)})}
 
     def model(self, stream, item):
         out = golden.mapper_outputs(self.mappings, [item["addr"]], [item.get("mapping", 0)])
@@ -77,13 +76,10 @@ class ComposerTB(BlockTB):
         super().__init__(dut, ("i",), ("o",), **kwargs)
         self.mappings = self.params.address_mappings
         self.out_fields = {f["name"] for f in self.codecs["o"].fields}
-        block = "umdam-composer"
+        block = self.block.name
         self.samplers = {"i": sampler(_select_points(block, self.codecs["i"].fields,
                                                      len(self.mappings))),
                          "o": sampler(_flag_points(block, self.codecs["o"].fields))}
-
-    def observe(self, stream, item, cycle):
-        self.samplers[stream](item)
 
     def model(self, stream, item):
         select = item.get("mapping", 0)
@@ -110,7 +106,7 @@ class TileGenTB(BlockTB):
         self.tile_height, self.tile_width = golden.tile_shape(p.geometry, p.elem_bytes)
         widths = p.geometry.widths
         self.slots = 1 << (widths["row"] + widths["colM"])
-        block = "umdam-tilegen"
+        block = self.block.name
         order = {WalkOrder.NPU.value: "npu", WalkOrder.PIM.value: "pim"}
 
         def tail(size: int, tile: int):
@@ -124,9 +120,6 @@ class TileGenTB(BlockTB):
                            {f"{block}.order_x_rows_x_cols": [f"{block}.order", f"{block}.rows",
                                                             f"{block}.cols"]}),
             "o": sampler(_flag_points(block, self.codecs["o"].fields))}
-
-    def observe(self, stream, item, cycle):
-        self.samplers[stream](item)
 
     def model(self, stream, item):
         p = self.params

@@ -314,7 +314,7 @@ class Block:
 #: SystemVerilog's (``iverilog -g2012``) a combinational value whose inputs sit still stays X.
 #: Continuous assignments are evaluated at time 0 under both (docs/integration.md). A switch
 #: that is a constant table becomes a ROM first (``proc`` without ``-norom``): lowered to a
-#: multiplexer it would no longer reach block RAM in synthesis (arith-exp2: 79.0 against 133.9 MHz).
+#: multiplexer it would no longer reach block RAM in synthesis (docs/integration.md).
 _YOSYS_SCRIPT = ("read_rtlil <<rtlil\n{rtlil}\nrtlil\n"
                  "proc\nmemory_collect\nwrite_verilog")
 

@@ -27,14 +27,15 @@ def _build(tmp_path, block="umdam", folder="0000000000-verilator", runs=()):
     where = tmp_path / "cocotb" / block / folder
     where.mkdir(parents=True)
     (where / "params.json").write_text(json.dumps({"block": block, "params": {}}))
-    (where / "top.v").write_text("".join(f"line {i}\n" for i in range(1, 41)))
+    (where / f"{registry.get(block).top}.v").write_text("".join(f"line {i}\n"
+                                                             for i in range(1, 41)))
     for i, points in enumerate(runs):
         _dat(where / f"coverage-{i}.dat", points)
     return where
 
 
 def test_points_are_read_by_kind_and_runs_of_one_verilog_merge(tmp_path):
-    v = "/any/where/top.v"
+    v = "/any/where/umdam.v"
     _build(tmp_path, runs=[
         [_point("v_line", v, 3, 1, 0), _point("v_line", v, 5, 1, 7),
          _point("v_toggle", v, 9, 1, 0, "a[0]:0->1"), _point("v_branch", v, 12, 1, 0),
@@ -51,7 +52,7 @@ def test_points_are_read_by_kind_and_runs_of_one_verilog_merge(tmp_path):
 
 
 def test_the_summary_names_every_registered_block(tmp_path):
-    v = "top.v"
+    v = "umdam.v"
     _build(tmp_path, runs=[[_point("v_line", v, 1, 1, 1), _point("v_line", v, 2, 1, 0),
                             _point("v_toggle", v, 4, 1, 3, "b:1->0")]])
     _build(tmp_path, folder="1111111111-verilator",
@@ -71,8 +72,8 @@ def test_the_summary_names_every_registered_block(tmp_path):
 
 
 def test_a_hole_names_the_amaranth_source_of_its_line(tmp_path):
-    where = _build(tmp_path, runs=[[_point("v_line", "top.v", 4, 1, 0)]])
-    (where / "top.v").write_text('  (* src = "hdl/x.py:12" *)\n  always @*\n  begin\n'
+    where = _build(tmp_path, runs=[[_point("v_line", "umdam.v", 4, 1, 0)]])
+    (where / "umdam.v").write_text('  (* src = "hdl/x.py:12" *)\n  always @*\n  begin\n'
                                  '    a = b;\n  end\n')
     (build,) = coverage.collect(tmp_path / "cocotb")["umdam"]
     assert coverage.holes(build) == [("hdl/x.py:12", 4, "a = b;")]
@@ -119,13 +120,14 @@ def test_functional_bins_are_sampled_saved_and_merged_over_runs(tmp_path):
     functional.save(tmp_path / "run1.json")
     sample({"kind": "b", "size": 15})           # the second run's file holds both samples
     functional.save(tmp_path / "run2.json")
-    merged = functional.merge([tmp_path / "run1.json", tmp_path / "run2.json"])
+    merged, excluded = functional.merge([tmp_path / "run1.json", tmp_path / "run2.json"])
     assert merged["testblock.kind"] == {"'a'": 2, "'b'": 1, "'c'": 0}
     assert merged["testblock.size"] == {"'zero'": 2, "'between'": 0, "'max'": 1}
     assert merged["testblock.kind_x_size"]["('b', 'max')"] == 1
     assert len(merged["testblock.kind_x_size"]) == 9
-    summary = coverage.summarize({}, {"umdam": {k: v for k, v in merged.items()
-                                                if k.startswith("testblock.")}})
+    summary = coverage.summarize({}, {"umdam": {
+        "bins": {k: v for k, v in merged.items() if k.startswith("testblock.")},
+        "excluded": {k: v for k, v in excluded.items() if k.startswith("testblock.")}}})
     fn = summary["blocks"]["umdam"]["functional"]
     assert (fn["points"], fn["bins"], fn["hit"], fn["excluded"]) == (3, 15, 6, {})
     assert "testblock.kind 'c'" in fn["missed"] and len(fn["missed"]) == 9
@@ -137,8 +139,9 @@ def test_an_unreachable_bin_is_excluded_with_its_reason(tmp_path):
     beside the block's table row."""
     from cocotb_tests import functional
 
-    functional.exclude("umdam.test_point", "never", "the parameters forbid it")
-    sample = functional.sampler({"umdam.test_point": (lambda item: item, ("once",))})
+    sample = functional.sampler({"umdam.test_point": (lambda item: item, ("once", "never"))},
+                                unreachable={"umdam.test_point":
+                                             {"never": "the parameters forbid it"}})
     sample("once")
     where = tmp_path / "cocotb" / "umdam" / "0-icarus"
     where.mkdir(parents=True)
@@ -158,7 +161,8 @@ def test_a_relation_hits_several_bins_and_a_cross_ignores_bins(tmp_path):
     sample = functional.sampler(
         {"testrel.seen": (lambda item: item["seen"], ("x", "y", "z"), lambda v, b: b in v),
          "testrel.kind": (lambda item: item["kind"], ("a", "b"))},
-        {"testrel.seen_x_kind": (["testrel.kind", "testrel.kind"], [("b", "b")])})
+        {"testrel.seen_x_kind": ["testrel.kind", "testrel.kind"]},
+        {"testrel.seen_x_kind": {("b", "b"): "a kind never meets itself as b"}})
     sample({"seen": ["x", "z"], "kind": "a"})
     hits = functional.bins()
     assert hits["testrel.seen"] == {"'x'": 1, "'y'": 0, "'z'": 1}

@@ -29,7 +29,7 @@ from golden.arith.float import from_float, to_float
 from hdl.flowkv import FlowKVConfig, ValueTile
 from hdl.arith.format import BF16
 
-from ..functional import exclude, sampler
+from ..functional import sampler
 from ..tb import BlockTB, block_params, select_tb
 
 #: Environment variable of the ``full_rate`` sequence length (benchmarks sweep it).
@@ -115,18 +115,17 @@ def _samplers(block: str, cfg) -> dict:
             ("one_row", "edge_in_chunk"): "a window over one row reaches row 0",
             ("under_chunk", "edge_on_chunk"): "a step under one chunk has no chunk boundary "
                                               "after row 0"}
+    unreachable = {f"{block}.length": {}, f"{block}.window": {}}
     if cfg.chunk <= 2:
-        lengths.remove("under_chunk")
-        exclude(f"{block}.length", "under_chunk", f"a chunk of {cfg.chunk} rows: no length "
-                                                  "between one row and one chunk")
+        unreachable[f"{block}.length"]["under_chunk"] = (
+            f"a chunk of {cfg.chunk} rows: no length between one row and one chunk")
     if cfg.chunk == 1:
-        lengths.remove("partial_last")
-        windows.remove("edge_in_chunk")
-        exclude(f"{block}.length", "partial_last", "a chunk of one row is never partial")
-        exclude(f"{block}.window", "edge_in_chunk", "a chunk of one row has no inside")
-    ignored = [b for b in gone if b[0] in lengths and b[1] in windows]
-    for b in ignored:
-        exclude(f"{block}.length_x_window", b, gone[b])
+        unreachable[f"{block}.length"]["partial_last"] = "a chunk of one row is never partial"
+        unreachable[f"{block}.window"]["edge_in_chunk"] = "a chunk of one row has no inside"
+    unreachable[f"{block}.length_x_window"] = {
+        b: why for b, why in gone.items()
+        if b[0] not in unreachable[f"{block}.length"]
+        and b[1] not in unreachable[f"{block}.window"]}
     points = {
         f"{block}.length": (on_step(lambda L, p, w: _length_class(cfg, L)), lengths),
         f"{block}.window": (on_step(lambda L, p, w: _window_class(cfg, p, w)), windows),
@@ -134,8 +133,8 @@ def _samplers(block: str, cfg) -> dict:
                               ("last_row", "earlier")),
         f"{block}.group": (lambda item: "gqa" if cfg.group > 1 else "mha", ("mha", "gqa")),
     }
-    crosses = {f"{block}.length_x_window": ([f"{block}.length", f"{block}.window"], ignored)}
-    return {"cmd": sampler(points, crosses),
+    crosses = {f"{block}.length_x_window": [f"{block}.length", f"{block}.window"]}
+    return {"cmd": sampler(points, crosses, unreachable),
             "o": sampler({f"{block}.refused": (lambda item: item["error"] if item["last"]
                                                else None, (0, 1))})}
 
@@ -168,13 +167,8 @@ class FlowKVTB(BlockTB):
         self.by_stream = {}
         for pair, (q, k, v, o) in enumerate(self.names):
             self.by_stream.update({q: (pair, "q"), k: (pair, "k"), v: (pair, "v")})
-        self.samplers = _samplers(self.block.name, self.cfg)
-
-    def observe(self, stream, item, cycle):
-        if stream == "cmd":
-            self.samplers["cmd"](item)
-        elif stream in {o for *_, o in self.names}:
-            self.samplers["o"](item)
+        samplers = _samplers(self.block.name, self.cfg)
+        self.samplers = {"cmd": samplers["cmd"], **{o: samplers["o"] for *_, o in self.names}}
 
     # --- model --------------------------------------------------------------------------------
 

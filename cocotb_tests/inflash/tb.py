@@ -157,9 +157,7 @@ class _Attention:
             return
         self.fmt = _KV_FORMAT[Mode(cmd["mode"])]
         self.T, self.G, self.d = cmd["tokens"], cmd["query_heads"], cmd["head_dim"]
-        self.layout = golden.KVLayout(cmd["layers"], cmd["kv_heads"], self.d, self.fmt,
-                                      page_bytes=cfg.page_bytes,
-                                      mapping=golden.MAPPINGS[cmd["mapping"]])
+        self.layout = kv_layout(cfg, cmd)
         self.kind = golden.K if self.op == Op.LOGIT else golden.V
         self.nb = -(-self.d // self.F)
         self.pb = -(-self.G // self.F)
@@ -219,6 +217,13 @@ class _Attention:
         return self.done == (1 if self.refused or self.op == Op.ATTEND else self.T)
 
 
+def kv_layout(cfg, cmd: dict) -> golden.KVLayout:
+    """The KV layout an attention command names."""
+    return golden.KVLayout(cmd["layers"], cmd["kv_heads"], cmd["head_dim"],
+                           _KV_FORMAT[Mode(cmd["mode"])], page_bytes=cfg.page_bytes,
+                           mapping=golden.MAPPINGS[cmd["mapping"]])
+
+
 def attention_is_refused(cfg, cmd: dict) -> bool:
     """The refusal rules of Logit and Attend (docs/inflash.md section 3)."""
     T, G, d = cmd["tokens"], cmd["query_heads"], cmd["head_dim"]
@@ -230,8 +235,7 @@ def attention_is_refused(cfg, cmd: dict) -> bool:
             or not 1 <= L <= MAX_LAYERS or not 1 <= H <= MAX_KV_HEADS \
             or not layer < L or not head < H:
         return True
-    layout = golden.KVLayout(L, H, d, _KV_FORMAT[Mode(cmd["mode"])], page_bytes=cfg.page_bytes,
-                             mapping=golden.MAPPINGS[cmd["mapping"]])
+    layout = kv_layout(cfg, cmd)
     kind = golden.K if cmd["op"] == Op.LOGIT else golden.V
     last, _ = golden.kv_address(layout, layer, head, T - 1, kind)
     return cmd["page"] + int(last) >= cfg.geometry.pages
@@ -260,17 +264,14 @@ def _command_name(cmd: dict) -> str:
 
 
 def _timing(tb: "InflashTB", cmd: dict):
-    """The golden page schedule of a command the tile takes (None for a refused one)."""
+    """The golden page schedule of a command the PE took (None for a refused one)."""
     cfg = tb.cfg
-    if is_refused(cfg, cmd):
+    if cmd["refused"]:
         return None
     if cmd["op"] == Op.GEMV:
         return golden.gemv_timing(tb.geometry, Mode(cmd["mode"]).name.lower(), cmd["rows"],
                                   cmd["cols"], group_size=cfg.group_size)
-    layout = golden.KVLayout(cmd["layers"], cmd["kv_heads"], cmd["head_dim"],
-                             _KV_FORMAT[Mode(cmd["mode"])], page_bytes=cfg.page_bytes,
-                             mapping=golden.MAPPINGS[cmd["mapping"]])
-    return golden.attention_timing(tb.geometry, layout, cmd["tokens"],
+    return golden.attention_timing(tb.geometry, kv_layout(cfg, cmd), cmd["tokens"],
                                    op=Op(cmd["op"]).name.lower(), group=cmd["query_heads"],
                                    layer=cmd["layer"], head=cmd["head"])
 
@@ -289,7 +290,8 @@ def paced_by(timing) -> str | None:
 
 
 def _sampler(tb: "InflashTB"):
-    """The coverpoints of a command the PE took: operation x precision mode, refused or not,
+    """The coverpoints of a command the PE took (refused or not worked out once per command):
+    operation x precision mode, refused or not,
     for attention the KV mapping x MHA or GQA, for a GEMV whether its stream fills its last
     page, and which of tR, transfer and compute paces its pages."""
     block, cfg = tb.block.name, tb.cfg
@@ -297,20 +299,19 @@ def _sampler(tb: "InflashTB"):
         [f"{op}_{m.name.lower()}" for op in ("logit", "attend") for m in ATTENTION_MODES]
 
     def attention(f):
-        return lambda c: f(c) if c["op"] in (Op.LOGIT, Op.ATTEND) and \
-            not is_refused(cfg, c) else None
+        return lambda c: f(c) if c["op"] in (Op.LOGIT, Op.ATTEND) and not c["refused"] else None
 
     def last_page(c):
-        if c["op"] != Op.GEMV or is_refused(cfg, c):
+        if c["op"] != Op.GEMV or c["refused"]:
             return None
         used = golden.stream_bytes(Mode(c["mode"]).name.lower(), c["rows"], c["cols"],
                                    group_size=cfg.group_size)
         return "fills_last_page" if used % cfg.page_bytes == 0 else "partial_last_page"
 
-    return sampler({
+    sample = sampler({
         f"{block}.command": (lambda c: _command_name(c) if c["op"] in tuple(Op) and
                              c["mode"] in tuple(Mode) else None, commands),
-        f"{block}.refused": (lambda c: is_refused(cfg, c), (False, True)),
+        f"{block}.refused": (lambda c: c["refused"], (False, True)),
         f"{block}.mapping": (attention(lambda c: golden.MAPPINGS[c["mapping"]]),
                              golden.MAPPINGS),
         f"{block}.heads": (attention(lambda c: "mha" if c["query_heads"] == 1 else "gqa"),
@@ -319,6 +320,7 @@ def _sampler(tb: "InflashTB"):
         f"{block}.paced_by": (lambda c: paced_by(_timing(tb, c)),
                               ("tR", "transfer", "compute", "single_page")),
     }, {f"{block}.mapping_x_heads": [f"{block}.mapping", f"{block}.heads"]})
+    return lambda c: sample({**c, "refused": is_refused(cfg, c)})     # the rules, once
 
 
 class InflashTB(BlockTB):
@@ -352,11 +354,7 @@ class InflashTB(BlockTB):
         self.named_pages: list[int] = []          # pages the accepted commands name, in order
         self.read_sizes: collections.deque[int] = collections.deque()   # reads taken
         self.read_left = 0                        # bytes of the streaming read still to come
-        self.sample = _sampler(self)
-
-    def observe(self, stream, item, cycle):
-        if stream == "cmd":
-            self.sample(item)
+        self.samplers = {"cmd": _sampler(self)}
 
     # --- model --------------------------------------------------------------------------------
 

@@ -93,23 +93,24 @@ def _operation(c) -> str:
 def _sampler(block: str, cfg):
     """The coverpoints of a command the tile took: its operation (and mode), where a GEMV's
     results go, whether a GEMV takes one pass of the VACs or several (and a partial last one),
-    and why the tile refused it; an operation crossed with refused or not."""
+    and why the tile refused it (:func:`refusal`, worked out once per command); an operation
+    crossed with refused or not."""
     def passes(c):
-        if c["op"] not in (_GEMV, _RMS) or refusal(cfg, c):
+        if c["op"] not in (_GEMV, _RMS) or c["refusal"]:
             return None
-        full, rest = divmod(c["outputs"], cfg.vacs)
         return "one_pass" if c["outputs"] <= cfg.vacs else \
-            "passes_partial_last" if rest else "whole_passes"
+            "passes_partial_last" if c["outputs"] % cfg.vacs else "whole_passes"
     operations = ["gemv", "rmsnorm_fused", "rmsnorm_sequential", "qk", "pv_fused",
                   "pv_sequential"]
-    return sampler({
+    sample = sampler({
         f"{block}.operation": (_operation, operations),
         f"{block}.dest": (lambda c: DESTS[c["dest"]] if c["op"] in (_GEMV, _RMS) and
                           c["dest"] <= _VALUE else None, DESTS),
         f"{block}.passes": (passes, ("one_pass", "whole_passes", "passes_partial_last")),
-        f"{block}.refusal": (lambda c: refusal(cfg, c), REFUSALS),
-        f"{block}.refused": (lambda c: refusal(cfg, c) is not None, (False, True)),
+        f"{block}.refusal": (lambda c: c["refusal"], REFUSALS),
+        f"{block}.refused": (lambda c: c["refusal"] is not None, (False, True)),
     }, {f"{block}.operation_x_refused": [f"{block}.operation", f"{block}.refused"]})
+    return lambda c: sample({**c, "refusal": refusal(cfg, c)})
 
 
 class DxtModel:
@@ -255,15 +256,11 @@ class DxtTB(BlockTB):
                          **kwargs)
         self.cfg = self.params
         self.dmodel = DxtModel(self.cfg)
-        self.sample = _sampler(self.block.name, self.cfg)
+        self.samplers = {"cmd": _sampler(self.block.name, self.cfg)}
         self.rng_np = np.random.default_rng(self.rng.getrandbits(32))
         self.row = self.entry = 0
         self.sent_cmds = 0
         self._identity = None
-
-    def observe(self, stream, item, cycle):
-        if stream == "cmd":
-            self.sample(item)
 
     def model(self, stream, item):
         handler = {"wmem": self.dmodel.wmem_write, "ppu": self.dmodel.ppu_write,
