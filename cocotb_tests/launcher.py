@@ -15,6 +15,8 @@ builds Verilator's models with line and toggle coverage, and each run writes its
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import itertools
 import json
@@ -165,13 +167,43 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
     """
     if simulator not in SIMULATORS:
         raise ValueError(f"simulator must be one of {', '.join(SIMULATORS)}, not {simulator!r}")
-    from cocotb_tools.runner import get_runner
-
     block = registry.get(block_name)
     text, component = block.verilog(params, target, interface=interface)
     waves, coverage = waves_requested(), coverage_requested(simulator)
     build_dir = _build_dir(block.name, params, simulator, target, waves, interface, coverage)
     build_dir.mkdir(parents=True, exist_ok=True)
+    with _exclusive(build_dir):
+        results = _build_and_run(block, params, simulator, build_dir, text, component,
+                                 testcase=testcase, seed=seed, extra_env=extra_env,
+                                 target=target, module=module, log=log)
+        failures = _failures(results)      # read before another case may run in the folder
+        ran_with = _seed(results) if failures else None
+    if failures:
+        raise AssertionError(
+            f"{block.name} under {simulator} ({build_dir})"
+            + (f", seed {ran_with} (rerun with MEMWALL_SEED={ran_with})" if ran_with else "")
+            + ":\n  " + "\n  ".join(failures))
+    return results
+
+
+@contextlib.contextmanager
+def _exclusive(build_dir: Path):
+    """Hold the build folder alone: pytest-xdist workers running cases that share a folder (the
+    same block, parameters and switches) would otherwise rebuild the model under one another and
+    overwrite each other's results and waveforms."""
+    with open(build_dir / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build_and_run(block, params: BlockParams, simulator: str, build_dir: Path, text: str,
+                   component, *, testcase, seed, extra_env, target, module, log) -> Path:
+    """Write the sources into ``build_dir``, build the model and run the testbench; return the
+    results file."""
+    waves, coverage = waves_requested(), coverage_requested(simulator)
     source = build_dir / f"{block.top}.v"
     if not source.exists() or source.read_text() != text:
         source.write_text(text)
@@ -187,6 +219,8 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
         waivers = build_dir / f"{block.top}.vlt"
         waivers.write_text(waiver_file(block.top, source.name))
         sources.insert(0, waivers)
+    from cocotb_tools.runner import get_runner
+
     runner = get_runner(simulator)
     _build(runner, simulator, block, sources, build_dir, waves, coverage)
     results = build_dir / "results.xml"
@@ -208,13 +242,6 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
         pass    # under pytest the runner exits on failure; the results file says why
     if waves:
         print(f"waves: {waves_file(build_dir, block.top, simulator)}", file=sys.stderr)
-    failures = _failures(results)
-    if failures:
-        ran_with = _seed(results)
-        raise AssertionError(
-            f"{block.name} under {simulator} ({build_dir})"
-            + (f", seed {ran_with} (rerun with MEMWALL_SEED={ran_with})" if ran_with else "")
-            + ":\n  " + "\n  ".join(failures))
     return results
 
 

