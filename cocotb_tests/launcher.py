@@ -287,12 +287,13 @@ def case_id(block: str, preset: str, overrides: dict, *rest) -> str:
     return "-".join([block, preset, *(f"{k}={v}" for k, v in overrides.items())])
 
 
-def case_runs(cases, *, icarus_only=(), verilator_slow=()):
+def case_runs(cases, *, icarus_only=(), verilator_slow=(), slow=()):
     """pytest parameters ``(case, simulator)`` for launcher cases, each under both simulators but:
-    the cases whose :func:`case_id` is in ``icarus_only`` under Icarus alone, and those in
-    ``verilator_slow`` under Verilator only with ``--slow`` (make test-all). Variants of a preset
-    (other widths, other rates) are where Verilator's C++ build costs a minute each, and their
-    Icarus run checks the same RTL in make test."""
+    the cases whose :func:`case_id` is in ``icarus_only`` under Icarus alone, those in
+    ``verilator_slow`` under Verilator only with ``--slow`` (make test-all), and those in
+    ``slow`` only with ``--slow`` under either. Variants of a preset (other widths, other rates)
+    are where Verilator's C++ build costs a minute each, and their Icarus run checks the same
+    RTL in make test."""
     import pytest
 
     runs = []
@@ -301,6 +302,7 @@ def case_runs(cases, *, icarus_only=(), verilator_slow=()):
         for sim in SIMULATORS:
             if sim != "icarus" and name in icarus_only:
                 continue
-            marks = [pytest.mark.slow] if sim != "icarus" and name in verilator_slow else []
+            slow_here = name in slow or (sim != "icarus" and name in verilator_slow)
+            marks = [pytest.mark.slow] if slow_here else []
             runs.append(pytest.param(case, sim, id=f"{name}-{sim}", marks=marks))
     return runs

@@ -27,8 +27,9 @@ CASES = [
 
 
 #: Variants run under Verilator with --slow: each is a C++ build of 12 to 16 s for a run of a few
-#: seconds, and their Icarus runs check the same RTL; each block's own presets keep both.
-RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES if c[2] or c[1] == "paper"})
+#: seconds, and their Icarus runs check the same RTL; each block's small preset keeps both.
+RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES
+                                        if c[2] or c[1] in ("paper", "default")})
 
 
 @pytest.mark.parametrize("case, simulator", RUNS)
