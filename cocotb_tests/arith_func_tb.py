@@ -10,14 +10,17 @@ signed zeros included).
 from __future__ import annotations
 
 import abc
-
+import collections
 import struct
 
 import cocotb
 import numpy as np
 
 from golden.arith import func as golden
+from hdl.arith.format import FP32
 
+from .arith_float_tb import float_class
+from .functional import sampler
 from .tb import BlockTB, select_tb
 
 
@@ -33,11 +36,57 @@ SPECIALS = [0x00000000, 0x80000000, 0x00000001, 0x807FFFFF, 0x007FFFFF, 0x800000
             0x3F800000, 0xBF800000, 0x3F7FFFFF, 0x3F800001, 0x3FFFFFFF, 0xBFFFFFFF]
 
 
+def _kind(code: int) -> str:
+    """An fp32 code's class with its sign (``+normal``, ``-zero``...; NaN has no sign); a
+    subnormal is a zero to every unit."""
+    kind = float_class(code, FP32).replace("subnormal", "zero")
+    return kind if kind == "nan" else ("-" if code >> 31 else "+") + kind
+
+
+def _power_of_two(code: int) -> bool:
+    return float_class(code, FP32) == "normal" and code & 0x7FFFFF == 0
+
+
 class FuncTB(BlockTB):
-    """One fp32 ``x`` in, one fp32 ``y`` out; subclasses name the golden function and corners."""
+    """One fp32 ``x`` in, one fp32 ``y`` out; subclasses name the golden function and corners.
+
+    Functional coverage (sampled per result with the input the design took): the unit's
+    ``case``, what the specification does with the input's class (:attr:`CASES`, from the
+    classes of ``x`` and ``y``), and ``exact``, the inputs whose result is a power of two
+    (:attr:`EXACT`: exp2 of an integer, the reciprocal of a power of two, rsqrt of a power of
+    four), whose bits the scoreboard checks.
+    """
+
+    #: The cases of the unit's specification; :meth:`case` names one per (x, y).
+    CASES: tuple[str, ...] = ()
+    #: ``{(class of x, class of y): case}``; ``(class of x, "*")`` for any result.
+    CASE_OF: dict[tuple[str, str], str] = {}
+    #: The name of the inputs :meth:`exact` picks.
+    EXACT = "power_of_two"
 
     def __init__(self, dut, **kwargs):
         super().__init__(dut, ("i",), ("o",), **kwargs)
+        self.seen: collections.deque = collections.deque()     # inputs whose results are due
+        block = self.block.name
+        self.sample = sampler({
+            f"{block}.case": (lambda pair: self.case(*pair), self.CASES),
+            f"{block}.exact": (lambda pair: self.EXACT if self.exact(pair[0]) else None,
+                               (self.EXACT,))})
+
+    def case(self, x: int, y: int) -> str | None:
+        """The specification's case of input ``x`` giving ``y``."""
+        kinds = (_kind(x), _kind(y))
+        return self.CASE_OF.get(kinds, self.CASE_OF.get((kinds[0], "*")))
+
+    def exact(self, x: int) -> bool:
+        """Whether ``x`` is an input whose result is a power of two."""
+        return _power_of_two(x)
+
+    def observe(self, stream, item, cycle):
+        if stream == "i":
+            self.seen.append(item["x"])
+        else:
+            self.sample((self.seen.popleft(), item["y"]))
 
     @abc.abstractmethod
     def golden(self, bits: np.ndarray) -> np.ndarray:
@@ -58,6 +107,19 @@ class FuncTB(BlockTB):
 
 
 class Exp2TB(FuncTB):
+    CASES = ("normal", "overflow", "underflow", "zero_in", "+inf_in", "-inf_in", "nan")
+    CASE_OF = {("+normal", "+normal"): "normal", ("-normal", "+normal"): "normal",
+               ("+normal", "+inf"): "overflow", ("-normal", "+zero"): "underflow",
+               ("+zero", "+normal"): "zero_in", ("-zero", "+normal"): "zero_in",
+               ("+inf", "+inf"): "+inf_in", ("-inf", "+zero"): "-inf_in", ("nan", "*"): "nan"}
+
+    EXACT = "integer"
+
+    def exact(self, x):
+        """An integer from -126 to 127: its result is a normal power of two."""
+        value = struct.unpack("<f", struct.pack("<I", x))[0]
+        return float_class(x, FP32) == "normal" and -126 <= value < 128 and value == int(value)
+
     def golden(self, bits):
         return golden.exp2(bits, self.params.table_bits)
 
@@ -83,6 +145,12 @@ class Exp2TB(FuncTB):
 
 
 class RecipTB(FuncTB):
+    CASES = ("normal", "flushed", "zero_in", "inf_in", "nan")
+    CASE_OF = {("+normal", "+normal"): "normal", ("-normal", "-normal"): "normal",
+               ("+normal", "+zero"): "flushed", ("-normal", "-zero"): "flushed",
+               ("+zero", "+inf"): "zero_in", ("-zero", "-inf"): "zero_in",
+               ("+inf", "+zero"): "inf_in", ("-inf", "-zero"): "inf_in", ("nan", "*"): "nan"}
+
     def golden(self, bits):
         return golden.reciprocal(bits, self.params.iterations)
 
@@ -96,6 +164,24 @@ class RecipTB(FuncTB):
 
 
 class RSqrtTB(FuncTB):
+    CASES = ("even_exponent", "odd_exponent", "zero_in", "inf_in", "negative", "nan")
+    CASE_OF = {("+zero", "+inf"): "zero_in", ("-zero", "-inf"): "zero_in",
+               ("+inf", "+zero"): "inf_in", ("-normal", "nan"): "negative",
+               ("-inf", "nan"): "negative", ("nan", "*"): "nan"}
+
+    def case(self, x, y):
+        """A positive normal input by its exponent's parity (the seed and the square root of
+        the power of two differ), else the classes' case."""
+        if (_kind(x), _kind(y)) == ("+normal", "+normal"):
+            return ("even_exponent", "odd_exponent")[((x >> 23) - 127) & 1]
+        return super().case(x, y)
+
+    EXACT = "power_of_four"
+
+    def exact(self, x):
+        """A positive power of four: its reciprocal square root is a power of two."""
+        return _power_of_two(x) and not x >> 31 and ((x >> 23) - 127) % 2 == 0
+
     def golden(self, bits):
         return golden.rsqrt(bits, self.params.iterations)
 

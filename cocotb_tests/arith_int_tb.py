@@ -8,23 +8,68 @@ idle cycles (bubbles in the valid stream), outputs cannot be back-pressured.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import cocotb
 
 from golden.arith import idot as idot_golden
 from golden.arith import requant as requant_golden
+from hdl.arith.requant import SHIFT_BITS
 
+from .functional import sampler, value_class, value_classes
 from .streams import to_signed, to_unsigned
 from .tb import BlockTB, select_tb
 
+#: How ``x * m / 2**shift`` rounds to an integer (half to even): no fraction; below or above
+#: one half; a tie that stays on its even floor or goes up to the even ceiling.
+ROUNDING = ("exact", "below_half", "tie_even_floor", "tie_odd_floor", "above_half")
+
 
 class RequantTB(BlockTB):
-    """``x``, ``m``, ``shift`` in; ``y = clamp(round_half_even(x * m / 2**shift))`` out."""
+    """``x``, ``m``, ``shift`` in; ``y = clamp(round_half_even(x * m / 2**shift))`` out.
+
+    Functional coverage, of each input the design took: how the exact quotient rounds
+    (:data:`ROUNDING`), whether the rounded value saturates at either limit, the sign of the
+    product and the shift's class (zero, between, the largest)."""
 
     def __init__(self, dut, **kwargs):
         super().__init__(dut, ("i",), ("o",), **kwargs)
         p = self.params
         self.m_range = ((-(1 << (p.mult_bits - 1)), (1 << (p.mult_bits - 1)) - 1)
                         if p.mult_signed else (0, (1 << p.mult_bits) - 1))
+        self.lo, self.hi = requant_golden.limits(p.out_bits, p.clamp)
+        block = self.block.name
+        self.samplers = {"i": sampler({
+            f"{block}.rounding": (self._rounding, ROUNDING),
+            f"{block}.saturation": (self._saturation, ("inside", "high", "low")),
+            f"{block}.product_sign": (lambda i: self._sign(self._quotient(i)),
+                                      ("negative", "zero", "positive")),
+            f"{block}.shift": (lambda i: value_class(i["shift"], SHIFT_BITS),
+                               value_classes(SHIFT_BITS))})}
+
+    def _quotient(self, item) -> Fraction:
+        p = self.params
+        x = to_signed(item["x"], p.in_bits)
+        m = to_signed(item["m"], p.mult_bits) if p.mult_signed else item["m"]
+        return Fraction(x * m, 2 ** item["shift"])
+
+    @staticmethod
+    def _sign(q: Fraction) -> str:
+        return "negative" if q < 0 else "zero" if q == 0 else "positive"
+
+    def _rounding(self, item) -> str:
+        q = self._quotient(item)
+        floor = q.numerator // q.denominator
+        frac = q - floor
+        if frac == 0:
+            return "exact"
+        if frac == Fraction(1, 2):
+            return "tie_even_floor" if floor % 2 == 0 else "tie_odd_floor"
+        return "below_half" if frac < Fraction(1, 2) else "above_half"
+
+    def _saturation(self, item) -> str:
+        rounded = round(self._quotient(item))           # Python rounds half to even
+        return "high" if rounded > self.hi else "low" if rounded < self.lo else "inside"
 
     def model(self, stream, item):
         p = self.params
@@ -60,11 +105,27 @@ class RequantTB(BlockTB):
 
 
 class IntDotTB(BlockTB):
-    """Operand vectors in, their exact dot product out."""
+    """Operand vectors in, their exact dot product out.
+
+    Functional coverage, of each result the design gave: its sign, and whether it is the
+    largest or the least sum the operand widths allow (every lane at its extreme product)."""
 
     def __init__(self, dut, **kwargs):
         super().__init__(dut, ("i",), ("o",), **kwargs)
-        self.lanes = self.params.lanes
+        p = self.params
+        self.lanes = p.lanes
+        a_lo, a_hi = -(1 << (p.a_bits - 1)), (1 << (p.a_bits - 1)) - 1
+        b_lo, b_hi = -(1 << (p.b_bits - 1)), (1 << (p.b_bits - 1)) - 1
+        self.largest = self.lanes * a_lo * b_lo
+        self.least = self.lanes * min(a_lo * b_hi, a_hi * b_lo)
+        self.samplers = {"o": sampler({f"{self.block.name}.result": (
+            self._result, ("least", "negative", "zero", "positive", "largest"))})}
+
+    def _result(self, item) -> str:
+        y = to_signed(item["y"], self.params.acc_bits)
+        if y in (self.largest, self.least):
+            return "largest" if y == self.largest else "least"
+        return "negative" if y < 0 else "zero" if y == 0 else "positive"
 
     def model(self, stream, item):
         p = self.params

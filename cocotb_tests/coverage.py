@@ -38,6 +38,7 @@ from pathlib import Path
 from memwall import registry
 
 from . import functional
+from .unreachable import unreachable_arms
 from .launcher import COVERAGE_VARIABLE, ROOT
 
 __all__ = ["read_points", "BuildCoverage", "collect", "collect_functional", "summarize", "main"]
@@ -76,6 +77,13 @@ class BuildCoverage:
     source: Path
     runs: int = 0
     points: dict = field(default_factory=dict)
+    #: ``{verilog line: reason}``: select arms no input reaches (:mod:`.unreachable`), whose
+    #: line points are left out of the line figure and listed apart.
+    excluded: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.source.exists():
+            self.excluded = unreachable_arms(self.source.read_text())
 
     def add(self, points: dict[tuple, int]) -> None:
         self.runs += 1
@@ -83,9 +91,21 @@ class BuildCoverage:
             if Path(key[1]).name == self.source.name:     # the design's own file only
                 self.points[key] = self.points.get(key, 0) + count
 
+    def excluded_hit(self) -> int:
+        """Line points left out as unreachable that a run reached: a fault in the analysis."""
+        return sum(1 for k, c in self.points.items()
+                   if k[0] == "line" and k[2] in self.excluded and c > 0)
+
+    def excluded_points(self) -> collections.Counter:
+        """The line points left out as unreachable, counted by reason."""
+        return collections.Counter(
+            self.excluded[k[2]] for k in self.points
+            if k[0] == "line" and k[2] in self.excluded)
+
     def counts(self, kind: str) -> tuple[int, int]:
         """``(hit, total)`` points of ``kind``."""
-        values = [c for k, c in self.points.items() if k[0] == kind]
+        values = [c for k, c in self.points.items()
+                  if k[0] == kind and not (kind == "line" and k[2] in self.excluded)]
         return sum(1 for c in values if c > 0), len(values)
 
 
@@ -142,6 +162,9 @@ def summarize(found: dict[str, list[BuildCoverage]],
             total = sum(b.counts(kind)[1] for b in builds)
             entry[kind] = _percent(hit, total)
             entry[f"{kind}_points"] = {"hit": hit, "total": total}
+        excluded = sum((b.excluded_points() for b in builds), collections.Counter())
+        entry["line_excluded"] = {"points": sum(excluded.values()), "by_reason": dict(excluded),
+                                  "hit": sum(b.excluded_hit() for b in builds)}
         if not builds:
             entry["reason"] = "no Verilator run of the regression simulates this block"
         points = functional_points.get(block.name)
@@ -164,7 +187,7 @@ def holes(build: BuildCoverage) -> list[tuple[str, int, str]]:
     lines = build.source.read_text().splitlines() if build.source.exists() else []
     out = []
     for key, count in sorted(build.points.items(), key=lambda kv: kv[0][2]):
-        if key[0] == "line" and count == 0:
+        if key[0] == "line" and count == 0 and key[2] not in build.excluded:
             text = lines[key[2] - 1].strip() if 0 < key[2] <= len(lines) else ""
             out.append((_src_of(lines, key[2]), key[2], text))
     return out
@@ -200,6 +223,15 @@ def report(summary: dict, found: dict[str, list[BuildCoverage]], seconds: float)
         if fn and fn["excluded"]:
             out += ["", f"## {name}: bins excluded as unreachable", "",
                     *(f"- `{k}`: {why}" for k, why in sorted(fn["excluded"].items()))]
+    for name, entry in summary["blocks"].items():
+        if entry["line_excluded"]["points"]:
+            out += ["", f"## {name}: {entry['line_excluded']['points']} line points excluded "
+                    "as unreachable (cocotb_tests/unreachable.py)", "",
+                    *(f"- {n}: {why}" for why, n in
+                      sorted(entry["line_excluded"]["by_reason"].items()))]
+            if entry["line_excluded"]["hit"]:
+                out += [f"- **{entry['line_excluded']['hit']} of them were reached by a run: "
+                        "the analysis is wrong there (a fault to report)**"]
     for name, builds in sorted(found.items()):
         missed = [(b, h) for b in builds for h in holes(b)]
         if not missed:
@@ -249,11 +281,13 @@ def html(found: dict[str, list[BuildCoverage]], out: Path) -> None:
 
 
 def _run_regression(jobs: str, root: Path) -> int:
-    """Run the cocotb regression with coverage, after removing old coverage files."""
+    """Run the cocotb regression with coverage, after removing old coverage files: every case,
+    those make test leaves to ``--slow`` too (the variants under Verilator, where the line and
+    toggle points come from)."""
     for old in [*root.glob("*/*/coverage-*.dat"), *root.glob("*/*/functional-*.json")]:
         old.unlink()
     env = {**os.environ, COVERAGE_VARIABLE: "1"}
-    cmd = [sys.executable, "-m", "pytest", "-n", jobs, "-q", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", "-n", jobs, "-q", "-p", "no:cacheprovider", "--slow",
            str(ROOT / "cocotb_tests")]
     print("coverage: " + " ".join(cmd[2:]), flush=True)
     return subprocess.run(cmd, env=env, cwd=ROOT).returncode

@@ -167,3 +167,27 @@ def test_a_relation_hits_several_bins_and_a_cross_ignores_bins(tmp_path):
     hits = functional.bins()
     assert hits["testrel.seen"] == {"'x'": 1, "'y'": 0, "'z'": 1}
     assert "('b', 'b')" not in hits["testrel.seen_x_kind"]
+
+
+def test_unreachable_arms_leave_the_line_figure_and_are_listed(tmp_path):
+    """A constant select's other arms are not counted (1 of 1 line hit, not 1 of 4); were a run
+    to reach one, the report says the analysis is wrong."""
+    verilog = ["  function [7:0] _9_;", "    input [7:0] a;", "    input [15:0] b;",
+               "    input [1:0] s;", "    casez (s)", "      2'b?1:", "        _9_ = b[7:0];",
+               "      2'b1?:", "        _9_ = b[15:8];", "      default:", "        _9_ = a;",
+               "    endcase", "  endfunction", "  assign y = _9_(8'h00, { p, q }, 2'h1);"]
+    v = "umdam.v"
+    where = _build(tmp_path, runs=[[_point("v_line", v, 6, 1, 5), _point("v_line", v, 8, 1, 0),
+                                    _point("v_line", v, 10, 1, 0)]])      # the arms' lines
+    (where / v).write_text("\n".join(verilog) + "\n")
+    found = coverage.collect(tmp_path / "cocotb")
+    entry = coverage.summarize(found)["blocks"]["umdam"]
+    assert entry["line_points"] == {"hit": 1, "total": 1}
+    assert entry["line_excluded"]["points"] == 2 and entry["line_excluded"]["hit"] == 0
+    assert "2 line points excluded as unreachable" in coverage.report(
+        coverage.summarize(found), found, 1.0)
+    _dat(where / "coverage-9.dat", [_point("v_line", v, 8, 1, 1)])
+    found = coverage.collect(tmp_path / "cocotb")
+    summary = coverage.summarize(found)
+    assert summary["blocks"]["umdam"]["line_excluded"]["hit"] == 1
+    assert "the analysis is wrong there" in coverage.report(summary, found, 1.0)

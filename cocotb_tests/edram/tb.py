@@ -455,6 +455,27 @@ async def full_rate(dut):
     tb.check_refresh_counts()
 
 
+@cocotb.test()
+async def forced_kv_refresh(dut):
+    """KV rows, then reads of bank 0 alone every cycle for a relaxed interval and a half: bank 0
+    is never free, so each of its KV mantissa refreshes waits out its slack and is forced,
+    stalling a request (``kv_mant.stalls``); the responses and refresh counts stay exact."""
+    tb = EdramTB(dut, idle=0.0, backpressure=0.0)
+    await tb.reset()
+    tb.send("req", [tb.write(a, KV) for a in range(tb.words)])
+    await tb.drain()
+    bank0 = [a for a in range(tb.words) if tb.where(a)[1] == 0]
+    cycles = int(1.5 * tb.ctrl.plan.interval(Policy.SHIELD, "kv_mant"))
+    tb.send("req", [tb.read(bank0[k % len(bank0)]) for k in range(cycles)])
+    await tb.drain()
+    stalls = tb.status()["kv_mant.stalls"]
+    assert stalls > 0, "bank 0 busy every cycle for 1.5 relaxed intervals, yet no KV refresh " \
+                       "was forced"
+    tb.log.info("%d cycles stalled by forced KV mantissa refreshes", stalls)
+    await tb.settle()
+    tb.check_refresh_counts()
+
+
 async def _sustained_kv(tb: EdramTB, periods: float):
     """Fill every row with KV words, then random reads (and a few rewrites) at full load for
     ``periods`` relaxed intervals."""

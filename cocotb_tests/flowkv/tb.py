@@ -67,8 +67,12 @@ class _Step:
         V = np.full_like(K, _INF)
         K[self.rows] = np.array(self.k, np.uint16).reshape(len(self.rows), cfg.head_dim)
         V[self.rows] = np.array(self.v, np.uint16).reshape(len(self.rows), cfg.head_dim)
-        O = golden.attend(q, K, V, self.cmd["position"], chunk=cfg.chunk, lanes=cfg.lanes,
-                          window=self.window, out_fmt=cfg.out_fmt)
+        O, trace = golden.attend_trace(q, K, V, self.cmd["position"], chunk=cfg.chunk,
+                                       lanes=cfg.lanes, window=self.window,
+                                       out_fmt=cfg.out_fmt)
+        # Whether exp2 of an attended score's distance to the running maximum underflowed to +0.
+        self.scores = "underflow" if any((c.f[:, c.valid] == 0).any() for c in trace) \
+            else "in_range"
         out = []
         for h in range(cfg.group):
             for b in range(cfg.beats):
@@ -135,6 +139,8 @@ def _samplers(block: str, cfg) -> dict:
     }
     crosses = {f"{block}.length_x_window": [f"{block}.length", f"{block}.window"]}
     return {"cmd": sampler(points, crosses, unreachable),
+            "scores": sampler({f"{block}.score_range": (lambda item: item["scores"],
+                                                        ("in_range", "underflow"))}),
             "o": sampler({f"{block}.refused": (lambda item: item["error"] if item["last"]
                                                else None, (0, 1))})}
 
@@ -168,7 +174,8 @@ class FlowKVTB(BlockTB):
         for pair, (q, k, v, o) in enumerate(self.names):
             self.by_stream.update({q: (pair, "q"), k: (pair, "k"), v: (pair, "v")})
         samplers = _samplers(self.block.name, self.cfg)
-        self.samplers = {"cmd": samplers["cmd"], **{o: samplers["o"] for *_, o in self.names}}
+        self.samplers = {"cmd": samplers["cmd"], "scores": samplers["scores"],
+                         **{o: samplers["o"] for *_, o in self.names}}
 
     # --- model --------------------------------------------------------------------------------
 
@@ -185,7 +192,10 @@ class FlowKVTB(BlockTB):
         out = {}
         steps = self.steps[pair]
         while steps and steps[0].complete():
-            out.setdefault(self.names[pair][3], []).extend(steps.popleft().expected())
+            step = steps.popleft()
+            out.setdefault(self.names[pair][3], []).extend(step.expected())
+            if not step.refused:
+                self.samplers["scores"]({"scores": step.scores})
         return out
 
     def _open(self, pair, kind):
@@ -275,6 +285,8 @@ async def corner_cases(dut):
     tb.step(L, L - 1, window=cfg.max_tokens)
     if 2 * cfg.chunk <= cfg.max_tokens:     # whole chunks, the window starting on a boundary
         tb.step(2 * cfg.chunk, 2 * cfg.chunk - 1, window=cfg.chunk)
+    if cfg.chunk > 2:                   # under one chunk, the window reaching row 0
+        tb.step(cfg.chunk - 1, cfg.chunk - 2, window=cfg.chunk)
     # L = 1, and a window on it.
     tb.step(1, 0)
     tb.step(1, 0, window=1)

@@ -289,6 +289,16 @@ def paced_by(timing) -> str | None:
     return max(stages, key=stages.get)
 
 
+def _pacing_unreachable(geometry) -> dict[str, str]:
+    """The page pacings a geometry cannot reach: a transfer no longer than tR never sets the
+    period (a tie goes to tR)."""
+    transfer, read = geometry.page_transfer_cycles, geometry.tR_cycles
+    if transfer <= read:
+        return {"transfer": f"a page's transfer ({transfer} cycles) never exceeds tR "
+                            f"({read} cycles)"}
+    return {}
+
+
 def _sampler(tb: "InflashTB"):
     """The coverpoints of a command the PE took (refused or not worked out once per command):
     operation x precision mode, refused or not,
@@ -319,7 +329,8 @@ def _sampler(tb: "InflashTB"):
         f"{block}.last_page": (last_page, ("fills_last_page", "partial_last_page")),
         f"{block}.paced_by": (lambda c: paced_by(_timing(tb, c)),
                               ("tR", "transfer", "compute", "single_page")),
-    }, {f"{block}.mapping_x_heads": [f"{block}.mapping", f"{block}.heads"]})
+    }, {f"{block}.mapping_x_heads": [f"{block}.mapping", f"{block}.heads"]},
+        {f"{block}.paced_by": _pacing_unreachable(tb.geometry)})
     return lambda c: sample({**c, "refused": is_refused(cfg, c)})     # the rules, once
 
 

@@ -50,6 +50,7 @@ from golden.arith.float import from_float
 from hdl.arith.format import FP32
 
 from ..streams import PayloadCodec, StreamMonitor, to_signed, to_unsigned
+from ..functional import sampler
 from ..tb import BlockTB, select_tb
 
 __all__ = ["VacModel", "CreditSource", "Op", "VacTB"]
@@ -328,6 +329,33 @@ class VacTB(BlockTB):
         cocotb.start_soon(self._feed_factors())
         cocotb.start_soon(self._watch())
 
+        self._owed = 0                              # outputs started, results not yet out
+        block = self.block.name
+        self.samplers = {"hlink_i": sampler({
+            f"{block}.operation": (lambda item: None if not item["last"] else
+                                   "kv" if item["kv"] else "fused" if item["rcu"] else "plain",
+                                   ("plain", "fused", "kv")),
+            f"{block}.chunks": (lambda item: None if not item["last"] else
+                                "one" if item["first"] else "several", ("one", "several")),
+            f"{block}.owed": (lambda item: self._owed_class(item), ("none", "some", "last_credit"))})}
+
+    def _owed_class(self, item) -> str | None:
+        """At an output's first chunk, the results the VAC owed before it: ``all`` its
+        ``queue_depth`` credits: ``last_credit`` when this output took the last one, so that the
+        next starves until a result returns it."""
+        if not item["first"]:
+            return None
+        owed = self._owed - 1                       # observe counted this output already
+        return ("none" if owed == 0 else "last_credit" if owed + 1 == self.cfg.queue_depth
+                else "some")
+
+    def observe(self, stream, item, cycle):
+        if stream == "hlink_i" and item["first"]:
+            self._owed += 1
+        elif stream == "o":
+            self._owed -= 1
+        super().observe(stream, item, cycle)
+
     # --- model --------------------------------------------------------------------------------
 
     def model(self, stream, item):
@@ -343,6 +371,7 @@ class VacTB(BlockTB):
             self.scoreboards["o"].expect(item)
 
     def _on_result(self, item, cycle):
+        self.observe("o", item, cycle)
         self._expect()
         self.scoreboards["o"].got(item, cycle)
 
