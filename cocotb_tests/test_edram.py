@@ -8,14 +8,14 @@ from .launcher import SIMULATORS, case_id, run_block
 
 #: (block, preset, overrides, cocotb tests). The bare controller with the behavioural macros at the
 #: small geometry and at one bank with the smallest slack (every pending refresh forced as soon as
-#: admission can make room for it); the FPGA stand-in system, with KV refreshes forced by a busy
-#: bank.
+#: admission can make room for it); the FPGA stand-in system, with KV and QO refreshes forced by
+#: a busy bank.
 EXACT = ["random_traffic", "scripted_refresh_counts", "full_rate"]
 CASES = [
     ("edram", "small", {}, EXACT),
     ("edram", "small", {"banks": "1", "rows": "4", "cols": "2", "slack": "4",
                         "policy": "standard"}, EXACT),
-    ("edram-fpga", "small", {}, ["random_traffic", "full_rate", "forced_kv_refresh"]),
+    ("edram-fpga", "small", {}, ["random_traffic", "full_rate", "forced_refresh"]),
 ]
 
 #: Decay: more cells for statistics; 4 MHz keeps T_std = 180 cycles above the 32-row sweep.

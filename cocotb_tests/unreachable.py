@@ -126,8 +126,22 @@ def _matches(pattern: str, value: int) -> bool:
 
 
 def unreachable_arms(text: str) -> dict[int, str]:
-    """``{line: reason}`` for every arm of a ``$pmux`` function that no call can take."""
-    lines = text.splitlines()
+    """``{line: reason}`` for every arm of a ``$pmux`` function that no call can take (names
+    are a module's own: each module is read apart)."""
+    lines, out, start = text.splitlines(), {}, 0
+    for number, line in enumerate(lines):
+        if line.startswith("endmodule"):
+            found = _module_arms(lines[start:number + 1])
+            out.update({start + k: why for k, why in found.items()})
+            start = number + 1
+    if start < len(lines):                          # text after the last module, or none
+        found = _module_arms(lines[start:])
+        out.update({start + k: why for k, why in found.items()})
+    return out
+
+
+def _module_arms(lines: list[str]) -> dict[int, str]:
+    """:func:`unreachable_arms` of one module's lines (line numbers counted from 1)."""
     assigns = {}
     calls: dict[str, list[str]] = {}
     for line in lines:

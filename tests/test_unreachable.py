@@ -101,3 +101,13 @@ def test_amaranth_switches_through_yosys():
     assert lines[line - 1].strip() == "default:"
     function = max(i for i in range(line) if lines[i].strip().startswith("function"))
     assert "4'b" in "\n".join(lines[function:line])     # the four-way switch's function
+
+
+def test_each_module_is_read_apart():
+    """Yosys names wires and functions per module: a constant select in one module says nothing
+    of a function of the same name in the next."""
+    first = "module a(y);\n" + _verilog("3'h2") + "endmodule\n"
+    second = "module b(y);\n" + _verilog("sel") + "endmodule\n"
+    found = unreachable_arms(first + second)
+    assert found == {1 + ARMS["bit0"]: CONSTANT, 1 + ARMS["bit2"]: CONSTANT,
+                     1 + ARMS["default"]: CONSTANT}

@@ -456,22 +456,28 @@ async def full_rate(dut):
 
 
 @cocotb.test()
-async def forced_kv_refresh(dut):
-    """KV rows, then reads of bank 0 alone every cycle for a relaxed interval and a half: bank 0
-    is never free, so each of its KV mantissa refreshes waits out its slack and is forced,
-    stalling a request (``kv_mant.stalls``); the responses and refresh counts stay exact."""
+async def forced_refresh(dut):
+    """Rows of one class, then reads of bank 0 alone every cycle for an interval and a half of
+    that class's mantissa segment (KV under SHIELD, QO under KELLE): bank 0 is never free, so
+    each of its refreshes there waits out its slack and is forced, stalling a request (the
+    segment's ``stalls``); the responses and refresh counts stay exact."""
     tb = EdramTB(dut, idle=0.0, backpressure=0.0)
     await tb.reset()
-    tb.send("req", [tb.write(a, KV) for a in range(tb.words)])
-    await tb.drain()
     bank0 = [a for a in range(tb.words) if tb.where(a)[1] == 0]
-    cycles = int(1.5 * tb.ctrl.plan.interval(Policy.SHIELD, "kv_mant"))
-    tb.send("req", [tb.read(bank0[k % len(bank0)]) for k in range(cycles)])
-    await tb.drain()
-    stalls = tb.status()["kv_mant.stalls"]
-    assert stalls > 0, "bank 0 busy every cycle for 1.5 relaxed intervals, yet no KV refresh " \
-                       "was forced"
-    tb.log.info("%d cycles stalled by forced KV mantissa refreshes", stalls)
+    for policy, cls, segment in ((Policy.KELLE, QO, "qo_mant"), (Policy.SHIELD, KV, "kv_mant")):
+        before = tb.status()[f"{segment}.stalls"]
+        tb.send("req", [tb.set_policy(policy.value)])
+        tb.send("req", [tb.write(a, cls) for a in range(tb.words)])
+        await tb.drain()
+        cycles = int(1.5 * tb.ctrl.plan.interval(policy, segment))
+        tb.send("req", [tb.read(bank0[k % len(bank0)]) for k in range(cycles)])
+        await tb.drain()
+        stalls = tb.status()[f"{segment}.stalls"] - before
+        assert stalls > 0, (f"bank 0 busy every cycle for 1.5 {segment} intervals under "
+                            f"{policy.name}, yet no refresh was forced")
+        tb.log.info("%s: %d cycles stalled by forced %s refreshes", policy.name, stalls, segment)
+        tb.send("req", [tb.release_class(cls)])
+        await tb.drain()
     await tb.settle()
     tb.check_refresh_counts()
 
