@@ -3,7 +3,10 @@
 The in-process twin of cocotb_tests/streams.py for quick unit tests of stream components: each input
 stream gets a list of payloads (dicts of field values, a list for an array field) and sends them in
 order with a random idle chance per cycle; each output stream is read with a random chance of
-``ready`` being low, and its payloads are recorded as dicts of the fields asked for.
+``ready`` being low, and its payloads are recorded as dicts of the fields asked for (or as integers,
+for a stream whose fields are given as ``None``). A ``watch`` hook, called every cycle, drives what
+the streams do not (a serial line, a stall window) and samples pulses; the handshakes counted are
+the ones on the signals after it, so it may also hold a ``valid`` or a ``ready`` low.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ def _set(ctx, view, value):
 
 
 def _get(ctx, view, fields):
+    if fields is None:
+        return int(ctx.get(view))
     out = {}
     for name in fields:
         target = view[name]
@@ -42,12 +47,14 @@ def _get(ctx, view, fields):
 
 def run_streams(component, inputs: Mapping[str, Sequence], outputs: Mapping[str, Sequence[str]],
                 *, done, idle: float = 0.3, stall: float = 0.3, seed: int = 0,
-                max_cycles: int = 200_000, finish=None, accepted_at=None):
+                max_cycles: int = 200_000, finish=None, accepted_at=None, watch=None):
     """Run ``component`` until ``done(received)`` is true; return ``(received, cycles)``.
 
     ``finish``, if given, is awaited with the simulator context once ``done`` holds (to read
     memories or state at the end of the run). ``accepted_at``, if given, a dict, gets per input
-    stream the list of cycles in which its items were taken.
+    stream the list of cycles in which its items were taken. ``watch``, if given, is called as
+    ``watch(ctx, cycle)`` every cycle once the streams' signals are set, before the handshakes
+    are sampled.
 
     ``inputs`` maps a stream name to its payloads; ``outputs`` maps a stream name to the payload
     fields to record. ``received`` maps each output stream to a list of dicts. The run fails
@@ -65,26 +72,23 @@ def run_streams(component, inputs: Mapping[str, Sequence], outputs: Mapping[str,
                 f"run stopped after {cycle} cycles: sent "
                 + ", ".join(f"{n} {sent[n]}/{len(inputs[n])}" for n in inputs)
                 + "; received " + ", ".join(f"{n} {len(received[n])}" for n in received))
-            offers = {}
             for name, items in inputs.items():
                 port = getattr(component, name)
                 offer = sent[name] < len(items) and rng.random() >= idle
                 ctx.set(port.valid, int(offer))
                 if offer:
                     _set(ctx, port.payload, items[sent[name]])
-                offers[name] = offer
-            takes = {}
             for name in outputs:
-                port = getattr(component, name)
-                take = rng.random() >= stall
-                ctx.set(port.ready, int(take))
-                takes[name] = take
+                ctx.set(getattr(component, name).ready, int(rng.random() >= stall))
+            if watch is not None:
+                watch(ctx, cycle)
             # Sample the handshakes before the edge (ready/valid are combinational here).
-            accepted = {n: offers[n] and ctx.get(getattr(component, n).ready) for n in inputs}
+            accepted = {n: ctx.get(getattr(component, n).valid)
+                        and ctx.get(getattr(component, n).ready) for n in inputs}
             delivered = {}
             for name, fields in outputs.items():
                 port = getattr(component, name)
-                if takes[name] and ctx.get(port.valid):
+                if ctx.get(port.ready) and ctx.get(port.valid):
                     delivered[name] = _get(ctx, port.payload, fields)
             await ctx.tick()
             cycle += 1
