@@ -6,9 +6,10 @@
   mapper under random stalls.
 * Formal (``synth.formal.prove``, SymbiYosys): for all 2**33 LPDDR5 addresses and every select,
   composer(mapper(address)) == address, the error flags agree, and two mappings' fields equal
-  bit slices written out by hand; the registered mapper's stream contract (valid and payload are
-  held while stalled, nothing is dropped or invented). Negative checks show that each property
-  fails on a broken design and that the counterexample names the failing assertion.
+  bit slices written out by hand; the registered mapper's stream contract (the generic harness of
+  synth/contract.py) with its output mapped back to the accepted address. Negative checks show
+  that each property fails on a broken design and that the counterexample names the failing
+  assertion (the harness's own: tests/test_stream_contract.py).
 
 The random seed is ``SEED``; failure messages name the input that failed.
 """
@@ -19,15 +20,13 @@ import time
 
 import numpy as np
 import pytest
-from amaranth import Cat, Elaboratable, Module, Signal, Value
-from amaranth.asserts import AnySeq
+from amaranth import Cat, Elaboratable, Module, Signal
 from amaranth.hdl import Assert
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 import golden.umdam as golden
 from hdl.umdam import AddressComposer, AddressMapper, AddressMapping, DramGeometry
+from synth.contract import Answers, StreamContract
 from synth.formal import assert_proved, prove
 
 from .umdam_cases import COORDS, LPDDR5, RANKS_BG, SEED, SMALL
@@ -326,67 +325,33 @@ def test_formal_slices_catch_a_wrong_mapping(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------
-# Formal: the registered mapper's stream contract
+# Formal: the registered mapper's stream contract, and what it maps
 
 
-class DropsWhenStalled(wiring.Component):
-    """A broken register stage: it ignores ``o.ready`` and overwrites its output every cycle."""
+class MapperContract(StreamContract):
+    """The generic stream contract (:mod:`synth.contract`) of a one-stage mapper, plus: an
+    accepted address is output the next cycle, and a combinational composer (``inverse``)
+    gives it back from that output (for the ``count`` mappings that exist).
 
-    def __init__(self, width):
-        super().__init__({"i": In(stream.Signature(width)), "o": Out(stream.Signature(width))})
-
-    def elaborate(self, platform):
-        m = Module()
-        m.d.comb += self.i.ready.eq(1)
-        m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.eq(self.i.payload)]
-        return m
-
-
-class StreamContract(Elaboratable):
-    """Drive a stream stage with free ``i.valid``, ``i.payload`` and ``o.ready`` each cycle; assert
-    that a stalled output keeps ``valid`` and its payload, that an accepted input appears on the
-    next cycle, and that no output appears without an input.
-
-    ``inverse`` (optional) is a combinational composer: then an accepted address must come back
-    out of the composer applied to the next output.
+    The composer of every registered block (``umdam-composer``) and the mapper without its
+    inverse have their contracts proved in tests/test_stream_contract.py.
     """
 
-    def __init__(self, dut, inverse=None, fields=(), count=1):
-        self.dut, self.inverse, self.fields, self.count = dut, inverse, list(fields), count
+    def __init__(self, dut, inverse, fields, count):
+        super().__init__(dut, [Answers("i", "o", registered=True)])
+        self.inverse, self.fields, self.count = inverse, list(fields), count
 
     def elaborate(self, platform):
-        m = Module()
-        m.submodules.dut = dut = self.dut
-        payload_width = len(Value.cast(dut.i.payload))
-        m.d.comb += [dut.i.valid.eq(AnySeq(1)), dut.i.payload.eq(AnySeq(payload_width)),
-                     dut.o.ready.eq(AnySeq(1))]
-
-        bits = Value.cast
-
-        # one cycle of history; every register is cleared by a reset, so `checked` is low in the
-        # cycle after a reset (the output may then legitimately drop)
-        checked = Signal()
-        was_valid, was_ready, was_accepted = Signal(), Signal(), Signal()
-        was_payload = Signal(len(bits(dut.o.payload)))
-        was_input = Signal(payload_width)
-        m.d.sync += [checked.eq(1), was_valid.eq(dut.o.valid), was_ready.eq(dut.o.ready),
-                     was_payload.eq(bits(dut.o.payload)),
-                     was_accepted.eq(dut.i.valid & dut.i.ready), was_input.eq(bits(dut.i.payload))]
-        with m.If(checked & was_valid & ~was_ready):
-            m.d.comb += [Assert(dut.o.valid, "valid held while stalled"),
-                         Assert(bits(dut.o.payload) == was_payload, "payload held while stalled")]
-        with m.If(checked & was_accepted):
+        m = super().elaborate(platform)
+        dut, accepted = self.dut, self.past["i"]
+        m.submodules.inverse = inverse = self.inverse
+        previous = dut.i.payload.shape()(accepted.payload)
+        for name in self.fields:
+            m.d.comb += inverse.i.payload[name].eq(dut.o.payload[name])
+        m.d.comb += inverse.i.payload.mapping.eq(previous.mapping)
+        with m.If(self.checked & accepted.fire):
             m.d.comb += Assert(dut.o.valid, "an accepted input is output the next cycle")
-        with m.If(checked & dut.o.valid):
-            m.d.comb += Assert(was_accepted | (was_valid & ~was_ready),
-                               "no output without an input")
-        if self.inverse is not None:
-            m.submodules.inverse = inverse = self.inverse
-            previous = dut.i.payload.shape()(was_input)
-            for name in self.fields:
-                m.d.comb += inverse.i.payload[name].eq(dut.o.payload[name])
-            m.d.comb += inverse.i.payload.mapping.eq(previous.mapping)
-            with m.If(checked & was_accepted & (previous.mapping < self.count)):
+            with m.If(previous.mapping < self.count):
                 m.d.comb += Assert(inverse.o.payload.addr == previous.addr,
                                    "the output is the mapping of the accepted address")
         return m
@@ -396,22 +361,8 @@ def test_registered_mapper_honours_the_stream_contract(tmp_path):
     specs = (HASH_BANK_CHANNEL, "umdam", "ianus")      # 3 mappings: select 3 is an error
     dut = AddressMapper(mappings(LPDDR5, specs), latency=1)
     inverse = AddressComposer(mappings(LPDDR5, specs), latency=0)
-    harness = StreamContract(dut, inverse, present(LPDDR5), len(specs))
+    harness = MapperContract(dut, inverse, present(LPDDR5), len(specs))
     result = prove(harness, [], tmp_path, mode="prove", depth=3, timeout=120)
     print(f"\nformal stream contract (registered mapper, 3 mappings): {result.status} in "
           f"{result.seconds:.2f} s")
     assert_proved(result)
-
-
-def test_registered_composer_honours_the_stream_contract(tmp_path):
-    dut = AddressComposer(mappings(DDR_LIKE, ("umdam", "ianus")), latency=1)
-    result = prove(StreamContract(dut), [], tmp_path, mode="prove", depth=3, timeout=120)
-    assert_proved(result)
-
-
-def test_stream_contract_catches_a_stage_that_drops_stalled_data(tmp_path):
-    result = prove(StreamContract(DropsWhenStalled(8)), [], tmp_path, mode="prove", depth=3,
-                   timeout=120)
-    assert result.status == "FAIL"
-    assert "held while stalled" in result.counterexample
-    assert result.counterexample.strip()
