@@ -121,7 +121,7 @@ class Delay:
         i, o = harness.stream(self.i, "sink"), harness.stream(self.o, "source")
         for name, interface in ((self.i, i), (self.o, o)):
             if not isinstance(Value.cast(interface.ready), Const):
-                raise ValueError(f"Delay needs always-ready streams; {name} has a ready")
+                raise ValueError(f"Delay needs always-ready streams, and {name} has a ready")
         line = Value.cast(i.valid)
         for k in range(self.latency):
             # Not reset: the pipeline's own stages need not be either (checked after `latency`).
@@ -173,7 +173,8 @@ class Answers:
     def add(self, m: Module, harness: "StreamContract") -> None:
         cause, effect = harness.stream(self.cause, "sink"), harness.stream(self.effect, "source")
         if self.registered and self.effect_when is not None:
-            raise ValueError("Answers(registered=True) counts every effect; effect_when is None")
+            raise ValueError(f"Answers(registered=True) counts every item of {self.effect}, so "
+                             f"effect_when must be None, not {self.effect_when!r}")
         counted_cause = _fire(cause) & (1 if self.cause_when is None
                                         else self.cause_when(cause.payload))
         offered = effect.valid & (1 if self.effect_when is None
@@ -233,7 +234,7 @@ class StreamContract(Elaboratable):
         port = self.ports.get(name)
         if port is None or port.kind != kind:
             have = ", ".join(p.name for p in self.ports.values() if p.kind == kind) or "none"
-            raise ValueError(f"{name!r} is not a {kind} of {self.dut!r}; its {kind}s: {have}")
+            raise ValueError(f"{name!r} names no {kind} of {self.dut!r}; its {kind}s: {have}")
         return port
 
     def stream(self, name: str, kind: str):

@@ -1,3 +1,5 @@
+# amaranth: UnusedElaboratable=no
+# (the components refused by the bad-argument tests are never elaborated)
 """Every registered block's stream contract, proved with SymbiYosys at its ``small`` preset.
 
 The harness (:class:`synth.contract.StreamContract`) drives every input stream with free data
@@ -205,6 +207,20 @@ def test_fixed_inputs_must_exist():
     dut = registry.get("umdam").elaborate(registry.get("umdam").parameters("small"))
     with pytest.raises(ValueError, match="o.valid"):
         StreamContract(dut, fixed={"o.valid": 1})        # an output, not an input
+
+
+def test_bad_relations_are_refused():
+    def harness(*relations, **kwargs):
+        dut = registry.get("umdam").elaborate(registry.get("umdam").parameters("small"))
+        return StreamContract(dut, relations, **kwargs)
+    with pytest.raises(ValueError, match="'overrun' names no output of .*; its outputs: none"):
+        harness(never=("overrun",))
+    with pytest.raises(ValueError, match="'x' names no sink of .*; its sinks: i"):
+        harness(Answers("x", "o")).elaborate(None)
+    with pytest.raises(ValueError, match="Delay needs always-ready streams, and i has a ready"):
+        harness(Delay("i", "o", 1)).elaborate(None)
+    with pytest.raises(ValueError, match="so effect_when must be None, not <function"):
+        harness(Answers("i", "o", effect_when=_last, registered=True)).elaborate(None)
 
 
 class DropsWhenStalled(wiring.Component):
