@@ -78,7 +78,8 @@ BOUND = 20
 #: start it at any value, e.g. one below the items a queue holds, which a stall of any length
 #: keeps in the queue (tried at k = 4).
 NOT_INDUCTIVE = (f"the count of answers is not inductive (a queue's contents are not visible "
-                 f"at the ports; UNKNOWN at k = 4): bounded to depth {BOUND}")
+                 f"at the ports; UNKNOWN at k = 4 for umdam-tilegen, edram and rdxe-vac): "
+                 f"bounded to depth {BOUND}")
 
 
 #: Why the bounded checks are slow (all but the tile generator's, 1.5 s).
