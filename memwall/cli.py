@@ -144,22 +144,24 @@ TIMESCALE_LINE = "`timescale 1ns / 1ps\n"
 
 def generate(block, params, preset: str, out_dir: Path, target: str | None = None,
              name: str | None = None, *, src: bool = True, timescale: bool = True,
-             overrides: dict[str, str] | None = None,
-             interface: str = "native") -> tuple[Path, Path, dict]:
+             overrides: dict[str, str] | None = None, interface: str = "native",
+             cache=None) -> tuple[Path, Path, dict]:
     """Write ``<top>.v``, ``<top>.json`` (the manifest), ``<top>.vlt`` (Verilator's waivers,
     :func:`synth.lint.waiver_file`) and ``<top>.core`` (FuseSoC) into ``out_dir``; the Verilog for
     ``target`` (see :meth:`memwall.registry.Block.verilog`), generic by default, its top module
     ``name`` (default: the block's name with ``_`` for ``-``), with ``src`` attributes and a
     leading `` `timescale`` line unless told otherwise; the manifest is
     :func:`memwall.manifest.manifest` (``overrides``: the ``--set`` values it records);
-    ``interface="axis"`` gives the streams AXI4-Stream names (:mod:`memwall.axis`)."""
+    ``interface="axis"`` gives the streams AXI4-Stream names (:mod:`memwall.axis`); ``cache``
+    is :meth:`memwall.registry.Block.verilog`'s."""
     from synth.lint import waiver_file
 
     from .core import capi2_core
     from .manifest import manifest as contract
 
     top = name or block.top
-    text, component = block.verilog(params, target, name=top, src=src, interface=interface)
+    text, component = block.verilog(params, target, name=top, src=src, interface=interface,
+                                    cache=cache)
     text = (TIMESCALE_LINE if timescale else "") + text
     out_dir.mkdir(parents=True, exist_ok=True)
     verilog_path = out_dir / f"{top}.v"
@@ -280,18 +282,19 @@ def _timing_verdict(named_reports, fail: bool) -> int:
 # --- build (the main job) -------------------------------------------------------------------
 
 def _build_block(block, params, args, stage: Path, final, tag: str,
-                 synthesize) -> tuple[dict, list]:
+                 synthesize, cache) -> tuple[dict, list]:
     """Generate and lint one block of ``memwall build`` into ``stage`` (``final``: where a file
-    there ends up), then hand each synthesis to ``synthesize(verilog, top, target, workdir,
-    options)``; return the block's report entry and ``(target, what synthesize returned)``."""
+    there ends up; the Verilog and the lint through ``cache``, :mod:`synth.cache`), then hand each
+    synthesis to ``synthesize(verilog, top, target, workdir, options)``; return the block's
+    report entry and ``(target, what synthesize returned)``."""
+    from synth.cache import lint
     from synth.flow import devices
-    from synth.lint import lint
 
     _status(f"{tag}: generate ({args.preset})")
-    verilog_path, _, manifest = generate(block, params, args.preset, stage)
+    verilog_path, _, manifest = generate(block, params, args.preset, stage, cache=cache)
     text = verilog_path.read_text()
     _status(f"{tag}: verilator lint -Wall")
-    lint_report = lint(text, block.top, stage / "lint")
+    lint_report = lint(text, block.top, stage / "lint", cache=cache)
     entry = {
         "block": block.name, "family": block.family, "preset": args.preset,
         "parameters": params.as_dict(), "verilog": str(final(verilog_path)),
@@ -309,7 +312,8 @@ def _build_block(block, params, args, stage: Path, final, tag: str,
         _status(f"{tag}: not synthesized: {block.synth.skip_reason}")
     jobs = []
     for target in args.target or block.synth.targets:
-        synth_text = block.verilog(params, target)[0] if target in FAMILIES else text
+        synth_text = (block.verilog(params, target, cache=cache)[0] if target in FAMILIES
+                      else text)
         device = args.device if args.device in [d[2] for d in devices(target)] else None
         options = dict(block.synth.flow_options(), seeds=args.seeds, device=device)
         jobs.append((target, synthesize(synth_text, block.top, target, stage / target, options)))
@@ -391,7 +395,8 @@ def _build_blocks(client: Callable, chosen: list, args, out: Path) -> tuple[list
             staged = Staged(out / block.name)     # a finished block's files stay if one fails
             stages[i] = staged
             entry, jobs = _build_block(block, block.parameters(args.preset), args,
-                                       staged.__enter__(), staged.final, tag, synthesize)
+                                       staged.__enter__(), staged.final, tag, synthesize,
+                                       cache)
             entries[i] = entry
             reports[i] = [None] * len(jobs)
             for t, (target, job) in enumerate(jobs):
@@ -721,8 +726,9 @@ def _parser() -> argparse.ArgumentParser:
 
     def no_cache(p):
         p.add_argument("--no-cache", action="store_true",
-                       help="synthesize even what the cache of earlier results holds (and "
-                            "refresh it); the cache is build/synth-cache, or $MEMWALL_SYNTH_CACHE")
+                       help="synthesize (and lint) even what the cache of earlier results "
+                            "holds, and refresh it; the cache is build/synth-cache, or "
+                            "$MEMWALL_SYNTH_CACHE")
 
     def fail_on_timing(p):
         p.add_argument("--fail-on-timing", action="store_true",

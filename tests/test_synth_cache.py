@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +126,162 @@ def test_synth_answers_a_second_time_from_the_cache(capsys, tmp_path, monkeypatc
     entries = list((tmp_path / "cache").rglob("*.json"))
     assert len(entries) == 1
     assert json.loads(entries[0].read_text())["inputs"]["top"] == "arith_idot"
+
+
+# --- the lint cache ------------------------------------------------------------------------------
+
+NARROW = "module narrow(input wire [7:0] a, output wire [3:0] b);\n  assign b = a;\nendmodule\n"
+
+
+@pytest.fixture
+def verilator_runs(monkeypatch):
+    """Verilator's runs (subprocess.run of a verilator, counted and passed on)."""
+    import subprocess
+
+    runs = []
+    real = subprocess.run
+
+    def counted(argv, **kwargs):
+        if Path(str(argv[0])).name == "verilator":
+            runs.append(argv)
+        return real(argv, **kwargs)
+    monkeypatch.setattr(subprocess, "run", counted)
+    return runs
+
+
+def test_a_lint_cache_hit_is_the_same_report_without_verilator(tmp_path, verilator_runs):
+    cache = sc.SynthCache(tmp_path / "c")
+    fresh = sc.lint(NARROW, "narrow", tmp_path / "a", cache=cache)
+    assert len(verilator_runs) == 1 and not fresh.cached and fresh.count("WIDTH") == 1
+    hit = sc.lint(NARROW, "narrow", tmp_path / "b", cache=cache)
+    assert len(verilator_runs) == 1 and hit.cached
+    assert hit.summary() == fresh.summary() and hit.messages == fresh.messages
+    assert dataclasses.replace(hit, log_path=fresh.log_path) == fresh
+    # The hit leaves the folder as a run does: the source and Verilator's log.
+    assert hit.log_path == tmp_path / "b" / "lint.log"
+    assert hit.log_path.read_text() == fresh.log_path.read_text()
+    assert (tmp_path / "b" / "narrow.v").read_text() == NARROW
+    waived = sc.lint(NARROW, "narrow", tmp_path / "c", cache=cache, waivers=True)
+    assert len(verilator_runs) == 2 and waived.summary() != fresh.summary()
+    assert sc.lint(NARROW, "narrow", tmp_path / "d", cache=cache, waivers=True).cached
+    assert (tmp_path / "d" / "narrow.vlt").is_file()
+
+
+def test_a_changed_verilog_waiver_flag_or_verilator_misses(tmp_path, monkeypatch,
+                                                          verilator_runs):
+    import synth.lint
+
+    cache = sc.SynthCache(tmp_path / "c")
+    sc.lint(NARROW, "narrow", tmp_path / "w", cache=cache)
+    sc.lint(NARROW + "// changed\n", "narrow", tmp_path / "w", cache=cache)
+    sc.lint(NARROW, "narrow", tmp_path / "w", cache=cache, extra_args=["-Wno-WIDTHTRUNC"])
+    assert len(verilator_runs) == 3
+    monkeypatch.setitem(synth.lint.WAIVERS, "UNDRIVEN", "a new waiver: another waiver file")
+    assert not sc.lint(NARROW, "narrow", tmp_path / "w", cache=cache).cached
+    monkeypatch.setattr(sc, "tool_versions", lambda packages: {p: "9.9" for p in packages})
+    assert not sc.lint(NARROW, "narrow", tmp_path / "w", cache=cache).cached
+    assert len(verilator_runs) == 5
+    # A file among the arguments is not in the key: such a lint always runs.
+    (tmp_path / "w" / "other.v").write_text("module other; endmodule\n")
+    for _ in range(2):
+        sc.lint(NARROW, "narrow", tmp_path / "w", cache=cache, extra_args=["other.v"])
+    assert len(verilator_runs) == 7
+
+
+@pytest.mark.parametrize("entry", [
+    '{"result": {"report": {"errors": 0, "warn',                               # cut short
+    '{"result": {"report": {"errors": "0", "warnings": 1, "by_code": {}, "messages": [], '
+    '"returncode": 0}, "log": ""}}',                                            # a wrong type
+    '{"result": {"report": {"errors": 0, "warnings": 1, "by_code": {}, "messages": [], '
+    '"returncode": 0}}}',                                                       # no log
+    '{"result": {"log": "x"}}', '[]'])
+def test_a_corrupt_lint_entry_is_a_miss_and_is_rewritten(tmp_path, verilator_runs, entry):
+    cache = sc.SynthCache(tmp_path / "c")
+    fresh = sc.lint(NARROW, "narrow", tmp_path / "w", cache=cache)
+    path = cache.path(sc.cache_key(sc.lint_inputs(NARROW, "narrow")))
+    path.write_text(entry)
+    again = sc.lint(NARROW, "narrow", tmp_path / "w", cache=cache)
+    assert len(verilator_runs) == 2 and not again.cached and again == fresh
+    assert sc.lint(NARROW, "narrow", tmp_path / "w", cache=cache).cached
+
+
+def test_no_cache_lints_again_and_refreshes_the_entry(tmp_path, verilator_runs):
+    sc.lint(NARROW, "narrow", tmp_path / "w", cache=sc.SynthCache(tmp_path / "c"))
+    refreshed = sc.lint(NARROW, "narrow", tmp_path / "w",
+                        cache=sc.SynthCache(tmp_path / "c", read=False))
+    sc.lint(NARROW, "narrow", tmp_path / "w", cache=None)
+    assert len(verilator_runs) == 3 and not refreshed.cached
+    assert sc.lint(NARROW, "narrow", tmp_path / "w", cache=sc.SynthCache(tmp_path / "c")).cached
+
+
+def test_a_warm_build_lints_from_the_cache_with_the_same_report(capsys, tmp_path,
+                                                                verilator_runs):
+    argv = ["build", "--block", "flowkv-array", "--preset", "small", "-o", str(tmp_path / "o")]
+    reports = []
+    for extra in ([], [], ["--no-cache"]):
+        assert main(argv + extra) == 0
+        text = (tmp_path / "o" / "report.md").read_text()
+        reports.append([line for line in text.splitlines() if line.startswith("| ")])
+        capsys.readouterr()
+    assert len(verilator_runs) == 2                          # the first and the --no-cache run
+    assert reports[0] == reports[1] == reports[2]
+    assert any(line.startswith("| flowkv-array | 0 | ") for line in reports[0])
+    assert (tmp_path / "o" / "flowkv-array" / "lint" / "lint.log").is_file()
+
+
+# --- the cache of Yosys' Verilog for Amaranth's RTLIL ---------------------------------------------
+
+@pytest.fixture
+def yosys_runs(monkeypatch):
+    """Yosys' runs for synth.cache.yosys_script (counted and passed on)."""
+    runs = []
+    real = sc.run_yosys_script
+
+    def counted(command, script):
+        runs.append(script)
+        return real(command, script)
+    monkeypatch.setattr(sc, "run_yosys_script", counted)
+    return runs
+
+
+def _rtlil(width: int = 8) -> str:
+    from amaranth import Module, Signal
+    from amaranth.back import rtlil
+
+    m = Module()
+    a, q = Signal(width), Signal(width)
+    m.d.sync += q.eq(a + 1)
+    return rtlil.convert(m, name="inc", ports=[a, q])
+
+
+def test_the_verilog_of_rtlil_comes_from_the_cache_the_second_time(tmp_path, yosys_runs,
+                                                                  monkeypatch):
+    from memwall.registry import to_verilog
+
+    cache = sc.SynthCache(tmp_path / "c")
+    fresh = to_verilog(_rtlil(), cache)
+    assert "module inc" in fresh and len(yosys_runs) == 1
+    assert to_verilog(_rtlil(), cache) == fresh and len(yosys_runs) == 1
+    assert to_verilog(_rtlil(), None) == fresh and len(yosys_runs) == 2
+    to_verilog(_rtlil(9), cache)                                   # another design
+    to_verilog(_rtlil(), sc.SynthCache(tmp_path / "c", read=False))   # --no-cache
+    assert len(yosys_runs) == 4
+    monkeypatch.setattr(sc, "yosys_version", lambda command: "yosys 9.9")   # another Yosys
+    assert to_verilog(_rtlil(), cache) == fresh and len(yosys_runs) == 5
+
+
+def test_a_corrupt_or_failed_yosys_entry_is_a_miss(tmp_path, yosys_runs):
+    from memwall.registry import to_verilog
+
+    cache = sc.SynthCache(tmp_path / "c")
+    fresh = to_verilog(_rtlil(), cache)
+    (path,) = (tmp_path / "c").rglob("*.json")
+    for entry in ('{"result": {"stdout": "mod', '{"result": {"stdout": 1, "stderr": ""}}'):
+        path.write_text(entry)
+        assert to_verilog(_rtlil(), cache) == fresh
+    assert len(yosys_runs) == 3
+    with pytest.raises(RuntimeError, match="Yosys failed to write Verilog"):
+        to_verilog("this is no RTLIL\n", cache)
+    with pytest.raises(RuntimeError, match="Yosys failed to write Verilog"):
+        to_verilog("this is no RTLIL\n", cache)                    # a failure is not stored
+    assert len(yosys_runs) == 5 and len(list((tmp_path / "c").rglob("*.json"))) == 1
