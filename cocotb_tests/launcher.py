@@ -174,8 +174,8 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
     build_dir.mkdir(parents=True, exist_ok=True)
     with _exclusive(build_dir):
         results = _build_and_run(block, params, simulator, build_dir, text, component,
-                                 testcase=testcase, seed=seed, extra_env=extra_env,
-                                 target=target, module=module, log=log)
+                                 waves=waves, coverage=coverage, testcase=testcase, seed=seed,
+                                 extra_env=extra_env, target=target, module=module, log=log)
         failures = _failures(results)      # read before another case may run in the folder
         ran_with = _seed(results) if failures else None
     if failures:
@@ -200,10 +200,10 @@ def _exclusive(build_dir: Path):
 
 
 def _build_and_run(block, params: BlockParams, simulator: str, build_dir: Path, text: str,
-                   component, *, testcase, seed, extra_env, target, module, log) -> Path:
-    """Write the sources into ``build_dir``, build the model and run the testbench; return the
-    results file."""
-    waves, coverage = waves_requested(), coverage_requested(simulator)
+                   component, *, waves: bool, coverage: bool, testcase, seed, extra_env, target,
+                   module, log) -> Path:
+    """Write the sources into ``build_dir``, build the model (``waves``, ``coverage``: as
+    :func:`_build`) and run the testbench; return the results file."""
     source = build_dir / f"{block.top}.v"
     if not source.exists() or source.read_text() != text:
         source.write_text(text)

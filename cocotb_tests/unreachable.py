@@ -7,8 +7,9 @@ arms cannot be taken, whatever the inputs:
 * the select is a constant (a block parameter fixed it, for example a VAC's index in its
   result ports): only the arm that constant matches is taken;
 * the select bits are ``E == 0``, ``E == 1``, ... for every value of one expression ``E`` (a
-  ``Switch`` or an index over every value): exactly one bit is set in every cycle, so the
-  ``default`` is never taken.
+  ``Switch`` or an index over every value; ``E``'s declared width that of the constants, or
+  ``E`` and ``~E`` of one bit): exactly one bit is set in every cycle, so the ``default`` is
+  never taken.
 
 :func:`unreachable_arms` finds both by reading the Verilog text (the functions, the calls and the
 one-line ``assign`` of each select bit), so that Verilator's line points on those arms are
@@ -31,6 +32,9 @@ _DEFAULT = re.compile(r"^\s*default:")
 _ASSIGN = re.compile(r"^\s*assign (\S+) = (.*);\s*$")
 _ATTRIBUTE = re.compile(r"\(\*.*?\*\)")
 _CONSTANT = re.compile(r"^(\d+)'([hbd])([0-9a-fA-F_]+)$")
+_DECLARATION = re.compile(
+    r"^\s*(?:wire|reg|input|output)\s+(?:\[(\d+):(\d+)\]\s+)?(\w+)\s*(?:=[^;]*)?;")
+_PART = re.compile(r"^(\w+)(?:\[(\d+)(?::(\d+))?\])?$")
 
 
 def _split_args(text: str) -> list[str]:
@@ -74,9 +78,26 @@ def _compare(rhs: str) -> tuple[str, int, int | None, str] | None:
     return None
 
 
-def _select_values(select: str, assigns: dict[str, str], bits: int) -> tuple[set, str] | None:
+def _width(expr: str, widths_of: dict[str, int]) -> int | None:
+    """The width of a name, a bit or part of one, or a concatenation of those; None when the
+    declarations do not show it."""
+    expr = expr.strip()
+    if expr.startswith("{") and expr.endswith("}"):
+        parts = [_width(p, widths_of) for p in _split_args(expr[1:-1])]
+        return None if None in parts else sum(parts)
+    match = _PART.match(expr.replace(" ", ""))
+    if not match:
+        return None
+    name, high, low = match.groups()
+    if high is None:
+        return widths_of.get(name)
+    return 1 if low is None else int(high) - int(low) + 1
+
+
+def _select_values(select: str, assigns: dict[str, str], bits: int,
+                   widths_of: dict[str, int]) -> tuple[set, str] | None:
     """The values the ``bits``-bit select can take, and the reason they are limited; None when
-    the text does not show it."""
+    the text does not show it (``widths_of``: the module's declared widths by name)."""
     const = _constant(select)
     if const:
         return {const[1]}, CONSTANT
@@ -95,6 +116,8 @@ def _select_values(select: str, assigns: dict[str, str], bits: int) -> tuple[set
     if len(widths) != 1:
         return None
     width = widths.pop()
+    if compares[0][3] == "eq" and _width(compares[0][0], widths_of) != width:
+        return None                 # E == K tests every value of E only when E is K's width
     if sorted(c[1] for c in compares) != list(range(2 ** width)):
         return None
     return {1 << (bits - 1 - i) for i in range(bits)}, COMPLETE
@@ -142,9 +165,13 @@ def unreachable_arms(text: str) -> dict[int, str]:
 
 def _module_arms(lines: list[str]) -> dict[int, str]:
     """:func:`unreachable_arms` of one module's lines (line numbers counted from 1)."""
-    assigns = {}
+    assigns, widths_of = {}, {}
     calls: dict[str, list[str]] = {}
     for line in lines:
+        declared = _DECLARATION.match(line)
+        if declared:
+            high, low, name = declared.groups()
+            widths_of[name] = 1 if high is None else int(high) - int(low) + 1
         match = _ASSIGN.match(line)
         if not match:
             continue
@@ -158,8 +185,8 @@ def _module_arms(lines: list[str]) -> dict[int, str]:
         reachable, reasons = set(), set()
         for args in calls.get(name, [None]):
             parts = _split_args(args) if args is not None else []
-            limited = _select_values(parts[2], assigns, function["bits"]) if len(parts) == 3 \
-                else None
+            limited = (_select_values(parts[2], assigns, function["bits"], widths_of)
+                       if len(parts) == 3 else None)
             if limited is None:
                 break
             reachable |= limited[0]

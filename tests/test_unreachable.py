@@ -111,3 +111,20 @@ def test_each_module_is_read_apart():
     found = unreachable_arms(first + second)
     assert found == {1 + ARMS["bit0"]: CONSTANT, 1 + ARMS["bit2"]: CONSTANT,
                      1 + ARMS["default"]: CONSTANT}
+
+
+def test_comparisons_cover_every_value_only_at_the_constants_width():
+    """``e == 0`` to ``e == 3`` leave no value to the default when ``e`` has 2 bits; with 3 bits
+    (or no declaration to show its width) ``e`` = 4 to 7 still reach it."""
+    arms = "".join(f"      4'b{'?' * (3 - k)}1{'?' * k}:\n        _9_ = b[{8 * k + 7}:{8 * k}];\n"
+                   for k in range(4))
+    function = ("  function [7:0] _9_;\n    input [7:0] a;\n    input [31:0] b;\n"
+                "    input [3:0] s;\n    casez (s)\n" + arms +
+                "      default:\n        _9_ = a;\n    endcase\n  endfunction\n"
+                "  assign y = _9_(8'hxx, { p, q, r, t }, { _4_, _3_, _2_, _1_ });\n"
+                "  assign _1_ = e == 2'h3;\n  assign _2_ = e == 2'h2;\n"
+                "  assign _3_ = e == 2'h1;\n  assign _4_ = ! e;\n")
+    default = 1 + next(i for i, line in enumerate(function.splitlines(), 1) if "default" in line)
+    assert unreachable_arms("  reg [1:0] e = 2'h0;\n" + function) == {default: COMPLETE}
+    assert unreachable_arms("  wire [2:0] e;\n" + function) == {}
+    assert unreachable_arms(function) == {}

@@ -337,24 +337,23 @@ class VacTB(BlockTB):
                                    ("plain", "fused", "kv")),
             f"{block}.chunks": (lambda item: None if not item["last"] else
                                 "one" if item["first"] else "several", ("one", "several")),
-            f"{block}.owed": (lambda item: self._owed_class(item), ("none", "some", "last_credit"))})}
+            f"{block}.owed": (self._owed_class, ("none", "some", "last_credit"))})}
 
     def _owed_class(self, item) -> str | None:
-        """At an output's first chunk, the results the VAC owed before it: ``all`` its
-        ``queue_depth`` credits: ``last_credit`` when this output took the last one, so that the
-        next starves until a result returns it."""
+        """At an output's first chunk, the results the VAC owed before it: ``none``, ``some``,
+        or ``last_credit`` when this output takes the last of its ``queue_depth`` credits, so
+        that the next output starves until a result returns one."""
         if not item["first"]:
             return None
-        owed = self._owed - 1                       # observe counted this output already
-        return ("none" if owed == 0 else "last_credit" if owed + 1 == self.cfg.queue_depth
-                else "some")
+        return ("none" if self._owed == 0 else
+                "last_credit" if self._owed + 1 == self.cfg.queue_depth else "some")
 
     def observe(self, stream, item, cycle):
+        super().observe(stream, item, cycle)      # sampled with what was owed before the item
         if stream == "hlink_i" and item["first"]:
             self._owed += 1
         elif stream == "o":
             self._owed -= 1
-        super().observe(stream, item, cycle)
 
     # --- model --------------------------------------------------------------------------------
 
