@@ -113,6 +113,7 @@ def test_product_is_as_wide_as_its_operands():
     (lambda: Requantizer(block_registers=True), 4),                      # 32 x 32: 2 x 2 pieces
     (lambda: Requantizer(25, 8, mult_bits=8, block_registers=True), 2),
     (lambda: Requantizer(stages=3, block_registers=True), 4),
+    (lambda: Requantizer(stages=5, block_registers=True), 4),
     (lambda: IntDot(4, block_registers=True), 4),
     (lambda: Exp2(block_registers=True), 1),
     (lambda: Reciprocal(block_registers=True), 10),

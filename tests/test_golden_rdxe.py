@@ -779,12 +779,13 @@ def last_rcu_entry(ready, vacs, rc_ready):
 
 def gbus_done(results):
     """Cycle by cycle: one GBUS word of 4 results (in output order) per cycle, once all its
-    results are on their VACs' o (2 cycles after the PPU); returns the cycle after the last."""
+    results are at the gatherer (3 cycles after the PPU: the VAC's result queue 2, the
+    gatherer's skid buffer 1); returns the cycle after the last."""
     cycle = 0
     outputs = sorted(results)
     for first in range(0, len(outputs), 4):
         word = outputs[first:first + 4]
-        while cycle < max(results[o] + 2 for o in word):
+        while cycle < max(results[o] + 3 for o in word):
             cycle += 1
         cycle += 1
     return cycle
@@ -807,8 +808,9 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
     fused = R.rmsnorm_gemv_cycles(outputs, inputs, DEFAULT)
     assert fused.rc_ready == rc_ready
     entries = rcu_entries(ready, 16, rc_ready)
-    assert fused.total == max(entries.values()) + 8 + 1
-    assert fused.done == gbus_done({o: e + 8 for o, e in entries.items()})
+    # RCU 5 (its partial products registered twice) and PPU 4.
+    assert fused.total == max(entries.values()) + 9 + 1
+    assert fused.done == gbus_done({o: e + 9 for o, e in entries.items()})
     assert fused.hold == sum(1 for o, r in ready.items() if o % 16 == 0 and r < rc_ready)
     # Sequential: the factor, the sequencer's wait 1, C normalizing reads, the GEMV's lead 29
     # (request 22, chunk queue 2, operand path 5), then the plain GEMV.
@@ -820,11 +822,11 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
 def test_gemv_cycles_by_hand():
     # 16 x 16 on 16 VACs: one chunk each; VAC 15 gets it at cycle 15, IntDot 5, accumulator 1,
     # PPU 4: result at cycle 25, 26 cycles. Fused: rc at 0 + 5 + 1 + 3 + 5 + 6 + 16 + 4 + 1 + 1
-    # = 42, RCU + PPU 8: 51 cycles.
+    # = 42, RCU 5 + PPU 4: 52 cycles.
     plain = R.gemv_cycles(16, 16, DEFAULT)
     assert (plain.total, plain.utilization) == (26, 256 / (256 * 26))
     fused = R.rmsnorm_gemv_cycles(16, 16, DEFAULT)
-    assert (fused.total, fused.rc_ready, fused.hold) == (51, 42, 1)
+    assert (fused.total, fused.rc_ready, fused.hold) == (52, 42, 1)
 
 
 def test_long_gemv_utilization_and_fused_overhead():
@@ -850,7 +852,7 @@ def test_softmax_pv_cycles_match_schedule(tokens):
     ready = schedule(64, tokens, DEFAULT)
     fused = R.softmax_pv_cycles(tokens, DEFAULT)
     assert fused.rc_ready == rc_ready
-    assert fused.total == last_rcu_entry(ready, 16, rc_ready) + 8 + 1
+    assert fused.total == last_rcu_entry(ready, 16, rc_ready) + 9 + 1
     seq = R.softmax_pv_cycles(tokens, DEFAULT, mode="sequential")
     assert seq.total == rc_ready + 1 + C + 29 + R.gemv_cycles(64, tokens, DEFAULT).total
     assert seq.total > fused.total

@@ -45,10 +45,14 @@ class Latency:
     the activation requantizer (docs/rdxe.md section 9.1: the DXT's critical path ran through
     that split into the requantizer's multiplier). ``rc_out`` is the VE's register on the RC
     factor after the conversion's renormalization and saturation, before the factor fans out to
-    the VACs.
+    the VACs. ``requant`` is the PPU's latency (and the VE's requantizers'), ``rcu`` the RCU's
+    (its partial products registered once more on their way from the multiplier blocks).
+    ``gather`` is the skid buffer a VAC's result passes on its way into the gatherer (so that
+    the gatherer's decision to take a word does not reach back into the VACs' queues).
     """
 
     requant: int = unit_latency(Vac.ppu_unit(VacConfig()))
+    rcu: int = unit_latency(Vac.rcu_unit(VacConfig()))
     int_to_float: int = 3
     fmul: int = 5
     fadd: int = 6
@@ -67,6 +71,7 @@ class Latency:
     split: int = 1
     rc_out: int = 1
     decode: int = 1
+    gather: int = 1
 
     @classmethod
     def of(cls, params) -> Latency:
@@ -76,7 +81,8 @@ class Latency:
         names no registers."""
         if not isinstance(params, VacConfig):
             return cls()
-        return cls(requant=unit_latency(Vac.ppu_unit(params)), row=Vac.row_latency_of(params))
+        return cls(requant=unit_latency(Vac.ppu_unit(params)),
+                   rcu=unit_latency(Vac.rcu_unit(params)), row=Vac.row_latency_of(params))
 
     def dot(self, lanes: int) -> int:
         return 1 + (lanes.bit_length() - 1)
@@ -156,11 +162,12 @@ def _acc_ready(outputs: int, inputs: int, params: RdxeParams, lat: Latency) -> n
 
 def _gbus(results: np.ndarray, lat: Latency) -> int:
     """``done`` of results leaving the PPUs at ``results`` (every output of every pass, in output
-    order): a result is on its VAC's ``o`` ``queue`` cycles later; GBUS word ``w`` (outputs ``4w
-    .. 4w + 3``) moves at ``g_w = max(its results there, g_(w-1) + 1)``; ``done = g_last + 1``."""
+    order): a result is on its VAC's ``o`` ``queue`` cycles later and at the gatherer ``gather``
+    after that; GBUS word ``w`` (outputs ``4w .. 4w + 3``) moves at ``g_w = max(its results
+    there, g_(w-1) + 1)``; ``done = g_last + 1``."""
     words = -(-len(results) // GBUS_BYTES)
     padded = np.full(words * GBUS_BYTES, -1, np.int64)
-    padded[:len(results)] = results + lat.queue
+    padded[:len(results)] = results + lat.queue + lat.gather
     ready = padded.reshape(words, GBUS_BYTES).max(axis=1)
     return int((ready + np.arange(words)[::-1]).max()) + 1   # g_last = max_w (R_w + W - 1 - w)
 
@@ -210,7 +217,7 @@ def _fused(outputs: int, inputs: int, params: RdxeParams, lat: Latency, rc_ready
         for index in range(v, len(ready), N):
             s = max(int(ready[index]), rc_ready, s + 1)
             entry[index] = s
-    results = entry + 2 * lat.requant
+    results = entry + lat.rcu + lat.requant
     return _cycles(results.max() + 1, outputs, inputs, params, rc_ready=rc_ready, hold=hold,
                    done=_gbus(results, lat))
 
@@ -241,7 +248,7 @@ def rmsnorm_gemv_cycles(outputs: int, inputs: int, params: RdxeParams, *, mode: 
     Fused: the GEMV runs as :func:`gemv_cycles`; a finished accumulator waits for ``rc_ready``,
     then RCU and PPU. Each VAC's RCU takes one accumulator per cycle in output order, so VAC
     ``v``'s outputs enter it at ``s_k = max(a_k, rc_ready, s_(k-1) + 1)`` and ``total = max_v
-    s_last + 2 * requant + 1`` (``max(max_o a_o, rc_ready) + 2 * requant + 1`` when no VAC holds
+    s_last + rcu + requant + 1`` (``max(max_o a_o, rc_ready) + rcu + requant + 1`` when no VAC holds
     more than one finished accumulator at ``rc_ready``). Sequential: ``x`` fills the token
     buffer while the VE sums it (cycle 0 is its first chunk at the sum), and ``total = rc_ready
     + wait + C + lead + gemv_cycles(...).total`` (:func:`_sequential`).
@@ -289,9 +296,10 @@ def qk_cycles(tokens: int, params: RdxeParams, lat: Latency | None = None) -> Cy
 
     A GEMV with ``tokens`` outputs and ``head_dim`` inputs: token ``t`` on VAC ``t mod N`` (its
     owner), one key row per cycle, the query re-streamed every pass; the score leaves the PPU at
-    ``r_t = a_t + requant`` and is on the VAC's ``o`` ``queue`` cycles later. The GBUS moves
-    ``GBUS_BYTES`` scores per transfer in token order, one transfer per cycle: transfer ``w``
-    happens at ``g_w = max(max r_t + queue over its scores, g_(w-1) + 1)`` (the last pass's
+    ``r_t = a_t + requant`` and is on the VAC's ``o`` ``queue`` cycles later, at the gatherer
+    ``gather`` after that. The GBUS moves ``GBUS_BYTES`` scores per transfer in token order, one
+    transfer per cycle: transfer ``w`` happens at ``g_w = max(max r_t + queue + gather over its
+    scores, g_(w-1) + 1)`` (the last pass's
     padding tokens included), and the VE stores the scores and updates the running maximum as
     they come. ``total = done = g_last + 1``.
     """

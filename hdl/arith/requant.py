@@ -22,7 +22,8 @@ _SLICE = 17
 #: Pipeline boundaries present at each ``stages`` value (see the class docstring).
 _BOUNDARIES = {1: ("saturated",), 2: ("product", "saturated"),
                3: ("partial", "product", "saturated"),
-               4: ("partial", "product", "shifted", "saturated")}
+               4: ("partial", "product", "shifted", "saturated"),
+               5: ("partial", "landed", "product", "shifted", "saturated")}
 
 
 def _slices(value, width: int, is_signed: bool):
@@ -61,12 +62,15 @@ class Requantizer(wiring.Component):
     mult_signed : bool
         ``m`` is signed (default, like TFLite's int32 multiplier) or unsigned.
     stages : int
-        Pipeline depth, 1 to 4; the latency equals it. Registers sit after: 4: the partial
+        Pipeline depth, 1 to 5; the latency equals it. Registers sit after: 4: the partial
         products, the full product, the shift and rounding decision, the saturated result;
-        3: all but the shift; 2: the product and the result; 1: the result only.
+        3: all but the shift; 2: the product and the result; 1: the result only; 5: as 4, and
+        each partial product registered again in the fabric before the sum (with
+        ``block_registers``, a register on the far side of the route from a multiplier block
+        placed away from the adder).
     block_registers : bool
         ``True``: elaborated for the ECP5 (``platform=hdl.arith.dsp.Target("ecp5")``) with the
-        partial products registered (``stages`` 3 or 4), each partial product is one
+        partial products registered (``stages`` 3 to 5), each partial product is one
         ``MULT18X18D`` whose output register is that partial-product register
         (:func:`hdl.arith.dsp.ecp5_product` without input registers): the multiply no longer
         sits between two fabric routes. The same latency and bits. Default ``False``: generic
@@ -121,7 +125,7 @@ class Requantizer(wiring.Component):
         integer(mult_bits, "Multiplier width", 2, 32)
         if not isinstance(mult_signed, bool):
             raise TypeError(f"Multiplier signedness must be True or False, not {mult_signed!r}")
-        stages = integer(stages, "Pipeline stages", 1, 4)
+        stages = integer(stages, "Pipeline stages", 1, len(_BOUNDARIES))
         if not isinstance(block_registers, bool):
             raise TypeError(f"Requantizer block_registers must be True or False, not "
                             f"{block_registers!r}")
@@ -161,11 +165,12 @@ class Requantizer(wiring.Component):
                         m, x_piece.as_unsigned(), m_piece.as_unsigned(),
                         name=f"dsp_{x_lsb}_{m_lsb}", input_registers=False,
                         signs=(x_piece.shape().signed, m_piece.shape().signed)))
-                    partials.append((x_lsb + m_lsb, product))
+                    partials.append((x_lsb + m_lsb, stage("landed", product)))
                 else:
                     m.d.comb += product.eq(x_piece * m_piece)
-                    partials.append((x_lsb + m_lsb, stage("partial", product)))
-        shift = stage("partial", self.i.payload.shift)
+                    partials.append((x_lsb + m_lsb,
+                                     stage("landed", stage("partial", product))))
+        shift = stage("landed", stage("partial", self.i.payload.shift))
 
         # Exact product x * m (fits product_bits as a signed number).
         total = sum(piece << offset for offset, piece in partials)

@@ -81,7 +81,9 @@ class Gatherer(wiring.Component):
     ops : In(stream.Signature(op_layout(cfg)))
         The operations, in order; taken with the last word.
     results : In(stream.Signature(result_layout(vac))).array(vacs)
-        The VACs' ``o``; ``ready`` when their word is taken.
+        The VACs' ``o``, each through a :class:`~hdl.pipeline.SkidBuffer` (``ready`` a
+        register): the decision to take a word, made from every VAC's result, does not reach
+        back into the VACs' queues.
     o : Out(stream.Signature(word_layout()))
         Result words, through a :class:`~hdl.pipeline.SkidBuffer`: ``valid`` and ``payload``
         from registers, and ``ready`` goes into registers only.
@@ -97,9 +99,10 @@ class Gatherer(wiring.Component):
     fire : Out(1)
         A word is taken (for cycle measurements).
 
-    Timing: one word per cycle; a word leaves on ``o`` the cycle after it is taken; while ``o``
-    stalls, one more word is taken into the skid register. Assumes each VAC's results come in
-    output order.
+    Timing: a result on ``results`` can be taken into a word one cycle later (the skid buffer,
+    ``golden.rdxe.Latency.gather``); one word per cycle; a word leaves on ``o`` the cycle after
+    it is taken; while ``o`` stalls, one more word is taken into the skid register. Assumes
+    each VAC's results come in output order.
     """
 
     def __init__(self, cfg: DxtConfig):
@@ -138,8 +141,13 @@ class Gatherer(wiring.Component):
         left_t = Mux(at_first, op.total, rem_total)
         left_o = Mux(at_first, op.outputs, rem_out)
         slot_vac = _slot_vac(w, N)
-        valids = Array(r.valid for r in self.results)
-        ys = Array(r.payload.y for r in self.results)
+        results = []
+        for v, port in enumerate(self.results):
+            m.submodules[f"result{v}"] = skid = SkidBuffer(port.payload.shape())
+            wiring.connect(m, wiring.flipped(port), skid.i)
+            results.append(skid.o)
+        valids = Array(r.valid for r in results)
+        ys = Array(r.payload.y for r in results)
         ready_all = Const(1, 1)
         word = Signal(word_layout())
         for k in range(GBUS_BYTES):
@@ -174,7 +182,7 @@ class Gatherer(wiring.Component):
                          rem_total.eq(next_t), rem_out.eq(next_o),
                          rem.eq(_checks(next_t, next_o))]
         m.d.comb += [out.i.valid.eq(fire & emits), out.i.payload.eq(word)]
-        for v, result in enumerate(self.results):
+        for v, result in enumerate(results):
             m.d.comb += result.ready.eq(fire & _in_word(v, slot_vac, N) & checks.need[v & 3])
         scores = self.scores.payload
         m.d.sync += [self.scores.valid.eq(fire & (op.kind == SCORE)), scores.word.eq(w),

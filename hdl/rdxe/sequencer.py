@@ -26,13 +26,6 @@ _OP_QUEUE = 8
 _CONST_QUEUE = 4
 
 
-class Pass0Source(enum.Enum, shape=2):
-    """Where an operation's first pass takes its input chunks from."""
-    TOKENS = 0          # the token buffer (a sequential operation's normalized tokens)
-    X = 1               # the ``x`` stream
-    ACTIVATIONS = 2     # the activation unit (P V's probabilities)
-
-
 def _link_control(cfg: DxtConfig) -> data.StructLayout:
     """The HLINK fields other than the data (hdl.rdxe.spec.hlink_layout)."""
     vcfg = cfg.vac_config()
@@ -138,7 +131,6 @@ class _State:
     def __init__(self, cfg: DxtConfig):
         vcfg = cfg.vac_config()
         most = max(cfg.max_outputs, cfg.capacity)
-        self.src0 = Signal(Pass0Source, name="o_src0")
         self.seq, self.fused, self.softmax, self.kv, self.rcu = (
             Signal(name=n) for n in ("o_seq", "o_fused", "o_softmax", "o_kv", "o_rcu"))
         self.last_chunk = Signal(range(cfg.chunks + 2), name="o_last_chunk")
@@ -153,6 +145,11 @@ class _State:
         self.half = Signal()
         self.p = Signal(range(most + 2), name="p")
         self.pass0 = Signal(name="pass0")        # p == 0, as a register
+        # In RUN; in pass 0 of an operation whose first pass takes ``x`` chunks, or activations
+        # (else it reads the token buffer): registers, so that RUN's issue decision is a
+        # function of flip-flops.
+        self.running = Signal(name="running")
+        self.from_x, self.from_act = Signal(name="from_x"), Signal(name="from_act")
         self.j = Signal(range(cfg.chunks + 2), name="j")
         self.left = Signal(range(cfg.capacity + cfg.lanes + 1), name="left")   # P.V tokens left
         self.drain = Signal(range(cfg.chunks + 2), name="drain")
@@ -350,13 +347,14 @@ class Sequencer(wiring.Component):
         m.d.sync += s.left.eq(s.left - lanes)
 
     @staticmethod
-    def _begin(m: Module, seq_pv, seq_rms):
+    def _begin(m: Module, s: _State, seq_pv, seq_rms):
         with m.If(seq_pv):
             m.next = "ACTGEN"
         with m.Elif(seq_rms):
             m.next = "LOAD"
         with m.Else():
             m.next = "RUN"
+            m.d.sync += s.running.eq(1)
 
     def _accept(self, m: Module, s: _State, dec, ops, consts):
         """IDLE: take a command, register what the operation keeps, start or refuse it."""
@@ -375,8 +373,8 @@ class Sequencer(wiring.Component):
                 s.out_step.eq(~dec.is_qk), s.out.eq(cmd.entry),
                 s.row_step.eq(Mux(dec.is_pv, value_rows, 1)),
                 s.pass_step.eq(Mux(dec.is_pv, 1, Mux(dec.is_qk, key_rows, cmd.chunks))),
-                s.src0.eq(Mux(cmd.seq & vrc, Pass0Source.TOKENS,
-                              Mux(dec.is_pv, Pass0Source.ACTIVATIONS, Pass0Source.X))),
+                s.from_x.eq(~(cmd.seq & vrc) & ~dec.is_pv),
+                s.from_act.eq(~cmd.seq & dec.is_pv),
                 s.p.eq(0), s.pass0.eq(1), s.j.eq(0), s.left.eq(cmd.tokens),
                 s.drain.eq(Mux(dec.gemv_like, cmd.chunks, Mux(dec.is_qk, key_rows, 0))),
             ]
@@ -392,7 +390,7 @@ class Sequencer(wiring.Component):
                 with m.If(~self._ready_to_start(~s.half, dec.is_qk, dec.is_pv)):
                     m.next = "START"
                 with m.Else():
-                    self._begin(m, cmd.seq & dec.is_pv, cmd.seq & dec.is_rms)
+                    self._begin(m, s, cmd.seq & dec.is_pv, cmd.seq & dec.is_rms)
 
     def _fsm(self, m: Module, s: _State, dec, ops, consts):
         L = self.cfg.lanes
@@ -407,7 +405,7 @@ class Sequencer(wiring.Component):
                     m.d.sync += s.drain.eq(s.drain - 1)
             with m.State("START"):
                 with m.If(self._ready_to_start(s.half, s.kv & ~s.softmax, s.softmax)):
-                    self._begin(m, s.seq & s.softmax, s.seq & ~s.softmax)
+                    self._begin(m, s, s.seq & s.softmax, s.seq & ~s.softmax)
             with m.State("LOAD"):
                 # Sequential RMSNorm: x into the token buffer and the VE's sum, not to HLINK.
                 self._request(m, s, act=0, link=False, hlink=0, tap=1)
@@ -432,28 +430,30 @@ class Sequencer(wiring.Component):
             with m.State("NORM"):
                 m.d.comb += s.norm_read.eq(1)
                 with m.If(s.last_j):
-                    m.d.sync += [s.j.eq(0), s.left.eq(s.tokens)]
+                    m.d.sync += [s.j.eq(0), s.left.eq(s.tokens), s.running.eq(1)]
                     m.next = "RUN"
                 with m.Else():
                     m.d.sync += s.j.eq(s.j + 1)
             with m.State("RUN"):
-                self._run(m, s)
+                with m.If(s.issue & s.last_j & s.last_p):
+                    m.next = "IDLE"
+        # RUN's work, under the ``running`` register rather than the state's decode.
+        with m.If(s.running):
+            self._run(m, s)
 
     def _run(self, m: Module, s: _State):
-        """RUN: the operation's passes, one request per cycle."""
-        from_x = s.pass0 & (s.src0 == Pass0Source.X)
-        from_act = s.pass0 & (s.src0 == Pass0Source.ACTIVATIONS)
-        self._request(m, s, act=from_act, link=True, hlink=1, tap=s.pass0 & s.fused,
-                      buf_write=from_act)
-        m.d.comb += [s.x_take.eq(self.can_issue & from_x),
-                     s.issue.eq(self.can_issue & (~from_x | self.x.valid))]
+        """RUN (``running``): the operation's passes, one request per cycle."""
+        self._request(m, s, act=s.from_act, link=True, hlink=1, tap=s.pass0 & s.fused,
+                      buf_write=s.from_act)
+        m.d.comb += [s.x_take.eq(self.can_issue & s.from_x),
+                     s.issue.eq(self.can_issue & (~s.from_x | self.x.valid))]
         with m.If(s.issue):
             self._advance_chunk(m, s, self.cfg.lanes)
             m.d.sync += s.row.eq(s.row + s.row_step)
             with m.If(s.last_j):
-                m.d.sync += [s.p.eq(s.p + 1), s.pass0.eq(0),
+                m.d.sync += [s.p.eq(s.p + 1), s.pass0.eq(0), s.from_x.eq(0), s.from_act.eq(0),
                              s.row.eq(s.row_pass + s.pass_step),
                              s.row_pass.eq(s.row_pass + s.pass_step),
                              s.out.eq(s.out + s.out_step), s.left.eq(s.tokens)]
                 with m.If(s.last_p):
-                    m.next = "IDLE"
+                    m.d.sync += s.running.eq(0)

@@ -116,7 +116,7 @@ class Vac(wiring.Component):
         outputs than its credits allow (or sends factors early) can cause it.
 
     Latency and throughput (defaults: ``row_latency`` 5, ``dot_latency`` 5, ``requant_latency``
-    4, ``queue_latency`` 2): one chunk per cycle on HLINK, whatever happens on ``o``; one result
+    4, ``rcu_latency`` 5, ``queue_latency`` 2): one chunk per cycle on HLINK, whatever happens on ``o``; one result
     per cycle.
 
     * ``hlink_i`` to ``hlink_o``: 1 cycle.
@@ -127,8 +127,8 @@ class Vac(wiring.Component):
       ``requant_latency`` cycles later and is on ``o`` after another ``queue_latency``
       (:attr:`latency`, 17 cycles from ``hlink_i`` to ``o``).
     * RCU + PPU: it enters the RCU at ``max(head, factor usable, previous RCU entry + 1)`` (one
-      RCU: outputs parked for the factor enter one per cycle), its result follows ``2 *
-      requant_latency`` cycles later.
+      RCU: outputs parked for the factor enter one per cycle), its result follows
+      ``rcu_latency + requant_latency`` cycles later.
     * An output waits behind earlier ones; one that skips the RCU also waits for the RCU to be
       empty, so results never overtake.
 
@@ -182,9 +182,11 @@ class Vac(wiring.Component):
 
     @staticmethod
     def rcu_unit(cfg: VacConfig) -> partial:
-        """The RCU's requantizer of a VAC of configuration ``cfg``."""
+        """The RCU's requantizer of a VAC of configuration ``cfg``: five stages, its partial
+        products registered again after their blocks' own registers (docs/rdxe.md 9.1)."""
         return partial(Requantizer, ACC_BITS, ACC_BITS, clamp="full",
-                       mult_bits=cfg.rc_mant_bits, mult_signed=False, block_registers=True)
+                       mult_bits=cfg.rc_mant_bits, mult_signed=False, stages=5,
+                       block_registers=True)
 
     @staticmethod
     def row_latency_of(cfg: VacConfig) -> int:
@@ -199,8 +201,13 @@ class Vac(wiring.Component):
 
     @property
     def requant_latency(self) -> int:
-        """Cycles of the PPU and of the RCU (``golden.rdxe.Latency.requant``)."""
+        """Cycles of the PPU (``golden.rdxe.Latency.requant``)."""
         return unit_latency(self.ppu_unit(self.cfg))
+
+    @property
+    def rcu_latency(self) -> int:
+        """Cycles of the RCU (``golden.rdxe.Latency.rcu``)."""
+        return unit_latency(self.rcu_unit(self.cfg))
 
     @property
     def row_latency(self) -> int:
