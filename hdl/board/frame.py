@@ -45,8 +45,8 @@ BYTE = 8
 class Status(enum.Enum, shape=BYTE):
     """Status codes, the command byte of the frames the board sends.
 
-    The receiver (:class:`FrameRx`) reports the first four; the block harness of the next
-    increment answers with the rest.
+    The receiver (:class:`FrameRx`) reports ``BAD_CRC`` to ``BUSY``; the block harness
+    (:mod:`hdl.board.harness`) answers with the rest.
     """
     OK = 0x00                  #: the frame was carried out; the payload holds its answer
     BAD_CRC = 0x01             #: CRC mismatch: the frame was dropped
@@ -56,6 +56,8 @@ class Status(enum.Enum, shape=BYTE):
     UNKNOWN_COMMAND = 0x05     #: (harness) a command byte the board does not know
     STIMULUS_TOO_LARGE = 0x06  #: (harness) stimulus beyond the stimulus memory: nothing stored
     OUTPUT_OVERFLOW = 0x07     #: (harness) more outputs than the capture memory holds
+    BAD_REQUEST = 0x08         #: (harness) a payload of the wrong length or out of range
+    RUN_LIMIT = 0x09           #: (harness) the run reached its cycle limit unfinished
 
 
 def frame_layout() -> data.StructLayout:

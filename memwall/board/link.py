@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from hdl.board.frame import LENGTH_BITS, MAX_LENGTH, SYNC
 
 __all__ = ["CRC_POLY", "CRC_INIT", "crc16", "Frame", "FrameError", "encode_frame",
-           "decode_frames"]
+           "decode_frames", "FrameReader"]
 
 #: CRC-16/CCITT-FALSE: x^16 + x^12 + x^5 + 1, register starts at all ones, bits enter most
 #: significant first, no reflection and no final XOR.
@@ -83,3 +83,47 @@ def decode_frames(data: bytes) -> list[Frame]:
         frames.append(Frame(body[0], bytes(body[3:])))
         at = end
     return frames
+
+
+class FrameReader:
+    """Decode frames from bytes that arrive in pieces (a serial port's reads).
+
+    :meth:`feed` takes the next piece and returns the frames it completed. Bytes before a SYNC
+    are dropped and counted in ``dropped``; a frame whose CRC fails is reported in ``errors``
+    (a :class:`FrameError` naming the stream offset) and only its SYNC byte is dropped, so that
+    the reader finds a real frame that started inside what it took for one.
+    """
+
+    def __init__(self):
+        self._buffer = bytearray()
+        self._offset = 0                                 # stream offset of the buffer's start
+        self.dropped = 0
+        self.errors: list[FrameError] = []
+
+    def _drop(self, count: int) -> None:
+        del self._buffer[:count]
+        self._offset += count
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self._buffer += data
+        frames = []
+        while self._buffer:
+            if self._buffer[0] != SYNC:
+                start = self._buffer.find(SYNC)
+                skipped = len(self._buffer) if start < 0 else start
+                self.dropped += skipped
+                self._drop(skipped)
+                continue
+            if len(self._buffer) < OVERHEAD:
+                break
+            end = OVERHEAD + int.from_bytes(self._buffer[2:4], "big")
+            if len(self._buffer) < end:
+                break
+            try:
+                frames += decode_frames(bytes(self._buffer[:end]))
+                self._drop(end)
+            except FrameError as error:
+                self.errors.append(FrameError(f"stream byte {self._offset}: {error}"))
+                self.dropped += 1
+                self._drop(1)
+        return frames

@@ -1,0 +1,399 @@
+"""hdl/board: the block harness and the board top in Amaranth's simulator, against golden models.
+
+* The harness around real registry blocks at their ``small`` preset: ``umdam`` (valid/ready
+  streams, latency 1) and ``arith-requant`` (always-ready streams, latency 2), commands as frame
+  items under random idle cycles and back-pressure; captured items bit-exact against the blocks'
+  golden models, cycle stamps and run cycles from the harness's contract and the registry's
+  latency.
+* Errors: an unknown command and malformed requests answered and harmless; a stimulus beyond
+  the memory refused with what was stored intact; a capture memory overflowing with its items
+  kept and back-pressure held on the block; a run at its cycle limit; ``FrameRx``'s reports
+  answered and counted; the answer latencies the docstring states.
+* The board top: the host program (:class:`memwall.board.host.HarnessHost`) speaking bytes to
+  the ``rx``/``tx`` pins through a bit-banged UART line, including a framing error and a frame
+  with a bad CRC.
+* The host's incremental frame reader; parameters refused by name.
+
+Seeds are fixed (``SEED`` and each test's own); failure messages name the item that differs.
+"""
+
+import random
+from collections import deque
+
+import pytest
+from amaranth import Module
+from amaranth.lib import stream, wiring
+from amaranth.sim import Simulator
+
+from golden import umdam as umdam_golden
+from golden.arith import requant as requant_golden
+from hdl.board import BoardTop, Command, Harness, Status
+from memwall import registry
+from memwall.board.host import (BoardError, HarnessHost, parse_capture, parse_record,
+                                read_payload, run_payload, write_payload)
+from memwall.board.link import Frame, FrameReader, crc16, encode_frame
+
+from .stream_sim import run_streams
+from .test_board_link import FIELDS, frames_of, items_of, uart_wave
+
+SEED = 23
+#: A cycle limit no test run reaches.
+NO_LIMIT = 10_000
+
+
+def small(name):
+    """A registry block at its ``small`` preset: (entry, params, component)."""
+    entry = registry.get(name)
+    params = entry.parameters("small")
+    return entry, params, entry.elaborate(params)
+
+
+def pack(layout, values) -> int:
+    return layout.const(values).as_bits()
+
+
+def umdam_case(rng, n):
+    """umdam stimulus (random addresses and mapping selects, select 3 naming no mapping) and
+    its golden outputs, as payload bits; and the block's latency from the registry."""
+    entry, params, block = small("umdam")
+    layout_i, layout_o = block.i.payload.shape(), block.o.payload.shape()
+    addrs = [rng.randrange(1 << layout_i["addr"].width) for _ in range(n)]
+    selects = [rng.randrange(1 << layout_i["mapping"].width) for _ in range(n)]
+    out = umdam_golden.mapper_outputs(params.address_mappings, addrs, selects)
+    stimulus = [pack(layout_i, {"addr": a, "mapping": s}) for a, s in zip(addrs, selects)]
+    expected = [pack(layout_o, {name: int(out[name][k]) for name, _ in layout_o})
+                for k in range(n)]
+    return block, stimulus, expected, entry.timing(params, block)["o"].latency
+
+
+def requant_case(rng, n):
+    entry, params, block = small("arith-requant")
+    layout_i, layout_o = block.i.payload.shape(), block.o.payload.shape()
+    half_x, half_m = 1 << (params.in_bits - 1), 1 << (params.mult_bits - 1)
+    x = [rng.randrange(-half_x, half_x) for _ in range(n)]
+    m = [rng.randrange(-half_m, half_m) for _ in range(n)]
+    shift = [rng.randrange(14, 30) for _ in range(n)]
+    y = requant_golden.requantize(x, m, shift, out_bits=params.out_bits, clamp=params.clamp)
+    stimulus = [pack(layout_i, {"x": a, "m": b, "shift": s}) for a, b, s in zip(x, m, shift)]
+    expected = [pack(layout_o, {"y": int(v)}) for v in y]
+    return block, stimulus, expected, entry.timing(params, block)["o"].latency
+
+
+def command(harness, name, *args):
+    """A command frame, its payload made by the host's codec."""
+    makers = {"WRITE": write_payload, "RUN": run_payload, "READ": read_payload}
+    payload = makers[name](harness, *args) if name in makers else b""
+    return Frame(Command[name].value, payload)
+
+
+def run_harness(harness, frames, *, answers=None, seed=SEED, idle=0.3, stall=0.3, watch=None,
+                finish=None):
+    """Send ``frames`` to the harness (it takes one at a time), return its answers."""
+    want = len(frames) if answers is None else answers
+    got, _ = run_streams(harness, {"i": items_of(frames)}, {"o": FIELDS},
+                         done=lambda r: sum(item["last"] for item in r["o"]) >= want,
+                         seed=seed, idle=idle, stall=stall, watch=watch, finish=finish)
+    return frames_of(got["o"])
+
+
+def statuses(answers):
+    return [Status(a.command).name for a in answers]
+
+
+# --------------------------------------------------------------------------------------------------
+# Real blocks, bit-exact
+
+@pytest.mark.parametrize("case", [umdam_case, requant_case], ids=["umdam", "arith-requant"])
+def test_harness_runs_a_block_bit_exact(case):
+    rng = random.Random(SEED)
+    n = 24
+    block, stimulus, expected, latency = case(rng, n)
+    h = Harness(block, stimulus_depth=32, capture_depth=32)
+    sink, source = h.sinks[0].name, h.sources[0].name
+    frames = [command(h, "WRITE", sink, 10, stimulus[10:]),    # two frames, second half first
+              command(h, "WRITE", sink, 0, stimulus[:10]),
+              command(h, "RUN", {sink: n}, {source: n}, NO_LIMIT),
+              command(h, "READ", source, 0, 15), command(h, "READ", source, 15, n - 15),
+              command(h, "STATUS")]
+    answers = run_harness(h, frames)
+    assert statuses(answers) == ["OK"] * len(frames)
+    items, cycles = parse_capture(h, source, answers[3].payload + answers[4].payload)
+    for k, (got, want) in enumerate(zip(items, expected)):
+        assert got == want, f"item {k}: expected 0x{want:x}, got 0x{got:x}"
+    assert len(items) == n
+    # Item k is offered in cycle k + 1 and, the block never stalled, out `latency` cycles later.
+    assert cycles == [k + 1 + latency for k in range(n)]
+    run, status = parse_record(h, answers[2].payload), parse_record(h, answers[5].payload)
+    assert run == status
+    assert (run.cycles, run.end, run.played, run.captured) == \
+        (n + 1 + latency, Status.OK, {sink: n}, {source: n})
+    assert (run.rx_errors, run.framing_errors, run.overruns) == (0, 0, 0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Errors
+
+def test_harness_unknown_command_and_bad_requests_change_nothing():
+    rng = random.Random(SEED + 1)
+    block, stimulus, expected, _ = umdam_case(rng, 6)
+    h = Harness(block, stimulus_depth=8, capture_depth=8)
+    good = command(h, "WRITE", "i", 0, stimulus)
+    frames = [good, command(h, "RUN", {"i": 6}, {"o": 6}, NO_LIMIT),
+              Frame(0x7E, b"\xA5" * 9),                               # unknown, with a payload
+              Frame(0x7F),                                            # unknown, empty
+              Frame(Command.WRITE.value, good.payload[:-1]),          # an item cut short
+              Frame(Command.WRITE.value, bytes([1]) + good.payload[1:]),  # sink 1: none
+              Frame(Command.READ.value, read_payload(h, "o", 0, 6) + b"\0"),
+              command(h, "READ", "o", 3, 4),                          # beyond the 6 captured
+              Frame(Command.READ.value, bytes([1, 0, 0, 0, 1])),      # source 1: none
+              Frame(Command.RUN.value, b"\0" * (h.run_bytes - 1)),
+              Frame(Command.STATUS.value, b"\0"),
+              command(h, "READ", "o", 0, 6), command(h, "STATUS")]
+    answers = run_harness(h, frames)
+    assert statuses(answers) == ["OK", "OK", "UNKNOWN_COMMAND", "UNKNOWN_COMMAND"] + \
+        ["BAD_REQUEST"] * 7 + ["OK", "OK"]
+    assert all(a.payload == b"" for a in answers[2:11])
+    items, _ = parse_capture(h, "o", answers[11].payload)
+    assert items == expected
+    assert parse_record(h, answers[12].payload) == parse_record(h, answers[1].payload)
+
+
+def test_harness_refuses_stimulus_too_large_and_keeps_what_was_stored():
+    rng = random.Random(SEED + 2)
+    block, stimulus, expected, _ = umdam_case(rng, 8)
+    _, other, _, _ = umdam_case(rng, 2)
+    h = Harness(block, stimulus_depth=8, capture_depth=8)
+    frames = [command(h, "WRITE", "i", 0, stimulus),
+              command(h, "WRITE", "i", 7, other),          # would end at 9: nothing stored
+              command(h, "RUN", {"i": 9}, {"o": 9}, NO_LIMIT),
+              command(h, "RUN", {"i": 8}, {"o": 8}, NO_LIMIT), command(h, "READ", "o", 0, 8)]
+    answers = run_harness(h, frames)
+    assert statuses(answers) == ["OK", "STIMULUS_TOO_LARGE", "STIMULUS_TOO_LARGE", "OK", "OK"]
+    assert parse_capture(h, "o", answers[4].payload)[0] == expected
+
+
+def test_harness_output_overflow_keeps_captures_and_holds_back_pressure():
+    """Five places for twelve outputs: the sixth waits in the block, not taken, until the end."""
+    rng = random.Random(SEED + 5)
+    block, stimulus, expected, latency = umdam_case(rng, 12)
+    assert len(set(expected[4:8])) == 4, "the held output must differ from its neighbours"
+    h = Harness(block, stimulus_depth=16, capture_depth=5)
+    frames = [command(h, "WRITE", "i", 0, stimulus),
+              command(h, "RUN", {"i": 12}, {"o": 12}, NO_LIMIT),
+              command(h, "READ", "o", 0, 5), command(h, "READ", "o", 5, 1), command(h, "STATUS")]
+    seen = {"after": [], "ran": False}
+
+    def watch(ctx, cycle):
+        if ctx.get(h.running):
+            seen["ran"] = True
+        elif seen["ran"]:                                # every cycle after the run
+            seen["after"].append((ctx.get(block.o.valid), ctx.get(block.o.ready),
+                                  ctx.get(block.o.payload.as_value())))
+
+    answers = run_harness(h, frames, watch=watch)
+    assert statuses(answers) == ["OK", "OUTPUT_OVERFLOW", "OK", "BAD_REQUEST", "OK"]
+    items, cycles = parse_capture(h, "o", answers[2].payload)
+    assert items == expected[:5] and cycles == [k + 1 + latency for k in range(5)]
+    run = parse_record(h, answers[1].payload)
+    # The sixth output is offered in cycle 6 + latency with the memory full: the run's last.
+    assert (run.end, run.captured, run.cycles) == (Status.OUTPUT_OVERFLOW, {"o": 5}, 7 + latency)
+    assert run.played["i"] > 5                           # the block took the sixth input
+    assert parse_record(h, answers[4].payload) == run
+    assert len(seen["after"]) > 100
+    assert set(seen["after"]) == {(1, 0, expected[5])}, "the sixth output must wait in the block"
+
+
+def test_harness_run_limit():
+    rng = random.Random(SEED + 4)
+    block, stimulus, expected, latency = umdam_case(rng, 10)
+    h = Harness(block, stimulus_depth=16, capture_depth=16)
+    frames = [command(h, "WRITE", "i", 0, stimulus),
+              command(h, "RUN", {"i": 10}, {"o": 10}, 6),
+              command(h, "READ", "o", 0, 6 - 1 - latency),
+              command(h, "RUN", {"i": 10}, {"o": 10}, 0), command(h, "RUN", {}, {}, 0)]
+    answers = run_harness(h, frames)
+    assert statuses(answers) == ["OK", "RUN_LIMIT", "OK", "RUN_LIMIT", "OK"]
+    run = parse_record(h, answers[1].payload)
+    # Cycles 0 to 5: outputs in cycles 1 + latency to 5.
+    assert (run.cycles, run.captured["o"]) == (6, 6 - 1 - latency)
+    assert parse_capture(h, "o", answers[2].payload)[0] == expected[:6 - 1 - latency]
+    assert [parse_record(h, a.payload).cycles for a in answers[3:]] == [0, 0]
+
+
+def test_harness_answers_link_reports_and_counts_them():
+    """``FrameRx``'s reports are answered in order, one of them arriving as the one before is
+    answered; the STATUS held back until after them counts them and shows the UART's counts."""
+    block, _, _, _ = umdam_case(random.Random(SEED), 1)
+    h = Harness(block, stimulus_depth=4, capture_depth=4)
+    pulses = {40: Status.BAD_CRC, 41: Status.BUSY, 120: Status.TIMEOUT}
+
+    def watch(ctx, cycle):
+        ctx.set(h.framing_errors, 3)
+        ctx.set(h.overruns, 258)
+        ctx.set(h.rx_error, cycle in pulses)
+        ctx.set(h.rx_reason, pulses.get(cycle, Status.OK))
+        if cycle < 200:
+            ctx.set(h.i.valid, 0)
+
+    answers = run_harness(h, [command(h, "STATUS")], answers=4, watch=watch)
+    assert statuses(answers) == ["BAD_CRC", "BUSY", "TIMEOUT", "OK"]
+    assert [a.payload for a in answers[:3]] == [b""] * 3
+    record = parse_record(h, answers[3].payload)
+    assert (record.rx_errors, record.framing_errors, record.overruns) == (3, 3, 258)
+
+
+def test_harness_answer_latency():
+    """The cycles from a command's last item taken to its answer's first item, as documented."""
+    block, stimulus, _, latency = umdam_case(random.Random(SEED), 4)
+    h = Harness(block, stimulus_depth=4, capture_depth=4)
+    frames = [command(h, "WRITE", "i", 0, stimulus), command(h, "STATUS"),
+              command(h, "RUN", {"i": 4}, {"o": 4}, NO_LIMIT), command(h, "READ", "o", 0, 4),
+              Frame(0x7F), command(h, "WRITE", "i", 3, stimulus[:2])]
+    marks, state = {"last_in": [], "first_out": []}, {"shown": False}
+
+    def watch(ctx, cycle):
+        if ctx.get(h.i.valid) and ctx.get(h.i.ready) and ctx.get(h.i.payload.last):
+            marks["last_in"].append(cycle)
+        shown = ctx.get(h.o.valid) and ctx.get(h.o.payload.first)
+        if shown and not state["shown"]:
+            marks["first_out"].append(cycle)
+        state["shown"] = shown and not ctx.get(h.o.ready)
+
+    answers = run_harness(h, frames, idle=0, stall=0, watch=watch)
+    assert statuses(answers) == ["OK"] * 4 + ["UNKNOWN_COMMAND", "STIMULUS_TOO_LARGE"]
+    gaps = [b - a for a, b in zip(marks["last_in"], marks["first_out"])]
+    run_cycles = 4 + 1 + latency
+    assert gaps == [1, 2, run_cycles + 4, 4, 1, 1]
+
+
+# --------------------------------------------------------------------------------------------------
+# The board top and the host program over a simulated serial line
+
+class SimulatedPort:
+    """A host's serial port on a top's ``rx``/``tx`` pins in Amaranth's simulator.
+
+    ``send`` queues bytes as 8N1 characters on ``rx``; ``receive`` runs the simulation for
+    ``chunk`` cycles and returns the bytes decoded from ``tx`` meanwhile (a software UART
+    sampling each bit at its centre, written from the 8N1 definition).
+    """
+
+    def __init__(self, top, *, chunk=2000):
+        self.top, self.chunk, self.divisor = top, chunk, top.divisor
+        self.line, self.received, self.cycle = deque(), bytearray(), 0
+        self.sim = Simulator(top)
+        self.sim.add_clock(1e-8)
+        self.sim.add_testbench(self._bench, background=True)
+
+    def send(self, data, *, stop=1):
+        self.line.extend(uart_wave(list(data), self.divisor, stop=stop) + [1] * self.divisor)
+
+    def receive(self):
+        self.sim.run_until((self.cycle + self.chunk) * 1e-8)
+        data, self.received = bytes(self.received), bytearray()
+        return data
+
+    async def _bench(self, ctx):
+        d, sampling = self.divisor, None                 # sampling: (cycle of start, bits)
+        while True:
+            ctx.set(self.top.rx, self.line.popleft() if self.line else 1)
+            level = ctx.get(self.top.tx)
+            if sampling is None:
+                if not level:
+                    sampling = (self.cycle, [])
+            else:
+                start, bits = sampling
+                if (self.cycle - start - d // 2) % d == 0 and self.cycle - start > d // 2:
+                    bits.append(level)
+                    if len(bits) == 9:
+                        assert bits[8] == 1, f"cycle {self.cycle}: stop bit low on tx"
+                        self.received.append(sum(b << k for k, b in enumerate(bits[:8])))
+                        sampling = None
+            await ctx.tick()
+            self.cycle += 1
+
+
+def test_top_host_program_over_the_serial_line():
+    rng = random.Random(SEED + 5)
+    n = 20
+    block, stimulus, expected, latency = umdam_case(rng, n)
+    top = BoardTop(block, divisor=4, stimulus_depth=32, capture_depth=32, max_length=24)
+    port = SimulatedPort(top)
+    host = HarnessHost(top.harness, port.send, port.receive, max_payload=top.max_length,
+                       patience=3)
+    capture = host.execute({"i": stimulus}, {"o": n}, NO_LIMIT)      # WRITE in 3 frames
+    assert capture.items["o"] == expected
+    assert capture.cycles["o"] == [k + 1 + latency for k in range(n)]
+    assert capture.record.end == Status.OK and capture.record.cycles == n + 1 + latency
+    # A character with a low stop bit, then a frame with a bad CRC: answered, counted.
+    port.send(b"\x55", stop=0)
+    bad = bytearray(encode_frame(Command.STATUS.value))
+    bad[-1] ^= 1
+    port.send(bytes(bad))
+    with pytest.raises(BoardError, match="STATUS answered BAD_CRC"):
+        host.answer(Command.STATUS)
+    record = host.status()
+    assert (record.rx_errors, record.framing_errors, record.overruns) == (1, 1, 0)
+    assert record.played == {"i": n} and record.captured == {"o": n}
+
+
+# --------------------------------------------------------------------------------------------------
+# The host's reader and parameters
+
+def test_frame_reader_takes_bytes_in_pieces():
+    rng = random.Random(SEED)
+    frames = [Frame(rng.randrange(256), bytes(rng.randrange(256) for _ in range(n)))
+              for n in [0, 1, 39] + [rng.randrange(40) for _ in range(9)]]
+    broken = bytearray(encode_frame(9, b"broken"))
+    broken[6] ^= 0x40
+    data = b"\x00\x13" + b"".join(encode_frame(f.command, f.payload) for f in frames[:6]) + \
+        bytes(broken) + b"".join(encode_frame(f.command, f.payload) for f in frames[6:])
+    reader, got, at = FrameReader(), [], 0
+    while at < len(data):
+        step = rng.randrange(1, 9)
+        got += reader.feed(data[at:at + step])
+        at += step
+    assert got == frames
+    where = 2 + sum(len(encode_frame(f.command, f.payload)) for f in frames[:6])
+    assert [str(e) for e in reader.errors] == [
+        f"stream byte {where}: byte 0: CRC 0x{int.from_bytes(broken[-2:], 'big'):04X}, "
+        f"computed 0x{crc16(bytes(broken[1:-2])):04X}"]
+    assert reader.dropped == 2 + len(broken)
+
+
+class _SourceOnly(wiring.Component):
+    o: wiring.Out(stream.Signature(8))
+
+    def elaborate(self, platform):
+        return Module()
+
+
+@pytest.mark.parametrize("build, error, message", [
+    (lambda b: Harness(3, stimulus_depth=4, capture_depth=4), TypeError,
+     "Harness block (block) must be a wiring.Component, not 3"),
+    (lambda b: Harness(small("edram")[2], stimulus_depth=4, capture_depth=4), ValueError,
+     "Harness block (block) must have streams and plain outputs only, not the plain input(s) "
+     "std.rdata, kv_mant.rdata, qo_mant.rdata"),
+    (lambda b: Harness(_SourceOnly(), stimulus_depth=4, capture_depth=4), ValueError,
+     "Harness block (block) must have at least one sink and one source stream, not 0 and 1"),
+    (lambda b: Harness(b, stimulus_depth=0, capture_depth=4), ValueError,
+     "Harness stimulus memory depth (stimulus_depth, items) must be between 1 and 32768, not 0"),
+    (lambda b: Harness(b, stimulus_depth=4, capture_depth=32769), ValueError,
+     "Harness capture memory depth (capture_depth, items) must be between 1 and 32768, "
+     "not 32769"),
+    (lambda b: Harness(b, stimulus_depth=4.0, capture_depth=4), TypeError,
+     "Harness stimulus memory depth (stimulus_depth, items) must be an integer between 1 and "
+     "32768, not 4.0"),
+    (lambda b: BoardTop(b, divisor=2, stimulus_depth=4, capture_depth=4), ValueError,
+     "UART divisor (divisor, clock cycles per bit) must be between 4 and 16777216, not 2"),
+    (lambda b: HarnessHost(Harness(b, stimulus_depth=4, capture_depth=4), None, None,
+                           max_payload=6), ValueError,
+     "Board payload limit (max_payload) must be between 7 and 65535 for this harness, not 6"),
+    (lambda b: write_payload(Harness(b, stimulus_depth=4, capture_depth=4), "x", 0, []),
+     ValueError, "Sink must be one of i, not 'x'"),
+    (lambda b: parse_record(Harness(b, stimulus_depth=4, capture_depth=4), b"\0"), ValueError,
+     "a record of this harness has 15 bytes, not 1"),
+])
+def test_parameters_refused_by_name(build, error, message):
+    with pytest.raises(error) as info:
+        build(small("umdam")[2])
+    assert str(info.value) == message
