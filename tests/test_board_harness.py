@@ -4,7 +4,8 @@
   streams, latency 1) and ``arith-requant`` (always-ready streams, latency 2), commands as frame
   items under random idle cycles and back-pressure; captured items bit-exact against the blocks'
   golden models, cycle stamps and run cycles from the harness's contract and the registry's
-  latency.
+  latency. ``umdam-tilegen``: three commands giving 63 addresses. A two-by-two block of
+  different widths (one stream always ready) checks how streams are numbered and sized.
 * Errors: an unknown command and malformed requests answered and harmless; a stimulus beyond
   the memory refused with what was stored intact; a capture memory overflowing with its items
   kept and back-pressure held on the block; a run at its cycle limit; ``FrameRx``'s reports
@@ -128,6 +129,79 @@ def test_harness_runs_a_block_bit_exact(case):
     assert (run.cycles, run.end, run.played, run.captured) == \
         (n + 1 + latency, Status.OK, {sink: n}, {source: n})
     assert (run.rx_errors, run.framing_errors, run.overruns) == (0, 0, 0)
+
+
+def test_harness_runs_a_tile_generator_many_outputs_per_command():
+    """umdam-tilegen: three commands, 63 addresses; the expected count ends the run."""
+    entry, params, block = small("umdam-tilegen")
+    layout_c, layout_o = block.cmd.payload.shape(), block.o.payload.shape()
+    commands = [(5, 7, 0, "npu"), (3, 9, 2, "pim"), (1, 1, 5, "npu")]
+    beats = [umdam_golden.generator_beats(params.address_mapping, params.elem_bytes,
+                                          params.max_rows, params.max_cols, *c) for c in commands]
+    stimulus = [pack(layout_c, {"rows": r, "cols": c, "base_tile": b,
+                                "order": 0 if order == "npu" else 1})
+                for r, c, b, order in commands]
+    expected = [pack(layout_o, beat) for command_beats in beats for beat in command_beats]
+    h = Harness(block, stimulus_depth=4, capture_depth=64)
+    n = len(expected)
+    frames = [command(h, "WRITE", "cmd", 0, stimulus),
+              command(h, "RUN", {"cmd": 3}, {"o": n}, NO_LIMIT), command(h, "READ", "o", 0, n)]
+    answers = run_harness(h, frames)
+    assert statuses(answers) == ["OK"] * 3
+    items, cycles = parse_capture(h, "o", answers[2].payload)
+    for k, (got, want) in enumerate(zip(items, expected)):
+        assert got == want, f"beat {k}: expected {layout_o.from_bits(want)}, got " \
+                            f"{layout_o.from_bits(got)}"
+    assert len(items) == n == 63
+    # The first command is offered in cycle 1; each command's addresses come one a cycle.
+    assert cycles[0] == 1 + entry.timing(params, block)["o"].latency
+    at = 0
+    for command_beats in beats:
+        run = cycles[at:at + len(command_beats)]
+        assert run == list(range(run[0], run[0] + len(run))), f"beats {at}..: {run}"
+        at += len(command_beats)
+
+
+class _TwoByTwo(wiring.Component):
+    """Two independent streams of different widths: ``a`` (valid/ready, 8 bits) gives
+    ``a_out = a ^ 0x5A`` and ``b`` (always ready, 20 bits) gives ``b_out = b + 1`` (mod 2**20),
+    each through one register."""
+
+    a: wiring.In(stream.Signature(8))
+    b: wiring.In(stream.Signature(20, always_ready=True))
+    a_out: wiring.Out(stream.Signature(8))
+    b_out: wiring.Out(stream.Signature(20, always_ready=True))
+
+    def elaborate(self, platform):
+        m = Module()
+        free = ~self.a_out.valid | self.a_out.ready
+        m.d.comb += self.a.ready.eq(free)
+        with m.If(free):
+            m.d.sync += [self.a_out.valid.eq(self.a.valid),
+                         self.a_out.payload.eq(self.a.payload ^ 0x5A)]
+        m.d.sync += [self.b_out.valid.eq(self.b.valid), self.b_out.payload.eq(self.b.payload + 1)]
+        return m
+
+
+def test_harness_numbers_several_streams_of_several_widths():
+    rng = random.Random(SEED + 6)
+    a = [rng.randrange(1 << 8) for _ in range(5)]
+    b = [rng.randrange(1 << 20) for _ in range(8)] + [(1 << 20) - 1]
+    h = Harness(_TwoByTwo(), stimulus_depth=16, capture_depth=16)
+    assert [(s.name, s.item_bytes) for s in h.sinks] == [("a", 1), ("b", 3)]
+    assert [(s.name, s.capture_bytes) for s in h.sources] == [("a_out", 5), ("b_out", 7)]
+    frames = [command(h, "WRITE", "b", 0, b), command(h, "WRITE", "a", 0, a),
+              command(h, "RUN", {"a": 5, "b": 9}, {"a_out": 5, "b_out": 9}, NO_LIMIT),
+              command(h, "READ", "b_out", 0, 9), command(h, "READ", "a_out", 0, 5)]
+    answers = run_harness(h, frames)
+    assert statuses(answers) == ["OK"] * 5
+    record = parse_record(h, answers[2].payload)
+    assert (record.played, record.captured, record.cycles) == \
+        ({"a": 5, "b": 9}, {"a_out": 5, "b_out": 9}, 9 + 2)
+    got_b, cycles_b = parse_capture(h, "b_out", answers[3].payload)
+    got_a, cycles_a = parse_capture(h, "a_out", answers[4].payload)
+    assert got_a == [v ^ 0x5A for v in a] and cycles_a == [k + 2 for k in range(5)]
+    assert got_b == [(v + 1) % (1 << 20) for v in b] and cycles_b == [k + 2 for k in range(9)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -392,6 +466,13 @@ class _SourceOnly(wiring.Component):
      ValueError, "Sink must be one of i, not 'x'"),
     (lambda b: parse_record(Harness(b, stimulus_depth=4, capture_depth=4), b"\0"), ValueError,
      "a record of this harness has 15 bytes, not 1"),
+    (lambda b: read_payload(Harness(b, stimulus_depth=4, capture_depth=4), "i", 0, 1),
+     ValueError, "Source must be one of o, not 'i'"),
+    (lambda b: parse_capture(Harness(b, stimulus_depth=4, capture_depth=4), "o", b"\0" * 7),
+     ValueError, "a capture of o is a whole number of 6-byte items, not 7 bytes"),
+    (lambda b: HarnessHost(Harness(b, stimulus_depth=4, capture_depth=4), lambda data: None,
+                           lambda: b"", patience=2).status(), TimeoutError,
+     "no answer to STATUS after 3 empty reads"),
 ])
 def test_parameters_refused_by_name(build, error, message):
     with pytest.raises(error) as info:

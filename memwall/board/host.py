@@ -100,7 +100,7 @@ def parse_capture(harness: Harness, source: str, payload: bytes) -> tuple[list[i
     slot = harness.sources[_number(harness.sources, source, "Source")]
     size = slot.capture_bytes
     if len(payload) % size:
-        raise ValueError(f"a capture of {source} comes in items of {size} bytes, not "
+        raise ValueError(f"a capture of {source} is a whole number of {size}-byte items, not "
                          f"{len(payload)} bytes")
     rows = [payload[at:at + size] for at in range(0, len(payload), size)]
     return ([int.from_bytes(r[:slot.item_bytes], "big") for r in rows],
