@@ -19,10 +19,12 @@ Seeds are fixed (``SEED`` and each test's own); failure messages name the item t
 """
 
 import random
+import re
 from collections import deque
 
 import pytest
 from amaranth import Module
+from amaranth.back import verilog
 from amaranth.lib import stream, wiring
 from amaranth.sim import Simulator
 
@@ -202,6 +204,31 @@ def test_harness_numbers_several_streams_of_several_widths():
     got_a, cycles_a = parse_capture(h, "a_out", answers[4].payload)
     assert got_a == [v ^ 0x5A for v in a] and cycles_a == [k + 2 for k in range(5)]
     assert got_b == [(v + 1) % (1 << 20) for v in b] and cycles_b == [k + 2 for k in range(9)]
+
+
+def test_harness_takes_every_registry_block_with_stream_ports():
+    """Every block but the eDRAM controller with its macro ports (``edram-fpga`` is its board
+    form) is taken, with exactly the streams its registry entry gives timing for."""
+    for entry in registry.blocks():
+        params = entry.parameters("small", force=True)
+        block = entry.elaborate(params)
+        if entry.name == "edram":
+            with pytest.raises(ValueError, match="not the plain input"):
+                Harness(block, stimulus_depth=4, capture_depth=4)
+            continue
+        h = Harness(block, stimulus_depth=4, capture_depth=4)
+        assert {s.name for s in h.sinks + h.sources} == set(entry.timing(params, block)), \
+            entry.name
+
+
+def test_top_converts_to_verilog_with_its_pins_only():
+    """The top around a block of five sinks, two sources and plain outputs (rdxe-vac) becomes
+    Verilog whose ports are the clock, the reset and the three pins."""
+    _, _, block = small("rdxe-vac")
+    text = verilog.convert(BoardTop(block, divisor=4, stimulus_depth=8, capture_depth=8),
+                           name="board_top")
+    header = re.search(r"^module board_top\((.*)\);", text, re.M)
+    assert sorted(header.group(1).split(", ")) == ["clk", "rst", "running", "rx", "tx"]
 
 
 # --------------------------------------------------------------------------------------------------
