@@ -19,7 +19,7 @@ KINDS = ("sink", "source", "input", "output")
 
 @dataclass(frozen=True)
 class Port:
-    """One member of a component's signature, as the harness sees it.
+    """One member of a component's signature, as a harness sees it.
 
     ``name`` is the member's path joined with ``.`` (array indices as numbers); ``kind`` one of
     :data:`KINDS`; ``value`` the stream interface or the port's value.
