@@ -16,6 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hdl.validate import integer
+
+from .models import ModelShape
+
 __all__ = ["PairTiming", "Gemma3", "GEMMA3_1B", "GEMMA3_4B", "PAPER_TPS", "BANDWIDTHS_GBS",
            "chunk_rows", "step_cycles", "attention_cycles", "decode_tps", "table", "reproduce"]
 
@@ -89,20 +93,25 @@ def step_cycles(t: PairTiming, length: int, position: int | None = None,
             "total": fill + stream + drain}
 
 
-@dataclass(frozen=True)
-class Gemma3:
-    """The text shapes of a Gemma3 model (public config.json; the paper's Fig. 4 for 4B)."""
+@dataclass(frozen=True, kw_only=True)
+class Gemma3(ModelShape):
+    """The text shapes of a Gemma3 model (public config.json; the paper's Fig. 4 for 4B).
 
-    name: str
-    layers: int
-    d_model: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    ffn: int
-    vocab: int
+    A :class:`~sim.models.ModelShape` (``d_model``, ``ffn`` and ``vocab`` given, a gated FFN)
+    with the attention pattern: every ``global_every``-th layer attends globally, the others
+    over a sliding ``window`` of tokens.
+    """
+
+    required = ("d_model", "ffn", "vocab")
+
+    gated: bool = True
     window: int
     global_every: int = 6      # five local (SWA) layers, then one global
+
+    def __post_init__(self):
+        super().__post_init__()
+        integer(self.window, "Sliding window", 1, 1 << 20)
+        integer(self.global_every, "Layers per global layer global_every", 1, self.layers)
 
     @property
     def global_layers(self) -> int:
@@ -111,9 +120,7 @@ class Gemma3:
     @property
     def weights(self) -> int:
         """Weights read per token: the projections of every layer and the tied LM head."""
-        D, hd = self.d_model, self.head_dim
-        attn = D * hd * (2 * self.heads + 2 * self.kv_heads)
-        return self.layers * (attn + 3 * D * self.ffn) + D * self.vocab
+        return self.layers * self.weights_per_layer + self.d_model * self.vocab
 
 
 GEMMA3_1B = Gemma3("Gemma3-1B", layers=26, d_model=1152, heads=4, kv_heads=1, head_dim=256,

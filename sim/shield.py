@@ -38,51 +38,21 @@ import numpy as np
 
 from golden import edram
 
-__all__ = ["Model", "QWEN3_1_7B", "QWEN3_4B", "QWEN3_8B", "MISTRAL_7B", "LLAMA3_8B", "MODELS",
+from .models import ModelShape
+
+__all__ = ["QWEN3_1_7B", "QWEN3_4B", "QWEN3_8B", "MISTRAL_7B", "LLAMA3_8B", "MODELS",
            "Workload", "SCENARIOS", "TRACE", "PAPER", "step_fractions", "workload_ratio",
            "trace_lifetimes", "count_energy", "eq_energy", "INJECTION_MODES", "attention_error",
            "reproduce"]
 
 
-@dataclass(frozen=True)
-class Model:
-    """Attention dimensions of one decoder layer: query heads, KV heads and the head width.
-
-    ``d_q = heads * head_dim`` is the width of Q and of the attention output O (Qwen3-4B's is 4096,
-    wider than its 2560-wide residual stream); ``d_kv = kv_heads * head_dim`` that of K and of V.
-    """
-
-    name: str
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-
-    def __post_init__(self):
-        for value, what in ((self.layers, "Layer count"), (self.heads, "Query head count"),
-                            (self.kv_heads, "KV head count"), (self.head_dim, "Head width")):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{what} of {self.name} must be a positive integer, "
-                                 f"not {value!r}")
-        if self.heads % self.kv_heads:
-            raise ValueError(f"Query heads ({self.heads}) of {self.name} must be a multiple of "
-                             f"its KV heads ({self.kv_heads})")
-
-    @property
-    def d_q(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def d_kv(self) -> int:
-        return self.kv_heads * self.head_dim
-
-
-#: The paper's five models (Table II), shapes from their public config.json files.
-QWEN3_1_7B = Model("Qwen3-1.7B", layers=28, heads=16, kv_heads=8, head_dim=128)
-QWEN3_4B = Model("Qwen3-4B", layers=36, heads=32, kv_heads=8, head_dim=128)
-QWEN3_8B = Model("Qwen3-8B", layers=36, heads=32, kv_heads=8, head_dim=128)
-MISTRAL_7B = Model("Mistral-7B", layers=32, heads=32, kv_heads=8, head_dim=128)
-LLAMA3_8B = Model("Llama-3-8B", layers=32, heads=32, kv_heads=8, head_dim=128)
+#: The paper's five models (Table II), shapes from their public config.json files: the footprints
+#: need only the attention widths ``d_q`` and ``d_kv``.
+QWEN3_1_7B = ModelShape("Qwen3-1.7B", layers=28, heads=16, kv_heads=8, head_dim=128)
+QWEN3_4B = ModelShape("Qwen3-4B", layers=36, heads=32, kv_heads=8, head_dim=128)
+QWEN3_8B = ModelShape("Qwen3-8B", layers=36, heads=32, kv_heads=8, head_dim=128)
+MISTRAL_7B = ModelShape("Mistral-7B", layers=32, heads=32, kv_heads=8, head_dim=128)
+LLAMA3_8B = ModelShape("Llama-3-8B", layers=32, heads=32, kv_heads=8, head_dim=128)
 MODELS = (QWEN3_1_7B, QWEN3_4B, QWEN3_8B, MISTRAL_7B, LLAMA3_8B)
 
 
@@ -111,7 +81,8 @@ TRACE = Workload("Prefill=128/Decode=256", 128, 256)
 PAPER = {"reduction": 0.35, "shield_gain": 1.35, "kelle_gain": (1.15, 1.32)}
 
 
-def step_fractions(workload: Workload, model: Model = QWEN3_8B) -> tuple[np.ndarray, np.ndarray]:
+def step_fractions(workload: Workload, model: ModelShape = QWEN3_8B
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """KV share ``f`` of every step and its energy weight ``n * B_total``: prefill first."""
     ctx = workload.prompt + np.arange(workload.generate + 1)
     n = np.where(np.arange(workload.generate + 1) == 0, workload.prompt, 1)
@@ -120,7 +91,7 @@ def step_fractions(workload: Workload, model: Model = QWEN3_8B) -> tuple[np.ndar
     return kv / (kv + qo), n * (kv + qo)
 
 
-def workload_ratio(power, workload: Workload, model: Model = QWEN3_8B) -> float:
+def workload_ratio(power, workload: Workload, model: ModelShape = QWEN3_8B) -> float:
     """Energy-weighted mean of ``power(f)`` over a workload's steps (``power`` vectorized)."""
     f, weight = step_fractions(workload, model)
     return float(np.sum(weight * power(f)) / np.sum(weight))
@@ -129,7 +100,7 @@ def workload_ratio(power, workload: Workload, model: Model = QWEN3_8B) -> float:
 # --- refresh counts on a lifecycle trace ---------------------------------------------------------
 
 
-def trace_lifetimes(workload: Workload, model: Model, *, words_per_row: int, banks: int,
+def trace_lifetimes(workload: Workload, model: ModelShape, *, words_per_row: int, banks: int,
                     token_cycles: int) -> tuple[list[tuple[str, int, int, int]], int, int]:
     """Row lifetimes of one layer's attention workspace over a generation, in cycles.
 
@@ -271,7 +242,7 @@ def attention_error(point: tuple) -> dict:
 # --- the reproduction -----------------------------------------------------------------------------
 
 
-def _gain_row(model: Model, workload: Workload, leak: float) -> dict:
+def _gain_row(model: ModelShape, workload: Workload, leak: float) -> dict:
     out = {}
     for policy in ("shield", "kelle"):
         base = workload_ratio(lambda f: edram.policy_power("standard", f, p_leak=leak),

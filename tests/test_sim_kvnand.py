@@ -259,8 +259,11 @@ def test_page_period_is_the_pe_period():
      "Channel bandwidth channel_gbs must be a positive number of GB/s, not 'fast'"),
     (lambda: NPU(tops=-1), ValueError,
      "NPU throughput tops must be a positive number of TOPS, not -1"),
-    (lambda: Model("x", 32, 4096, 32, 6, 128, 11008, 32000), ValueError,
+    (lambda: Model("x", layers=32, d_model=4096, heads=32, kv_heads=6, head_dim=128, ffn=11008,
+                   vocab=32000), ValueError,
      "Query head count must be a multiple of the KV head count 6, not 32"),
+    (lambda: Model("x", layers=32, d_model=4096, heads=32, head_dim=128, ffn=11008), TypeError,
+     "Model x needs vocab, not None"),
     (lambda: kv.evaluate((SYSTEM, LLAMA2_7B, 128, "compact")), TypeError,
      "Point must be a Point, not tuple"),
 ])

@@ -66,7 +66,7 @@ def test_layer_costs_are_those_of_the_paper_dxt_rtl():
 
 def test_busiest_dxt_sets_the_time():
     # 12 heads on 8 DXTs: four DXTs hold two heads, and the DXE waits for them.
-    wide = Decoder("12 heads", layers=2, d_model=768, heads=12, head_dim=64, d_ffn=3072)
+    wide = Decoder("12 heads", layers=2, d_model=768, heads=12, head_dim=64, ffn=3072)
     assert rdxe.layer_cycles(wide, "qk", 50) == 2 * qk_cycles(50, P).total
     assert rdxe.layer_cycles(wide, "qkv", 1) == rmsnorm_gemv_cycles(2 * 192, 768, P).total
     assert rdxe.layer_cycles(wide, "qk", 50, dxts=12) == qk_cycles(50, P).total
@@ -265,10 +265,14 @@ def test_workload_is_seeded_and_in_range():
      "The DXT's head dimension must equal the model's (64), not 32"),
     (lambda: rdxe.layer_cycles(MT5_SMALL, "qk", 1, batch=0), ValueError,
      "Batch size must be between 1 and 1024, not 0"),
-    (lambda: Decoder("x", 0, 512, 6, 64, 1024), ValueError,
+    (lambda: Decoder("x", layers=0, d_model=512, heads=6, head_dim=64, ffn=1024), ValueError,
      "Layer count must be between 1 and 1024, not 0"),
-    (lambda: Decoder("x", 8, 512, 6, 64, 1024, gated=1), TypeError,
-     "Gated must be True or False, not 1"),
+    (lambda: Decoder("x", layers=8, d_model=512, heads=6, head_dim=64, ffn=1024, gated=1),
+     TypeError, "Gated must be True or False, not 1"),
+    (lambda: Decoder("x", layers=8, d_model=512, heads=6, head_dim=64), TypeError,
+     "Decoder x needs ffn, not None"),
+    (lambda: Decoder("x", layers=8, d_model=512, heads=6, kv_heads=2, head_dim=64, ffn=1024),
+     ValueError, "A Decoder's KV head count must equal its head count 6, not 2"),
     (lambda: Ring(stages=9), ValueError, "Ring size must be between 1 and 8, not 9"),
     (lambda: Ring(slots=0), ValueError,
      "Resident request count must be between 1 and 4096, not 0"),

@@ -10,6 +10,7 @@ from golden import edram as golden
 from hdl.edram import EdramController, Op, Policy, RefreshPlan
 from hdl.edram.spec import SEGMENT_BITS
 from sim import shield
+from sim.models import ModelShape
 from sim.reproduce import Context
 from tests.test_edram_hdl import SIM_ARGS, run_system
 
@@ -17,11 +18,11 @@ from tests.test_edram_hdl import SIM_ARGS, run_system
 def test_model_widths_and_errors():
     assert (shield.QWEN3_4B.d_q, shield.QWEN3_4B.d_kv) == (4096, 1024)
     assert (shield.QWEN3_1_7B.d_q, shield.QWEN3_1_7B.d_kv) == (2048, 1024)
-    with pytest.raises(ValueError, match=r"Query heads \(6\) of x must be a multiple of its KV "
-                                         r"heads \(4\)"):
-        shield.Model("x", layers=1, heads=6, kv_heads=4, head_dim=8)
-    with pytest.raises(ValueError, match="Head width of x must be a positive integer, not 0"):
-        shield.Model("x", layers=1, heads=4, kv_heads=4, head_dim=0)
+    with pytest.raises(ValueError, match="Query head count must be a multiple of the KV head "
+                                         "count 4, not 6"):
+        ModelShape("x", layers=1, heads=6, kv_heads=4, head_dim=8)
+    with pytest.raises(ValueError, match="Head dimension must be between 1 and 4096, not 0"):
+        ModelShape("x", layers=1, heads=4, kv_heads=4, head_dim=0)
 
 
 def test_step_fractions_by_hand():
@@ -39,7 +40,7 @@ def test_paper_qo_workspace_is_one_layer_at_2k():
 
 
 def test_trace_lifetimes_by_hand():
-    tiny = shield.Model("tiny", layers=1, heads=4, kv_heads=1, head_dim=1)
+    tiny = ModelShape("tiny", layers=1, heads=4, kv_heads=1, head_dim=1)
     life, rows, end = shield.trace_lifetimes(shield.Workload("t", 1, 2), tiny, words_per_row=2,
                                              banks=2, token_cycles=10)
     # 3 tokens x 1 KV row + 4 QO rows of the prefill = 7 rows -> 4 rows per bank (top row 7).
@@ -116,7 +117,7 @@ def test_rtl_refresh_counters_on_a_lifecycle_trace(policy):
     """The Amaranth controller's refresh counters on a prefill/decode trace equal the sweep counts
     the reproduction uses, and their energy is within one refresh per lifetime of Eqs. 4 to 8."""
     banks, rows, cols = SIM_ARGS["banks"], SIM_ARGS["rows"], SIM_ARGS["cols"]
-    tiny = shield.Model("tiny", layers=1, heads=4, kv_heads=1, head_dim=1)
+    tiny = ModelShape("tiny", layers=1, heads=4, kv_heads=1, head_dim=1)
     planned, need, _ = shield.trace_lifetimes(shield.Workload("t", 1, 3), tiny,
                                               words_per_row=cols, banks=banks, token_cycles=30)
     assert need == rows

@@ -107,7 +107,7 @@ def _vrc(model, T: int):
     """Per-DXT cycles of a layer's VRC operations (``sim.rdxe.layer_cycles``' shapes) in both
     modes: RMSNorm-GEMVs (QKV, FFN up) and P.V."""
     h = -(-model.heads // DXTS)
-    up = (2 if model.gated else 1) * model.d_ffn
+    up = (2 if model.gated else 1) * model.ffn
     shapes = {"qkv": (3 * h * model.head_dim, model.d_model), "ffn_up": (-(-up // DXTS),
                                                                         model.d_model)}
     out = {}

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from golden.inflash import KV_FORMATS, MODES, FlashGeometry, KVLayout, stream_bytes
 from hdl.validate import integer
 
+from ..models import ModelShape
+
 __all__ = [
     "DESIGNS", "Flash", "NPU", "System", "Model", "LLAMA2_7B", "LLAMA31_8B", "LLAMA31_70B",
     "MODELS",
@@ -205,56 +207,30 @@ class System:
 # --- model shapes ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Model:
-    """Decoder shapes of an LLM (public config.json figures).
+@dataclass(frozen=True, kw_only=True)
+class Model(ModelShape):
+    """A :class:`~sim.models.ModelShape` with the sizes KVNAND prices: where its weights and KV
+    cache go in flash.
 
-    Parameters
-    ----------
-    name : str
-    layers, d_model, heads, kv_heads, head_dim, ffn, vocab : int
-        Decoder layers, hidden size, query heads, KV heads (``heads`` a multiple of it; equal for
-        MHA), head dimension, FFN width (gate, up and down projections), vocabulary.
+    ``d_model``, ``ffn`` and ``vocab`` must be given; ``gated`` defaults to True (LLaMA's gate, up
+    and down projections, the gate and up merged in one GEMV). The embedding and the LM head are
+    untied.
     """
 
-    name: str
-    layers: int
-    d_model: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    ffn: int
-    vocab: int
+    required = ("d_model", "ffn", "vocab")
 
-    def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"Model name must be a non-empty string, not {self.name!r}")
-        integer(self.layers, "Layer count", 1, 1024)
-        integer(self.d_model, "Hidden size d_model", 1, 1 << 16)
-        integer(self.heads, "Query head count", 1, 1024)
-        integer(self.kv_heads, "KV head count", 1, self.heads)
-        if self.heads % self.kv_heads:
-            raise ValueError(f"Query head count must be a multiple of the KV head count "
-                             f"{self.kv_heads}, not {self.heads}")
-        integer(self.head_dim, "Head dimension", 1, 1 << 12)
-        integer(self.ffn, "FFN width", 1, 1 << 16)
-        integer(self.vocab, "Vocabulary size", 1, 1 << 20)
-
-    @property
-    def group(self) -> int:
-        """Query heads per KV head ``G`` (1 for MHA)."""
-        return self.heads // self.kv_heads
+    gated: bool = True
 
     def layer_gemvs(self) -> dict[str, tuple[int, int]]:
         """``(rows, cols)`` of the GEMVs of one decoder layer, those sharing an input merged:
-        QKV, O, gate and up (one GEMV of ``2 ffn`` rows), down."""
-        q, kv, d = self.heads * self.head_dim, self.kv_heads * self.head_dim, self.d_model
-        return {"qkv": (q + 2 * kv, d), "o": (d, q), "gate_up": (2 * self.ffn, d),
-                "down": (d, self.ffn)}
+        QKV, O, gate and up (one GEMV of ``2 ffn`` rows; ``ffn`` when not gated), down."""
+        q, kv, d = self.d_q, self.d_kv, self.d_model
+        return {"qkv": (q + 2 * kv, d), "o": (d, q),
+                "gate_up": ((2 if self.gated else 1) * self.ffn, d), "down": (d, self.ffn)}
 
     def params(self) -> int:
         """Parameters: the layers' matrices and norms, untied embedding and LM head, final norm."""
-        per_layer = sum(r * c for r, c in self.layer_gemvs().values()) + 2 * self.d_model
+        per_layer = self.weights_per_layer + 2 * self.d_model
         return self.layers * per_layer + 2 * self.vocab * self.d_model + self.d_model
 
     def weight_bytes(self, mode: str) -> int:

@@ -16,6 +16,8 @@ from golden.rdxe import (MAX_TOKENS, RdxeParams, gemv_cycles, qk_cycles, rmsnorm
                          softmax_pv_cycles)
 from hdl.validate import integer
 
+from ..models import ModelShape
+
 __all__ = [
     "OPS", "CONTEXT_OPS", "DXTS_PER_DXE", "Decoder", "MT5_SMALL", "OPT_350M", "MODELS",
     "layer_cycles", "layer_macs", "token_layer_cycles", "cycle_table",
@@ -34,26 +36,13 @@ CONTEXT_OPS = ("qk", "pv")
 # --- model shapes ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Decoder:
-    """The shape of a decoder-only transformer as the ring sees it.
+@dataclass(frozen=True, kw_only=True)
+class Decoder(ModelShape):
+    """A :class:`~sim.models.ModelShape` as the ring sees it.
 
-    Parameters
-    ----------
-    name : str
-        Label for tables.
-    layers : int
-        Decoder layers, 1 to 1024.
-    d_model : int
-        Model width, 1 to 65536.
-    heads : int
-        Attention heads (one KV group each), 1 to 1024.
-    head_dim : int
-        Head dimension, 1 to 1024 (the DXT's ``head_dim`` must match it).
-    d_ffn : int
-        FFN width, 1 to 2**20.
-    gated : bool
-        Gated FFN (two up-projections, as MT5's gated GELU) or a single one.
+    ``d_model`` and ``ffn`` must be given, and every head is its own KV group (``kv_heads`` equal
+    to ``heads``, the default): the mapping puts a head, its keys and its values on one DXT.
+    ``gated`` doubles the FFN's up projection (MT5's gated GELU).
 
     Raises
     ------
@@ -61,41 +50,24 @@ class Decoder:
         A message naming the field, the allowed values and the value given.
     """
 
-    name: str
-    layers: int
-    d_model: int
-    heads: int
-    head_dim: int
-    d_ffn: int
-    gated: bool = False
+    required = ("d_model", "ffn")
 
     def __post_init__(self):
-        if not isinstance(self.name, str):
-            raise TypeError(f"Model name must be a string, not {self.name!r}")
-        integer(self.layers, "Layer count", 1, 1024)
-        integer(self.d_model, "Model width", 1, 1 << 16)
-        integer(self.heads, "Head count", 1, 1024)
-        integer(self.head_dim, "Head dimension", 1, 1024)
-        integer(self.d_ffn, "FFN width", 1, 1 << 20)
-        if not isinstance(self.gated, bool):
-            raise TypeError(f"Gated must be True or False, not {self.gated!r}")
-
-    @property
-    def weights_per_layer(self) -> int:
-        """INT8 weights of one layer: QKV, projection and FFN."""
-        attn = 4 * self.d_model * self.heads * self.head_dim
-        return attn + (3 if self.gated else 2) * self.d_model * self.d_ffn
+        super().__post_init__()
+        if self.kv_heads != self.heads:
+            raise ValueError(f"A Decoder's KV head count must equal its head count "
+                             f"{self.heads}, not {self.kv_heads}")
 
 
 #: The paper's MT5 decoder layer (Sec. IV-A: d_model 512, 6 heads, d_ffn 1024); 8 decoder layers,
 #: 64-wide heads and the gated-GELU FFN are google/mt5-small's public configuration. Fig. 3 runs
 #: eight layers on four DXEs. The decoder's cross-attention is not in the paper's operation list
 #: and is not modelled.
-MT5_SMALL = Decoder("MT5-small", layers=8, d_model=512, heads=6, head_dim=64, d_ffn=1024,
+MT5_SMALL = Decoder("MT5-small", layers=8, d_model=512, heads=6, head_dim=64, ffn=1024,
                     gated=True)
 #: OPT-350M's decoder shape (public configuration: 24 layers, width 1024, 16 heads, FFN 4096,
 #: ReLU); the paper evaluates one OPT-350M layer for VRC (Sec. III-B).
-OPT_350M = Decoder("OPT-350M", layers=24, d_model=1024, heads=16, head_dim=64, d_ffn=4096)
+OPT_350M = Decoder("OPT-350M", layers=24, d_model=1024, heads=16, head_dim=64, ffn=4096)
 MODELS = {m.name: m for m in (MT5_SMALL, OPT_350M)}
 
 
@@ -158,9 +130,9 @@ def layer_cycles(model: Decoder, op: str, context: int, params: RdxeParams = Rdx
         * ``qk``, ``pv``: ``batch * h * qk_cycles(context)`` and ``batch * h *
           softmax_pv_cycles(context, mode="fused")``;
         * ``proj``: ``gemv_cycles(batch * ceil(d_model / dxts), H * d)``;
-        * ``ffn_up``: ``rmsnorm_gemv_cycles(batch * ceil(g * d_ffn / dxts), d_model)``, ``g = 2``
+        * ``ffn_up``: ``rmsnorm_gemv_cycles(batch * ceil(g * ffn / dxts), d_model)``, ``g = 2``
           when gated;
-        * ``ffn_down``: ``gemv_cycles(batch * ceil(d_model / dxts), d_ffn)``.
+        * ``ffn_down``: ``gemv_cycles(batch * ceil(d_model / dxts), ffn)``.
 
     Raises
     ------
@@ -184,9 +156,9 @@ def layer_cycles(model: Decoder, op: str, context: int, params: RdxeParams = Rdx
     if op == "proj":
         return gemv_cycles(batch * -(-D // dxts), width, params).total
     if op == "ffn_up":
-        up = (2 if model.gated else 1) * model.d_ffn
+        up = (2 if model.gated else 1) * model.ffn
         return rmsnorm_gemv_cycles(batch * -(-up // dxts), D, params).total
-    return gemv_cycles(batch * -(-D // dxts), model.d_ffn, params).total
+    return gemv_cycles(batch * -(-D // dxts), model.ffn, params).total
 
 
 def layer_macs(model: Decoder, op: str, context: int) -> int:
@@ -200,8 +172,8 @@ def layer_macs(model: Decoder, op: str, context: int) -> int:
     context = integer(context, "Context length", 1, MAX_TOKENS)
     D, width = model.d_model, model.heads * model.head_dim
     return {"qkv": 3 * width * D, "qk": width * context, "pv": width * context,
-            "proj": D * width, "ffn_up": (2 if model.gated else 1) * model.d_ffn * D,
-            "ffn_down": D * model.d_ffn}[op]
+            "proj": D * width, "ffn_up": (2 if model.gated else 1) * model.ffn * D,
+            "ffn_down": D * model.ffn}[op]
 
 
 def token_layer_cycles(model: Decoder, context: int, params: RdxeParams = RdxeParams(), *,

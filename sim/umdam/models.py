@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 import golden.umdam as golden
 from hdl.validate import integer
 
+from ..models import ModelShape
 from .dram import _check_positive
 
 __all__ = [
@@ -24,43 +25,43 @@ __all__ = [
 # 3. Models and latency
 
 
-@dataclass(frozen=True)
-class OptModel:
+@dataclass(frozen=True, kw_only=True)
+class OptModel(ModelShape):
     """An OPT decoder's shapes (Table II; FFN width and vocabulary from the OPT paper [18]).
+
+    A :class:`~sim.models.ModelShape` with OPT's defaults and its learned positions.
 
     Parameters
     ----------
     name : str
     d_model, head_dim, heads, layers : int
-        Table II's embedding dimension, head dimension, heads and blocks.
+        Table II's embedding dimension, head dimension, heads and blocks; ``heads * head_dim``
+        must be ``d_model`` (one KV head per head).
     ffn : int or None
-        FFN width; ``None`` gives OPT's ``4 * d_model``.
+        FFN width (one ReLU up projection); ``None`` gives OPT's ``4 * d_model``.
     vocab : int
         50272, OPT's tokenizer (the LM head is tied to the embedding).
     max_positions : int
-        2048, OPT's learned positions: prompt plus generated tokens may not exceed it.
+        2048, OPT's learned positions (1 to 2**20): prompt plus generated tokens may not exceed
+        it.
     """
 
-    name: str
-    d_model: int
-    head_dim: int
-    heads: int
-    layers: int
-    ffn: int | None = None
+    required = ("d_model",)
+
     vocab: int = 50272
     max_positions: int = 2048
 
     def __post_init__(self):
-        for what, value in (("d_model", self.d_model), ("head_dim", self.head_dim),
-                            ("heads", self.heads), ("layers", self.layers),
-                            ("vocab", self.vocab), ("max_positions", self.max_positions)):
-            integer(value, f"{self.name} {what}", 1, 1 << 20)
+        super().__post_init__()
+        integer(self.max_positions, f"{self.name} max_positions", 1, 1 << 20)
         if self.heads * self.head_dim != self.d_model:
             raise ValueError(f"{self.name}: heads x head_dim must equal d_model ({self.d_model}),"
                              f" not {self.heads} x {self.head_dim}")
+        if self.kv_heads != self.heads:
+            raise ValueError(f"{self.name}: OPT has a KV head per head ({self.heads}), "
+                             f"not {self.kv_heads}")
         if self.ffn is None:
             object.__setattr__(self, "ffn", 4 * self.d_model)
-        integer(self.ffn, f"{self.name} ffn", 1, 1 << 22)
 
     def matrices(self) -> list[tuple[str, int, int]]:
         """Weight matrices of one decoder layer as ``(name, rows = inputs, cols = outputs)``."""
@@ -70,7 +71,7 @@ class OptModel:
     @property
     def layer_weights(self) -> int:
         """Weights in the decoder layers (the ones a re-layout moves)."""
-        return self.layers * sum(r * c for _, r, c in self.matrices())
+        return self.layers * self.weights_per_layer
 
     @property
     def params(self) -> int:
