@@ -110,6 +110,11 @@ class CycleCounter:
 class StreamDriver:
     """Drive items into a valid/ready input stream, with random idle cycles between them.
 
+    Items go in the order queued. A gate (:meth:`gate`) holds the items queued after it until its
+    predicate is true. A subclass that needs more (credits, a callback when an item is taken)
+    queues a ``meta`` value with each item (:meth:`_enqueue`) and overrides :meth:`_turn` and
+    :meth:`_taken`; the loop is this one.
+
     Parameters
     ----------
     dut, prefix : the design and the stream's port prefix (``i`` drives ``i__valid`` ...).
@@ -119,14 +124,18 @@ class StreamDriver:
     idle : float
         Probability of inserting an idle cycle before each item (repeated: the number of idle
         cycles is geometric).
+    taken_when_driven : bool
+        The design takes every item in the cycle it is driven (its contract ties ``ready`` high):
+        the driver moves on at the next edge without looking at ``ready``.
     """
 
     def __init__(self, dut, prefix: str, clk, codec: PayloadCodec, rng: random.Random,
-                 idle: float = 0.0):
+                 idle: float = 0.0, *, taken_when_driven: bool = False):
         if not 0.0 <= idle < 1.0:
             raise ValueError(f"idle probability must be in [0, 1), not {idle}")
         self.valid = _port(dut, prefix, "valid")
         self.ready = _ready(dut, prefix)
+        self.taken_when_driven = taken_when_driven
         self.payload = _port(dut, prefix, "payload")
         self.clk, self.codec, self.rng, self.idle = clk, codec, rng, idle
         self._queue: collections.deque = collections.deque()
@@ -134,22 +143,48 @@ class StreamDriver:
         self._idle_event = Event()
         self._idle_event.set()
         self.valid.value = 0
-        self.sent = 0
+        self.sent = self.queued = 0
         cocotb.start_soon(self._run())
 
-    def send(self, item: dict[str, int]):
-        """Queue one item (a dict of payload fields)."""
-        self._queue.append(self.codec.pack(item))
-        self._idle_event.clear()
-        self._wake.set()
+    def send(self, item: dict[str, int]) -> int:
+        """Queue one item (a dict of payload fields); return its sequence number (the items
+        queued before it)."""
+        return self._enqueue(self.codec.pack(item), None)
 
     def send_all(self, items: Iterable[dict[str, int]]):
         for item in items:
             self.send(item)
 
+    def gate(self, predicate: Callable[[], bool]):
+        """Hold the items queued after this until ``predicate()`` is true (checked once a
+        cycle, ``valid`` low meanwhile)."""
+        self._queue.append((None, predicate))
+        self._kick()
+
     async def wait_idle(self):
         """Wait until every queued item has been accepted by the design."""
         await self._idle_event.wait()
+
+    async def wait_sent(self, count: int):
+        """Wait until ``count`` items have been accepted."""
+        while self.sent < count:
+            await RisingEdge(self.clk)
+
+    def _enqueue(self, word: int, meta) -> int:
+        self._queue.append((word, meta))
+        self.queued += 1
+        self._kick()
+        return self.queued - 1
+
+    def _kick(self):
+        self._idle_event.clear()
+        self._wake.set()
+
+    async def _turn(self, meta):
+        """Wait, after the idle cycles, until the item may be driven (in the write phase)."""
+
+    def _taken(self, meta):
+        """The item was accepted: called on the rising edge that took it."""
 
     async def _run(self):
         while True:
@@ -158,20 +193,30 @@ class StreamDriver:
                 self._wake.clear()
                 await self._wake.wait()
                 await RisingEdge(self.clk)      # start driving on a clean cycle boundary
-            word = self._queue.popleft()
+            word, meta = self._queue.popleft()
+            if word is None:                    # a gate: `meta` is its predicate
+                while not meta():
+                    self.valid.value = 0
+                    await RisingEdge(self.clk)
+                continue
             while self.idle and self.rng.random() < self.idle:
                 self.valid.value = 0
                 await RisingEdge(self.clk)
+            await self._turn(meta)
             self.payload.value = word
             self.valid.value = 1
-            while True:
-                await ReadOnly()
-                accepted = self.ready is None or bool(self.ready.value)
-                await RisingEdge(self.clk)
-                if accepted:
-                    break
+            if self.taken_when_driven:
+                await RisingEdge(self.clk)      # the design takes it on this edge
+            else:
+                while True:
+                    await ReadOnly()
+                    accepted = self.ready is None or bool(self.ready.value)
+                    await RisingEdge(self.clk)
+                    if accepted:
+                        break
             self.sent += 1
             self.valid.value = 0
+            self._taken(meta)
 
 
 class StreamSink:

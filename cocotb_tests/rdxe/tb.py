@@ -49,7 +49,7 @@ from golden import rdxe as golden
 from golden.arith.float import from_float
 from hdl.arith.format import FP32
 
-from ..streams import PayloadCodec, StreamMonitor, to_signed, to_unsigned
+from ..streams import PayloadCodec, StreamDriver, StreamMonitor, to_signed, to_unsigned
 from ..functional import sampler
 from ..tb import BlockTB, select_tb
 
@@ -170,34 +170,28 @@ class VacModel:
         return results
 
 
-class CreditSource:
+class CreditSource(StreamDriver):
     """Drive ``hlink_i`` as the ring's source: chunks in order, with random idle cycles; a chunk
     flagged ``first`` (an output's start) only while a credit is left.
 
     It starts with ``credits`` (the VAC's ``queue_depth``), takes one per output started and gets
     one back for every cycle ``credit`` is high (counted from the next cycle on, as
     ``hdl.rdxe.HlinkSource``'s counter). ``hlink_i`` is always ready, so a driven chunk is taken in
-    its cycle. Queue entries are chunks (with an optional ``after`` callback, called with the
-    cycle the chunk was taken) and gates (a predicate the source waits on, not driving).
+    its cycle. A chunk may carry an ``after`` callback, called with the cycle the chunk was taken;
+    gates (:meth:`StreamDriver.gate`) hold the chunks behind them.
     """
 
     def __init__(self, dut, codec: PayloadCodec, counter, rng, idle: float, credits: int):
-        self.valid, self.payload = dut.hlink_i__valid, dut.hlink_i__payload
+        super().__init__(dut, "hlink_i", dut.clk, codec, rng, idle, taken_when_driven=True)
         self.credit, self.rst = dut.credit, dut.rst
-        self.codec, self.counter, self.rng, self.idle = codec, counter, rng, idle
-        self.clk = dut.clk
+        self.counter = counter
         self.capacity = credits
         self.started = self.returned = 0
-        self.sent = self.queued = 0
         self.stalls = 0                 # cycles an output's first chunk waited for a credit
         self.max_owed = 0               # most results the VAC owed at once
-        self._queue: collections.deque = collections.deque()
-        self._wake, self._idle = Event(), Event()
-        self._idle.set()
-        self.valid.value = 0
+        self._cycle = 0                 # the cycle the chunk being driven is taken in
         self.payload.value = 0
         cocotb.start_soon(self._count())
-        cocotb.start_soon(self._run())
 
     @property
     def credits(self) -> int:
@@ -205,31 +199,7 @@ class CreditSource:
 
     def send(self, item: dict, after: Callable[[int], None] | None = None) -> int:
         """Queue one chunk; return its sequence number (chunks queued before it)."""
-        self._queue.append((self.codec.pack(item), bool(item.get("first")), after))
-        self.queued += 1
-        self._kick()
-        return self.queued - 1
-
-    def gate(self, predicate: Callable[[], bool]):
-        """Hold the chunks queued after this until ``predicate()`` is true."""
-        self._queue.append((None, predicate, None))
-        self._kick()
-
-    def send_all(self, items):
-        for item in items:
-            self.send(item)
-
-    async def wait_idle(self):
-        await self._idle.wait()
-
-    async def wait_sent(self, count: int):
-        """Wait until ``count`` chunks have been taken."""
-        while self.sent < count:
-            await RisingEdge(self.clk)
-
-    def _kick(self):
-        self._idle.clear()
-        self._wake.set()
+        return self._enqueue(self.codec.pack(item), (bool(item.get("first")), after))
 
     async def _count(self):
         while True:
@@ -238,39 +208,23 @@ class CreditSource:
             if str(self.rst.value) == "0" and str(self.credit.value) == "1":
                 self.returned += 1
 
-    async def _run(self):
-        while True:
-            if not self._queue:
-                self._idle.set()
-                self._wake.clear()
-                await self._wake.wait()
-                await RisingEdge(self.clk)
-            word, first, after = self._queue.popleft()
-            if word is None:                    # a gate: `first` is the predicate
-                while not first():
-                    self.valid.value = 0
-                    await RisingEdge(self.clk)
-                continue
-            while self.idle and self.rng.random() < self.idle:
-                self.valid.value = 0
-                await RisingEdge(self.clk)
-            while first and self.credits == 0:
-                self.valid.value = 0
-                self.stalls += 1
-                await RisingEdge(self.clk)
-            if first:
-                self.started += 1
-                owed = self.started - self.returned
-                assert owed <= self.capacity, f"cycle {self.counter.cycle}: {owed} owed"
-                self.max_owed = max(self.max_owed, owed)
-            self.payload.value = word
-            self.valid.value = 1
-            cycle = self.counter.cycle
-            await RisingEdge(self.clk)
-            self.sent += 1
+    async def _turn(self, meta):
+        first, _ = meta
+        while first and self.credits == 0:
             self.valid.value = 0
-            if after is not None:
-                after(cycle)
+            self.stalls += 1
+            await RisingEdge(self.clk)
+        if first:
+            self.started += 1
+            owed = self.started - self.returned
+            assert owed <= self.capacity, f"cycle {self.counter.cycle}: {owed} owed"
+            self.max_owed = max(self.max_owed, owed)
+        self._cycle = self.counter.cycle
+
+    def _taken(self, meta):
+        _, after = meta
+        if after is not None:
+            after(self._cycle)
 
 
 @dataclass
