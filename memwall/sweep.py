@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from sim.plots import pyplot, save_figure
+
 from . import registry
 from .params import ParameterError
 
@@ -361,9 +363,7 @@ def _plot_label(point: Point, row: dict) -> str:
 def plot(points: list[Point], path: Path, title: str) -> None:
     """Area against Fmax and, where measured, against throughput (million items a second at
     Fmax); the Pareto front of each marked and every point labelled."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     table = [(p, row) for p, row in zip(points, rows(points)) if row["status"] == "ok"]
     panels = [("fmax_mhz", "Fmax (MHz)")]
@@ -395,8 +395,7 @@ def plot(points: list[Point], path: Path, title: str) -> None:
         ax.legend(fontsize=8, loc="best")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
-    plt.close(fig)
+    save_figure(fig, path, dpi=110, fmt="png")
 
 
 def markdown(points: list[Point]) -> str:

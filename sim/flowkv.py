@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from hdl.validate import integer
 
 from .models import ModelShape
+from .plots import pyplot
 
 __all__ = ["PairTiming", "Gemma3", "GEMMA3_1B", "GEMMA3_4B", "PAPER_TPS", "BANDWIDTHS_GBS",
            "chunk_rows", "step_cycles", "attention_cycles", "decode_tps", "table", "reproduce"]
@@ -213,9 +214,7 @@ def reproduce(ctx):
     count: tests/test_sim_flowkv.py), one pair per KV head at 1.8 GHz sharing the memory with the
     weight stream.
     """
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from .reproduce import Result, Row, markdown_table
 

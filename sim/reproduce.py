@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from .plots import save_figure
+
 __all__ = ["PAPERS", "Row", "Result", "Context", "ReproduceError", "dask_client", "run",
            "markdown_table", "difference"]
 
@@ -169,20 +171,11 @@ class Context:
     def save_plot(self, fig, name: str, *, dpi: int = 110) -> Path:
         """Write ``fig`` as the plot ``name`` and close it; a quick run's plot says so in its
         corner. The file appears whole: written under a temporary name, then renamed."""
-        import matplotlib.pyplot as plt
-
         path = self.plot_path(name)
         if self.quick:
             fig.text(0.995, 0.005, QUICK_LABEL, ha="right", va="bottom", fontsize=7,
                      color="0.4")
-        partial = path.with_name(f".{path.name}.partial")
-        try:
-            fig.savefig(partial, dpi=dpi, format="png")
-            os.replace(partial, path)
-        finally:
-            plt.close(fig)
-            partial.unlink(missing_ok=True)
-        return path
+        return save_figure(fig, path, dpi=dpi, fmt="png")
 
     def progress(self, message: str) -> None:
         self._progress(f"[{self.name}] {message}")

@@ -39,6 +39,7 @@ import numpy as np
 from golden import edram
 
 from .models import ModelShape
+from .plots import pyplot, save_figure
 
 __all__ = ["QWEN3_1_7B", "QWEN3_4B", "QWEN3_8B", "MISTRAL_7B", "LLAMA3_8B", "MODELS",
            "Workload", "SCENARIOS", "TRACE", "PAPER", "step_fractions", "workload_ratio",
@@ -256,9 +257,7 @@ def _gain_row(model: ModelShape, workload: Workload, leak: float) -> dict:
 
 
 def _plot(ctx, name: str, draw, *, size=(7, 4.2)) -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=size)
     ax.grid(True, alpha=0.3)
@@ -529,9 +528,7 @@ def reproduce(ctx) -> "Result":
 
 def plot_ber(path, *, t_max_us: float = 3000.0) -> None:
     """Plot the calibrated retention model's BER against time, with the policies' intervals."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     golden = edram
     t = np.geomspace(10.0, t_max_us, 400)
@@ -550,8 +547,7 @@ def plot_ber(path, *, t_max_us: float = 3000.0) -> None:
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)  # values in the legend: the marks crowd
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 if __name__ == "__main__":      # python -m sim.shield docs/img/edram_ber.png

@@ -10,6 +10,7 @@ import pytest
 
 from memwall.cli import main
 from sim import reproduce as rp
+from sim.plots import pyplot
 
 
 def _square(x):
@@ -178,10 +179,7 @@ def test_local_cluster_runs_a_reproduction(capsys, tmp_path):
 
 @pytest.mark.parametrize("quick", [False, True])
 def test_a_plot_is_written_whole_and_labelled_when_quick(tmp_path, quick):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     ctx = rp.Context(tmp_path, quick=quick, progress=lambda s: None)
     fig, ax = plt.subplots()
     ax.plot([0, 1], [1, 0])

@@ -12,6 +12,7 @@ import numpy as np
 
 from golden.inflash import MODES, gemv_timing
 
+from ..plots import pyplot
 from .system import LLAMA2_7B, LLAMA31_70B, LLAMA31_8B, MODELS, Model, System, _GIBIT, _KIB
 from .decode import Latency, Outcome, Point, evaluate
 
@@ -66,9 +67,7 @@ def _geomean(values) -> float:
 
 
 def _plot(ctx, name: str, draw, *, ncols: int = 1, size=(7.0, 4.2)):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, ncols, figsize=size, squeeze=False)
     draw(fig, axes[0])

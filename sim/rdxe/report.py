@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..plots import pyplot
 from .layers import (CONTEXT_OPS, DXTS_PER_DXE, MT5_SMALL, OPS, OPT_350M, cycle_table, layer_macs,
                      token_layer_cycles)
 from .ring import Point, Request, Ring, run_point, simulate_rdxe
@@ -40,9 +41,7 @@ def _pm(values, scale: float = 100.0, fmt: str = ".1f") -> str:
 
 def _gantt(ctx, name: str) -> Path:
     """A Gantt chart of the ring for a small case: 4 DXEs, 6 short requests, 4 resident."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ring = Ring(MT5_SMALL, stages=4, slots=4)
     rng = np.random.default_rng(7)
@@ -247,9 +246,7 @@ def _slot_key(k: int) -> str:
 
 def _plot_utilization(ctx, plan: _Plan, runs: _Runs) -> Path:
     """Utilization against the ring size, and rDXE's against the resident requests."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ring_sizes = plan.ring_sizes
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -286,9 +283,7 @@ def _plot_utilization(ctx, plan: _Plan, runs: _Runs) -> Path:
 
 def _plot_latency(ctx, plan: _Plan, runs: _Runs) -> Path:
     """The distribution of request completion times in the main configuration, per system."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for (system, batch), (label, style) in _STYLES.items():

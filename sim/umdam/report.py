@@ -12,6 +12,7 @@ import numpy as np
 
 from hdl.umdam.geometry import DramGeometry
 
+from ..plots import pyplot
 from .dram import Lpddr5Timing
 from .layout import LayoutPoint, LayoutResult, measure_layout
 from .models import MODELS, NpuSpec, OptModel, PimSpec, Rates, latency, padding_bytes
@@ -380,9 +381,7 @@ def _speedup_rows(speed: _Speedups) -> list:
 
 def _plot_mappings(ctx, plat: _Platform, by_map: dict):
     """Bandwidth and re-layout time per mapping."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     xs = np.arange(len(MAPPINGS))
@@ -414,9 +413,7 @@ def _plot_mappings(ctx, plat: _Platform, by_map: dict):
 
 def _plot_speedups(ctx, per_model: dict[str, _ModelRates], speed: _Speedups):
     """TTFT speedup against the prompt, TTLT speedup against the generated tokens."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     lo, hi = PAPER_TTFT_SPEEDUP
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -448,9 +445,7 @@ def _plot_speedups(ctx, per_model: dict[str, _ModelRates], speed: _Speedups):
 
 def _plot_breakdown(ctx, per_model: dict[str, _ModelRates]):
     """Where each system's TTLT goes, as a fraction of the baseline's."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 4.2))
     names = list(per_model)
