@@ -11,6 +11,7 @@ import numbers
 from dataclasses import dataclass, field, replace
 
 from golden.inflash import KV_FORMATS, MODES, FlashGeometry, KVLayout, stream_bytes
+from golden.inflash.params import _choice        # one check of a named choice, golden's
 from hdl.validate import integer
 
 from ..models import ModelShape
@@ -38,13 +39,6 @@ def _positive(value, what: str, unit: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{what} must be a positive number of {unit}, not {value!r}")
     return float(value)
-
-
-def _choice(value, what: str, allowed: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in allowed:
-        listed = ", ".join(allowed[:-1]) + f" or {allowed[-1]}"
-        raise ValueError(f"{what} must be {listed}, not {value!r}")
-    return value
 
 
 # --- the system (Table I) -------------------------------------------------------------------------
