@@ -13,14 +13,19 @@ import random
 from typing import Any, Callable, Iterable
 
 import cocotb
+import numpy as np
 from cocotb.triggers import Event, ReadOnly, RisingEdge
 
 __all__ = ["stream_port", "PayloadCodec", "StreamDriver", "StreamSink", "StreamMonitor",
            "Scoreboard", "CycleCounter", "to_signed", "to_unsigned"]
 
 
-def to_signed(value: int, bits: int) -> int:
-    """The two's-complement reading of the low ``bits`` bits of a field's value."""
+def to_signed(value, bits: int):
+    """The two's-complement reading of the low ``bits`` bits of a field's value; elementwise, as
+    ``int64``, for a NumPy array of them."""
+    if isinstance(value, np.ndarray):
+        value = value.astype(np.int64) & ((1 << bits) - 1)
+        return np.where(value >> (bits - 1), value - (1 << bits), value)
     value = int(value) & ((1 << bits) - 1)
     return value - (1 << bits) if value >> (bits - 1) else value
 

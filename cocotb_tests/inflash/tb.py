@@ -54,7 +54,7 @@ from hdl.inflash.spec import (ATTENTION_MODES, IMPLEMENTED_MODES, MAX_KV_HEADS, 
                               MAX_TOKENS, Mapping, Mode, Op, WriteError)
 
 from ..functional import sampler
-from ..streams import PayloadCodec, Scoreboard, StreamMonitor, StreamSink
+from ..streams import PayloadCodec, Scoreboard, StreamMonitor, StreamSink, to_signed
 from ..tb import BlockTB, select_tb
 from .kvstream import check_kv_write, entries_of, kv_command, kv_words
 from .plane import FlashPlane, kv_reads
@@ -117,8 +117,7 @@ class _Gemv:
         n = ready - self.done_rows
         if self.mode == "w8a8":
             w = golden.Weights(self.mode, stream.view(np.int8).reshape(n, self.cols))
-            x = np.array(self.x[:self.cols], np.int64) & 0xFF
-            x = np.where(x >= 128, x - 256, x)
+            x = to_signed(np.array(self.x[:self.cols], np.int64), 8)
         elif self.mode == "w4a16":
             # The records of these rows, read back through the golden layout (its page form).
             P = self.page_bytes
@@ -174,8 +173,7 @@ class _Attention:
     def _codes(self, raw: list[int]) -> np.ndarray:
         arr = np.array(raw, np.int64)
         if self.fmt == "int8":
-            arr &= 0xFF
-            return np.where(arr >= 128, arr - 256, arr)
+            return to_signed(arr, 8)
         return arr.astype(np.uint16)
 
     def _entries(self, first: int, last: int) -> np.ndarray:
