@@ -180,8 +180,6 @@ def _out_format(out_fmt) -> FloatFormat:
 def _lanes(lanes, d: int):
     if lanes is None:
         return
-    if isinstance(lanes, np.integer):
-        lanes = int(lanes)
     power_of_two(lanes, "Lane count", 1, MAX_LANES)
     if d % lanes:
         raise ValueError(f"Head dimension must be a multiple of the lane count {lanes}, not {d}")
