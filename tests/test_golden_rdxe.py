@@ -812,11 +812,11 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
     assert fused.total == max(entries.values()) + 9 + 1
     assert fused.done == gbus_done({o: e + 9 for o, e in entries.items()})
     assert fused.hold == sum(1 for o, r in ready.items() if o % 16 == 0 and r < rc_ready)
-    # Sequential: the factor, the sequencer's wait 1, C normalizing reads, the GEMV's lead 29
-    # (request 22, chunk queue 2, operand path 5), then the plain GEMV.
+    # Sequential: the factor, the sequencer's wait 1, C normalizing reads, the GEMV's lead 30
+    # (request 23, chunk queue 2, operand path 5), then the plain GEMV.
     seq = R.rmsnorm_gemv_cycles(outputs, inputs, DEFAULT, mode="sequential")
-    assert seq.total == rc_ready + 1 + C + 29 + got.total
-    assert seq.done == rc_ready + 1 + C + 29 + got.done
+    assert seq.total == rc_ready + 1 + C + 30 + got.total
+    assert seq.done == rc_ready + 1 + C + 30 + got.done
 
 
 def test_gemv_cycles_by_hand():
@@ -854,10 +854,11 @@ def test_softmax_pv_cycles_match_schedule(tokens):
     assert fused.rc_ready == rc_ready
     assert fused.total == last_rcu_entry(ready, 16, rc_ready) + 9 + 1
     seq = R.softmax_pv_cycles(tokens, DEFAULT, mode="sequential")
-    assert seq.total == rc_ready + 1 + C + 29 + R.gemv_cycles(64, tokens, DEFAULT).total
+    assert seq.total == rc_ready + 1 + C + 30 + R.gemv_cycles(64, tokens, DEFAULT).total
     assert seq.total > fused.total
-    # Score read 2, E = int_to_float 3 + fmul 5 + exp2 7 + split 1 + requant 4, queue 2, row 5.
-    assert R.Latency().lead == 2 + 20 + 2 + 5
+    # Score read 2, E = int_to_float 3 + fmul 5 + exp2 7 + split 1 + requant 4, the register
+    # behind the token buffer 1, queue 2, row 5.
+    assert R.Latency().lead == 2 + 20 + 1 + 2 + 5
 
 
 @pytest.mark.parametrize("tokens", [1, 5, 64, 100, 1024])

@@ -15,7 +15,7 @@ from amaranth.sim import Simulator
 from golden import rdxe as golden
 from golden.arith.requant import requantize
 from hdl.rdxe import DESTS, OPS, DxtConfig
-from hdl.rdxe.chunks import ChunkFeed, TokenBuffer
+from hdl.rdxe.chunks import READ_LATENCY, ChunkFeed, TokenBuffer
 from hdl.rdxe.gbus import Gatherer, KvWriter
 from hdl.rdxe.sequencer import SCORE, Sequencer
 
@@ -196,6 +196,8 @@ def test_token_buffer_stores_reads_and_normalizes_in_place():
         _set(ctx, dut.read.payload, {"half": half, "j": j})
         await ctx.tick()
         ctx.set(dut.read.valid, 0)
+        for _ in range(READ_LATENCY - 1):
+            await ctx.tick()
         await ctx.delay(1e-9)
         return [int(ctx.get(dut.data[k])) for k in range(L)]
 
@@ -218,6 +220,8 @@ def test_token_buffer_stores_reads_and_normalizes_in_place():
         _set(ctx, dut.read.payload, {"half": 1, "j": 2})
         await ctx.tick()
         await idle(ctx)
+        for _ in range(READ_LATENCY - 1):
+            await ctx.tick()
         await ctx.delay(1e-9)
         assert [int(ctx.get(dut.data[k])) for k in range(L)] == list(fresh)
         rows[1, 2] = fresh

@@ -49,6 +49,8 @@ class Latency:
     (its partial products registered once more on their way from the multiplier blocks).
     ``gather`` is the skid buffer a VAC's result passes on its way into the gatherer (so that
     the gatherer's decision to take a word does not reach back into the VACs' queues).
+    ``feed`` is the register behind the token buffer's block RAMs (and beside it on the
+    activation path) before a chunk enters the chunk queue.
     """
 
     requant: int = unit_latency(Vac.ppu_unit(VacConfig()))
@@ -72,6 +74,7 @@ class Latency:
     rc_out: int = 1
     decode: int = 1
     gather: int = 1
+    feed: int = 1
 
     @classmethod
     def of(cls, params) -> Latency:
@@ -95,9 +98,9 @@ class Latency:
 
     @property
     def request(self) -> int:
-        """A request's issue to its chunk in the chunk queue: ``score_read + E`` (every request
-        takes the activation path's time, so chunks stay in order)."""
-        return self.score_read + self.activation
+        """A request's issue to its chunk in the chunk queue: ``score_read + E + feed`` (every
+        request takes the activation path's time, so chunks stay in order)."""
+        return self.score_read + self.activation + self.feed
 
     @property
     def lead(self) -> int:

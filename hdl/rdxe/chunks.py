@@ -17,9 +17,10 @@ from .ve import Normalizer
 
 __all__ = ["TokenBuffer", "ChunkFeed"]
 
-#: Cycles from a normalization request to the chunk at the normalizer's input: the read and a
-#: register behind it (a block RAM's clock-to-output leaves no time for a multiplier).
-_NORM_READ = 2
+#: Cycles from a read (or a normalization request) to its chunk on ``data``: the block RAM's
+#: read and a register behind each half (a block RAM's 5.8 ns clock-to-output leaves no time for
+#: the half's selection and a queue's write, nor for a multiplier).
+READ_LATENCY = 2
 
 
 class TokenBuffer(wiring.Component):
@@ -41,14 +42,16 @@ class TokenBuffer(wiring.Component):
     act : In(stream.Signature(store_layout(cfg), always_ready=True))
         An activation chunk written likewise (a P.V's pass 0, kept for its later passes).
     read : In(stream.Signature(StructLayout({"half": 1, "j": ...}), always_ready=True))
-        A chunk to read: on ``data`` one cycle later. The read is transparent for the write of
-        the same cycle (a one-chunk P.V's second pass reads the activation being stored).
+        A chunk to read: on ``data`` :data:`READ_LATENCY` (2) cycles later. The read is
+        transparent for the write of the same cycle (a one-chunk P.V's second pass reads the
+        activation being stored).
     norm : In(stream.Signature(normalize_request_layout(cfg), always_ready=True))
         Chunk ``j`` of ``half`` to rewrite as ``requantize(x, m, shift)`` (the sequential
         mode): read, registered, scaled by a :class:`~hdl.rdxe.ve.Normalizer`, written back
         :attr:`norm_latency` cycles later. Not in the same cycle as ``read``.
     data : Out(ArrayLayout(signed(8), lanes))
-        The chunk read (``read`` or ``norm``) the cycle before.
+        The chunk read (``read`` or ``norm``) :data:`READ_LATENCY` cycles before, from a
+        register behind each half and the selection of the half.
 
     One read and one write per half per cycle; no back-pressure.
     """
@@ -67,7 +70,7 @@ class TokenBuffer(wiring.Component):
     @property
     def norm_latency(self) -> int:
         """Cycles from a ``norm`` request to the write of its normalized chunk."""
-        return _NORM_READ + Normalizer.latency_of(self.cfg.ve_config())
+        return READ_LATENCY + Normalizer.latency_of(self.cfg.ve_config())
 
     def elaborate(self, platform):
         m = Module()
@@ -75,8 +78,8 @@ class TokenBuffer(wiring.Component):
         row_shape = data.ArrayLayout(signed(CODE_BITS), cfg.lanes)
         m.submodules.normalizer = norm = Normalizer(cfg.ve_config())
         req = self.norm.payload
-        norm_j = delay(m, req.j, _NORM_READ + norm.latency, name="norm_j")
-        norm_half = delay(m, req.half, _NORM_READ + norm.latency, name="norm_half")
+        norm_j = delay(m, req.j, READ_LATENCY + norm.latency, name="norm_j")
+        norm_half = delay(m, req.half, READ_LATENCY + norm.latency, name="norm_half")
         # An x chunk is written a cycle after it is taken: the sequencer's decision to issue then
         # ends in registers, not at the block RAMs' write ports.
         store = data.View(self.store.payload.shape(),
@@ -99,17 +102,16 @@ class TokenBuffer(wiring.Component):
                 rd.addr.eq(Mux(norm_read, req.j, self.read.payload.j)),
                 rd.en.eq(norm_read | (self.read.valid & (self.read.payload.half == h))),
             ]
-            reads.append(rd.data.as_value())
-        read_half = delay(m, Mux(self.norm.valid, req.half, self.read.payload.half), 1,
-                          name="read_half")
+            reads.append(delay(m, rd.data.as_value(), READ_LATENCY - 1, name=f"read{h}"))
+        read_half = delay(m, Mux(self.norm.valid, req.half, self.read.payload.half),
+                          READ_LATENCY, name="read_half")
         m.d.comb += self.data.eq(Mux(read_half, reads[1], reads[0]))
         m.d.comb += [
-            norm.i.valid.eq(delay(m, self.norm.valid, _NORM_READ, name="norm_valid",
+            norm.i.valid.eq(delay(m, self.norm.valid, READ_LATENCY, name="norm_valid",
                                   reset=True)),
-            norm.i.payload.data.eq(delay(m, self.data.as_value(), _NORM_READ - 1,
-                                         name="norm_data")),
-            norm.i.payload.m.eq(delay(m, req.m, _NORM_READ, name="norm_m")),
-            norm.i.payload.shift.eq(delay(m, req.shift, _NORM_READ, name="norm_shift"))]
+            norm.i.payload.data.eq(self.data),
+            norm.i.payload.m.eq(delay(m, req.m, READ_LATENCY, name="norm_m")),
+            norm.i.payload.shift.eq(delay(m, req.shift, READ_LATENCY, name="norm_shift"))]
         return m
 
 

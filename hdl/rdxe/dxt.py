@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from ..arith.tree import delay
 from ..pipeline import DelayLine
 from ..validate import index_bits
-from .chunks import ChunkFeed, TokenBuffer
+from .chunks import READ_LATENCY, ChunkFeed, TokenBuffer
 from .gbus import Gatherer, KvWriter
 from .sequencer import Sequencer, chunk_flags, request_layout
 from .spec import (CODE_BITS, DxtConfig, check_config, chunk_layout, command_layout,
@@ -121,10 +121,18 @@ class Dxt(wiring.Component):
         return Vac.row_latency_of(self.cfg)
 
     @property
-    def request_latency(self) -> int:
-        """Cycles from a request's issue to its chunk in the chunk queue: the activation path
-        (score read and ``E``); token-buffer chunks are read after the same delay."""
+    def act_latency(self) -> int:
+        """Cycles from a request's issue to its activation chunk (score read and ``E``): the
+        token buffer is read a cycle before, so that the read of a one-chunk P.V's second pass
+        meets the write of its first pass's activation."""
         return Activations.latency_of(self.cfg.ve_config())
+
+    @property
+    def request_latency(self) -> int:
+        """Cycles from a request's issue to its chunk in the chunk queue: the token buffer's
+        read, a cycle before the activation, and its :data:`~hdl.rdxe.chunks.READ_LATENCY`
+        (``golden.rdxe.Latency.request``)."""
+        return self.act_latency - 1 + READ_LATENCY
 
     def elaborate(self, platform):
         m = Module()
@@ -133,8 +141,9 @@ class Dxt(wiring.Component):
         ve = cfg.ve_config()
         lat = self.request_latency
         m.submodules.sequencer = seq = Sequencer(cfg, request_latency=lat)
-        m.submodules.requests = line = DelayLine(request_layout(cfg), lat - 1)
+        m.submodules.requests = line = DelayLine(request_layout(cfg), self.act_latency - 1)
         m.submodules.request_tail = tail = DelayLine(request_layout(cfg), 1)
+        m.submodules.request_feed = to_feed = DelayLine(request_layout(cfg), READ_LATENCY - 1)
         m.submodules.tokens = tokens = TokenBuffer(cfg)
         m.submodules.feed = feed = ChunkFeed(cfg, depth=lat + _QUEUE_SLACK,
                                              tap_delay=self.row_latency)
@@ -153,23 +162,25 @@ class Dxt(wiring.Component):
         wiring.connect(m, wiring.flipped(self.x), seq.x)
         wiring.connect(m, seq.req, line.i)
         wiring.connect(m, line.o, tail.i)
+        wiring.connect(m, tail.o, to_feed.i)
         wiring.connect(m, seq.store, tokens.store)
         wiring.connect(m, seq.norm, tokens.norm)
         wiring.connect(m, seq.act, acts.req)
         wiring.connect(m, seq.consts, rcu.consts)
-        # A request as the token buffer is read, and a cycle later as its chunk reaches the feed.
-        req_read, req_feed = line.o.payload, tail.o.payload
+        # A request as the token buffer is read, a cycle later as its activation comes (and is
+        # stored), and as its chunk reaches the feed, from registers on both paths.
+        req_read, req_act, req_feed = line.o.payload, tail.o.payload, to_feed.o.payload
+        act_data = delay(m, acts.p.payload.data.as_value(), READ_LATENCY - 1, name="act_data")
         m.d.comb += [
             tokens.read.valid.eq(line.o.valid & ~req_read.act),
             tokens.read.payload.half.eq(req_read.half), tokens.read.payload.j.eq(req_read.j),
-            tokens.act.valid.eq(tail.o.valid & req_feed.act & req_feed.buf_write),
-            tokens.act.payload.half.eq(req_feed.half), tokens.act.payload.j.eq(req_feed.j),
+            tokens.act.valid.eq(tail.o.valid & req_act.act & req_act.buf_write),
+            tokens.act.payload.half.eq(req_act.half), tokens.act.payload.j.eq(req_act.j),
             tokens.act.payload.data.eq(acts.p.payload.data),
-            seq.landed.valid.eq(tail.o.valid), seq.landed.payload.eq(req_feed.half),
+            seq.landed.valid.eq(to_feed.o.valid), seq.landed.payload.eq(req_feed.half),
             seq.can_issue.eq(feed.can_issue), feed.issue.eq(seq.issue),
-            feed.i.valid.eq(tail.o.valid),
-            feed.i.payload.data.eq(Mux(req_feed.act, acts.p.payload.data.as_value(),
-                                       tokens.data.as_value())),
+            feed.i.valid.eq(to_feed.o.valid),
+            feed.i.payload.data.eq(Mux(req_feed.act, act_data, tokens.data.as_value())),
             feed.i.payload.link.eq(req_feed.link),
             self.issue.eq(seq.issue), self.start.eq(seq.start),
         ]
