@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import sys
 import warnings
 from dataclasses import dataclass
 from functools import cached_property
@@ -154,7 +155,7 @@ def harness_memories(block, params, depth: int) -> list[tuple[int, int]] | str:
     try:
         harness = Harness(block.elaborate(params), stimulus_depth=depth, capture_depth=depth)
     except ValueError as exc:
-        return f"no harness: {exc}"
+        return f"the harness cannot take it: {exc}"
     return ([(s.width, depth) for s in harness.sinks]
             + [(STAMP_BITS + s.width, depth) for s in harness.sources])
 
@@ -169,12 +170,14 @@ def measuring():
         gc.collect()
 
 
-def fit(board: Board, block, params, depth: int, memories=None) -> list[str]:
+def fit(board: Board, block, params, depth: int, memories=None, *,
+        memory_only: bool = False) -> list[str]:
     """Why ``block`` at ``params`` does not fit ``board``, from the registry's size estimate
     (:meth:`memwall.registry.Size.over`, the size guard's check) against :attr:`Board.limits`,
     with the harness's memories at ``depth`` items, in whole block RAMs, added to the block's
     memory bits: one phrase per resource over, empty when it fits. A block the harness cannot
-    take gives its reason. ``memories``: :func:`harness_memories`' answer, if known.
+    take gives its reason. ``memories``: :func:`harness_memories`' answer, if known;
+    ``memory_only``: check the memory bits alone (the one exact figure of the estimate).
     """
     if memories is None:
         with measuring():
@@ -186,4 +189,8 @@ def fit(board: Board, block, params, depth: int, memories=None) -> list[str]:
     size = block.size(params)
     size = Size(storage_bits=size.storage_bits + harness_bits, multipliers=size.multipliers,
                 cells=size.cells)
-    return size.over(board.limits)
+    limits = board.limits
+    if memory_only:
+        limits = Size(storage_bits=limits.storage_bits, multipliers=sys.maxsize,
+                      cells=sys.maxsize)
+    return size.over(limits)

@@ -12,7 +12,8 @@ refused rather than written as a bitstream.
 
 The clock: ``clock_mhz`` if given (a PLL makes it unless it is the oscillator's), otherwise a
 first placement at the oscillator's clock measures the design's Fmax and the PLL is set to the
-highest clock at or below :data:`MARGIN` of it.
+highest clock at or below :data:`MARGIN` of it; a placement that misses that clock is placed
+again at :data:`MARGIN` of the Fmax it reached (:data:`ATTEMPTS` placements at most).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def cmd_list(args) -> int:
             cells.append(", ".join(fits) or "–")
         print(f"| {block.name} | " + " | ".join(cells) + " |")
     if args.verbose:
-        print("\nWhy not (the smallest preset that does not fit):")
+        print("\nWhy not (the first preset that does not fit):")
         for (name, b), why in reasons.items():
             print(f"- {name} on {b}: {why}")
     return 0
@@ -114,11 +114,15 @@ def cmd_build(args) -> int:
     target = _board(args.board)
     clock = None if args.clock is None else _clock(args.clock)
     block, params = cli._design(args)
-    if not args.force:
-        over = [o for o in fit(target, block, params, args.depth) if "cells" not in o]
-        if over:
-            raise cli.UsageError(f"{block.name} ({args.preset}) does not fit {target.name} "
-                                 f"({target.device}), estimated: {'; '.join(over)}")
+    with measuring():
+        memories = harness_memories(block, params, args.depth)
+    if isinstance(memories, str):
+        raise cli.UsageError(f"{block.name} cannot go on a board: {memories}")
+    over = fit(target, block, params, args.depth, memories, memory_only=True)
+    if over and not args.force:
+        raise cli.UsageError(f"{block.name} ({args.preset}) does not fit {target.name} "
+                             f"({target.device}): {over[0]} of block RAM, with the harness's "
+                             f"memories at --depth {args.depth}")
     try:
         check(target, clock, args.baud)
     except (BoardBuildError, ToolNotFound) as exc:
