@@ -314,11 +314,19 @@ def test_umdam_bitstream_for_icebreaker(capsys, tmp_path):
 def test_umdam_bitstream_for_ulx3s(capsys, tmp_path, board_name):
     record, bitstream = _built(capsys, tmp_path, "umdam", board_name)
     assert record["pll"]["primitive"] == "EHXPLLL"
-    assert b"\xff\x00" in bitstream.read_bytes()[:64]       # ECP5 bitstream preamble
+    _is_ecp5_bitstream(bitstream, board(board_name).device)
+
+
+def _is_ecp5_bitstream(bitstream, device):
+    """ecppack's header comment names the part; the preamble 0xBDB3 follows its 0xFF padding."""
+    head = bitstream.read_bytes()[:64]
+    assert head.startswith(b"\xff\x00Part: " + device.encode() + b"-")
+    assert b"\xff\xff\xbd\xb3" in head
 
 
 @pytest.mark.slow       # ~60 s; test_umdam_bitstream_for_icebreaker covers the flow on iCE40
 def test_requant_bitstream_for_ecpix5_at_a_given_clock(capsys, tmp_path):
-    record, _ = _built(capsys, tmp_path, "arith-requant", "ecpix5-85", "--clock", "50")
+    record, bitstream = _built(capsys, tmp_path, "arith-requant", "ecpix5-85", "--clock", "50")
+    _is_ecp5_bitstream(bitstream, "LFE5UM5G-85F")
     assert record["clock_mhz"] == 50 and record["pll"]["primitive"] == "EHXPLLL"
     assert record["probe_fmax_mhz"] is None and record["placements"] == 1
