@@ -92,6 +92,47 @@ def test_unreachable_is_a_value_error_of_its_own():
         pll_settings("ecp5", 100, 500)
 
 
+def _board_clock_reset(press):
+    """``BoardClock``'s ``rst`` after each of 60 oscillator edges at 1 MHz (no PLL), the board's
+    reset button held during the edges in ``press``."""
+    from amaranth import Signal
+    from amaranth.lib import io
+    from amaranth.sim import Simulator
+
+    from hdl.board.pll import BoardClock
+
+    pad, button = io.SimulationPort("i", 1), Signal()
+    dut = BoardClock(pad, None, f_out_hz=1e6, reset=button)
+    trace = []
+
+    async def bench(ctx):
+        for edge in range(60):
+            ctx.set(button, edge in press)
+            ctx.set(pad.i, 1)
+            await ctx.delay(1e-9)
+            trace.append(ctx.get(dut.rst))
+            ctx.set(pad.i, 0)
+            await ctx.delay(1e-9)
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+    return trace
+
+
+@pytest.mark.parametrize("press, low", [
+    # 15 us at 1 MHz is 15 edges, after 2 edges of synchronizer and 1 to register: rst falls
+    # with edge 17 after power-on, and with edge 27 when the button is held through edge 9.
+    ((), [(17, 60)]),
+    (range(10), [(27, 60)]),
+    # A press at edge 30 is seen at edge 32 and ends 18 edges after its release.
+    ((30,), [(17, 32), (48, 60)]),
+])
+def test_board_clock_holds_reset_for_the_power_on_delay(press, low):
+    trace = _board_clock_reset(set(press))
+    assert [i for i, rst in enumerate(trace) if not rst] == \
+        [i for start, end in low for i in range(start, end)]
+
+
 # --- the board table ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, device, package, clock_mhz, base", [
