@@ -166,6 +166,40 @@ def test_unknown_board_names_the_boards():
         board("nope")
 
 
+def _pins(resource, lines=None):
+    """The pin names of an amaranth-boards resource (of its subsignals named ``lines`` only)."""
+    from amaranth.build import Pins, Subsignal
+    for io in resource.ios:
+        if isinstance(io, Pins):
+            yield from io.names
+        elif isinstance(io, Subsignal) and (lines is None or io.name in lines):
+            yield from _pins(io)
+
+
+@pytest.mark.parametrize("name", list(BOARDS))
+def test_platform_top_uses_the_clock_reset_uart_and_led_pins(name):
+    """Amaranth's plan for each board (no tool run): the constraints place exactly the
+    oscillator, the reset button, the UART's rx and tx and the LED, and the PLL is there."""
+    from hdl.board.platform import PlatformTop
+
+    b, umdam = board(name), registry.get("umdam")
+    platform = b.platform_class()
+    pll = pll_settings(b.family, b.clock_mhz, 2 * b.clock_mhz)
+    top = PlatformTop(umdam.elaborate(umdam.presets["small"]), pll=pll,
+                      clock_hz=pll.f_out_mhz * 1e6, baud=115_200, uart=b.uart, led=b.led,
+                      stimulus_depth=16, capture_depth=16)
+    plan = platform.build(top, name="t", do_build=False)
+    constraints = next(text for file, text in plan.files.items()
+                       if file.endswith((".lpf", ".pcf")))
+    placed = set(re.findall(r'SITE "(\w+)"|set_io \S+ (\w+)', constraints))
+    resources = [platform.default_clk, platform.default_rst, b.led]
+    pins = {pin for r in resources if r is not None for pin in _pins(platform.lookup(r, 0))}
+    pins |= set(_pins(platform.lookup(b.uart, 0), ("rx", "tx")))
+    assert {site or io for site, io in placed} == pins
+    primitive = "EHXPLLL" if b.family == "ecp5" else "SB_PLL40_PAD"
+    assert f"cell \\{primitive} " in plan.files["t.il"]
+
+
 @pytest.mark.parametrize("family, width, depth, blocks", [
     ("ice40", 32, 256, 2), ("ice40", 64, 256, 4), ("ice40", 8, 512, 1), ("ice40", 1, 4096, 2),
     ("ecp5", 64, 256, 2), ("ecp5", 36, 512, 1), ("ecp5", 18, 1024, 1), ("ecp5", 40, 1024, 3),

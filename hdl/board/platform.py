@@ -58,7 +58,9 @@ class PlatformTop(Elaboratable):
         m.domains.sync = ClockDomain("sync")
         m.d.comb += [ClockSignal("sync").eq(clock.clk), ResetSignal("sync").eq(clock.rst)]
         m.submodules.top = top = self.top
-        uart = platform.request(self.uart, 0, dir={"rx": "-", "tx": "-"})
+        # Every line of the resource bare (ULX3S's also has rts and dtr); rx and tx are used.
+        lines = platform.lookup(self.uart, 0).ios
+        uart = platform.request(self.uart, 0, dir={line.name: "-" for line in lines})
         m.submodules.rx_buf = rx = io.Buffer("i", uart.rx)
         m.submodules.tx_buf = tx = io.Buffer("o", uart.tx)
         m.d.comb += [top.rx.eq(rx.i), tx.o.eq(top.tx)]
