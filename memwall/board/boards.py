@@ -1,4 +1,5 @@
-"""The boards memwall builds for: one table, from amaranth-boards' platform classes (docs/boards.md).
+"""The boards memwall builds for: one table, from amaranth-boards' platform classes
+(docs/boards.md).
 
 Each row names the amaranth-boards platform class; the device, package, oscillator and UART pins
 are read from that class, so the table and the platform cannot disagree. What the class does not
