@@ -87,7 +87,8 @@ from typing import Callable, Sequence
 from .toolchain import ToolNotFound, log_tail, run_logged, stop_children, tool_path
 
 __all__ = ["TARGETS", "SynthError", "SynthReport", "Port", "ToolNotFound", "synthesize",
-           "devices", "design_ports", "serial_wrapper"]
+           "devices", "design_ports", "serial_wrapper", "read_tool_json", "stat_cells",
+           "overused_resources", "report_fmax", "untimed_paths", "device_area"]
 
 #: The targets :func:`synthesize` accepts.
 TARGETS = ("generic", "ecp5", "ice40")
@@ -308,7 +309,7 @@ def _yosys(step: str, name: str, script: str, workdir: Path, timeout: float | No
          progress)
 
 
-def _read_json(step: str, path: Path, log_path: Path) -> dict:
+def read_tool_json(step: str, path: Path, log_path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -385,7 +386,7 @@ def design_ports(verilog: str, top: str, workdir: Path, *, library: str | None =
     lib = f"read_verilog -lib {library}\n" if library else ""
     _yosys(step, "ports", f"read_verilog -sv {src.name}\n{lib}hierarchy -check -top {top}\n"
            "proc\nflatten\nwrite_json ports.json\n", workdir, timeout, progress)
-    modules = _read_json(step, workdir / "ports.json", workdir / "ports.log")["modules"]
+    modules = read_tool_json(step, workdir / "ports.json", workdir / "ports.log")["modules"]
     module = modules[_module_key(modules, top)]
     clock_bits = set()
     for cell in module.get("cells", {}).values():
@@ -472,8 +473,8 @@ def serial_wrapper(top: str, ports: Sequence[Port], name: str) -> str:
 # Reading results
 
 
-def _stat_module(step: str, stat_path: Path, log_path: Path, top: str) -> dict[str, int]:
-    stat = _read_json(step, stat_path, log_path)
+def stat_cells(step: str, stat_path: Path, log_path: Path, top: str) -> dict[str, int]:
+    stat = read_tool_json(step, stat_path, log_path)
     modules = stat.get("modules", {})
     try:
         module = modules[_module_key(modules, top)]
@@ -501,12 +502,12 @@ def _utilisation_from_log(log_path: Path) -> dict[str, tuple[int, int]]:
     return util
 
 
-def _overuse(log_path: Path) -> dict[str, tuple[int, int]]:
+def overused_resources(log_path: Path) -> dict[str, tuple[int, int]]:
     """The resources of nextpnr's utilisation block in ``log_path`` used beyond the device's."""
     return {k: v for k, v in _utilisation_from_log(log_path).items() if v[0] > v[1]}
 
 
-def _fmax(report: dict) -> float | None:
+def report_fmax(report: dict) -> float | None:
     achieved = [float(v["achieved"]) for v in report.get("fmax", {}).values() if "achieved" in v]
     return min(achieved) if achieved else None
 
@@ -534,7 +535,7 @@ def _clock_of(endpoint: str) -> str | None:
     return clock if edge in ("posedge", "negedge") and clock else None
 
 
-def _untimed_paths(report: dict) -> tuple[list[str], float]:
+def untimed_paths(report: dict) -> tuple[list[str], float]:
     """Return the clocks that have paths but no Fmax, and the longest path touching them (ns).
 
     nextpnr gives no Fmax for cross-domain paths. Inside the serial wrapper all clocks are one, so
@@ -607,7 +608,7 @@ def _generic(verilog_name: str, top: str, workdir: Path, timeout, progress) -> d
            f"abc -g {GENERIC_GATES} -script generic.abc\n"
            "opt_clean\n"
            "tee -q -o stat.json stat -json\n", workdir, timeout, progress)
-    cells = _stat_module(step, workdir / "stat.json", workdir / "synth_generic.log", top)
+    cells = stat_cells(step, workdir / "stat.json", workdir / "synth_generic.log", top)
     ffs = _count_prefix(cells, "$_DFF", "$_SDFF", "$_ADFF", "$_ALDFF", "$_DFFSR", "$_DFFE",
                         "$_SDFFE", "$_SDFFCE", "$_DFFSRE", "$_ADFFE", "$_ALDFFE")
     return dict(cells_by_type=cells, luts=None, ffs=ffs, dsps=None, brams=None, fmax_mhz=None,
@@ -615,7 +616,7 @@ def _generic(verilog_name: str, top: str, workdir: Path, timeout, progress) -> d
                 note="generic gates (abc -g " + GENERIC_GATES + "); no timing model, so no Fmax")
 
 
-def _area(target: str, cells: dict[str, int]) -> dict:
+def device_area(target: str, cells: dict[str, int]) -> dict:
     if target == "ecp5":
         return dict(luts=cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0),
                     ffs=_count(cells, "TRELLIS_FF"),
@@ -633,7 +634,7 @@ def _netlist(verilog_name: str, verilog: str, top: str, target: str, workdir: Pa
     if wrap:
         ports = design_ports(verilog, top, workdir, library=library, timeout=timeout,
                              progress=progress)
-        modules = _read_json("yosys read", workdir / "ports.json", workdir / "ports.log")["modules"]
+        modules = read_tool_json("yosys read", workdir / "ports.json", workdir / "ports.log")["modules"]
         pnr_top = f"{top}_wrap"
         while pnr_top in modules or "\\" + pnr_top in modules:
             pnr_top += "_"
@@ -661,7 +662,7 @@ def _netlist(verilog_name: str, verilog: str, top: str, target: str, workdir: Pa
         script += "rename -hide w:*]\n"
     script += synth_cmd + "\ntee -q -o stat.json stat -json\n"
     _yosys(step, f"synth_{target}", script, workdir, timeout, progress)
-    return _stat_module(step, workdir / "stat.json", workdir / f"synth_{target}.log", top)
+    return stat_cells(step, workdir / "stat.json", workdir / f"synth_{target}.log", top)
 
 
 def _seed_files(device: str, seed: int) -> tuple[str, str]:
@@ -687,7 +688,7 @@ def _place(step: str, argv: list[str], device: str, seeds: int, workdir: Path, t
             _run(label, run_argv, workdir / log_name, workdir, timeout, progress)
         except SynthError as exc:
             return exc, workdir / log_name
-        return _read_json(label, workdir / report_name, workdir / log_name), workdir / log_name
+        return read_tool_json(label, workdir / report_name, workdir / log_name), workdir / log_name
 
     with ThreadPoolExecutor(max_workers=min(seeds, os.cpu_count() or 1)) as pool:
         try:
@@ -698,10 +699,10 @@ def _place(step: str, argv: list[str], device: str, seeds: int, workdir: Path, t
             raise
     failures = [(exc, log) for exc, log in results if isinstance(exc, SynthError)]
     for exc, log in failures:
-        if not _overuse(log):
+        if not overused_resources(log):
             raise exc
     if failures:
-        return _overuse(failures[0][1])
+        return overused_resources(failures[0][1])
     return results
 
 
@@ -720,10 +721,10 @@ def _timing(reports: list[tuple[dict, Path]], cells: dict[str, int], target: str
         note += f"; placer timing weight {timing_weight}"
     if len(reports) > 1:
         note += f"; Fmax is the median over nextpnr seeds 1 to {len(reports)}"
-    fmaxes = [_fmax(report) for report, _ in reports]
+    fmaxes = [report_fmax(report) for report, _ in reports]
     untimed, worst_ns = set(), 0.0
     for report, _ in reports:
-        clocks, ns = _untimed_paths(report)
+        clocks, ns = untimed_paths(report)
         untimed.update(clocks)
         worst_ns = max(worst_ns, ns)
     if untimed:
@@ -745,7 +746,7 @@ def _timing(reports: list[tuple[dict, Path]], cells: dict[str, int], target: str
                  "DSPs is not counted")
     median_seed = sorted(range(len(fmaxes)), key=fmaxes.__getitem__)[(len(fmaxes) - 1) // 2] \
         if fmaxes else None
-    return dict(**_area(target, cells), cells_by_type=cells,
+    return dict(**device_area(target, cells), cells_by_type=cells,
                 fmax_mhz=statistics.median(fmaxes) if fmaxes else None,
                 fmax_mhz_seeds=tuple(fmaxes), device=where, utilization=util, note=note,
                 critical_path=None if median_seed is None
@@ -775,7 +776,7 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
                  pack_log, workdir, timeout, progress)
         except SynthError:
             pass    # an over-full device may fail packing; its utilisation is in the log
-        over = _overuse(pack_log)
+        over = overused_resources(pack_log)
         if not over:
             placed = _place(step, argv, device, seeds, workdir, timeout, progress)
             if not isinstance(placed, dict):
@@ -786,7 +787,7 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
             continue
         overuse = ", ".join(f"{k} {u}/{a}" for k, (u, a) in over.items())
         util = {k: v for k, v in util.items() if v[0]}
-        return dict(**_area(target, cells), cells_by_type=cells, fmax_mhz=None,
+        return dict(**device_area(target, cells), cells_by_type=cells, fmax_mhz=None,
                     device=where, utilization=util,
                     note=f"too large to place on {where} ({overuse}"
                          f"{', with the serial wrapper' if wrap else ''}); area only, no Fmax")

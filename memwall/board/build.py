@@ -30,8 +30,8 @@ from hdl.board.platform import PlatformTop
 from hdl.board.pll import PllUnreachable, pll_settings
 from hdl.board.uart import uart_divisor
 # The nextpnr and Yosys report readers of the synthesis flow, so both read reports one way.
-from synth.flow import (SynthError, _area, _fmax, _overuse, _read_json, _stat_module,
-                        _untimed_paths)
+from synth.flow import (SynthError, device_area, overused_resources, read_tool_json,
+                        report_fmax, stat_cells, untimed_paths)
 from synth.toolchain import log_tail, run_logged, tool_path, tool_versions
 
 from .boards import Board
@@ -103,24 +103,24 @@ def _place(board: Board, top: PlatformTop, *, name: str, folder: Path, env: dict
     status = run_logged(["sh", f"{plan.script}.sh"], log, folder, env=env,
                         heartbeat=lambda s: progress(f"{step}: {s / 60:.0f} min"))
     if status != 0:
-        over = _overuse(folder / f"{name}.tim")
+        over = overused_resources(folder / f"{name}.tim")
         if over:
             use = ", ".join(f"{bel} {used}/{avail} ({100 * used / avail:.0f} %)"
                             for bel, (used, avail) in over.items())
             raise BoardBuildError(f"the design does not fit {board.name} ({board.device}): {use}")
         raise SynthError(step, log, f"exit status {status}; last lines of the log:\n"
                                     f"{log_tail(log)}")
-    report = _read_json(step, folder / "report.json", log)
-    fmax = _fmax(report)
-    untimed, worst_ns = _untimed_paths(report)
+    report = read_tool_json(step, folder / "report.json", log)
+    fmax = report_fmax(report)
+    untimed, worst_ns = untimed_paths(report)
     if fmax is None or untimed:
         raise SynthError(step, log, "nextpnr's report has no Fmax for the design's clock"
                          + (f", and paths to or from {', '.join(untimed)} that no Fmax covers "
                             f"({worst_ns:.1f} ns)" if untimed else ""))
-    cells = _stat_module(step, folder / "stat.json", log, name)
+    cells = stat_cells(step, folder / "stat.json", log, name)
     util = {k: (int(v["used"]), int(v["available"]))
             for k, v in report.get("utilization", {}).items() if int(v.get("used", 0))}
-    return Placement(folder, name, fmax, _area(board.family, cells), util,
+    return Placement(folder, name, fmax, device_area(board.family, cells), util,
                      time.monotonic() - started)
 
 
