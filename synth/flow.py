@@ -310,6 +310,8 @@ def _yosys(step: str, name: str, script: str, workdir: Path, timeout: float | No
 
 
 def read_tool_json(step: str, path: Path, log_path: Path) -> dict:
+    """Return the JSON a tool wrote at ``path``; a missing or broken file is a ``SynthError`` of
+    ``step`` naming ``log_path``."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -474,6 +476,7 @@ def serial_wrapper(top: str, ports: Sequence[Port], name: str) -> str:
 
 
 def stat_cells(step: str, stat_path: Path, log_path: Path, top: str) -> dict[str, int]:
+    """Return the cell counts by type of module ``top`` in Yosys's ``stat -json`` output."""
     stat = read_tool_json(step, stat_path, log_path)
     modules = stat.get("modules", {})
     try:
@@ -508,6 +511,7 @@ def overused_resources(log_path: Path) -> dict[str, tuple[int, int]]:
 
 
 def report_fmax(report: dict) -> float | None:
+    """Return the lowest achieved Fmax (MHz) over the clocks of a nextpnr report, or ``None``."""
     achieved = [float(v["achieved"]) for v in report.get("fmax", {}).values() if "achieved" in v]
     return min(achieved) if achieved else None
 
@@ -617,6 +621,7 @@ def _generic(verilog_name: str, top: str, workdir: Path, timeout, progress) -> d
 
 
 def device_area(target: str, cells: dict[str, int]) -> dict:
+    """Return the LUT, FF, DSP and block RAM counts of ``target``'s cell counts."""
     if target == "ecp5":
         return dict(luts=cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0),
                     ffs=_count(cells, "TRELLIS_FF"),
