@@ -3,8 +3,9 @@
 * The harness around real registry blocks at their ``small`` preset: ``umdam`` (valid/ready
   streams, latency 1) and ``arith-requant`` (always-ready streams, latency 2), commands as frame
   items under random idle cycles and back-pressure; captured items bit-exact against the blocks'
-  golden models, cycle stamps and run cycles from the harness's contract and the registry's
-  latency. ``umdam-tilegen``: three commands giving 63 addresses. A two-by-two block of
+  golden models (stimulus and expected items from :mod:`memwall.board.vectors`), cycle stamps
+  and run cycles from the harness's contract and the registry's latency. ``umdam-tilegen``:
+  three commands giving dozens of addresses. A two-by-two block of
   different widths (one stream always ready) checks how streams are numbered and sized.
 * Errors: an unknown command and malformed requests answered and harmless; a stimulus beyond
   the memory refused with what was stored intact; a capture memory overflowing with its items
@@ -28,13 +29,12 @@ from amaranth.back import verilog
 from amaranth.lib import stream, wiring
 from amaranth.sim import Simulator
 
-from golden import umdam as umdam_golden
-from golden.arith import requant as requant_golden
 from hdl.board import BoardTop, Command, Harness, Status
 from memwall import registry
 from memwall.board.host import (BoardError, HarnessHost, parse_capture, parse_record,
                                 read_payload, run_payload, write_payload)
 from memwall.board.link import Frame, FrameReader, crc16, encode_frame
+from memwall.board.vectors import vectors
 
 from .stream_sim import run_streams
 from .test_board_link import FIELDS, frames_of, items_of, uart_wave
@@ -51,35 +51,23 @@ def small(name):
     return entry, params, entry.elaborate(params)
 
 
-def pack(layout, values) -> int:
-    return layout.const(values).as_bits()
+def case(name, seed, n):
+    """A registry block at ``small`` with ``n`` items of stimulus and its golden outputs from
+    :func:`memwall.board.vectors.vectors`, and its output's latency from the registry."""
+    entry, params, block = small(name)
+    v = vectors(entry, params, n, seed, block)
+    (sink, stimulus), = v.stimulus.items()
+    (source, expected), = v.expected.items()
+    return block, stimulus, expected, entry.timing(params, block)[source].latency
 
 
-def umdam_case(rng, n):
-    """umdam stimulus (random addresses and mapping selects, select 3 naming no mapping) and
-    its golden outputs, as payload bits; and the block's latency from the registry."""
-    entry, params, block = small("umdam")
-    layout_i, layout_o = block.i.payload.shape(), block.o.payload.shape()
-    addrs = [rng.randrange(1 << layout_i["addr"].width) for _ in range(n)]
-    selects = [rng.randrange(1 << layout_i["mapping"].width) for _ in range(n)]
-    out = umdam_golden.mapper_outputs(params.address_mappings, addrs, selects)
-    stimulus = [pack(layout_i, {"addr": a, "mapping": s}) for a, s in zip(addrs, selects)]
-    expected = [pack(layout_o, {name: int(out[name][k]) for name, _ in layout_o})
-                for k in range(n)]
-    return block, stimulus, expected, entry.timing(params, block)["o"].latency
+def umdam_case(seed, n):
+    """umdam: random addresses and mapping selects (select 3 naming no mapping)."""
+    return case("umdam", seed, n)
 
 
-def requant_case(rng, n):
-    entry, params, block = small("arith-requant")
-    layout_i, layout_o = block.i.payload.shape(), block.o.payload.shape()
-    half_x, half_m = 1 << (params.in_bits - 1), 1 << (params.mult_bits - 1)
-    x = [rng.randrange(-half_x, half_x) for _ in range(n)]
-    m = [rng.randrange(-half_m, half_m) for _ in range(n)]
-    shift = [rng.randrange(14, 30) for _ in range(n)]
-    y = requant_golden.requantize(x, m, shift, out_bits=params.out_bits, clamp=params.clamp)
-    stimulus = [pack(layout_i, {"x": a, "m": b, "shift": s}) for a, b, s in zip(x, m, shift)]
-    expected = [pack(layout_o, {"y": int(v)}) for v in y]
-    return block, stimulus, expected, entry.timing(params, block)["o"].latency
+def requant_case(seed, n):
+    return case("arith-requant", seed, n)
 
 
 def command(harness, name, *args):
@@ -108,9 +96,8 @@ def statuses(answers):
 
 @pytest.mark.parametrize("case", [umdam_case, requant_case], ids=["umdam", "arith-requant"])
 def test_harness_runs_a_block_bit_exact(case):
-    rng = random.Random(SEED)
     n = 24
-    block, stimulus, expected, latency = case(rng, n)
+    block, stimulus, expected, latency = case(SEED, n)
     h = Harness(block, stimulus_depth=32, capture_depth=32)
     sink, source = h.sinks[0].name, h.sources[0].name
     frames = [command(h, "WRITE", sink, 10, stimulus[10:]),    # two frames, second half first
@@ -134,17 +121,14 @@ def test_harness_runs_a_block_bit_exact(case):
 
 
 def test_harness_runs_a_tile_generator_many_outputs_per_command():
-    """umdam-tilegen: three commands, 63 addresses; the expected count ends the run."""
+    """umdam-tilegen: three commands, dozens of addresses; the expected count ends the run."""
     entry, params, block = small("umdam-tilegen")
-    layout_c, layout_o = block.cmd.payload.shape(), block.o.payload.shape()
-    commands = [(5, 7, 0, "npu"), (3, 9, 2, "pim"), (1, 1, 5, "npu")]
-    beats = [umdam_golden.generator_beats(params.address_mapping, params.elem_bytes,
-                                          params.max_rows, params.max_cols, *c) for c in commands]
-    stimulus = [pack(layout_c, {"rows": r, "cols": c, "base_tile": b,
-                                "order": 0 if order == "npu" else 1})
-                for r, c, b, order in commands]
-    expected = [pack(layout_o, beat) for command_beats in beats for beat in command_beats]
-    h = Harness(block, stimulus_depth=4, capture_depth=64)
+    v = vectors(entry, params, 3, SEED, block)
+    stimulus, expected = v.stimulus["cmd"], v.expected["o"]
+    layout_o = block.o.payload.shape()
+    ends = [k for k, beat in enumerate(expected) if layout_o.from_bits(beat)["last"]]
+    assert len(ends) == 3 and ends[-1] == len(expected) - 1
+    h = Harness(block, stimulus_depth=4, capture_depth=len(expected))
     n = len(expected)
     frames = [command(h, "WRITE", "cmd", 0, stimulus),
               command(h, "RUN", {"cmd": 3}, {"o": n}, NO_LIMIT), command(h, "READ", "o", 0, n)]
@@ -154,14 +138,12 @@ def test_harness_runs_a_tile_generator_many_outputs_per_command():
     for k, (got, want) in enumerate(zip(items, expected)):
         assert got == want, f"beat {k}: expected {layout_o.from_bits(want)}, got " \
                             f"{layout_o.from_bits(got)}"
-    assert len(items) == n == 63
+    assert len(items) == n > 3
     # The first command is offered in cycle 1; each command's addresses come one a cycle.
     assert cycles[0] == 1 + entry.timing(params, block)["o"].latency
-    at = 0
-    for command_beats in beats:
-        run = cycles[at:at + len(command_beats)]
-        assert run == list(range(run[0], run[0] + len(run))), f"beats {at}..: {run}"
-        at += len(command_beats)
+    for start, end in zip([0] + [e + 1 for e in ends[:-1]], ends):
+        run = cycles[start:end + 1]
+        assert run == list(range(run[0], run[0] + len(run))), f"beats {start}..: {run}"
 
 
 class _TwoByTwo(wiring.Component):
@@ -235,8 +217,7 @@ def test_top_converts_to_verilog_with_its_pins_only():
 # Errors
 
 def test_harness_unknown_command_and_bad_requests_change_nothing():
-    rng = random.Random(SEED + 1)
-    block, stimulus, expected, _ = umdam_case(rng, 6)
+    block, stimulus, expected, _ = umdam_case(SEED + 1, 6)
     h = Harness(block, stimulus_depth=8, capture_depth=8)
     good = command(h, "WRITE", "i", 0, stimulus)
     frames = [good, command(h, "RUN", {"i": 6}, {"o": 6}, NO_LIMIT),
@@ -260,9 +241,8 @@ def test_harness_unknown_command_and_bad_requests_change_nothing():
 
 
 def test_harness_refuses_stimulus_too_large_and_keeps_what_was_stored():
-    rng = random.Random(SEED + 2)
-    block, stimulus, expected, _ = umdam_case(rng, 8)
-    _, other, _, _ = umdam_case(rng, 2)
+    block, stimulus, expected, _ = umdam_case(SEED + 2, 8)
+    _, other, _, _ = umdam_case(SEED + 3, 2)
     h = Harness(block, stimulus_depth=8, capture_depth=8)
     frames = [command(h, "WRITE", "i", 0, stimulus),
               command(h, "WRITE", "i", 7, other),          # would end at 9: nothing stored
@@ -275,8 +255,7 @@ def test_harness_refuses_stimulus_too_large_and_keeps_what_was_stored():
 
 def test_harness_output_overflow_keeps_captures_and_holds_back_pressure():
     """Five places for twelve outputs: the sixth waits in the block, not taken, until the end."""
-    rng = random.Random(SEED + 5)
-    block, stimulus, expected, latency = umdam_case(rng, 12)
+    block, stimulus, expected, latency = umdam_case(SEED + 5, 12)
     assert len(set(expected[4:8])) == 4, "the held output must differ from its neighbours"
     h = Harness(block, stimulus_depth=16, capture_depth=5)
     frames = [command(h, "WRITE", "i", 0, stimulus),
@@ -305,8 +284,7 @@ def test_harness_output_overflow_keeps_captures_and_holds_back_pressure():
 
 
 def test_harness_run_limit():
-    rng = random.Random(SEED + 4)
-    block, stimulus, expected, latency = umdam_case(rng, 10)
+    block, stimulus, expected, latency = umdam_case(SEED + 4, 10)
     h = Harness(block, stimulus_depth=16, capture_depth=16)
     frames = [command(h, "WRITE", "i", 0, stimulus),
               command(h, "RUN", {"i": 10}, {"o": 10}, 6),
@@ -324,7 +302,7 @@ def test_harness_run_limit():
 def test_harness_answers_link_reports_and_counts_them():
     """``FrameRx``'s reports are answered in order, one of them arriving as the one before is
     answered; the STATUS held back until after them counts them and shows the UART's counts."""
-    block, _, _, _ = umdam_case(random.Random(SEED), 1)
+    block, _, _, _ = umdam_case(SEED, 1)
     h = Harness(block, stimulus_depth=4, capture_depth=4)
     pulses = {40: Status.BAD_CRC, 41: Status.BUSY, 120: Status.TIMEOUT}
 
@@ -345,7 +323,7 @@ def test_harness_answers_link_reports_and_counts_them():
 
 def test_harness_answer_latency():
     """The cycles from a command's last item taken to its answer's first item, as documented."""
-    block, stimulus, _, latency = umdam_case(random.Random(SEED), 4)
+    block, stimulus, _, latency = umdam_case(SEED, 4)
     h = Harness(block, stimulus_depth=4, capture_depth=4)
     frames = [command(h, "WRITE", "i", 0, stimulus), command(h, "STATUS"),
               command(h, "RUN", {"i": 4}, {"o": 4}, NO_LIMIT), command(h, "READ", "o", 0, 4),
@@ -414,9 +392,8 @@ class SimulatedPort:
 
 
 def test_top_host_program_over_the_serial_line():
-    rng = random.Random(SEED + 5)
     n = 20
-    block, stimulus, expected, latency = umdam_case(rng, n)
+    block, stimulus, expected, latency = umdam_case(SEED + 5, n)
     top = BoardTop(block, divisor=4, stimulus_depth=32, capture_depth=32, max_length=24)
     port = SimulatedPort(top)
     host = HarnessHost(top.harness, port.send, port.receive, max_payload=top.max_length,

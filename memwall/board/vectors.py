@@ -1,0 +1,189 @@
+"""Stimulus and expected outputs for a block on the board harness, from its golden model.
+
+One place for the vectors that ``memwall board run`` (on a board or with ``--sim``) and the
+harness tests stream through :class:`~memwall.board.host.HarnessHost`: per registry block, a
+generator that draws random inputs from a seed and computes every output item with the block's
+golden model (``golden/``), never from the RTL. Items are the payload's bits as integers, as the
+harness's ``WRITE`` and ``READ`` carry them (``layout.const(...).as_bits()``).
+
+:func:`vectors` is the entry point; :data:`GENERATORS` says which blocks have a generator.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from golden import umdam as umdam_golden
+from golden.arith import float as float_golden
+from golden.arith import idot as idot_golden
+from golden.arith import requant as requant_golden
+from hdl.arith.format import float_format
+
+from ..params import BlockParams, ParameterError
+
+__all__ = ["Vectors", "GENERATORS", "vectors", "pack", "covered"]
+
+
+@dataclass(frozen=True)
+class Vectors:
+    """Items per sink to play and the items each source must give, bit-exact, in order."""
+
+    stimulus: dict[str, list[int]]
+    expected: dict[str, list[int]]
+
+
+def pack(layout, values) -> int:
+    """The payload bits of one item: ``values`` (a field -> value mapping) in ``layout``."""
+    return layout.const(values).as_bits()
+
+
+def _layouts(block, *names):
+    return [getattr(block, name).payload.shape() for name in names]
+
+
+def _umdam(params, block, rng: random.Random, count: int) -> Vectors:
+    """Random addresses and mapping selects (a select naming no mapping included): the mapped
+    fields from :func:`golden.umdam.mapper_outputs`."""
+    layout_i, layout_o = _layouts(block, "i", "o")
+    addrs = [rng.randrange(1 << layout_i["addr"].width) for _ in range(count)]
+    selects = [rng.randrange(1 << layout_i["mapping"].width) for _ in range(count)]
+    out = umdam_golden.mapper_outputs(params.address_mappings, addrs, selects)
+    stimulus = [pack(layout_i, {"addr": a, "mapping": s}) for a, s in zip(addrs, selects)]
+    expected = [pack(layout_o, {name: int(out[name][k]) for name, _ in layout_o})
+                for k in range(count)]
+    return Vectors({"i": stimulus}, {"o": expected})
+
+
+#: Largest rows and columns of a tile generator's drawn command: a few dozen addresses each.
+_TILE_SIDE = 8
+#: Orders of the tile generator, as its command field numbers them.
+_ORDERS = ("npu", "pim")
+
+
+def _tilegen(params, block, rng: random.Random, count: int) -> Vectors:
+    """``count`` walk commands the generator accepts (an erroneous command's address fields
+    carry no meaning, so none is drawn): every address beat from
+    :func:`golden.umdam.generator_beats`."""
+    layout_c, layout_o = _layouts(block, "cmd", "o")
+    slots = 1 << layout_c["base_tile"].width
+    commands, beats = [], []
+    while len(commands) < count:
+        command = (rng.randint(1, min(_TILE_SIDE, params.max_rows)),
+                   rng.randint(1, min(_TILE_SIDE, params.max_cols)),
+                   rng.randrange(slots), rng.choice(_ORDERS))
+        got = umdam_golden.generator_beats(params.address_mapping, params.elem_bytes,
+                                           params.max_rows, params.max_cols, *command)
+        if got[0].get("error"):
+            continue                        # past the last tile slot: draw again
+        commands.append(command)
+        beats += got
+    stimulus = [pack(layout_c, {"rows": r, "cols": c, "base_tile": b,
+                                "order": _ORDERS.index(order)}) for r, c, b, order in commands]
+    return Vectors({"cmd": stimulus}, {"o": [pack(layout_o, beat) for beat in beats]})
+
+
+def _signed(rng: random.Random, bits: int) -> int:
+    return rng.randrange(-(1 << (bits - 1)), 1 << (bits - 1))
+
+
+def _requant(params, block, rng: random.Random, count: int) -> Vectors:
+    """Random ``x``, ``m`` and a shift that lands most results inside the clamp range (some
+    saturate): ``y`` from :func:`golden.arith.requant.requantize`."""
+    layout_i, layout_o = _layouts(block, "i", "o")
+    shift_max = (1 << layout_i["shift"].width) - 1
+    x = [_signed(rng, params.in_bits) for _ in range(count)]
+    m = [_signed(rng, params.mult_bits) if params.mult_signed
+         else rng.randrange(1 << params.mult_bits) for _ in range(count)]
+    shift = [max(0, min(shift_max, abs(a * b).bit_length() - params.out_bits
+                        + rng.randint(-2, 3))) for a, b in zip(x, m)]
+    y = requant_golden.requantize(x, m, shift, out_bits=params.out_bits, clamp=params.clamp)
+    return Vectors({"i": [pack(layout_i, {"x": a, "m": b, "shift": s})
+                          for a, b, s in zip(x, m, shift)]},
+                   {"o": [pack(layout_o, {"y": int(v)}) for v in y]})
+
+
+def _idot(params, block, rng: random.Random, count: int) -> Vectors:
+    """Random operand vectors, a fifth of them drawn from the extremes only: the exact dot
+    product from :func:`golden.arith.idot.dot`."""
+    layout_i, layout_o = _layouts(block, "i", "o")
+
+    def operand(bits, extreme):
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        return rng.choice((lo, hi)) if extreme else rng.randint(lo, hi)
+
+    a, b = [], []
+    for _ in range(count):
+        extreme = rng.random() < 0.2
+        a.append([operand(params.a_bits, extreme) for _ in range(params.lanes)])
+        b.append([operand(params.b_bits, extreme) for _ in range(params.lanes)])
+    y = [int(v) for v in idot_golden.dot(np.array(a, dtype=np.int64), np.array(b, dtype=np.int64))]
+    return Vectors({"i": [pack(layout_i, {"a": u, "b": v}) for u, v in zip(a, b)]},
+                   {"o": [pack(layout_o, {"y": v}) for v in y]})
+
+
+def _float_pairs(params, block, rng: random.Random, count: int, fmts, add: bool):
+    """``count`` operand pairs drawn from :func:`golden.arith.float.operand_pairs` (corner
+    codes, random codes, pairs near overflow or cancellation), with the layouts."""
+    layout_i, layout_o = _layouts(block, "i", "o")
+    np_rng = np.random.default_rng(rng.randrange(1 << 32))
+    a, b = float_golden.operand_pairs(np_rng, fmts[0], fmts[1], count, add=add)
+    pick = np_rng.choice(len(a), size=count, replace=count > len(a))
+    return layout_i, layout_o, np.asarray(a)[pick], np.asarray(b)[pick]
+
+
+def _fpmul(params, block, rng: random.Random, count: int) -> Vectors:
+    """Operand pairs: the product rounded once, from :func:`golden.arith.float.fmul`."""
+    fmts = [float_format(f) for f in (params.a_fmt, params.b_fmt, params.out_fmt)]
+    layout_i, layout_o, a, b = _float_pairs(params, block, rng, count, fmts, add=False)
+    y = float_golden.fmul(a, b, *fmts)
+    return Vectors({"i": [pack(layout_i, {"a": int(u), "b": int(v)}) for u, v in zip(a, b)]},
+                   {"o": [pack(layout_o, {"y": int(v)}) for v in y]})
+
+
+def _fpadd(params, block, rng: random.Random, count: int) -> Vectors:
+    """Operand pairs (near-cancelling ones included): the sum from
+    :func:`golden.arith.float.fadd`."""
+    fmt = float_format(params.fmt)
+    layout_i, layout_o, a, b = _float_pairs(params, block, rng, count, (fmt, fmt), add=True)
+    y = float_golden.fadd(a, b, fmt)
+    return Vectors({"i": [pack(layout_i, {"a": int(u), "b": int(v)}) for u, v in zip(a, b)]},
+                   {"o": [pack(layout_o, {"y": int(v)}) for v in y]})
+
+
+#: Block name -> ``generator(params, component, rng, count) -> Vectors``; ``count`` is the
+#: number of items per sink (commands, for a block that answers a command with many items).
+GENERATORS: dict[str, Callable[[BlockParams, object, random.Random, int], Vectors]] = {
+    "umdam": _umdam,
+    "umdam-tilegen": _tilegen,
+    "arith-requant": _requant,
+    "arith-idot": _idot,
+    "arith-fpmul": _fpmul,
+    "arith-fpadd": _fpadd,
+}
+
+
+def covered() -> list[str]:
+    """The blocks :func:`vectors` has a generator for."""
+    return list(GENERATORS)
+
+
+def vectors(entry, params: BlockParams, count: int, seed: int, block=None) -> Vectors:
+    """Stimulus and expected outputs of ``count`` items for the registry block ``entry`` at
+    ``params``, drawn from ``seed`` (the same seed gives the same vectors).
+
+    ``block`` is the component (built from ``params`` when not given; only its payload layouts
+    are read). Raises :class:`~memwall.params.ParameterError` for a block without a generator
+    or a ``count`` below 1.
+    """
+    if entry.name not in GENERATORS:
+        raise ParameterError(f"no board vectors for block {entry.name}; blocks with vectors are "
+                             f"{', '.join(GENERATORS)}")
+    if not isinstance(count, int) or count < 1:
+        raise ParameterError(f"vector count (--vectors) must be an integer of at least 1, "
+                             f"not {count!r}")
+    block = entry.elaborate(params) if block is None else block
+    return GENERATORS[entry.name](params, block, random.Random(seed), count)
