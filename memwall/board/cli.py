@@ -1,4 +1,4 @@
-"""`memwall board ...`: the board commands (`list`, `build`), one sub-command group that
+"""`memwall board ...`: the board commands (`list`, `build`, `run`), one sub-command group that
 :mod:`memwall.cli` hooks in with :func:`add_parser` (docs/boards.md)."""
 
 from __future__ import annotations
@@ -170,3 +170,5 @@ def add_parser(sub, design_args, parser_class) -> None:
                    help=f"host link bit rate (default: {BAUD})")
     p.add_argument("--depth", type=_depth, default=DEPTH, help=depth_help)
     p.set_defaults(func=cmd_build)
+    from .run import add_run_parser
+    add_run_parser(group)

@@ -1,0 +1,231 @@
+"""memwall/board/vectors.py and memwall/board/run.py: golden vectors, the host program's
+comparison, and ``memwall board run``'s refusals (the simulated board runs in
+cocotb_tests/test_board.py).
+
+* Vectors: each generator's stimulus decoded field by field and given to the golden model
+  again, item by item, must give its expected items; the same seed gives the same vectors and
+  another seed others; the requantizer's and the dot product's items checked against answers
+  worked out by hand from their layouts.
+* :func:`memwall.board.run.check` on a capture with a wrong and a missing item: both counted,
+  named with stream, index, expected and got; cycles per item from the stamps.
+* The command: an unknown block or board, a block without vectors, a missing serial port, a
+  missing or failing openFPGALoader, a missing bitstream, more vectors than the board's
+  memories: one line, exit status 2, nothing run. A board whose port echoes (pyserial's
+  ``loop://``) fails the run in one line, exit status 1.
+"""
+
+import enum
+import json
+import os
+import stat
+
+import numpy as np
+import pytest
+
+from golden import umdam as umdam_golden
+from golden.arith import float as float_golden
+from golden.arith import idot as idot_golden
+from golden.arith import requant as requant_golden
+from hdl.arith.format import float_format
+from hdl.board import Harness, Status
+from memwall import cli
+from memwall.board.host import Capture, Record
+from memwall.board.run import Mismatch, Report, check
+from memwall.board.vectors import covered, pack, vectors
+
+from .test_board_harness import small
+
+SEED = 23
+
+
+def decoded(block, stream, items):
+    layout = getattr(block, stream).payload.shape()
+    return [layout.from_bits(item) for item in items]
+
+
+def _int(value):
+    return value.value if isinstance(value, enum.Enum) else int(value)
+
+
+def again(name, params, block, v):
+    """The expected items, recomputed from the decoded stimulus one item at a time."""
+    if name == "umdam":
+        out = []
+        for item in decoded(block, "i", v.stimulus["i"]):
+            fields = umdam_golden.mapper_outputs(params.address_mappings, [int(item["addr"])],
+                                                 [int(item["mapping"])])
+            out.append({k: int(fields[k][0]) for k, _ in block.o.payload.shape()})
+        return [pack(block.o.payload.shape(), o) for o in out]
+    if name == "umdam-tilegen":
+        beats = []
+        for item in decoded(block, "cmd", v.stimulus["cmd"]):
+            beats += umdam_golden.generator_beats(
+                params.address_mapping, params.elem_bytes, params.max_rows, params.max_cols,
+                int(item["rows"]), int(item["cols"]), int(item["base_tile"]),
+                ("npu", "pim")[_int(item["order"])])
+        return [pack(block.o.payload.shape(), b) for b in beats]
+    layout_o = block.o.payload.shape()
+    items = decoded(block, "i", v.stimulus["i"])
+    if name == "arith-requant":
+        ys = [requant_golden.reference(int(i["x"]), int(i["m"]), int(i["shift"]),
+                                       out_bits=params.out_bits, clamp=params.clamp)
+              for i in items]
+    elif name == "arith-idot":
+        ys = idot_golden.dot_reference([[int(a) for a in i["a"]] for i in items],
+                                       [[int(b) for b in i["b"]] for i in items])
+    elif name == "arith-fpmul":
+        fmts = [float_format(f) for f in (params.a_fmt, params.b_fmt, params.out_fmt)]
+        ys = [int(float_golden.fmul([int(i["a"])], [int(i["b"])], *fmts)[0]) for i in items]
+    elif name == "arith-fpadd":
+        fmt = float_format(params.fmt)
+        ys = [int(float_golden.fadd([int(i["a"])], [int(i["b"])], fmt)[0]) for i in items]
+    else:
+        raise AssertionError(f"no check for {name}")
+    return [pack(layout_o, {"y": int(y)}) for y in ys]
+
+
+@pytest.mark.parametrize("name", covered())
+def test_vectors_follow_the_golden_model(name):
+    entry, params, block = small(name)
+    v = vectors(entry, params, 16, SEED, block)
+    assert all(len(items) == 16 for items in v.stimulus.values())
+    (source, expected), = v.expected.items()
+    assert expected == again(name, params, block, v)
+    assert vectors(entry, params, 16, SEED, block) == v
+    assert vectors(entry, params, 16, SEED + 1, block) != v
+
+
+def test_vectors_by_hand():
+    """Items worked out from the layouts and the contracts, not from the generators."""
+    entry, params, block = small("arith-requant")
+    # x = -300, m = 1000, shift 10: -300000 / 1024 = -292.97 -> clamped to -127 (symmetric).
+    layout = block.i.payload.shape()
+    item = (-300 & 0xFFFF) | (1000 << 16) | (10 << 32)
+    assert pack(layout, {"x": -300, "m": 1000, "shift": 10}) == item
+    assert int(requant_golden.requantize([-300], [1000], [10], out_bits=8,
+                                         clamp="symmetric")[0]) == -127
+    entry, params, block = small("arith-idot")
+    # Four int8 lanes then four int4 lanes: a = (1, -1, 2, -128), b = (3, 3, -8, 1) -> 3 - 3 - 16 - 128 = -144.
+    layout = block.i.payload.shape()
+    bits = pack(layout, {"a": [1, -1, 2, -128], "b": [3, 3, -8, 1]})
+    assert bits == 0x1 | 0xFF << 8 | 0x2 << 16 | 0x80 << 24 | (0x3 | 0x3 << 4 | 0x8 << 8 |
+                                                                0x1 << 12) << 32
+    assert int(idot_golden.dot(np.array([1, -1, 2, -128]), np.array([3, 3, -8, 1]))) == -144
+
+
+class _Host:
+    """A host whose board captured ``items`` and ``cycles`` (``check`` needs ``execute``)."""
+
+    def __init__(self, harness, items, cycles, end=Status.OK):
+        self.harness, self.items, self.cycles, self.end = harness, items, cycles, end
+        self.sent = None
+
+    def execute(self, stimulus, expect, limit):
+        self.sent = (stimulus, expect, limit)
+        captured = {s: len(x) for s, x in self.items.items()}
+        return Capture(self.items, self.cycles,
+                       Record(50, self.end, {"i": 4}, captured, 0, 0, 0))
+
+
+def test_check_names_mismatches_and_measures():
+    entry, params, block = small("umdam")
+    v = vectors(entry, params, 4, SEED, block)
+    harness = Harness(block, stimulus_depth=4, capture_depth=4)
+    want = v.expected["o"]
+    host = _Host(harness, {"o": [want[0], want[1] ^ 2, want[2]]}, {"o": [2, 4, 8]})
+    report = check(host, v, name="umdam", limit=99)
+    assert host.sent == (v.stimulus, {"o": 4}, 99)
+    assert not report.passed and report.mismatches == 2
+    assert report.first == [Mismatch("o", 1, want[1], want[1] ^ 2), Mismatch("o", 3, want[3], None)]
+    assert report.cycles_per_item == {"o": 3.0}
+    assert report.lines()[-2:] == [f"  mismatch o[1]: expected 0x{want[1]:x}, got 0x{want[1] ^ 2:x}",
+                                   f"  mismatch o[3]: expected 0x{want[3]:x}, got nothing"]
+    assert Report.from_json(report.to_json()) == report
+    good = check(_Host(harness, {"o": want}, {"o": [2, 3, 4, 5]}), v, name="umdam")
+    assert good.passed and good.cycles_per_item == {"o": 1.0}
+    late = check(_Host(harness, {"o": want}, {"o": [2, 3, 4, 5]}, Status.RUN_LIMIT), v,
+                 name="umdam")
+    assert not late.passed and late.mismatches == 0
+
+
+def _fake_loader(folder, status, text=""):
+    """An ``openFPGALoader`` on PATH that prints ``text`` and exits with ``status``."""
+    path = folder / "openFPGALoader"
+    path.write_text(f"#!/bin/sh\necho '{text}' >&2\nexit {status}\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(folder)
+
+
+@pytest.fixture
+def build(tmp_path):
+    """A `memwall board build` output folder: a bitstream and board.json."""
+    folder = tmp_path / "build"
+    folder.mkdir()
+    (folder / "top.bit").write_bytes(b"\0")
+    (folder / "board.json").write_text(json.dumps({"board": "ulx3s", "harness": {
+        "stimulus_depth": 32, "capture_depth": 32, "max_length": 255, "baud": 115200}}))
+    return folder
+
+
+def run_cli(capsys, *argv):
+    status = cli.main(["board", "run", *argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["nope", "--sim"], "memwall: error: unknown block 'nope'; blocks are arith-fpmul"),
+    (["edram", "--sim"], "memwall: error: no board vectors for block edram; `memwall board "
+                         "run` takes umdam"),
+    (["umdam"], "memwall: error: memwall board run needs --board and --port, or --sim"),
+    (["umdam", "--board", "de10", "--port", "/dev/null"],
+     "memwall: error: unknown board 'de10'; boards are ulx3s, ulx3s-25f, icebreaker, ecpix5"),
+    (["umdam", "--board", "ulx3s", "--port", "/dev/ttyNOPE9"],
+     "memwall: error: serial port /dev/ttyNOPE9 does not exist (is the board plugged in?)"),
+    (["umdam", "--sim", "--vectors", "0"], "memwall: error: --vectors must be at least 1, not 0"),
+    (["umdam", "--sim", "--set", "banks=3"], "memwall: error: "),
+])
+def test_run_refuses_bad_input_in_one_line(capsys, argv, message):
+    status, out, err = run_cli(capsys, *argv)
+    assert status == 2 and out == ""
+    assert err.startswith(message) and err.count("\n") == 1, err
+
+
+def test_run_without_openfpgaloader(capsys, monkeypatch, tmp_path, build):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    status, out, err = run_cli(capsys, "umdam", "--board", "ulx3s", "--port", "/dev/null",
+                               "--bitstream", str(build))
+    assert status == 2 and out == ""
+    assert err == ("memwall: error: openFPGALoader not found on PATH (Debian: apt install "
+                   "openfpgaloader); or check the block without a board: memwall board run "
+                   "--sim\n")
+
+
+def test_run_with_a_failing_openfpgaloader_or_no_bitstream(capsys, monkeypatch, tmp_path, build):
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    monkeypatch.setenv("PATH", _fake_loader(tools, 1, "unable to open ftdi device: -3"))
+    status, _, err = run_cli(capsys, "umdam", "--board", "icebreaker", "--port", "loop://",
+                             "--bitstream", str(build), "--vectors", "4")
+    assert (status, err) == (2, "memwall: error: openFPGALoader could not program the "
+                                "icebreaker (is it connected?): unable to open ftdi device: -3\n")
+    status, _, err = run_cli(capsys, "umdam", "--board", "icebreaker", "--port", "loop://",
+                             "--bitstream", str(tmp_path / "none"))
+    assert status == 2 and err.startswith(f"memwall: error: --bitstream {tmp_path / 'none'}: "
+                                          f"no bitstream")
+    status, _, err = run_cli(capsys, "umdam", "--board", "icebreaker", "--port", "loop://",
+                             "--bitstream", str(build), "--vectors", "33")
+    assert (status, err) == (2, "memwall: error: 33 items of i exceed the board's stimulus "
+                                "memory of 32; ask for fewer --vectors\n")
+
+
+def test_run_on_a_port_that_echoes_fails_in_one_line(capsys, monkeypatch, tmp_path, build):
+    """pyserial's ``loop://`` returns the host's own frames: a WRITE's command byte (1) reads
+    as the status BAD_CRC."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    monkeypatch.setenv("PATH", _fake_loader(tools, 0) + os.pathsep + os.environ["PATH"])
+    status, out, err = run_cli(capsys, "umdam", "--board", "ulx3s", "--port", "loop://",
+                               "--bitstream", str(build), "--vectors", "4")
+    assert status == 1 and out == ""
+    assert err == "memwall: the board on loop:// failed the run: WRITE answered BAD_CRC\n"
