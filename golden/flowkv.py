@@ -79,7 +79,7 @@ from .arith.func import EXP2_ERROR, RECIP_ERROR, exp2, reciprocal
 from .arith.idot import pairwise_reduce
 
 __all__ = ["MAX_TOKENS", "MAX_LANES", "OUT_FORMATS", "LOG2E", "EXP2_ERROR", "RECIP_ERROR",
-           "ChunkStep", "score_scale", "tree_sum", "dot_scores", "sweep", "attend",
+           "ChunkStep", "score_scale", "tree_sum", "dot_scores", "sweep", "streamed_rows", "attend",
            "attend_trace", "attend_reference", "error_bound"]
 
 #: Longest sequence, largest position + 1, window and chunk: 2**24, the last count an fp32
@@ -258,6 +258,14 @@ def sweep(length: int, position: int, *, chunk: int, window: int | None = None
     index = np.arange(lo // chunk, position // chunk + 1, dtype=np.int64)
     pos = index[:, None] * chunk + np.arange(chunk, dtype=np.int64)[None, :]
     return index, (pos >= lo) & (pos <= position)
+
+
+def streamed_rows(length: int, position: int, *, chunk: int, window: int | None = None
+                  ) -> list[int]:
+    """The K and V rows a decode step streams, in order: every row the cache holds (below
+    ``length``) of every chunk :func:`sweep` visits."""
+    index, _ = sweep(length, position, chunk=chunk, window=window)
+    return [r for c in index.tolist() for r in range(c * chunk, min((c + 1) * chunk, length))]
 
 
 def _order(bits: np.ndarray) -> np.ndarray:

@@ -22,12 +22,15 @@ import stat
 import numpy as np
 import pytest
 
+from golden import flowkv as flowkv_golden
 from golden import umdam as umdam_golden
 from golden.arith import float as float_golden
 from golden.arith import idot as idot_golden
 from golden.arith import requant as requant_golden
 from hdl.arith.format import float_format
 from hdl.board import Harness, Status
+from hdl.edram import Op
+from hdl.flowkv import FlowKVConfig
 from memwall import cli
 from memwall.board.host import Capture, Record
 from memwall.board.run import Mismatch, Report, check
@@ -64,6 +67,8 @@ def again(name, params, block, v):
                 int(item["rows"]), int(item["cols"]), int(item["base_tile"]),
                 ("npu", "pim")[_int(item["order"])])
         return [pack(block.o.payload.shape(), b) for b in beats]
+    if name in OTHERS:
+        return OTHERS[name](params, block, v)
     layout_o = block.o.payload.shape()
     items = decoded(block, "i", v.stimulus["i"])
     if name == "arith-requant":
@@ -84,11 +89,60 @@ def again(name, params, block, v):
     return [pack(layout_o, {"y": int(y)}) for y in ys]
 
 
+def flowkv_again(params, block, v):
+    """Each step's q, K and V rows rebuilt from the beats; the rows a step does not stream are
+    NaN (K) and infinity (V), so that the golden model using one would show."""
+    cfg = FlowKVConfig(**params.pair_args())
+    q_beats = iter(decoded(block, "q", v.stimulus["q"]))
+    k_beats = iter(decoded(block, "k", v.stimulus["k"]))
+    v_beats = iter(decoded(block, "v", v.stimulus["v"]))
+
+    def rows(beats, n):
+        return np.array([[int(x) for _ in range(cfg.beats) for x in next(beats)["data"]]
+                         for _ in range(n)], np.uint16).reshape(n, cfg.head_dim)
+
+    out = []
+    for cmd in decoded(block, "cmd", v.stimulus["cmd"]):
+        length, position = int(cmd["length"]), int(cmd["position"])
+        window = int(cmd["window"]) if cmd["sliding"] else None
+        index, _ = flowkv_golden.sweep(length, position, chunk=cfg.chunk, window=window)
+        streamed = [r for r in range(length) if r // cfg.chunk in index.tolist()]
+        q = rows(q_beats, cfg.group)
+        K = np.full((length, cfg.head_dim), 0x7FC0, np.uint16)
+        V = np.full((length, cfg.head_dim), 0x7F80, np.uint16)
+        K[streamed], V[streamed] = rows(k_beats, len(streamed)), rows(v_beats, len(streamed))
+        O = flowkv_golden.attend(q, K, V, position, chunk=cfg.chunk, lanes=cfg.lanes,
+                                 window=window, out_fmt=cfg.out_fmt)
+        for h in range(cfg.group):
+            for b in range(cfg.beats):
+                out.append({"data": [int(x) for x in O[h, b * cfg.lanes:(b + 1) * cfg.lanes]],
+                            "head": h, "beat": b, "error": 0,
+                            "last": int(h == cfg.group - 1 and b == cfg.beats - 1)})
+    assert next(k_beats, None) is None and next(v_beats, None) is None
+    return [pack(block.o.payload.shape(), o) for o in out]
+
+
+def edram_again(params, block, v):
+    """A dictionary of the words written; a read answers the stored word, live."""
+    stored, out = {}, []
+    for req in decoded(block, "req", v.stimulus["req"]):
+        if req["op"] == Op.WRITE:
+            stored[int(req["addr"])] = int(req["data"])
+        else:
+            assert req["op"] == Op.READ
+            out.append({"data": stored[int(req["addr"])], "live": 1, "error": 0})
+    return [pack(block.resp.payload.shape(), o) for o in out]
+
+
+OTHERS = {"flowkv": flowkv_again, "edram-fpga": edram_again}
+
+
 @pytest.mark.parametrize("name", covered())
 def test_vectors_follow_the_golden_model(name):
     entry, params, block = small(name)
     v = vectors(entry, params, 16, SEED, block)
-    assert all(len(items) == 16 for items in v.stimulus.values())
+    commands = next(iter(v.stimulus.values()))
+    assert len(commands) == 16
     (source, expected), = v.expected.items()
     assert expected == again(name, params, block, v)
     assert vectors(entry, params, 16, SEED, block) == v
@@ -105,7 +159,8 @@ def test_vectors_by_hand():
     assert int(requant_golden.requantize([-300], [1000], [10], out_bits=8,
                                          clamp="symmetric")[0]) == -127
     entry, params, block = small("arith-idot")
-    # Four int8 lanes then four int4 lanes: a = (1, -1, 2, -128), b = (3, 3, -8, 1) -> 3 - 3 - 16 - 128 = -144.
+    # Four int8 lanes then four int4 lanes: a = (1, -1, 2, -128), b = (3, 3, -8, 1) ->
+    # 3 - 3 - 16 - 128 = -144.
     layout = block.i.payload.shape()
     bits = pack(layout, {"a": [1, -1, 2, -128], "b": [3, 3, -8, 1]})
     assert bits == 0x1 | 0xFF << 8 | 0x2 << 16 | 0x80 << 24 | (0x3 | 0x3 << 4 | 0x8 << 8 |
@@ -138,8 +193,9 @@ def test_check_names_mismatches_and_measures():
     assert not report.passed and report.mismatches == 2
     assert report.first == [Mismatch("o", 1, want[1], want[1] ^ 2), Mismatch("o", 3, want[3], None)]
     assert report.cycles_per_item == {"o": 3.0}
-    assert report.lines()[-2:] == [f"  mismatch o[1]: expected 0x{want[1]:x}, got 0x{want[1] ^ 2:x}",
-                                   f"  mismatch o[3]: expected 0x{want[3]:x}, got nothing"]
+    assert report.lines()[-2:] == [
+        f"  mismatch o[1]: expected 0x{want[1]:x}, got 0x{want[1] ^ 2:x}",
+        f"  mismatch o[3]: expected 0x{want[3]:x}, got nothing"]
     assert Report.from_json(report.to_json()) == report
     good = check(_Host(harness, {"o": want}, {"o": [2, 3, 4, 5]}), v, name="umdam")
     assert good.passed and good.cycles_per_item == {"o": 1.0}

@@ -153,8 +153,7 @@ def refused_step(cfg, length: int, position: int, window: int | None) -> bool:
 
 def stream_rows(cfg, length: int, position: int, window: int | None) -> list[int]:
     """The rows a step streams on ``k`` and ``v``: those of every visited chunk the cache holds."""
-    index, _ = golden.sweep(length, position, chunk=cfg.chunk, window=window)
-    return [r for c in index for r in range(c * cfg.chunk, min((c + 1) * cfg.chunk, length))]
+    return golden.streamed_rows(length, position, chunk=cfg.chunk, window=window)
 
 
 class FlowKVTB(BlockTB):

@@ -17,11 +17,15 @@ from typing import Callable
 
 import numpy as np
 
+from golden import edram as edram_golden
+from golden import flowkv as flowkv_golden
 from golden import umdam as umdam_golden
 from golden.arith import float as float_golden
 from golden.arith import idot as idot_golden
 from golden.arith import requant as requant_golden
-from hdl.arith.format import float_format
+from hdl.arith.format import BF16, float_format
+from hdl.edram import Op, TensorClass
+from hdl.flowkv import FlowKVConfig
 
 from ..params import BlockParams, ParameterError
 
@@ -154,6 +158,73 @@ def _fpadd(params, block, rng: random.Random, count: int) -> Vectors:
                    {"o": [pack(layout_o, {"y": int(v)}) for v in y]})
 
 
+#: Longest sequence of a drawn FlowKV decode step: a few chunks, a few hundred beats per step.
+_FLOWKV_TOKENS = 24
+
+
+def _flowkv(params, block, rng: random.Random, count: int) -> Vectors:
+    """``count`` decode steps (random length, position and, for a third of them, a sliding
+    window; N(0, 1) operands in BF16) on the tile pair: the rows each step streams from
+    :func:`golden.flowkv.streamed_rows`, its output beats from :func:`golden.flowkv.attend`."""
+    cfg = FlowKVConfig(**params.pair_args())
+    layout_c, layout_q, layout_o = _layouts(block, "cmd", "q", "o")
+    np_rng = np.random.default_rng(rng.randrange(1 << 32))
+    lanes = cfg.lanes
+
+    def beats(rows):
+        return [pack(layout_q, {"data": [int(x) for x in row[b * lanes:(b + 1) * lanes]]})
+                for row in rows for b in range(cfg.beats)]
+
+    out = Vectors({"cmd": [], "q": [], "k": [], "v": []}, {"o": []})
+    for _ in range(count):
+        length = rng.randint(1, min(_FLOWKV_TOKENS, cfg.max_tokens))
+        position = rng.randrange(length)
+        window = rng.randint(1, length) if rng.random() < 1 / 3 else None
+        q, K, V = (float_golden.from_float(np_rng.standard_normal(shape), BF16)
+                   for shape in ((cfg.group, cfg.head_dim), (length, cfg.head_dim),
+                                 (length, cfg.head_dim)))
+        rows = flowkv_golden.streamed_rows(length, position, chunk=cfg.chunk, window=window)
+        O = flowkv_golden.attend(q, K, V, position, chunk=cfg.chunk, lanes=lanes, window=window,
+                                 out_fmt=cfg.out_fmt)
+        out.stimulus["cmd"].append(pack(layout_c, {"position": position, "length": length,
+                                                   "window": window or 0,
+                                                   "sliding": int(window is not None)}))
+        out.stimulus["q"].extend(beats(q))
+        out.stimulus["k"].extend(beats(K[rows]))
+        out.stimulus["v"].extend(beats(V[rows]))
+        out.expected["o"].extend(
+            pack(layout_o, {"data": [int(x) for x in O[h, b * lanes:(b + 1) * lanes]],
+                            "head": h, "beat": b, "error": 0,
+                            "last": int(h == cfg.group - 1 and b == cfg.beats - 1)})
+            for h in range(cfg.group) for b in range(cfg.beats))
+    return out
+
+
+def _edram(params, block, rng: random.Random, count: int) -> Vectors:
+    """Writes of random BF16 words to distinct addresses (one tensor class per row, as the
+    controller requires), then reads of written addresses in random order: each read gives the
+    word (:func:`golden.edram.split` into its segments and :func:`golden.edram.merge` back),
+    its row live, no error. The FPGA stand-ins do not decay, so every word survives."""
+    layout_r, layout_o = _layouts(block, "req", "resp")
+    words = params.banks * params.rows * params.cols
+    writes = min(words, (count + 1) // 2)
+    addrs = rng.sample(range(words), writes)
+    row_class, data, stimulus = {}, {}, []
+    for a in addrs:
+        cls = row_class.setdefault(a // params.cols, rng.choice(list(TensorClass)))
+        data[a] = rng.randrange(1 << 16)
+        stimulus.append(pack(layout_r, {"op": Op.WRITE, "cls": cls, "addr": a,
+                                        "data": data[a], "last": a}))
+    expected = []
+    for _ in range(count - writes):
+        a = rng.choice(addrs)
+        stimulus.append(pack(layout_r, {"op": Op.READ, "cls": row_class[a // params.cols],
+                                        "addr": a, "data": 0, "last": a}))
+        word = int(edram_golden.merge(*edram_golden.split(data[a])))
+        expected.append(pack(layout_o, {"data": word, "live": 1, "error": 0}))
+    return Vectors({"req": stimulus}, {"resp": expected})
+
+
 #: Block name -> ``generator(params, component, rng, count) -> Vectors``; ``count`` is the
 #: number of items per sink (commands, for a block that answers a command with many items).
 GENERATORS: dict[str, Callable[[BlockParams, object, random.Random, int], Vectors]] = {
@@ -163,6 +234,8 @@ GENERATORS: dict[str, Callable[[BlockParams, object, random.Random, int], Vector
     "arith-idot": _idot,
     "arith-fpmul": _fpmul,
     "arith-fpadd": _fpadd,
+    "flowkv": _flowkv,
+    "edram-fpga": _edram,
 }
 
 
