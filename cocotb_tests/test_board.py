@@ -32,9 +32,11 @@ CASES = [
     ("arith-fpmul", COUNT, ()),
     ("flowkv", 3, ()),
     ("edram-fpga", 96, ()),
-    # Covered by arith-requant (an integer unit) and arith-fpmul (a float unit) above.
-    ("arith-idot", COUNT, (pytest.mark.slow,)),
-    ("arith-fpadd", COUNT, (pytest.mark.slow,)),
+    # Covered by arith-requant (an integer unit) and arith-fpmul (a float unit) above: the
+    # same harness path, each a Verilator build of 15 to 22 s.
+    *((name, COUNT, (pytest.mark.slow,)) for name in (
+        "arith-idot", "arith-fpadd", "arith-fpmac", "arith-fdot", "arith-fpconv", "arith-int2fp",
+        "arith-exp2", "arith-recip", "arith-rsqrt")),
 ]
 
 

@@ -25,6 +25,7 @@ import pytest
 from golden import flowkv as flowkv_golden
 from golden import umdam as umdam_golden
 from golden.arith import float as float_golden
+from golden.arith import func as func_golden
 from golden.arith import idot as idot_golden
 from golden.arith import requant as requant_golden
 from hdl.arith.format import float_format
@@ -84,9 +85,32 @@ def again(name, params, block, v):
     elif name == "arith-fpadd":
         fmt = float_format(params.fmt)
         ys = [int(float_golden.fadd([int(i["a"])], [int(i["b"])], fmt)[0]) for i in items]
+    elif name == "arith-fpmac":
+        fmt, acc = float_format(params.in_fmt), float_format(params.acc_fmt)
+        ys = [float_golden.fmac([int(i["a"])], [int(i["b"])], [int(i["c"])], fmt, acc)[0]
+              for i in items]
+    elif name == "arith-fdot":
+        fmt, acc = float_format(params.in_fmt), float_format(params.acc_fmt)
+        ys = [float_golden.fdot(np.array([[int(a) for a in i["a"]]]),
+                                np.array([[int(b) for b in i["b"]]]), fmt, acc)[0]
+              for i in items]
+    elif name == "arith-fpconv":
+        fmt, out = float_format(params.in_fmt), float_format(params.out_fmt)
+        ys = [float_golden.fconvert([int(i["x"])], fmt, out)[0] for i in items]
+    elif name == "arith-int2fp":
+        ys = [float_golden.int_to_float([int(i["x"])], params.int_bits,
+                                        float_format(params.fmt))[0] for i in items]
+    elif name in FUNCTIONS:
+        function, argument = FUNCTIONS[name]
+        ys = [getattr(func_golden, function)(np.array([int(i["x"])], np.uint32),
+                                             getattr(params, argument))[0] for i in items]
     else:
         raise AssertionError(f"no check for {name}")
     return [pack(layout_o, {"y": int(y)}) for y in ys]
+
+
+FUNCTIONS = {"arith-exp2": ("exp2", "table_bits"), "arith-recip": ("reciprocal", "iterations"),
+             "arith-rsqrt": ("rsqrt", "iterations")}
 
 
 def flowkv_again(params, block, v):
@@ -240,6 +264,8 @@ def run_cli(capsys, *argv):
      "memwall: error: serial port /dev/ttyNOPE9 does not exist (is the board plugged in?)"),
     (["umdam", "--sim", "--vectors", "0"], "memwall: error: --vectors must be at least 1, not 0"),
     (["umdam", "--sim", "--set", "banks=3"], "memwall: error: "),
+    (["umdam", "--sim", "--vectors", "40000"], "memwall: error: 40000 items on one stream "
+                                              "exceed the harness's largest memory of 32768"),
 ])
 def test_run_refuses_bad_input_in_one_line(capsys, argv, message):
     status, out, err = run_cli(capsys, *argv)
@@ -273,6 +299,16 @@ def test_run_with_a_failing_openfpgaloader_or_no_bitstream(capsys, monkeypatch, 
                              "--bitstream", str(build), "--vectors", "33")
     assert (status, err) == (2, "memwall: error: 33 items of i exceed the board's stimulus "
                                 "memory of 32; ask for fewer --vectors\n")
+
+
+def test_run_with_a_broken_board_record(capsys, monkeypatch, tmp_path, build):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    (build / "board.json").write_text('{"harness": {"capture_depth": "deep"}}')
+    status, out, err = run_cli(capsys, "umdam", "--board", "ulx3s", "--port", "/dev/null",
+                               "--bitstream", str(build), "--no-program")
+    assert status == 2 and out == ""
+    assert err.startswith(f"memwall: error: {build / 'board.json'} is not a board record of "
+                          f"`memwall board build` (invalid literal") and err.count("\n") == 1
 
 
 def test_run_on_a_port_that_echoes_fails_in_one_line(capsys, monkeypatch, tmp_path, build):

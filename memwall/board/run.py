@@ -30,6 +30,7 @@ from pathlib import Path
 from amaranth.hdl import UnusedElaboratable
 
 from hdl.board.frame import Status
+from hdl.board.harness import MAX_DEPTH
 
 from .. import registry
 from ..params import ParameterError
@@ -74,9 +75,13 @@ class HarnessSettings:
         record = folder / "board.json"
         if not record.exists():
             return cls()
-        data = json.loads(record.read_text())
-        data = {**data, **data.get("harness", {})}
-        return cls(**{k: int(data[k]) for k in cls.__dataclass_fields__ if k in data})
+        try:
+            data = json.loads(record.read_text())
+            data = {**data, **data.get("harness", {})}
+            return cls(**{k: int(data[k]) for k in cls.__dataclass_fields__ if k in data})
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise ParameterError(f"{record} is not a board record of `memwall board build` "
+                                 f"({exc})") from None
 
 
 @dataclass(frozen=True)
@@ -165,7 +170,11 @@ def sim_settings(v: Vectors) -> HarnessSettings:
     """The simulated board's harness: memories just deep enough for ``v`` (a power of two, so
     that runs of similar sizes share a Verilator build)."""
     def depth(lists):
-        return 1 << max(2, (max(len(x) for x in lists) - 1).bit_length())
+        items = max(len(x) for x in lists)
+        if items > MAX_DEPTH:
+            raise ParameterError(f"{items} items on one stream exceed the harness's largest "
+                                 f"memory of {MAX_DEPTH}; ask for fewer --vectors")
+        return 1 << max(2, (items - 1).bit_length())
     return HarnessSettings(stimulus_depth=depth(v.stimulus.values()),
                            capture_depth=depth(v.expected.values()),
                            baud=round(1e9 / (SIM_CLOCK_NS * SIM_DIVISOR)))

@@ -21,9 +21,10 @@ from golden import edram as edram_golden
 from golden import flowkv as flowkv_golden
 from golden import umdam as umdam_golden
 from golden.arith import float as float_golden
+from golden.arith import func as func_golden
 from golden.arith import idot as idot_golden
 from golden.arith import requant as requant_golden
-from hdl.arith.format import BF16, float_format
+from hdl.arith.format import BF16, FP32, float_format
 from hdl.edram import Op, TensorClass
 from hdl.flowkv import FlowKVConfig
 
@@ -47,6 +48,11 @@ def pack(layout, values) -> int:
 
 def _layouts(block, *names):
     return [getattr(block, name).payload.shape() for name in names]
+
+
+def _np_rng(rng: random.Random) -> np.random.Generator:
+    """A NumPy generator seeded from ``rng`` (the golden float helpers draw with NumPy)."""
+    return np.random.default_rng(rng.randrange(1 << 32))
 
 
 def _umdam(params, block, rng: random.Random, count: int) -> Vectors:
@@ -133,7 +139,7 @@ def _float_pairs(params, block, rng: random.Random, count: int, fmts, add: bool)
     """``count`` operand pairs drawn from :func:`golden.arith.float.operand_pairs` (corner
     codes, random codes, pairs near overflow or cancellation), with the layouts."""
     layout_i, layout_o = _layouts(block, "i", "o")
-    np_rng = np.random.default_rng(rng.randrange(1 << 32))
+    np_rng = _np_rng(rng)
     a, b = float_golden.operand_pairs(np_rng, fmts[0], fmts[1], count, add=add)
     pick = np_rng.choice(len(a), size=count, replace=count > len(a))
     return layout_i, layout_o, np.asarray(a)[pick], np.asarray(b)[pick]
@@ -158,6 +164,79 @@ def _fpadd(params, block, rng: random.Random, count: int) -> Vectors:
                    {"o": [pack(layout_o, {"y": int(v)}) for v in y]})
 
 
+def _unary(block, x, y) -> Vectors:
+    """One operand ``x`` in, one result ``y`` out, per item."""
+    layout_i, layout_o = _layouts(block, "i", "o")
+    return Vectors({"i": [pack(layout_i, {"x": int(v)}) for v in x]},
+                   {"o": [pack(layout_o, {"y": int(v)}) for v in y]})
+
+
+def _fpmac(params, block, rng: random.Random, count: int) -> Vectors:
+    """Operand pairs and random addends of the accumulator's format, two fifths of them the
+    product's negation with low bits changed (cancellation): :func:`~golden.arith.float.fmac`."""
+    fmt, acc = float_format(params.in_fmt), float_format(params.acc_fmt)
+    layout_i, layout_o, a, b = _float_pairs(params, block, rng, count, (fmt, fmt), add=False)
+    np_rng = _np_rng(rng)
+    product = float_golden.fmul(a, b, fmt, fmt, acc).astype(np.uint64)
+    c = float_golden.random_codes(np_rng, acc, count, exp_spread=20).astype(np.uint64)
+    near = (product ^ np.uint64(1 << (acc.width - 1))) ^ np_rng.integers(0, 256, count).astype(
+        np.uint64)
+    c = np.where(np_rng.random(count) < 0.4, near, c) & np.uint64((1 << acc.width) - 1)
+    y = float_golden.fmac(a, b, c, fmt, acc)
+    return Vectors({"i": [pack(layout_i, {"a": int(u), "b": int(v), "c": int(w)})
+                          for u, v, w in zip(a, b, c)]},
+                   {"o": [pack(layout_o, {"y": int(v)}) for v in y]})
+
+
+def _fdot(params, block, rng: random.Random, count: int) -> Vectors:
+    """Operand rows near 1.0 (so that most sums stay finite), a quarter drawn from the corner
+    and random pairs: :func:`~golden.arith.float.fdot`."""
+    fmt, acc, lanes = float_format(params.in_fmt), float_format(params.acc_fmt), params.lanes
+    layout_i, layout_o, a, b = _float_pairs(params, block, rng, count * lanes, (fmt, fmt),
+                                            add=False)
+    np_rng = _np_rng(rng)
+    a, b = a.reshape(count, lanes), b.reshape(count, lanes)
+    tame = np_rng.random(count) >= 0.25
+    for x in (a, b):
+        x[tame] = float_golden.random_codes(np_rng, fmt, int(tame.sum()) * lanes,
+                                            exp_spread=6).reshape(-1, lanes)
+    y = float_golden.fdot(a, b, fmt, acc)
+    return Vectors({"i": [pack(layout_i, {"a": [int(v) for v in r], "b": [int(v) for v in t]})
+                          for r, t in zip(a, b)]},
+                   {"o": [pack(layout_o, {"y": int(v)}) for v in y]})
+
+
+def _fpconv(params, block, rng: random.Random, count: int) -> Vectors:
+    """Uniform codes and codes with exponents across the result format's range:
+    :func:`~golden.arith.float.fconvert`."""
+    fmt, out = float_format(params.in_fmt), float_format(params.out_fmt)
+    np_rng = _np_rng(rng)
+    x = np.concatenate([float_golden.random_codes(np_rng, fmt, count),
+                        float_golden.random_codes(np_rng, fmt, count, exp_spread=out.bias + 2)])
+    x = np_rng.permutation(x)[:count]
+    return _unary(block, x, float_golden.fconvert(x, fmt, out))
+
+
+def _int2fp(params, block, rng: random.Random, count: int) -> Vectors:
+    """Two's-complement integers of every length: :func:`~golden.arith.float.int_to_float`."""
+    bits = params.int_bits
+    x = [rng.getrandbits(rng.randint(1, bits)) * rng.choice((1, -1)) % (1 << bits)
+         for _ in range(count)]
+    return _unary(block, x, float_golden.int_to_float(x, bits, float_format(params.fmt)))
+
+
+def _function(name: str, argument: str):
+    """A generator for the fp32 function unit :mod:`golden.arith.func` calls ``name``: uniform
+    bit patterns and codes within 16 binades of 1.0."""
+    def generate(params, block, rng: random.Random, count: int) -> Vectors:
+        np_rng = _np_rng(rng)
+        near = float_golden.random_codes(np_rng, FP32, count, exp_spread=16)
+        x = np.where(np_rng.random(count) < 0.5, near,
+                     np_rng.integers(0, 1 << 32, count, dtype=np.uint64)).astype(np.uint32)
+        return _unary(block, x, getattr(func_golden, name)(x, getattr(params, argument)))
+    return generate
+
+
 #: Longest sequence of a drawn FlowKV decode step: a few chunks, a few hundred beats per step.
 _FLOWKV_TOKENS = 24
 
@@ -168,7 +247,7 @@ def _flowkv(params, block, rng: random.Random, count: int) -> Vectors:
     :func:`golden.flowkv.streamed_rows`, its output beats from :func:`golden.flowkv.attend`."""
     cfg = FlowKVConfig(**params.pair_args())
     layout_c, layout_q, layout_o = _layouts(block, "cmd", "q", "o")
-    np_rng = np.random.default_rng(rng.randrange(1 << 32))
+    np_rng = _np_rng(rng)
     lanes = cfg.lanes
 
     def beats(rows):
@@ -234,6 +313,13 @@ GENERATORS: dict[str, Callable[[BlockParams, object, random.Random, int], Vector
     "arith-idot": _idot,
     "arith-fpmul": _fpmul,
     "arith-fpadd": _fpadd,
+    "arith-fpmac": _fpmac,
+    "arith-fdot": _fdot,
+    "arith-fpconv": _fpconv,
+    "arith-int2fp": _int2fp,
+    "arith-exp2": _function("exp2", "table_bits"),
+    "arith-recip": _function("reciprocal", "iterations"),
+    "arith-rsqrt": _function("rsqrt", "iterations"),
     "flowkv": _flowkv,
     "edram-fpga": _edram,
 }
