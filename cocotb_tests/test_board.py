@@ -24,7 +24,8 @@ COUNT = 24
 #: second block of a family whose first already runs in make test goes to --slow. The tile
 #: generator gets 6 commands: each gives about 25 addresses, read back at 8 bytes each. FlowKV
 #: gets 3 decode steps (about 50 beats of q, k and v each); the eDRAM 96 requests, 48 writes
-#: and 48 reads, so that the run crosses a forced refresh (every 45 cycles at small).
+#: and 48 reads, so that the run crosses a forced refresh (every 45 cycles at small); the
+#: in-flash PE 4 GEMVs (up to four pages each).
 CASES = [
     ("umdam", COUNT, ()),
     ("umdam-tilegen", 6, ()),
@@ -32,6 +33,7 @@ CASES = [
     ("arith-fpmul", COUNT, ()),
     ("flowkv", 3, ()),
     ("edram-fpga", 96, ()),
+    ("inflash", 4, ()),
     # Covered by arith-requant (an integer unit) and arith-fpmul (a float unit) above: the
     # same harness path, each a Verilator build of 15 to 22 s.
     *((name, COUNT, (pytest.mark.slow,)) for name in (

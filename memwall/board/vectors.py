@@ -19,6 +19,7 @@ import numpy as np
 
 from golden import edram as edram_golden
 from golden import flowkv as flowkv_golden
+from golden import inflash as inflash_golden
 from golden import umdam as umdam_golden
 from golden.arith import float as float_golden
 from golden.arith import func as func_golden
@@ -27,6 +28,7 @@ from golden.arith import requant as requant_golden
 from hdl.arith.format import BF16, FP32, float_format
 from hdl.edram import Op, TensorClass
 from hdl.flowkv import FlowKVConfig
+from hdl.inflash.spec import Mode, Op as InflashOp
 
 from ..params import BlockParams, ParameterError
 
@@ -304,6 +306,61 @@ def _edram(params, block, rng: random.Random, count: int) -> Vectors:
     return Vectors({"req": stimulus}, {"resp": expected})
 
 
+#: Largest rows and columns of a drawn in-flash GEMV: one to four pages of weights each.
+_GEMV_SIDE = 8, 16
+#: An x lane past ``cols`` (a NaN): the PE ignores it.
+_X_PAD = 0x7E00
+
+
+def _inflash(params, block, rng: random.Random, count: int) -> Vectors:
+    """``count`` fp16 or bf16 GEMVs on random weights at a random first page: the page reads
+    the PE must issue on ``rd_cmd`` (whole pages, the last one short; docs/inflash.md
+    section 3), the flash's answers on ``rd_data`` (the page images of
+    :func:`golden.inflash.weight_pages`, cut into ``transfer_bytes`` words, the last padded
+    with erased bytes) and each row's result on ``y`` from :func:`golden.inflash.gemv`. The
+    flash's answers are stimulus: the PE takes them in the order it asked for them."""
+    layout_c, layout_x, layout_d, layout_r, layout_y = _layouts(block, "cmd", "x", "rd_data",
+                                                                "rd_cmd", "y")
+    geometry, P = params.geometry(), params.page_bytes
+    W, F = params.transfer_bytes, params.fmacs
+    np_rng = _np_rng(rng)
+    out = Vectors({"cmd": [], "x": [], "rd_data": []}, {"rd_cmd": [], "y": []})
+    for _ in range(count):
+        mode = rng.choice((Mode.FP16, Mode.BF16))
+        fmt = float_format(mode.name.lower())
+        rows, cols = (rng.randint(1, min(side, limit)) for side, limit in
+                      zip(_GEMV_SIDE, (params.max_rows, params.max_cols)))
+        w = inflash_golden.Weights(mode.name.lower(), float_golden.from_float(
+            np_rng.standard_normal((rows, cols)) * 2.0 ** np_rng.integers(-4, 5, (rows, cols)),
+            fmt))
+        x = float_golden.from_float(np_rng.standard_normal(cols), fmt).astype(np.int64)
+        images = inflash_golden.weight_pages(w, page_bytes=P)
+        page = rng.randrange(geometry.pages - len(images) + 1)
+        size = inflash_golden.stream_bytes(mode.name.lower(), rows, cols)
+        out.stimulus["cmd"].append(pack(layout_c, {"op": InflashOp.GEMV, "mode": mode,
+                                                   "rows": rows, "cols": cols, "page": page}))
+        lanes = np.full(-(-cols // F) * F, _X_PAD, np.int64)
+        lanes[:cols] = x
+        out.stimulus["x"].extend(pack(layout_x, {"data": [int(v) for v in lanes[b:b + F]]})
+                                 for b in range(0, len(lanes), F))
+        for k, image in enumerate(images):
+            nbytes = min(P, size - k * P)
+            out.expected["rd_cmd"].append(pack(layout_r, {"page": page + k, "column": 0,
+                                                          "bytes": nbytes, "run": nbytes,
+                                                          "stride": nbytes}))
+            padded = np.full(-(-nbytes // W) * W, inflash_golden.ERASED, np.uint8)
+            padded[:nbytes] = image[:nbytes]
+            words = padded.reshape(-1, W)
+            out.stimulus["rd_data"].extend(
+                pack(layout_d, {"data": [int(b) for b in word], "last": int(j == len(words) - 1)})
+                for j, word in enumerate(words))
+        y = inflash_golden.gemv(w, x)
+        out.expected["y"].extend(pack(layout_y, {"value": int(v) & 0xFFFFFFFF, "error": 0,
+                                                 "last": int(r == rows - 1)})
+                                 for r, v in enumerate(y))
+    return out
+
+
 #: Block name -> ``generator(params, component, rng, count) -> Vectors``; ``count`` is the
 #: number of items per sink (commands, for a block that answers a command with many items).
 GENERATORS: dict[str, Callable[[BlockParams, object, random.Random, int], Vectors]] = {
@@ -322,6 +379,7 @@ GENERATORS: dict[str, Callable[[BlockParams, object, random.Random, int], Vector
     "arith-rsqrt": _function("rsqrt", "iterations"),
     "flowkv": _flowkv,
     "edram-fpga": _edram,
+    "inflash": _inflash,
 }
 
 
