@@ -36,7 +36,7 @@ from hdl.flowkv import FlowKVConfig
 from hdl.inflash.spec import Mode
 from memwall import cli
 from memwall.board.host import Capture, Record
-from memwall.board.run import Mismatch, Report, check
+from memwall.board.run import HarnessSettings, Mismatch, Report, check
 from memwall.board.vectors import covered, pack, vectors
 
 from .test_board_harness import small
@@ -256,6 +256,10 @@ def test_check_names_mismatches_and_measures():
         f"  mismatch o[1]: expected 0x{want[1]:x}, got 0x{want[1] ^ 2:x}",
         f"  mismatch o[3]: expected 0x{want[3]:x}, got nothing"]
     assert Report.from_json(report.to_json()) == report
+    assert report.lines(clock_mhz=50)[0].endswith("run ended OK after 50 cycles (1.00 us at "
+                                                  "50 MHz)")
+    assert report.lines(clock_mhz=50)[1] == "  o: 3 of 4 captured, 3.000 cycles per item, " \
+                                            "60.00 ns per item"
     good = check(_Host(harness, {"o": want}, {"o": [2, 3, 4, 5]}), v, name="umdam")
     assert good.passed and good.cycles_per_item == {"o": 1.0}
     late = check(_Host(harness, {"o": want}, {"o": [2, 3, 4, 5]}, Status.RUN_LIMIT), v,
@@ -277,8 +281,11 @@ def build(tmp_path):
     folder = tmp_path / "build"
     folder.mkdir()
     (folder / "top.bit").write_bytes(b"\0")
-    (folder / "board.json").write_text(json.dumps({"board": "ulx3s", "harness": {
-        "stimulus_depth": 32, "capture_depth": 32, "max_length": 255, "baud": 115200}}))
+    (folder / "board.json").write_text(json.dumps({"board": "ulx3s", "clock_mhz": 48.5,
+                                                   "harness": {"stimulus_depth": 32,
+                                                               "capture_depth": 32,
+                                                               "max_length": 255,
+                                                               "baud": 115200}}))
     return folder
 
 
@@ -334,6 +341,11 @@ def test_run_with_a_failing_openfpgaloader_or_no_bitstream(capsys, monkeypatch, 
                              "--bitstream", str(build), "--vectors", "33")
     assert (status, err) == (2, "memwall: error: 33 items of i exceed the board's stimulus "
                                 "memory of 32; ask for fewer --vectors\n")
+
+
+def test_board_record_gives_the_harness_and_the_clock(build):
+    assert HarnessSettings.from_build(build) == HarnessSettings(32, 32, 255, 115200, 48.5)
+    assert HarnessSettings.from_build(build.parent) == HarnessSettings()
 
 
 def test_run_with_a_broken_board_record(capsys, monkeypatch, tmp_path, build):

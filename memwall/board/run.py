@@ -67,6 +67,8 @@ class HarnessSettings:
     capture_depth: int = 1024
     max_length: int = 255
     baud: int = 115200
+    #: The block's clock on the board (``board.json``'s ``clock_mhz``); 0: not known.
+    clock_mhz: float = 0.0
 
     @classmethod
     def from_build(cls, folder: Path) -> "HarnessSettings":
@@ -78,7 +80,10 @@ class HarnessSettings:
         try:
             data = json.loads(record.read_text())
             data = {**data, **data.get("harness", {})}
-            return cls(**{k: int(data[k]) for k in cls.__dataclass_fields__ if k in data})
+            # Field types are strings here (postponed annotations): "int" or "float".
+            kinds = {"int": int, "float": float}
+            return cls(**{k: kinds[f.type](data[k])
+                          for k, f in cls.__dataclass_fields__.items() if k in data})
         except (ValueError, TypeError, AttributeError) as exc:
             raise ParameterError(f"{record} is not a board record of `memwall board build` "
                                  f"({exc})") from None
@@ -120,15 +125,19 @@ class Report:
         data["first"] = [Mismatch(**m) for m in data["first"]]
         return cls(**data)
 
-    def lines(self) -> list[str]:
-        """The report as ``memwall board run`` prints it."""
+    def lines(self, clock_mhz: float = 0.0) -> list[str]:
+        """The report as ``memwall board run`` prints it; with the board's clock, the run's
+        time and each stream's time per item too."""
         total = sum(self.items.values())
         verdict = "bit-exact" if self.passed else f"{self.mismatches} mismatch(es)"
+        at = f" ({self.run_cycles / clock_mhz:.2f} us at {clock_mhz:g} MHz)" if clock_mhz else ""
         out = [f"{self.block}: {total} output item(s), {verdict} against the golden model; run "
-               f"ended {self.end} after {self.run_cycles} cycles"]
+               f"ended {self.end} after {self.run_cycles} cycles{at}"]
         for stream, n in self.items.items():
             rate = self.cycles_per_item.get(stream)
             rate_text = f"{rate:.3f} cycles per item" if rate is not None else "one item"
+            if rate is not None and clock_mhz:
+                rate_text += f", {1000 * rate / clock_mhz:.2f} ns per item"
             out.append(f"  {stream}: {self.captured.get(stream, 0)} of {n} captured, {rate_text}")
         for m in self.first:
             got = "nothing" if m.got is None else f"0x{m.got:x}"
@@ -296,7 +305,7 @@ def _hardware(args, entry, params) -> int:
         return 1
     finally:
         port.close()
-    for line in report.lines():
+    for line in report.lines(settings.clock_mhz):
         print(line)
     return 0 if report.passed else 1
 
