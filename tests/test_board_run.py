@@ -356,6 +356,12 @@ def test_run_with_a_broken_board_record(capsys, monkeypatch, tmp_path, build):
     assert status == 2 and out == ""
     assert err.startswith(f"memwall: error: {build / 'board.json'} is not a board record of "
                           f"`memwall board build` (invalid literal") and err.count("\n") == 1
+    (build / "board.json").write_text('{"stimulus_depth": 0}')
+    status, out, err = run_cli(capsys, "umdam", "--board", "ulx3s", "--port", "/dev/null",
+                               "--bitstream", str(build), "--no-program")
+    assert (status, out) == (2, "")
+    assert err == (f"memwall: error: the board record in {build}: Harness stimulus memory depth "
+                   f"(stimulus_depth, items) must be between 1 and 32768, not 0\n")
 
 
 def test_run_on_a_port_that_echoes_fails_in_one_line(capsys, monkeypatch, tmp_path, build):

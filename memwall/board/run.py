@@ -57,6 +57,8 @@ SHOWN_MISMATCHES = 5
 #: (on the ULX3S and iCEBreaker JTAG and UART share one FTDI chip, whose serial device goes away
 #: while openFPGALoader holds it).
 READ_TIMEOUT_S, PORT_RETURN_S = 0.05, 5.0
+#: Longest a programming may take (an ECP5-85's bitstream over JTAG takes seconds).
+PROGRAM_TIMEOUT_S = 300
 
 
 @dataclass(frozen=True)
@@ -249,8 +251,12 @@ def _loader() -> str:
 
 
 def _program(board: str, bitstream: Path) -> None:
-    done = subprocess.run([_loader(), "--board", LOADER_BOARDS[board], str(bitstream)],
-                          capture_output=True, text=True)
+    try:
+        done = subprocess.run([_loader(), "--board", LOADER_BOARDS[board], str(bitstream)],
+                              capture_output=True, text=True, timeout=PROGRAM_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ParameterError(f"{LOADER} did not finish programming the {board} within "
+                             f"{PROGRAM_TIMEOUT_S} s") from None
     if done.returncode:
         last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
         raise ParameterError(f"{LOADER} could not program the {board} (is it connected?): {last}")
@@ -285,8 +291,11 @@ def _hardware(args, entry, params) -> int:
     bitstream = None if args.no_program else _bitstream(folder)
     settings = HarnessSettings.from_build(folder if folder.is_dir() else folder.parent)
     settings = HarnessSettings(**{**asdict(settings), **({"baud": args.baud} if args.baud else {})})
-    harness = Harness(entry.elaborate(params), stimulus_depth=settings.stimulus_depth,
-                      capture_depth=settings.capture_depth)
+    try:
+        harness = Harness(entry.elaborate(params), stimulus_depth=settings.stimulus_depth,
+                          capture_depth=settings.capture_depth)
+    except (TypeError, ValueError) as exc:
+        raise ParameterError(f"the board record in {folder}: {exc}") from None
     v = vectors(entry, params, args.vectors, args.seed, harness.block)
     _fits(v, settings)
     if bitstream is not None:
