@@ -39,6 +39,10 @@ CASES = [
     *((name, COUNT, (pytest.mark.slow,)) for name in (
         "arith-idot", "arith-fpadd", "arith-fpmac", "arith-fdot", "arith-fpconv", "arith-int2fp",
         "arith-exp2", "arith-recip", "arith-rsqrt")),
+    # Covered by umdam (the same streams, the mapper's inverse) and flowkv (one pair of the
+    # array; the array's build is about 40 s).
+    ("umdam-composer", COUNT, (pytest.mark.slow,)),
+    ("flowkv-array", 2, (pytest.mark.slow,)),
 ]
 
 

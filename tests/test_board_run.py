@@ -62,6 +62,21 @@ def again(name, params, block, v):
                                                  [int(item["mapping"])])
             out.append({k: int(fields[k][0]) for k, _ in block.o.payload.shape()})
         return [pack(block.o.payload.shape(), o) for o in out]
+    if name == "umdam-composer":
+        # The composer inverts the mapper: the mapper's coordinates of each address.
+        out = []
+        for item, o in zip(decoded(block, "i", v.stimulus["i"]),
+                           decoded(block, "o", v.expected["o"])):
+            select = int(item["mapping"])
+            if select >= len(params.address_mappings):
+                out.append({"addr": 0, "error": 1})
+                continue
+            back = umdam_golden.mapper_outputs(params.address_mappings, [int(o["addr"])],
+                                               [select])
+            assert all(int(back[k][0]) == int(item[k]) for k, _ in block.i.payload.shape()
+                       if k != "mapping"), item
+            out.append({"addr": int(o["addr"]), "error": 0})
+        return [pack(block.o.payload.shape(), o) for o in out]
     if name == "umdam-tilegen":
         beats = []
         for item in decoded(block, "cmd", v.stimulus["cmd"]):
@@ -116,36 +131,37 @@ FUNCTIONS = {"arith-exp2": ("exp2", "table_bits"), "arith-recip": ("reciprocal",
 
 
 def flowkv_again(params, block, v):
-    """Each step's q, K and V rows rebuilt from the beats; the rows a step does not stream are
-    NaN (K) and infinity (V), so that the golden model using one would show."""
+    """Each step's q, K and V rows rebuilt from the beats, pair by pair; the rows a step does
+    not stream are NaN (K) and infinity (V), so that the golden model using one would show."""
     cfg = FlowKVConfig(**params.pair_args())
-    q_beats = iter(decoded(block, "q", v.stimulus["q"]))
-    k_beats = iter(decoded(block, "k", v.stimulus["k"]))
-    v_beats = iter(decoded(block, "v", v.stimulus["v"]))
-
-    def rows(beats, n):
-        return np.array([[int(x) for _ in range(cfg.beats) for x in next(beats)["data"]]
-                         for _ in range(n)], np.uint16).reshape(n, cfg.head_dim)
-
+    pairs = getattr(params, "pairs", None)
+    suffixes = [""] if pairs is None else [str(n) for n in range(pairs)]
     out = []
-    for cmd in decoded(block, "cmd", v.stimulus["cmd"]):
-        length, position = int(cmd["length"]), int(cmd["position"])
-        window = int(cmd["window"]) if cmd["sliding"] else None
-        index, _ = flowkv_golden.sweep(length, position, chunk=cfg.chunk, window=window)
-        streamed = [r for r in range(length) if r // cfg.chunk in index.tolist()]
-        q = rows(q_beats, cfg.group)
-        K = np.full((length, cfg.head_dim), 0x7FC0, np.uint16)
-        V = np.full((length, cfg.head_dim), 0x7F80, np.uint16)
-        K[streamed], V[streamed] = rows(k_beats, len(streamed)), rows(v_beats, len(streamed))
-        O = flowkv_golden.attend(q, K, V, position, chunk=cfg.chunk, lanes=cfg.lanes,
-                                 window=window, out_fmt=cfg.out_fmt)
-        for h in range(cfg.group):
-            for b in range(cfg.beats):
-                out.append({"data": [int(x) for x in O[h, b * cfg.lanes:(b + 1) * cfg.lanes]],
-                            "head": h, "beat": b, "error": 0,
-                            "last": int(h == cfg.group - 1 and b == cfg.beats - 1)})
-    assert next(k_beats, None) is None and next(v_beats, None) is None
-    return [pack(block.o.payload.shape(), o) for o in out]
+    for n in suffixes:
+        beats = {kind: iter(decoded(block, kind + n, v.stimulus[kind + n])) for kind in "qkv"}
+
+        def rows(kind, count):
+            return np.array([[int(x) for _ in range(cfg.beats) for x in next(beats[kind])["data"]]
+                             for _ in range(count)], np.uint16).reshape(count, cfg.head_dim)
+
+        for cmd in decoded(block, "cmd", v.stimulus["cmd"]):
+            length, position = int(cmd["length"]), int(cmd["position"])
+            window = int(cmd["window"]) if cmd["sliding"] else None
+            index, _ = flowkv_golden.sweep(length, position, chunk=cfg.chunk, window=window)
+            streamed = [r for r in range(length) if r // cfg.chunk in index.tolist()]
+            q = rows("q", cfg.group)
+            K = np.full((length, cfg.head_dim), 0x7FC0, np.uint16)
+            V = np.full((length, cfg.head_dim), 0x7F80, np.uint16)
+            K[streamed], V[streamed] = rows("k", len(streamed)), rows("v", len(streamed))
+            O = flowkv_golden.attend(q, K, V, position, chunk=cfg.chunk, lanes=cfg.lanes,
+                                     window=window, out_fmt=cfg.out_fmt)
+            out += [{"data": [int(x) for x in O[h, b * cfg.lanes:(b + 1) * cfg.lanes]],
+                     "head": h, "beat": b, "error": 0,
+                     "last": int(h == cfg.group - 1 and b == cfg.beats - 1)}
+                    for h in range(cfg.group) for b in range(cfg.beats)]
+        assert all(next(it, None) is None for it in beats.values())
+    layout = getattr(block, "o" + suffixes[0]).payload.shape()
+    return [pack(layout, o) for o in out]
 
 
 def edram_again(params, block, v):
@@ -193,7 +209,8 @@ def inflash_again(params, block, v):
         [pack(block.y.payload.shape(), o) for o in out]
 
 
-OTHERS = {"flowkv": flowkv_again, "edram-fpga": edram_again, "inflash": inflash_again}
+OTHERS = {"flowkv": flowkv_again, "flowkv-array": flowkv_again, "edram-fpga": edram_again,
+          "inflash": inflash_again}
 
 
 @pytest.mark.parametrize("name", covered())

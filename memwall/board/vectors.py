@@ -70,6 +70,22 @@ def _umdam(params, block, rng: random.Random, count: int) -> Vectors:
     return Vectors({"i": stimulus}, {"o": expected})
 
 
+def _composer(params, block, rng: random.Random, count: int) -> Vectors:
+    """Random coordinates and mapping selects (a select naming no mapping gives ``error`` and
+    address 0, the contract): the address from :func:`golden.umdam.compose_addresses`."""
+    layout_i, layout_o = _layouts(block, "i", "o")
+    mappings, stimulus, expected = params.address_mappings, [], []
+    for _ in range(count):
+        item = {name: rng.getrandbits(field.width) for name, field in layout_i}
+        select = item["mapping"]
+        coords = {k: v for k, v in item.items() if k != "mapping"}
+        addr = int(umdam_golden.compose_addresses(mappings[select], coords)) \
+            if select < len(mappings) else 0
+        stimulus.append(pack(layout_i, item))
+        expected.append(pack(layout_o, {"addr": addr, "error": int(select >= len(mappings))}))
+    return Vectors({"i": stimulus}, {"o": expected})
+
+
 #: Largest rows and columns of a tile generator's drawn command: a few dozen addresses each.
 _TILE_SIDE = 8
 #: Orders of the tile generator, as its command field numbers them.
@@ -245,10 +261,14 @@ _FLOWKV_TOKENS = 24
 
 def _flowkv(params, block, rng: random.Random, count: int) -> Vectors:
     """``count`` decode steps (random length, position and, for a third of them, a sliding
-    window; N(0, 1) operands in BF16) on the tile pair: the rows each step streams from
+    window; N(0, 1) operands in BF16) on the tile pair, or on every pair of an array (one
+    command, each pair its own operands): the rows each step streams from
     :func:`golden.flowkv.streamed_rows`, its output beats from :func:`golden.flowkv.attend`."""
     cfg = FlowKVConfig(**params.pair_args())
-    layout_c, layout_q, layout_o = _layouts(block, "cmd", "q", "o")
+    pairs = getattr(params, "pairs", None)
+    names = [("q", "k", "v", "o")] if pairs is None else \
+        [(f"q{n}", f"k{n}", f"v{n}", f"o{n}") for n in range(pairs)]
+    layout_c, layout_q, layout_o = _layouts(block, "cmd", names[0][0], names[0][3])
     np_rng = _np_rng(rng)
     lanes = cfg.lanes
 
@@ -256,28 +276,30 @@ def _flowkv(params, block, rng: random.Random, count: int) -> Vectors:
         return [pack(layout_q, {"data": [int(x) for x in row[b * lanes:(b + 1) * lanes]]})
                 for row in rows for b in range(cfg.beats)]
 
-    out = Vectors({"cmd": [], "q": [], "k": [], "v": []}, {"o": []})
+    out = Vectors({"cmd": [], **{n: [] for q, k, v, _ in names for n in (q, k, v)}},
+                  {o: [] for *_, o in names})
     for _ in range(count):
         length = rng.randint(1, min(_FLOWKV_TOKENS, cfg.max_tokens))
         position = rng.randrange(length)
         window = rng.randint(1, length) if rng.random() < 1 / 3 else None
-        q, K, V = (float_golden.from_float(np_rng.standard_normal(shape), BF16)
-                   for shape in ((cfg.group, cfg.head_dim), (length, cfg.head_dim),
-                                 (length, cfg.head_dim)))
         rows = flowkv_golden.streamed_rows(length, position, chunk=cfg.chunk, window=window)
-        O = flowkv_golden.attend(q, K, V, position, chunk=cfg.chunk, lanes=lanes, window=window,
-                                 out_fmt=cfg.out_fmt)
         out.stimulus["cmd"].append(pack(layout_c, {"position": position, "length": length,
                                                    "window": window or 0,
                                                    "sliding": int(window is not None)}))
-        out.stimulus["q"].extend(beats(q))
-        out.stimulus["k"].extend(beats(K[rows]))
-        out.stimulus["v"].extend(beats(V[rows]))
-        out.expected["o"].extend(
-            pack(layout_o, {"data": [int(x) for x in O[h, b * lanes:(b + 1) * lanes]],
-                            "head": h, "beat": b, "error": 0,
-                            "last": int(h == cfg.group - 1 and b == cfg.beats - 1)})
-            for h in range(cfg.group) for b in range(cfg.beats))
+        for q_name, k_name, v_name, o_name in names:
+            q, K, V = (float_golden.from_float(np_rng.standard_normal(shape), BF16)
+                       for shape in ((cfg.group, cfg.head_dim), (length, cfg.head_dim),
+                                     (length, cfg.head_dim)))
+            O = flowkv_golden.attend(q, K, V, position, chunk=cfg.chunk, lanes=lanes,
+                                     window=window, out_fmt=cfg.out_fmt)
+            out.stimulus[q_name].extend(beats(q))
+            out.stimulus[k_name].extend(beats(K[rows]))
+            out.stimulus[v_name].extend(beats(V[rows]))
+            out.expected[o_name].extend(
+                pack(layout_o, {"data": [int(x) for x in O[h, b * lanes:(b + 1) * lanes]],
+                                "head": h, "beat": b, "error": 0,
+                                "last": int(h == cfg.group - 1 and b == cfg.beats - 1)})
+                for h in range(cfg.group) for b in range(cfg.beats))
     return out
 
 
@@ -366,6 +388,7 @@ def _inflash(params, block, rng: random.Random, count: int) -> Vectors:
 GENERATORS: dict[str, Callable[[BlockParams, object, random.Random, int], Vectors]] = {
     "umdam": _umdam,
     "umdam-tilegen": _tilegen,
+    "umdam-composer": _composer,
     "arith-requant": _requant,
     "arith-idot": _idot,
     "arith-fpmul": _fpmul,
@@ -378,6 +401,7 @@ GENERATORS: dict[str, Callable[[BlockParams, object, random.Random, int], Vector
     "arith-recip": _function("reciprocal", "iterations"),
     "arith-rsqrt": _function("rsqrt", "iterations"),
     "flowkv": _flowkv,
+    "flowkv-array": _flowkv,
     "edram-fpga": _edram,
     "inflash": _inflash,
 }
