@@ -298,7 +298,7 @@ def build(tmp_path):
     folder = tmp_path / "build"
     folder.mkdir()
     (folder / "top.bit").write_bytes(b"\0")
-    (folder / "board.json").write_text(json.dumps({"board": "ulx3s", "clock_mhz": 48.5,
+    (folder / "board.json").write_text(json.dumps({"board": "ulx3s-85f", "clock_mhz": 48.5,
                                                    "harness": {"stimulus_depth": 32,
                                                                "capture_depth": 32,
                                                                "max_length": 255,
@@ -318,8 +318,8 @@ def run_cli(capsys, *argv):
                          "run` takes umdam"),
     (["umdam"], "memwall: error: memwall board run needs --board and --port, or --sim"),
     (["umdam", "--board", "de10", "--port", "/dev/null"],
-     "memwall: error: unknown board 'de10'; boards are ulx3s, ulx3s-25f, icebreaker, ecpix5"),
-    (["umdam", "--board", "ulx3s", "--port", "/dev/ttyNOPE9"],
+     "memwall: error: unknown board 'de10'; boards are ulx3s-85f, ulx3s-25f, icebreaker, ecpix5-85"),
+    (["umdam", "--board", "ulx3s-85f", "--port", "/dev/ttyNOPE9"],
      "memwall: error: serial port /dev/ttyNOPE9 does not exist (is the board plugged in?)"),
     (["umdam", "--sim", "--vectors", "0"], "memwall: error: --vectors must be at least 1, not 0"),
     (["umdam", "--sim", "--set", "banks=3"], "memwall: error: "),
@@ -334,7 +334,7 @@ def test_run_refuses_bad_input_in_one_line(capsys, argv, message):
 
 def test_run_without_openfpgaloader(capsys, monkeypatch, tmp_path, build):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    status, out, err = run_cli(capsys, "umdam", "--board", "ulx3s", "--port", "/dev/null",
+    status, out, err = run_cli(capsys, "umdam", "--board", "ulx3s-85f", "--port", "/dev/null",
                                "--bitstream", str(build))
     assert status == 2 and out == ""
     assert err == ("memwall: error: openFPGALoader not found on PATH (Debian: apt install "
@@ -368,13 +368,13 @@ def test_board_record_gives_the_harness_and_the_clock(build):
 def test_run_with_a_broken_board_record(capsys, monkeypatch, tmp_path, build):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     (build / "board.json").write_text('{"harness": {"capture_depth": "deep"}}')
-    status, out, err = run_cli(capsys, "umdam", "--board", "ulx3s", "--port", "/dev/null",
+    status, out, err = run_cli(capsys, "umdam", "--board", "ulx3s-85f", "--port", "/dev/null",
                                "--bitstream", str(build), "--no-program")
     assert status == 2 and out == ""
     assert err.startswith(f"memwall: error: {build / 'board.json'} is not a board record of "
                           f"`memwall board build` (invalid literal") and err.count("\n") == 1
     (build / "board.json").write_text('{"stimulus_depth": 0}')
-    status, out, err = run_cli(capsys, "umdam", "--board", "ulx3s", "--port", "/dev/null",
+    status, out, err = run_cli(capsys, "umdam", "--board", "ulx3s-85f", "--port", "/dev/null",
                                "--bitstream", str(build), "--no-program")
     assert (status, out) == (2, "")
     assert err == (f"memwall: error: the board record in {build}: Harness stimulus memory depth "
@@ -387,7 +387,7 @@ def test_run_on_a_port_that_echoes_fails_in_one_line(capsys, monkeypatch, tmp_pa
     tools = tmp_path / "tools"
     tools.mkdir()
     monkeypatch.setenv("PATH", _fake_loader(tools, 0) + os.pathsep + os.environ["PATH"])
-    status, out, err = run_cli(capsys, "umdam", "--board", "ulx3s", "--port", "loop://",
+    status, out, err = run_cli(capsys, "umdam", "--board", "ulx3s-85f", "--port", "loop://",
                                "--bitstream", str(build), "--vectors", "4")
     assert status == 1 and out == ""
     assert err == "memwall: the board on loop:// failed the run: WRITE answered BAD_CRC\n"

@@ -16,12 +16,13 @@ import sys
 import warnings
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 from amaranth.hdl import UnusedElaboratable
 
 from memwall.registry import Size
 
-__all__ = ["Board", "BOARDS", "board", "UnknownBoard", "LUTS_PER_CELL"]
+__all__ = ["default_folder", "Board", "BOARDS", "board", "UnknownBoard", "LUTS_PER_CELL"]
 
 #: LUT4s per Amaranth netlist cell, for the fit estimate: the measured ECP5 LUTs over the
 #: registry's cell estimate of edram (7.1K / 1880), rdxe-dxt (20.4K / 5688) and inflash
@@ -59,6 +60,8 @@ class Board:
         UP5K's 1 Mbit SPRAM is not counted: Amaranth memories do not map to it).
     led : str or None
         A LED resource (number 0) that shows a run, if the board has a plain one.
+    loader : str
+        openFPGALoader's ``--board`` name for it (``memwall board run``).
     """
 
     name: str
@@ -72,6 +75,7 @@ class Board:
     dsps: int
     bram_bits: int
     led: str | None = "led"
+    loader: str = ""
 
     @cached_property
     def platform_class(self) -> type:
@@ -113,16 +117,22 @@ _FTDI = "FTDI FT231X"
 # UltraPlus data sheet (FPGA-DS-02008, table 1.1); block RAM is 18 kbit DP16KD / 4 kbit EBR.
 BOARDS = {b.name: b for b in (
     Board("ulx3s-85f", "Radiona ULX3S, LFE5U-85F", "ulx3s:ULX3S_85F_Platform", "ecp5", "uart",
-          True, _FTDI, luts=83_640, dsps=156, bram_bits=208 * 18_432),
+          True, _FTDI, luts=83_640, dsps=156, bram_bits=208 * 18_432, loader="ulx3s"),
     Board("ulx3s-25f", "Radiona ULX3S, LFE5U-25F", "ulx3s:ULX3S_25F_Platform", "ecp5", "uart",
-          True, _FTDI, luts=24_288, dsps=28, bram_bits=56 * 18_432),
+          True, _FTDI, luts=24_288, dsps=28, bram_bits=56 * 18_432, loader="ulx3s"),
     Board("icebreaker", "1BitSquared iCEBreaker, iCE40UP5K", "icebreaker:ICEBreakerPlatform",
           "ice40", "uart", True, "FTDI FT2232H (channel B)", luts=5_280, dsps=8,
-          bram_bits=30 * 4_096),
+          bram_bits=30 * 4_096, loader="icebreaker"),
     Board("ecpix5-85", "LambdaConcept ECPIX-5, LFE5UM5G-85F", "ecpix5:ECPIX585Platform", "ecp5",
           "uart", True, "FTDI FT2232H (channel B)", luts=83_640, dsps=156,
-          bram_bits=208 * 18_432, led=None),
+          bram_bits=208 * 18_432, led=None, loader="ecpix5"),
 )}
+
+
+def default_folder(board_name: str, block_name: str) -> Path:
+    """Where ``memwall board build`` writes a block's bitstream and ``board.json`` unless told
+    otherwise, and where ``memwall board run`` looks for them."""
+    return Path("build/board") / board_name / block_name
 
 
 def board(name: str) -> Board:

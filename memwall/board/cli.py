@@ -10,8 +10,8 @@ from pathlib import Path
 
 from memwall import registry
 
-from .boards import (BOARDS, LUTS_PER_CELL, UnknownBoard, board, fit, harness_memories,
-                     measuring)
+from .boards import (BOARDS, LUTS_PER_CELL, UnknownBoard, board, default_folder, fit,
+                     harness_memories, measuring)
 from .build import BAUD, DEPTH, MARGIN, BoardBuildError, build, check
 
 __all__ = ["add_parser", "cmd_list", "cmd_build"]
@@ -127,7 +127,7 @@ def cmd_build(args) -> int:
         check(target, clock, args.baud)
     except (BoardBuildError, ToolNotFound) as exc:
         raise cli.UsageError(str(exc)) from None
-    staged = Staged(args.output)
+    staged = Staged(args.output or default_folder(target.name, block.name))
     try:
         with staged as stage:
             record = build(block, params, target, stage, clock_mhz=clock, baud=args.baud,
@@ -161,7 +161,7 @@ def add_parser(sub, design_args, parser_class) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="say why each block does not fit")
     p.set_defaults(func=cmd_list)
     p = group.add_parser("build", help="a block's bitstream for a board, and board.json")
-    design_args(p, "build/board")
+    design_args(p, None)
     p.add_argument("--board", required=True, help=f"one of {', '.join(BOARDS)}")
     p.add_argument("--clock", metavar="MHZ",
                    help=f"the block's clock (default: the highest a PLL makes at or below "

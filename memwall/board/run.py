@@ -34,10 +34,11 @@ from hdl.board.harness import MAX_DEPTH
 
 from .. import registry
 from ..params import ParameterError
+from .boards import BOARDS, Board, UnknownBoard, board, default_folder
 from .host import BoardError, HarnessHost
 from .vectors import Vectors, covered, vectors
 
-__all__ = ["SIM_DIVISOR", "SIM_CLOCK_NS", "LOADER", "LOADER_BOARDS", "HarnessSettings",
+__all__ = ["SIM_DIVISOR", "SIM_CLOCK_NS", "LOADER", "HarnessSettings",
            "Mismatch", "Report", "check", "cycle_limit", "sim_settings", "add_run_parser",
            "cmd_run"]
 
@@ -48,9 +49,6 @@ SIM_DIVISOR = 4
 SIM_CLOCK_NS = 10
 #: The programmer ``run`` looks for on PATH (Debian's ``openfpgaloader``).
 LOADER = "openFPGALoader"
-#: Board name -> openFPGALoader's ``--board`` name.
-LOADER_BOARDS = {"ulx3s": "ulx3s", "ulx3s-25f": "ulx3s", "icebreaker": "icebreaker",
-                 "ecpix5": "ecpix5"}
 #: Mismatches a report lists (all of them are counted).
 SHOWN_MISMATCHES = 5
 #: How long a serial read waits, and how long the port may take to come back after programming
@@ -250,16 +248,17 @@ def _loader() -> str:
     return loader
 
 
-def _program(board: str, bitstream: Path) -> None:
+def _program(board: Board, bitstream: Path) -> None:
     try:
-        done = subprocess.run([_loader(), "--board", LOADER_BOARDS[board], str(bitstream)],
+        done = subprocess.run([_loader(), "--board", board.loader, str(bitstream)],
                               capture_output=True, text=True, timeout=PROGRAM_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise ParameterError(f"{LOADER} did not finish programming the {board} within "
+        raise ParameterError(f"{LOADER} did not finish programming the {board.name} within "
                              f"{PROGRAM_TIMEOUT_S} s") from None
     if done.returncode:
         last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
-        raise ParameterError(f"{LOADER} could not program the {board} (is it connected?): {last}")
+        raise ParameterError(f"{LOADER} could not program the {board.name} (is it connected?): "
+                             f"{last}")
 
 
 def _open_port(port: str, baud: int):
@@ -280,14 +279,15 @@ def _hardware(args, entry, params) -> int:
 
     if args.board is None or args.port is None:
         raise ParameterError("memwall board run needs --board and --port, or --sim")
-    if args.board not in LOADER_BOARDS:
-        raise ParameterError(f"unknown board {args.board!r}; boards are "
-                             f"{', '.join(LOADER_BOARDS)}")
+    try:
+        target = board(args.board)
+    except UnknownBoard as exc:
+        raise ParameterError(str(exc)) from None
     if "://" not in args.port and not os.path.exists(args.port):
         raise ParameterError(f"serial port {args.port} does not exist (is the board plugged in?)")
     if not args.no_program:
         _loader()
-    folder = Path(args.bitstream or f"build/board/{args.board}/{entry.name}")
+    folder = Path(args.bitstream or default_folder(target.name, entry.name))
     bitstream = None if args.no_program else _bitstream(folder)
     settings = HarnessSettings.from_build(folder if folder.is_dir() else folder.parent)
     settings = HarnessSettings(**{**asdict(settings), **({"baud": args.baud} if args.baud else {})})
@@ -299,7 +299,7 @@ def _hardware(args, entry, params) -> int:
     v = vectors(entry, params, args.vectors, args.seed, harness.block)
     _fits(v, settings)
     if bitstream is not None:
-        _program(args.board, bitstream)
+        _program(target, bitstream)
     port = _open_port(args.port, settings.baud)
     try:
         port.reset_input_buffer()
@@ -340,7 +340,7 @@ def add_run_parser(subparsers):
                                           "its golden model, bit-exact, and measure cycles per "
                                           "item")
     p.add_argument("block", help=f"registered block with board vectors: {', '.join(covered())}")
-    p.add_argument("--board", help=f"the board: {', '.join(LOADER_BOARDS)}")
+    p.add_argument("--board", help=f"the board: {', '.join(BOARDS)}")
     p.add_argument("--port", help="its serial port (/dev/ttyUSB0, or a pyserial URL)")
     p.add_argument("--preset", default="small",
                    help=f"parameter preset: {', '.join(registry.PRESETS)} (default: small)")
