@@ -48,6 +48,8 @@ def exact(message):
      "RSqrt Newton-Raphson iteration count must be between 0 and 3, not -1"),
     (RSqrt, dict(block_registers="no"), TypeError,
      "RSqrt block_registers must be True or False, not 'no'"),
+    (Reciprocal, dict(round_register=1), TypeError,
+     "Reciprocal round_register must be True or False, not 1"),
 ])
 @pytest.mark.parametrize("how", ["constructor", "latency_of"])
 def test_parameter_messages(unit, kwargs, kind, message, how):
@@ -62,6 +64,7 @@ def test_parameter_messages(unit, kwargs, kind, message, how):
     *[(unit, dict(iterations=n, block_registers=b)) for unit in (Reciprocal, RSqrt)
       for n in range(4) for b in (False, True)],
     (Reciprocal, {}), (RSqrt, {}),
+    (Reciprocal, dict(round_register=True)), (RSqrt, dict(round_register=True)),
 ])
 def test_latency_of_is_the_unit_latency(unit, kwargs):
     """The nearest accepted value of each refused one builds, and each unit's latency function
@@ -89,6 +92,7 @@ def test_exp2_latency(stages):
 def test_newton_latency(iterations):
     assert Reciprocal.latency_of(iterations=iterations) == 4 + 4 * iterations
     assert RSqrt.latency_of(iterations=iterations) == 4 + 6 * iterations
+    assert Reciprocal.latency_of(iterations=iterations, round_register=True) == 5 + 4 * iterations
 
 
 # ------------------------------------------------------------------------------------------------
@@ -142,9 +146,10 @@ def test_exp2_simulation(table_bits, stages):
 
 
 @pytest.mark.parametrize("unit_class, golden", [(Reciprocal, g.reciprocal), (RSqrt, g.rsqrt)])
-@pytest.mark.parametrize("iterations", range(4))
-def test_newton_simulation(unit_class, golden, iterations):
-    unit = unit_class(iterations=iterations)
+@pytest.mark.parametrize("iterations, round_register", [(n, False) for n in range(4)]
+                         + [(2, True)])
+def test_newton_simulation(unit_class, golden, iterations, round_register):
+    unit = unit_class(iterations=iterations, round_register=round_register)
     codes = stimulus()
     run = run_pipeline(unit, [{"x": int(c)} for c in codes], seed=1)
     got, latency = np.array(run.outputs, dtype=np.uint32), run.delays

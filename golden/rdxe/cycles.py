@@ -50,7 +50,8 @@ class Latency:
     ``gather`` is the skid buffer a VAC's result passes on its way into the gatherer (so that
     the gatherer's decision to take a word does not reach back into the VACs' queues).
     ``feed`` is the register behind the token buffer's block RAMs (and beside it on the
-    activation path) before a chunk enters the chunk queue.
+    activation path) before a chunk enters the chunk queue. ``reciprocal`` is the RC unit's
+    (``Reciprocal(round_register=True)``); it is hidden behind the RMSNorm path.
     """
 
     requant: int = unit_latency(Vac.ppu_unit(VacConfig()))
@@ -60,7 +61,7 @@ class Latency:
     fadd: int = 6
     exp2: int = 7
     rsqrt: int = 16
-    reciprocal: int = 12
+    reciprocal: int = 13
     accumulate: int = 1
     broadcast: int = 1
     score_read: int = 2

@@ -64,28 +64,33 @@ class _NewtonRaphson(wiring.Component):
     _sqrt = False
     _CUTS_PER_STEP = 4
 
-    def __init__(self, *, iterations: int = 2, block_registers: bool = False):
-        self.latency_of(iterations=iterations,
-                        block_registers=block_registers)          # one copy of the checks
+    def __init__(self, *, iterations: int = 2, block_registers: bool = False,
+                 round_register: bool = False):
+        self.latency_of(iterations=iterations, block_registers=block_registers,
+                        round_register=round_register)            # one copy of the checks
         self._iterations, self._blocks = iterations, block_registers
+        self._round_register = round_register
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"x": 32}), always_ready=True)),
             "o": Out(stream.Signature(data.StructLayout({"y": 32}), always_ready=True)),
         })
 
     @classmethod
-    def latency_of(cls, *, iterations: int = 2, block_registers: bool = False) -> int:
+    def latency_of(cls, *, iterations: int = 2, block_registers: bool = False,
+                   round_register: bool = False) -> int:
         """Return the latency of a unit with these arguments, without building it.
 
         The arguments are the constructor's, checked as it checks them (the same exceptions);
-        the latency is ``4 + cycles_per_step * iterations`` cycles.
+        the latency is ``4 + cycles_per_step * iterations`` cycles, one more with
+        ``round_register``.
         """
         name = "RSqrt" if cls._sqrt else "Reciprocal"
         integer(iterations, f"{name} Newton-Raphson iteration count", 0, MAX_ITERATIONS)
-        if not isinstance(block_registers, bool):
-            raise TypeError(f"{name} block_registers must be True or False, not "
-                            f"{block_registers!r}")
-        return 4 + cls._CUTS_PER_STEP * iterations
+        for flag, value in (("block_registers", block_registers),
+                            ("round_register", round_register)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} {flag} must be True or False, not {value!r}")
+        return 4 + cls._CUTS_PER_STEP * iterations + round_register
 
     @property
     def iterations(self) -> int:
@@ -97,14 +102,16 @@ class _NewtonRaphson(wiring.Component):
 
     @property
     def latency(self) -> int:
-        """Cycles from ``i.valid`` to ``o.valid``: ``4 + cycles_per_step * iterations``."""
-        return self.latency_of(iterations=self._iterations)
+        """Cycles from ``i.valid`` to ``o.valid``: ``4 + cycles_per_step * iterations``, one more
+        with ``round_register``."""
+        return self.latency_of(iterations=self._iterations,
+                               round_register=self._round_register)
 
     def elaborate(self, platform):
         m = Module()
         # Every cut is a register, so each partial product's register may be its block's own.
         self._ecp5 = self._blocks and family(platform) == "ecp5"
-        cuts = 3 + self._CUTS_PER_STEP * self._iterations
+        cuts = 3 + self._CUTS_PER_STEP * self._iterations + self._round_register
         pipe = Pipeline(m, self.i.valid, cuts=cuts, stages=cuts + 1)
 
         x = unpack(FP32, self.i.payload.x)
@@ -150,7 +157,8 @@ class _NewtonRaphson(wiring.Component):
         top, sticky, exp, *flags = pipe.cut(top, sticky, exp, sign, is_nan, is_inf, is_zero)
         sign, is_nan, is_inf, is_zero = flags
         result = round_pack(FP32, sign, exp, top, sticky,
-                            is_zero=is_zero, is_inf=is_inf, is_nan=is_nan)
+                            is_zero=is_zero, is_inf=is_inf, is_nan=is_nan,
+                            cut=pipe.cut if self._round_register else None)
         pipe.output(self.o, {"y": result})
         return m
 
@@ -255,6 +263,10 @@ class Reciprocal(_NewtonRaphson):
         partial product is one ``MULT18X18D`` whose output register is the partial-product
         register (:func:`hdl.arith.dsp.ecp5_product` without input registers). The same latency
         and bits. Default ``False``: generic registers for every target.
+    round_register : bool
+        ``True``: a register between the rounding increment and the choice among the special
+        results (:func:`~hdl.arith.float.round_pack`'s ``cut``): one cycle more, the same bits.
+        Default ``False``.
 
     Members
     -------
@@ -263,7 +275,8 @@ class Reciprocal(_NewtonRaphson):
     o : Out(stream.Signature(StructLayout({"y": 32}), always_ready=True))
         Results (fp32), ``latency`` cycles after their arguments.
 
-    Latency is ``4 + 4 * iterations`` cycles; throughput one result per cycle.
+    Latency is ``4 + 4 * iterations`` cycles (one more with ``round_register``); throughput one
+    result per cycle.
 
     Special values: 1/(+-0) = +-inf (subnormals are zeros), 1/(+-inf) = +-0, NaN gives the
     canonical NaN. ``|x| > 2**126`` gives +-0 (the result would be subnormal);
@@ -287,7 +300,7 @@ class RSqrt(_NewtonRaphson):
     iterations : int
         Newton-Raphson steps, 0 to 3 (default 2). Worst relative error over all positive normal
         fp32 inputs: about ``2**-8.7`` (0 steps), ``2**-16.8`` (1), below ``2**-23`` (2, 3).
-    block_registers : bool
+    block_registers, round_register : bool
         As :class:`Reciprocal`'s.
 
     Members
@@ -297,7 +310,8 @@ class RSqrt(_NewtonRaphson):
     o : Out(stream.Signature(StructLayout({"y": 32}), always_ready=True))
         Results (fp32), ``latency`` cycles after their arguments.
 
-    Latency is ``4 + 6 * iterations`` cycles; throughput one result per cycle.
+    Latency is ``4 + 6 * iterations`` cycles (one more with ``round_register``); throughput one
+    result per cycle.
 
     Special values (IEEE 754 rSqrt with flush-to-zero): rsqrt(+0) = +inf, rsqrt(-0) = -inf
     (subnormals are zeros of their sign), rsqrt(x < 0) = NaN (also for -inf), rsqrt(+inf) = +0,

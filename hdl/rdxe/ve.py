@@ -167,7 +167,7 @@ class RcUnit(wiring.Component):
                                          acc_bits=ACC_BITS),
                 "int_to_float": IntToFloat.latency_of(ACC_BITS, FP32),
                 "fmac": FloatMAC.latency_of(FP32, FP32), "rsqrt": RSqrt.latency_of(),
-                "reciprocal": Reciprocal.latency_of(),
+                "reciprocal": Reciprocal.latency_of(round_register=True),
                 "requant": Requantizer.latency_of(max(FP32.precision + 1, cfg.rc_mant_bits + 2),
                                                   cfg.rc_mant_bits + 2, clamp="full",
                                                   mult_bits=2)}
@@ -221,8 +221,9 @@ class RcUnit(wiring.Component):
         rms_lat = fmac.latency + rsqrt.latency
         rms_seq = delay(m, seq, rms_lat, name="rms_seq")
 
-        # Softmax: r = reciprocal(P), held back to the RMSNorm path's latency.
-        m.submodules.recip = recip = Reciprocal()
+        # Softmax: r = reciprocal(P), held back to the RMSNorm path's latency (so its rounding's
+        # register costs no cycle).
+        m.submodules.recip = recip = Reciprocal(round_register=True)
         m.d.comb += [recip.i.valid.eq(to_float.o.valid & softmax), recip.i.payload.x.eq(value)]
         pad = rms_lat - recip.latency
         sm_valid = delay(m, recip.o.valid, pad, name="recip_valid", reset=True)
