@@ -42,7 +42,7 @@ BLOCKS = {"block_registers": "true"}
 ECP5_CASES = [
     ("arith-requant", "default", BLOCKS),
     ("arith-requant", "paper", {**BLOCKS, "mult_signed": "false", "stages": "3"}),
-    ("arith-requant", "paper", {**BLOCKS, "mult_signed": "false", "stages": "5"}),
+    ("arith-requant", "paper", {**BLOCKS, "mult_signed": "false", "stages": "6"}),
     ("arith-idot", "small", BLOCKS),
 ]
 

@@ -114,6 +114,7 @@ def test_product_is_as_wide_as_its_operands():
     (lambda: Requantizer(25, 8, mult_bits=8, block_registers=True), 2),
     (lambda: Requantizer(stages=3, block_registers=True), 4),
     (lambda: Requantizer(stages=5, block_registers=True), 4),
+    (lambda: Requantizer(stages=6, block_registers=True), 4),
     (lambda: IntDot(4, block_registers=True), 4),
     (lambda: Exp2(block_registers=True), 1),
     (lambda: Reciprocal(block_registers=True), 10),

@@ -104,7 +104,7 @@ def test_golden_vs_reference(out_bits, clamp):
 
 
 
-@pytest.mark.parametrize("stages", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("stages", [1, 2, 3, 4, 5, 6])
 @pytest.mark.parametrize("in_bits, out_bits, mult_bits, mult_signed, clamp", [
     (32, 8, 32, True, "symmetric"), (32, 8, 32, False, "full"), (20, 6, 9, True, "full"),
 ])
@@ -148,8 +148,8 @@ def exact(message):
     ({"mult_bits": 33}, ValueError, "Multiplier width must be between 2 and 32, not 33"),
     ({"mult_bits": 1}, ValueError, "Multiplier width must be between 2 and 32, not 1"),
     ({"mult_signed": 1}, TypeError, "Multiplier signedness must be True or False, not 1"),
-    ({"stages": 0}, ValueError, "Pipeline stages must be between 1 and 5, not 0"),
-    ({"stages": 6}, ValueError, "Pipeline stages must be between 1 and 5, not 6"),
+    ({"stages": 0}, ValueError, "Pipeline stages must be between 1 and 6, not 0"),
+    ({"stages": 7}, ValueError, "Pipeline stages must be between 1 and 6, not 7"),
 ])
 @pytest.mark.parametrize("check", [Requantizer, Requantizer.latency_of],
                          ids=["constructor", "latency_of"])
@@ -162,7 +162,7 @@ def test_errors(kwargs, kind, message, check):
 @pytest.mark.parametrize("kwargs", [
     {"in_bits": 2, "out_bits": 2}, {"in_bits": 48}, {"out_bits": 32}, {"clamp": "full"},
     {"mult_bits": 2}, {"mult_bits": 32, "mult_signed": False}, {"stages": 1}, {"stages": 4},
-    {"stages": 5},
+    {"stages": 5}, {"stages": 6},
 ])
 def test_accepted(kwargs):
     """Each accepted set builds, and the latency function gives the built unit's latency."""
@@ -176,7 +176,7 @@ def test_registry():
         block.validate(block.parameters(preset))
     assert block.parameters("default").clamp == "symmetric"
     assert block.parameters("paper").clamp == "full"
-    with pytest.raises(ParameterError, match=exact("Pipeline stages must be between 1 and 5, "
+    with pytest.raises(ParameterError, match=exact("Pipeline stages must be between 1 and 6, "
                                                    "not 7")):
         block.parameters("default", {"stages": "7"})
     assert block.elaborate(block.parameters("default", {"stages": "2"})).latency == 2

@@ -798,8 +798,8 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
     lat = R.Latency()
     ready = schedule(outputs, inputs, DEFAULT)
     got = R.gemv_cycles(outputs, inputs, DEFAULT)
-    assert got.total == max(ready.values()) + lat.requant + 1
-    assert got.done == gbus_done({o: r + lat.requant for o, r in ready.items()})
+    assert got.total == max(ready.values()) + lat.ppu + 1
+    assert got.done == gbus_done({o: r + lat.ppu for o, r in ready.items()})
     assert got.macs == outputs * inputs
     # Fused: the RC factor is ready when the VE's chain over the C chunks is done (dot 5,
     # accumulator 1, int_to_float 3, fmul 5, fadd 6, rsqrt 16, conversion 4, its output register
@@ -809,9 +809,10 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
     fused = R.rmsnorm_gemv_cycles(outputs, inputs, DEFAULT)
     assert fused.rc_ready == rc_ready
     entries = rcu_entries(ready, 16, rc_ready)
-    # RCU 5 (its partial products registered twice) and PPU 4.
-    assert fused.total == max(entries.values()) + 9 + 1
-    assert fused.done == gbus_done({o: e + 9 for o, e in entries.items()})
+    # RCU 6 (its partial products registered twice, its shift in two steps) and PPU 5 (its
+    # shift in two steps).
+    assert fused.total == max(entries.values()) + 11 + 1
+    assert fused.done == gbus_done({o: e + 11 for o, e in entries.items()})
     assert fused.hold == sum(1 for o, r in ready.items() if o % 16 == 0 and r < rc_ready)
     # Sequential: the factor, the sequencer's wait 1, C normalizing reads, the GEMV's lead 30
     # (request 23, chunk queue 2, operand path 5), then the plain GEMV.
@@ -822,12 +823,12 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
 
 def test_gemv_cycles_by_hand():
     # 16 x 16 on 16 VACs: one chunk each; VAC 15 gets it at cycle 15, IntDot 5, accumulator 1,
-    # PPU 4: result at cycle 25, 26 cycles. Fused: rc at 0 + 5 + 1 + 3 + 5 + 6 + 16 + 4 + 1 + 1
-    # = 42, RCU 5 + PPU 4: 52 cycles.
+    # PPU 5: result at cycle 26, 27 cycles. Fused: rc at 0 + 5 + 1 + 3 + 5 + 6 + 16 + 4 + 1 + 1
+    # = 42, RCU 6 + PPU 5: 54 cycles.
     plain = R.gemv_cycles(16, 16, DEFAULT)
-    assert (plain.total, plain.utilization) == (26, 256 / (256 * 26))
+    assert (plain.total, plain.utilization) == (27, 256 / (256 * 27))
     fused = R.rmsnorm_gemv_cycles(16, 16, DEFAULT)
-    assert (fused.total, fused.rc_ready, fused.hold) == (52, 42, 1)
+    assert (fused.total, fused.rc_ready, fused.hold) == (54, 42, 1)
 
 
 def test_long_gemv_utilization_and_fused_overhead():
@@ -853,7 +854,7 @@ def test_softmax_pv_cycles_match_schedule(tokens):
     ready = schedule(64, tokens, DEFAULT)
     fused = R.softmax_pv_cycles(tokens, DEFAULT)
     assert fused.rc_ready == rc_ready
-    assert fused.total == last_rcu_entry(ready, 16, rc_ready) + 9 + 1
+    assert fused.total == last_rcu_entry(ready, 16, rc_ready) + 11 + 1
     seq = R.softmax_pv_cycles(tokens, DEFAULT, mode="sequential")
     assert seq.total == rc_ready + 1 + C + 30 + R.gemv_cycles(64, tokens, DEFAULT).total
     assert seq.total > fused.total
@@ -866,7 +867,7 @@ def test_softmax_pv_cycles_match_schedule(tokens):
 def test_qk_cycles_match_a_cycle_by_cycle_bus(tokens):
     ready = schedule(tokens, 64, DEFAULT)
     got = R.qk_cycles(tokens, DEFAULT)
-    assert got.total == got.done == gbus_done({t: r + 4 for t, r in ready.items()})
+    assert got.total == got.done == gbus_done({t: r + 5 for t, r in ready.items()})   # PPU 5
 
 
 # --- argument errors ----------------------------------------------------------------------------

@@ -89,11 +89,12 @@ def test_latencies_match_golden():
         vac = Vac(VacConfig(lanes=lanes))
         lat = golden.Latency.of(vac.cfg)
         assert vac.dot_latency == lat.dot(lanes)
-        assert vac.requant_latency == lat.requant
+        assert vac.requant_latency == lat.ppu
         assert vac.rcu_latency == lat.rcu
         assert vac.acc_latency == vac.row_latency + lat.dot(lanes) + lat.accumulate
-    assert (Vac(VacConfig()).row_latency, Vac(VacConfig()).latency) == (5, 17)
-    assert Vac(VacConfig(operand_stages=1)).latency == 14
+    # row 5 + lane tree 5 + accumulator 1 + PPU 5 + result queue 2; 3 fewer with 1 stage.
+    assert (Vac(VacConfig()).row_latency, Vac(VacConfig()).latency) == (5, 18)
+    assert Vac(VacConfig(operand_stages=1)).latency == 15
     for stages in (1, 4, 8):
         cfg = VacConfig(operand_stages=stages)
         assert golden.Latency.of(cfg).row == Vac(cfg).row_latency
@@ -471,7 +472,7 @@ def test_plain_timing_matches_cycle_model(lanes, vacs, M, K, stages):
     for v in range(vacs):
         for p, (cycle, _) in enumerate(results[v]):
             o = p * vacs + v
-            want = _acc_ready(o, vacs, C, lanes) + lat.requant + queue
+            want = _acc_ready(o, vacs, C, lanes) + lat.ppu + queue
             assert cycle == want, f"output {o}: result on o at {cycle}, model {want}"
             leave[o] = cycle - queue               # padding outputs too: the model counts them
     assert max(leave.values()) + 1 == golden.gemv_cycles(M, K, params).total
@@ -490,7 +491,7 @@ def test_fused_timing_against_cycle_model(M, K):
     """The RC factor on ``rc`` one cycle before golden's rc_ready. Each VAC's RCU takes one
     accumulator per cycle, so outputs parked for the factor leave one per cycle: K = 160 parks
     at most one per VAC, K = 4 (one chunk per output) parks all four; both end on golden's
-    rmsnorm_gemv_cycles (53 cycles for the second)."""
+    rmsnorm_gemv_cycles (55 cycles for the second)."""
     lanes, vacs = 4, 4
     cfg = VacConfig(lanes=lanes, wmem_depth=128, ppu_depth=16, queue_depth=32)
     params = _params(cfg, vacs)
@@ -506,13 +507,13 @@ def test_fused_timing_against_cycle_model(M, K):
         outs = [p * vacs + v for p in range(len(results[v]))]
         entry = _fused_issue([_acc_ready(o, vacs, C, lanes) for o in outs], model.rc_ready)
         for o, s, (cycle, _) in zip(outs, entry, results[v]):
-            want = s + lat.rcu + lat.requant + queue
+            want = s + lat.rcu + lat.ppu + queue
             assert cycle == want, f"output {o}: result on o at {cycle}, expected {want}"
             if o < M:
                 last = max(last, cycle - queue)
     assert last + 1 == model.total
     if K == 4:
-        assert (model.total, model.hold) == (53, 4)
+        assert (model.total, model.hold) == (55, 4)
 
 
 # --- flow control ---------------------------------------------------------------------------------
@@ -584,8 +585,8 @@ def test_overrun_flags_a_source_without_credits(what, count):
 @pytest.mark.parametrize("fused", [False, True])
 def test_paper_tile_by_hand(fused):
     """golden's hand numbers: 16 x 16 on 16 VACs of 16 lanes. VAC 15 gets the chunk at cycle 15,
-    lane tree 5, accumulator 1, PPU 4: the last result leaves the PPU at 25 (26 cycles). Fused:
-    the factor reaches the RCUs at 42, RCU 5 and PPU 4: the last result at 51 (52 cycles)."""
+    lane tree 5, accumulator 1, PPU 5: the last result leaves the PPU at 26 (27 cycles). Fused:
+    the factor reaches the RCUs at 42, RCU 6 and PPU 5: the last result at 53 (54 cycles)."""
     cfg = VacConfig(lanes=16, wmem_depth=4, ppu_depth=4, queue_depth=8)
     params = _params(cfg, 16)
     rng = np.random.default_rng(16)
@@ -593,7 +594,7 @@ def test_paper_tile_by_hand(fused):
     model = (golden.rmsnorm_gemv_cycles if fused else golden.gemv_cycles)(16, 16, params)
     results, _ = _drive(plan, rc_at=model.rc_ready - 1 if fused else None)
     last = max(cycle for r in results for cycle, _ in r) - Vac(cfg).queue_latency
-    assert (last + 1, model.total) == ((52, 52) if fused else (26, 26))
+    assert (last + 1, model.total) == ((54, 54) if fused else (27, 27))
 
 
 def test_full_rate_needs_one_ring_trip_of_credits():

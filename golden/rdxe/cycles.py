@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hdl.arith.requant import Requantizer
 from hdl.latency import unit_latency
 from hdl.rdxe.spec import VacConfig
 from hdl.rdxe.vac import Vac
@@ -45,8 +46,10 @@ class Latency:
     the activation requantizer (docs/rdxe.md section 9.1: the DXT's critical path ran through
     that split into the requantizer's multiplier). ``rc_out`` is the VE's register on the RC
     factor after the conversion's renormalization and saturation, before the factor fans out to
-    the VACs. ``requant`` is the PPU's latency (and the VE's requantizers'), ``rcu`` the RCU's
-    (its partial products registered once more on their way from the multiplier blocks).
+    the VACs. ``requant`` is the VE's requantizers' latency (the activation path's and the RC
+    conversion's), ``ppu`` the PPU's (its shift in two steps), ``rcu`` the RCU's (its shift in
+    two steps, and its partial products registered once more on their way from the multiplier
+    blocks).
     ``gather`` is the skid buffer a VAC's result passes on its way into the gatherer (so that
     the gatherer's decision to take a word does not reach back into the VACs' queues).
     ``feed`` is the register behind the token buffer's block RAMs (and beside it on the
@@ -54,7 +57,8 @@ class Latency:
     (``Reciprocal(round_register=True)``); it is hidden behind the RMSNorm path.
     """
 
-    requant: int = unit_latency(Vac.ppu_unit(VacConfig()))
+    requant: int = Requantizer.latency_of()
+    ppu: int = unit_latency(Vac.ppu_unit(VacConfig()))
     rcu: int = unit_latency(Vac.rcu_unit(VacConfig()))
     int_to_float: int = 3
     fmul: int = 5
@@ -85,7 +89,7 @@ class Latency:
         names no registers."""
         if not isinstance(params, VacConfig):
             return cls()
-        return cls(requant=unit_latency(Vac.ppu_unit(params)),
+        return cls(ppu=unit_latency(Vac.ppu_unit(params)),
                    rcu=unit_latency(Vac.rcu_unit(params)), row=Vac.row_latency_of(params))
 
     def dot(self, lanes: int) -> int:
@@ -190,13 +194,13 @@ def gemv_cycles(outputs: int, inputs: int, params: RdxeParams, lat: Latency | No
     ``v`` sees chunk ``j`` of pass ``p`` at cycle ``p*C + j + v`` (one cycle per HLINK hop) with
     its WMEM row; output ``o`` (VAC ``o mod N``, pass ``o // N``; the last pass's padding
     outputs included) has its accumulator at ``a_o = (o//N)*C + C - 1 + o mod N + dot +
-    accumulate`` and its INT8 result ``requant`` cycles later. ``total = max_o a_o + requant +
+    accumulate`` and its INT8 result ``ppu`` cycles later. ``total = max_o a_o + ppu +
     1``; ``done`` adds the GBUS (:func:`_gbus`).
     """
     params = _params(params)
     lat = Latency.of(params) if lat is None else lat
     outputs, inputs = _pos(outputs, "Output count"), _pos(inputs, "Input length")
-    results = _acc_ready(outputs, inputs, params, lat) + lat.requant
+    results = _acc_ready(outputs, inputs, params, lat) + lat.ppu
     return _cycles(results.max() + 1, outputs, inputs, params, done=_gbus(results, lat))
 
 
@@ -221,7 +225,7 @@ def _fused(outputs: int, inputs: int, params: RdxeParams, lat: Latency, rc_ready
         for index in range(v, len(ready), N):
             s = max(int(ready[index]), rc_ready, s + 1)
             entry[index] = s
-    results = entry + lat.rcu + lat.requant
+    results = entry + lat.rcu + lat.ppu
     return _cycles(results.max() + 1, outputs, inputs, params, rc_ready=rc_ready, hold=hold,
                    done=_gbus(results, lat))
 
@@ -252,7 +256,7 @@ def rmsnorm_gemv_cycles(outputs: int, inputs: int, params: RdxeParams, *, mode: 
     Fused: the GEMV runs as :func:`gemv_cycles`; a finished accumulator waits for ``rc_ready``,
     then RCU and PPU. Each VAC's RCU takes one accumulator per cycle in output order, so VAC
     ``v``'s outputs enter it at ``s_k = max(a_k, rc_ready, s_(k-1) + 1)`` and ``total = max_v
-    s_last + rcu + requant + 1`` (``max(max_o a_o, rc_ready) + rcu + requant + 1`` when no VAC holds
+    s_last + rcu + ppu + 1`` (``max(max_o a_o, rc_ready) + rcu + ppu + 1`` when no VAC holds
     more than one finished accumulator at ``rc_ready``). Sequential: ``x`` fills the token
     buffer while the VE sums it (cycle 0 is its first chunk at the sum), and ``total = rc_ready
     + wait + C + lead + gemv_cycles(...).total`` (:func:`_sequential`).
@@ -300,7 +304,7 @@ def qk_cycles(tokens: int, params: RdxeParams, lat: Latency | None = None) -> Cy
 
     A GEMV with ``tokens`` outputs and ``head_dim`` inputs: token ``t`` on VAC ``t mod N`` (its
     owner), one key row per cycle, the query re-streamed every pass; the score leaves the PPU at
-    ``r_t = a_t + requant`` and is on the VAC's ``o`` ``queue`` cycles later, at the gatherer
+    ``r_t = a_t + ppu`` and is on the VAC's ``o`` ``queue`` cycles later, at the gatherer
     ``gather`` after that. The GBUS moves ``GBUS_BYTES`` scores per transfer in token order, one
     transfer per cycle: transfer ``w`` happens at ``g_w = max(max r_t + queue + gather over its
     scores, g_(w-1) + 1)`` (the last pass's
@@ -310,7 +314,7 @@ def qk_cycles(tokens: int, params: RdxeParams, lat: Latency | None = None) -> Cy
     params = _params(params)
     lat = Latency.of(params) if lat is None else lat
     tokens = integer(tokens, "Token count", 1, MAX_TOKENS)
-    results = _acc_ready(tokens, params.head_dim, params, lat) + lat.requant
+    results = _acc_ready(tokens, params.head_dim, params, lat) + lat.ppu
     done = _gbus(results, lat)
     return _cycles(done, tokens, params.head_dim, params, done=done)
 

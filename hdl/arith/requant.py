@@ -23,7 +23,10 @@ _SLICE = 17
 _BOUNDARIES = {1: ("saturated",), 2: ("product", "saturated"),
                3: ("partial", "product", "saturated"),
                4: ("partial", "product", "shifted", "saturated"),
-               5: ("partial", "landed", "product", "shifted", "saturated")}
+               5: ("partial", "product", "coarse", "shifted", "saturated"),
+               6: ("partial", "landed", "product", "coarse", "shifted", "saturated")}
+#: The shift in two steps at the ``coarse`` boundary: by whole groups of this many bits first.
+_COARSE = 8
 
 
 def _slices(value, width: int, is_signed: bool):
@@ -35,6 +38,15 @@ def _slices(value, width: int, is_signed: bool):
         piece = value[lsb:msb]
         out.append((lsb, piece.as_signed() if is_signed and msb == width else piece))
     return out
+
+
+def _shift_right_sticky(m: Module, value, shift, name: str = "halved"):
+    """``value >> shift`` (arithmetic) and the OR of the bits it drops."""
+    shifted = Signal(signed(len(value)), name=name)
+    m.d.comb += shifted.eq(value >> shift)
+    most = (1 << len(shift)) - 1           # from j = most on, shift > j cannot hold
+    below = Cat(*((shift > j) if j < most else Const(0) for j in range(len(value))))
+    return shifted, (value.as_unsigned() & below).any()
 
 
 class Requantizer(wiring.Component):
@@ -62,12 +74,13 @@ class Requantizer(wiring.Component):
     mult_signed : bool
         ``m`` is signed (default, like TFLite's int32 multiplier) or unsigned.
     stages : int
-        Pipeline depth, 1 to 5; the latency equals it. Registers sit after: 4: the partial
+        Pipeline depth, 1 to 6; the latency equals it. Registers sit after: 4: the partial
         products, the full product, the shift and rounding decision, the saturated result;
-        3: all but the shift; 2: the product and the result; 1: the result only; 5: as 4, and
-        each partial product registered again in the fabric before the sum (with
-        ``block_registers``, a register on the far side of the route from a multiplier block
-        placed away from the adder).
+        3: all but the shift; 2: the product and the result; 1: the result only; 5: as 4, with
+        the shift in two steps (by whole bytes, then by the bits left) and a register between
+        them; 6: as 5, and each partial product registered again in the fabric before the sum
+        (with ``block_registers``, a register on the far side of the route from a multiplier
+        block placed away from the adder).
     block_registers : bool
         ``True``: elaborated for the ECP5 (``platform=hdl.arith.dsp.Target("ecp5")``) with the
         partial products registered (``stages`` 3 to 5), each partial product is one
@@ -138,6 +151,17 @@ class Requantizer(wiring.Component):
                                mult_bits=self._mult_bits, mult_signed=self._mult_signed,
                                stages=self._stages)
 
+    @staticmethod
+    def _two_step_shift(m: Module, doubled, shift, stage):
+        """``doubled >> shift`` and its sticky bit, by whole groups of :data:`_COARSE` bits, the
+        ``coarse`` register, then by the bits left."""
+        step = _COARSE.bit_length() - 1
+        coarse, coarse_sticky = _shift_right_sticky(m, doubled, Cat(Const(0, step),
+                                                                    shift[step:]), "coarse")
+        coarse, coarse_sticky = stage("coarse", coarse), stage("coarse", coarse_sticky)
+        fine, fine_sticky = _shift_right_sticky(m, coarse, stage("coarse", shift[:step]))
+        return fine, coarse_sticky | fine_sticky
+
     @property
     def limits(self) -> tuple[int, int]:
         """The saturation range ``(least, greatest)``."""
@@ -182,11 +206,10 @@ class Requantizer(wiring.Component):
         # Floor of (2 * product) / 2**shift: bit 0 is the round bit, the rest the floor of
         # product / 2**shift. Sticky: any product bit below the round bit.
         doubled = Cat(Const(0, 1), product).as_signed()
-        halved = Signal(signed(product_bits + 1))
-        m.d.comb += halved.eq(doubled >> shift)
-        most = (1 << len(shift)) - 1           # from j = most on, shift > j cannot hold
-        below = Cat(*((shift > j) if j < most else Const(0) for j in range(product_bits + 1)))
-        sticky = (doubled.as_unsigned() & below).any()
+        if "coarse" in registered:
+            halved, sticky = self._two_step_shift(m, doubled, shift, stage)
+        else:
+            halved, sticky = _shift_right_sticky(m, doubled, shift)
         floor = halved[1:].as_signed()
         round_up = Signal()
         m.d.comb += round_up.eq(halved[0] & (sticky | floor[0]))

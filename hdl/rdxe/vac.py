@@ -116,7 +116,7 @@ class Vac(wiring.Component):
         outputs than its credits allow (or sends factors early) can cause it.
 
     Latency and throughput (defaults: ``row_latency`` 5, ``dot_latency`` 5, ``requant_latency``
-    4, ``rcu_latency`` 5, ``queue_latency`` 2): one chunk per cycle on HLINK, whatever happens on ``o``; one result
+    5, ``rcu_latency`` 6, ``queue_latency`` 2): one chunk per cycle on HLINK, whatever happens on ``o``; one result
     per cycle.
 
     * ``hlink_i`` to ``hlink_o``: 1 cycle.
@@ -176,16 +176,18 @@ class Vac(wiring.Component):
 
     @staticmethod
     def ppu_unit(cfg: VacConfig) -> partial:
-        """The PPU's requantizer of a VAC of configuration ``cfg``."""
+        """The PPU's requantizer of a VAC of configuration ``cfg``: five stages, its shift in
+        two steps (docs/rdxe.md 9.1)."""
         return partial(Requantizer, ACC_BITS, CODE_BITS, clamp=cfg.clamp,
-                       mult_bits=cfg.mult_bits, block_registers=True)
+                       mult_bits=cfg.mult_bits, stages=5, block_registers=True)
 
     @staticmethod
     def rcu_unit(cfg: VacConfig) -> partial:
-        """The RCU's requantizer of a VAC of configuration ``cfg``: five stages, its partial
-        products registered again after their blocks' own registers (docs/rdxe.md 9.1)."""
+        """The RCU's requantizer of a VAC of configuration ``cfg``: six stages, its partial
+        products registered again after their blocks' own registers and its shift in two steps
+        (docs/rdxe.md 9.1)."""
         return partial(Requantizer, ACC_BITS, ACC_BITS, clamp="full",
-                       mult_bits=cfg.rc_mant_bits, mult_signed=False, stages=5,
+                       mult_bits=cfg.rc_mant_bits, mult_signed=False, stages=6,
                        block_registers=True)
 
     @staticmethod
@@ -201,7 +203,7 @@ class Vac(wiring.Component):
 
     @property
     def requant_latency(self) -> int:
-        """Cycles of the PPU (``golden.rdxe.Latency.requant``)."""
+        """Cycles of the PPU (``golden.rdxe.Latency.ppu``)."""
         return unit_latency(self.ppu_unit(self.cfg))
 
     @property
