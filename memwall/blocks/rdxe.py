@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from hdl.arith.format import FP32
 from hdl.arith.requant import SHIFT_BITS
 from hdl.rdxe import Dxt, DxtConfig, Vac, VacConfig
+from hdl.rdxe.chunks import READ_LATENCY
 from hdl.rdxe.dxt import _QUEUE_SLACK
 from hdl.rdxe.gbus import _RESP_QUEUE
 from hdl.rdxe.sequencer import _CONST_QUEUE, _OP_QUEUE, op_layout, queued_layout
@@ -88,9 +89,10 @@ def _vac_size(cfg: VacConfig) -> Size:
 
 
 #: Cycles from a request to its chunk (``Dxt.request_latency``): the score read, the split
-#: register and the activation units at the default stages the VE builds them with.
+#: register and the activation units at the default stages the VE builds them with, then the
+#: register behind the token buffer (``READ_LATENCY - 1``).
 _REQUEST_LATENCY = (_READ + _SPLIT + units.INT2FP_STAGES + units.MUL_STAGES + units.EXP2_STAGES
-                    + units.REQUANT_STAGES)
+                    + units.REQUANT_STAGES + READ_LATENCY - 1)
 #: Products of the VE's fixed units: the factor path (FloatMAC(FP32) 4, RSqrt 21, Reciprocal
 #: 10), the sequencer's address products (4), and per activation lane (FloatMultiplier(BF16,
 #: FP32) 4, Exp2 1); from their structure at their default parameters.
