@@ -28,17 +28,21 @@ COUNT = 24
 #: in-flash PE 4 GEMVs (up to four pages each).
 CASES = [
     ("umdam", COUNT, ()),
-    ("umdam-tilegen", 6, ()),
     ("arith-requant", COUNT, ()),
-    ("arith-fpmul", COUNT, ()),
     ("flowkv", 3, ()),
     ("edram-fpga", 96, ()),
-    ("inflash", 4, ()),
-    # Covered by arith-requant (an integer unit) and arith-fpmul (a float unit) above: the
-    # same harness path, each a Verilator build of 15 to 22 s.
+    # Covered by umdam (the harness path, a stream of commands out of one item in) and by the
+    # tile generator's own cocotb cases.
+    ("umdam-tilegen", 6, (pytest.mark.slow,)),
+    # Covered by the other blocks' runs (the harness path; the flash loop's rd_cmd is captured
+    # like any output and rd_data played like any input) and by the PE's own cocotb cases
+    # (test_inflash.py, both simulators): 34 to 38 s, the most of the set.
+    ("inflash", 4, (pytest.mark.slow,)),
+    # Covered by arith-requant (an integer unit) above: the same harness path, each a
+    # Verilator build of 15 to 22 s.
     *((name, COUNT, (pytest.mark.slow,)) for name in (
-        "arith-idot", "arith-fpadd", "arith-fpmac", "arith-fdot", "arith-fpconv", "arith-int2fp",
-        "arith-exp2", "arith-recip", "arith-rsqrt")),
+        "arith-fpmul", "arith-idot", "arith-fpadd", "arith-fpmac", "arith-fdot", "arith-fpconv",
+        "arith-int2fp", "arith-exp2", "arith-recip", "arith-rsqrt")),
     # Covered by umdam (the same streams, the mapper's inverse) and flowkv (one pair of the
     # array; the array's build is about 40 s).
     ("umdam-composer", COUNT, (pytest.mark.slow,)),
