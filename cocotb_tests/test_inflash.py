@@ -34,8 +34,11 @@ CASES = [
 #: the transfer-bound and 16-lane ones (45 and 86 s of a cold make test's 1,735 s of CPU) run
 #: only with --slow, their cycles and results checked in make test by Amaranth's simulator
 #: (tests/test_inflash_hdl.py: test_pe_other_widths, test_attention_timing).
+#: The PE's and the unit's presets run under Icarus with --slow (28 and 17 s of a cold make
+#: test); their Verilator runs in make test are the same testcases on the same RTL.
 RUNS = case_runs(CASES, icarus_only={case_id(*CASES[3])},
                  verilator_slow={case_id(*CASES[1])},
+                 icarus_slow={case_id(*CASES[0]), case_id(*CASES[4])},
                  slow={case_id(*CASES[2]), case_id(*CASES[3])})
 
 
