@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
