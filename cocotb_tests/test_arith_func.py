@@ -20,12 +20,13 @@ CASES = [
 
 #: The same testbenches on the Verilog written for the ECP5 with ``block_registers``: exp2's
 #: multiply and every Newton-Raphson partial product (signed and unsigned slices) on MULT18X18D
-#: blocks whose output register is the product register (cocotb_tests/models/MULT18X18D.v).
+#: blocks whose output register is the product register (cocotb_tests/models/MULT18X18D.v);
+#: rsqrt's with ``land_products``, the blocks' input registers too.
 BLOCKS = {"block_registers": "true"}
 ECP5_CASES = [
     ("arith-exp2", "default", BLOCKS),
     ("arith-recip", "default", BLOCKS),
-    ("arith-rsqrt", "default", {**BLOCKS, "iterations": "3"}),
+    ("arith-rsqrt", "default", {**BLOCKS, "iterations": "3", "land_products": "true"}),
 ]
 
 

@@ -13,6 +13,7 @@ from cocotb_tests.launcher import MODELS
 from hdl.arith.dsp import ECP5_MULT_WIDTH, FAMILIES, Target, ecp5_product, family
 from hdl.arith.exp2 import Exp2
 from hdl.arith.format import BF16, FP32
+from hdl.arith.fpmac import FloatMAC
 from hdl.arith.fpmul import FloatMultiplier
 from hdl.arith.idot import IntDot
 from hdl.arith.recip import Reciprocal, RSqrt
@@ -119,6 +120,9 @@ def test_product_is_as_wide_as_its_operands():
     (lambda: Exp2(block_registers=True), 1),
     (lambda: Reciprocal(block_registers=True), 10),
     (lambda: RSqrt(iterations=1, block_registers=True), 7),
+    (lambda: Reciprocal(block_registers=True, land_products=True), 10),
+    (lambda: FloatMAC(FP32, FP32, block_registers=True), 4),             # its multiplier's
+    (lambda: RSqrt(iterations=1, block_registers=True, land_products=True), 7),
 ])
 def test_product_registers_become_the_blocks_output_registers(unit, blocks):
     """A requantizer's, exp2's and a Newton-Raphson unit's partial products and a dot

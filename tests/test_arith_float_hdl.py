@@ -87,16 +87,21 @@ def test_multiplier_cuts():
           [{"a": x, "b": y} for x, y in zip(a, b)], fmul(a, b, FP32, FP32, FP32))
 
 
-@pytest.mark.parametrize("in_fmt, acc_fmt", [(BF16, FP32), (FP16, FP32), (BF16, BF16)],
-                         ids=["bf16-fp32", "fp16-fp32", "bf16-bf16"])
-def test_mac(in_fmt, acc_fmt):
+@pytest.mark.parametrize("in_fmt, acc_fmt, kwargs, latency", [
+    (BF16, FP32, dict(mul_stages=2, add_stages=3), 5),
+    (FP16, FP32, dict(mul_stages=2, add_stages=3), 5),
+    (BF16, BF16, dict(mul_stages=2, add_stages=3), 5),
+    # The RC unit's (hdl.rdxe.ve): the adder's compare registered too, the blocks asked for.
+    (FP32, FP32, dict(add_stages=7, add_cuts=(3, 5, 1, 4, 6, 0), block_registers=True), 12),
+], ids=["bf16-fp32", "fp16-fp32", "bf16-bf16", "fp32-compare-cut"])
+def test_mac(in_fmt, acc_fmt, kwargs, latency):
     rng = np.random.default_rng(SEED)
     a, b = operand_pairs(rng, in_fmt, in_fmt, 600)
     prod = fmul(a, b, in_fmt, in_fmt, acc_fmt).astype(np.uint64)
     c = np.where(rng.random(len(a)) < 0.5, prod ^ np.uint64(1 << (acc_fmt.width - 1)),
                  random_codes(rng, acc_fmt, len(a), exp_spread=10).astype(np.uint64))
-    unit = FloatMAC(in_fmt, acc_fmt, mul_stages=2, add_stages=3)
-    assert unit.latency == 5
+    unit = FloatMAC(in_fmt, acc_fmt, **kwargs)
+    assert unit.latency == FloatMAC.latency_of(in_fmt, acc_fmt, **kwargs) == latency
     check(unit, [{"a": x, "b": y, "c": z} for x, y, z in zip(a, b, c)],
           fmac(a, b, c, in_fmt, acc_fmt))
 

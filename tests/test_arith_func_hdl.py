@@ -50,6 +50,8 @@ def exact(message):
      "RSqrt block_registers must be True or False, not 'no'"),
     (Reciprocal, dict(round_register=1), TypeError,
      "Reciprocal round_register must be True or False, not 1"),
+    (RSqrt, dict(land_products="yes"), TypeError,
+     "RSqrt land_products must be True or False, not 'yes'"),
 ])
 @pytest.mark.parametrize("how", ["constructor", "latency_of"])
 def test_parameter_messages(unit, kwargs, kind, message, how):
@@ -65,6 +67,8 @@ def test_parameter_messages(unit, kwargs, kind, message, how):
       for n in range(4) for b in (False, True)],
     (Reciprocal, {}), (RSqrt, {}),
     (Reciprocal, dict(round_register=True)), (RSqrt, dict(round_register=True)),
+    *[(unit, dict(iterations=n, land_products=True, round_register=r))
+      for unit in (Reciprocal, RSqrt) for n in range(4) for r in (False, True)],
 ])
 def test_latency_of_is_the_unit_latency(unit, kwargs):
     """The nearest accepted value of each refused one builds, and each unit's latency function
@@ -93,6 +97,9 @@ def test_newton_latency(iterations):
     assert Reciprocal.latency_of(iterations=iterations) == 4 + 4 * iterations
     assert RSqrt.latency_of(iterations=iterations) == 4 + 6 * iterations
     assert Reciprocal.latency_of(iterations=iterations, round_register=True) == 5 + 4 * iterations
+    # Landed products: two cycles more per multiply, two multiplies a step (three for rsqrt).
+    assert Reciprocal.latency_of(iterations=iterations, land_products=True) == 4 + 8 * iterations
+    assert RSqrt.latency_of(iterations=iterations, land_products=True) == 4 + 12 * iterations
 
 
 # ------------------------------------------------------------------------------------------------
@@ -146,10 +153,10 @@ def test_exp2_simulation(table_bits, stages):
 
 
 @pytest.mark.parametrize("unit_class, golden", [(Reciprocal, g.reciprocal), (RSqrt, g.rsqrt)])
-@pytest.mark.parametrize("iterations, round_register", [(n, False) for n in range(4)]
-                         + [(2, True)])
-def test_newton_simulation(unit_class, golden, iterations, round_register):
-    unit = unit_class(iterations=iterations, round_register=round_register)
+@pytest.mark.parametrize("iterations, round_register, land", [(n, False, False) for n in range(4)]
+                         + [(2, True, False), (1, False, True), (2, True, True)])
+def test_newton_simulation(unit_class, golden, iterations, round_register, land):
+    unit = unit_class(iterations=iterations, round_register=round_register, land_products=land)
     codes = stimulus()
     run = run_pipeline(unit, [{"x": int(c)} for c in codes], seed=1)
     got, latency = np.array(run.outputs, dtype=np.uint32), run.delays

@@ -739,10 +739,13 @@ def test_latency_defaults_are_the_shared_units():
     lat = R.Latency()
     assert lat.requant == Requantizer().latency
     assert lat.int_to_float == IntToFloat().latency
-    assert lat.fmul == FloatMultiplier().latency and lat.fadd == FloatAdder().latency
+    assert lat.fmul == FloatMultiplier().latency
+    # The RC unit's: the multiply-add's adder with its compare registered too, the
+    # Newton-Raphson units with every product landed (two cycles more per multiply).
+    assert lat.fmac == FloatMultiplier().latency + FloatAdder().latency + 1
     assert lat.exp2 == Exp2().latency
-    assert lat.rsqrt == RSqrt().latency
-    assert lat.reciprocal == Reciprocal(round_register=True).latency      # the RC unit's
+    assert lat.rsqrt == RSqrt(land_products=True).latency == RSqrt().latency + 12
+    assert lat.reciprocal == Reciprocal(round_register=True, land_products=True).latency
     for lanes in (1, 4, 16, 64):
         assert lat.dot(lanes) == IntDot(lanes).latency
     assert R.SHIFT_MAX == (1 << SHIFT_BITS) - 1
@@ -802,10 +805,10 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
     assert got.done == gbus_done({o: r + lat.ppu for o, r in ready.items()})
     assert got.macs == outputs * inputs
     # Fused: the RC factor is ready when the VE's chain over the C chunks is done (dot 5,
-    # accumulator 1, int_to_float 3, fmul 5, fadd 6, rsqrt 16, conversion 4, its output register
+    # accumulator 1, int_to_float 3, fmul 5, fadd 7, rsqrt 28, conversion 4, its output register
     # 1, broadcast 1).
     C = -(-inputs // 16)
-    rc_ready = C - 1 + 5 + 1 + 3 + 5 + 6 + 16 + 4 + 1 + 1
+    rc_ready = C - 1 + 5 + 1 + 3 + 5 + 7 + 28 + 4 + 1 + 1
     fused = R.rmsnorm_gemv_cycles(outputs, inputs, DEFAULT)
     assert fused.rc_ready == rc_ready
     entries = rcu_entries(ready, 16, rc_ready)
@@ -823,12 +826,12 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
 
 def test_gemv_cycles_by_hand():
     # 16 x 16 on 16 VACs: one chunk each; VAC 15 gets it at cycle 15, IntDot 5, accumulator 1,
-    # PPU 5: result at cycle 26, 27 cycles. Fused: rc at 0 + 5 + 1 + 3 + 5 + 6 + 16 + 4 + 1 + 1
-    # = 42, RCU 6 + PPU 5: 54 cycles.
+    # PPU 5: result at cycle 26, 27 cycles. Fused: rc at 0 + 5 + 1 + 3 + 5 + 7 + 28 + 4 + 1 + 1
+    # = 55, RCU 6 + PPU 5: 67 cycles.
     plain = R.gemv_cycles(16, 16, DEFAULT)
     assert (plain.total, plain.utilization) == (27, 256 / (256 * 27))
     fused = R.rmsnorm_gemv_cycles(16, 16, DEFAULT)
-    assert (fused.total, fused.rc_ready, fused.hold) == (54, 42, 1)
+    assert (fused.total, fused.rc_ready, fused.hold) == (67, 55, 1)
 
 
 def test_long_gemv_utilization_and_fused_overhead():
@@ -837,20 +840,20 @@ def test_long_gemv_utilization_and_fused_overhead():
         fused = R.rmsnorm_gemv_cycles(M, K, DEFAULT)
         seq = R.rmsnorm_gemv_cycles(M, K, DEFAULT, mode="sequential")
         assert plain.utilization >= 0.95
-        # A VAC parks the accumulators it finishes during the VE's 36 cycles after the stream
-        # (int_to_float 3, fmac 11, rsqrt 16, conversion 4, its register 1, broadcast 1):
-        # ceil(36 / C).
+        # A VAC parks the accumulators it finishes during the VE's 49 cycles after the stream
+        # (int_to_float 3, fmac 12, rsqrt 28, conversion 4, its register 1, broadcast 1):
+        # ceil(49 / C).
         C = K // 16
-        assert fused.total <= 1.05 * plain.total and fused.hold == -(-36 // C)
+        assert fused.total <= 1.05 * plain.total and fused.hold == -(-49 // C)
         assert seq.total > fused.total
 
 
 @pytest.mark.parametrize("tokens", [1, 16, 100, 1024])
 def test_softmax_pv_cycles_match_schedule(tokens):
     # The activations reach VAC 0 and the VE's sum at cycle j; the reciprocal waits for the
-    # RMSNorm path (fmac 11 + rsqrt 16 = 27 > 13), so rc_ready is RMSNorm's formula.
+    # RMSNorm path (fmac 12 + rsqrt 28 = 40 > 21), so rc_ready is RMSNorm's formula.
     C = -(-tokens // 16)
-    rc_ready = C - 1 + 5 + 1 + 3 + 27 + 4 + 1 + 1
+    rc_ready = C - 1 + 5 + 1 + 3 + 40 + 4 + 1 + 1
     ready = schedule(64, tokens, DEFAULT)
     fused = R.softmax_pv_cycles(tokens, DEFAULT)
     assert fused.rc_ready == rc_ready

@@ -10,8 +10,9 @@ import numpy as np
 
 from hdl.arith.requant import Requantizer
 from hdl.latency import unit_latency
-from hdl.rdxe.spec import VacConfig
+from hdl.rdxe.spec import VacConfig, VeConfig
 from hdl.rdxe.vac import Vac
+from hdl.rdxe.ve import RcUnit
 from hdl.validate import integer
 
 from .params import GBUS_BYTES, MAX_TOKENS, RdxeParams, _layout, _mode, _params
@@ -23,6 +24,9 @@ __all__ = [
 
 
 # --- cycle model ----------------------------------------------------------------------------------
+
+#: The RC unit's multiply-add, rsqrt and reciprocal latencies (the same at every configuration).
+_RC_UNITS = RcUnit.latencies_of(VeConfig())
 
 
 @dataclass(frozen=True)
@@ -62,10 +66,10 @@ class Latency:
     rcu: int = unit_latency(Vac.rcu_unit(VacConfig()))
     int_to_float: int = 3
     fmul: int = 5
-    fadd: int = 6
+    fmac: int = _RC_UNITS["fmac"]
     exp2: int = 7
-    rsqrt: int = 16
-    reciprocal: int = 13
+    rsqrt: int = _RC_UNITS["rsqrt"]
+    reciprocal: int = _RC_UNITS["reciprocal"]
     accumulate: int = 1
     broadcast: int = 1
     score_read: int = 2
@@ -116,9 +120,9 @@ class Latency:
     @property
     def factor(self) -> int:
         """A sum's final accumulator to its RC factor leaving the VE: ``int_to_float +
-        max(fmul + fadd + rsqrt, reciprocal) + requant + rc_out`` (the reciprocal waits for the
+        max(fmac + rsqrt, reciprocal) + requant + rc_out`` (the reciprocal waits for the
         RMSNorm path, so factors leave in order)."""
-        return (self.int_to_float + max(self.fmul + self.fadd + self.rsqrt, self.reciprocal)
+        return (self.int_to_float + max(self.fmac + self.rsqrt, self.reciprocal)
                 + self.requant + self.rc_out)
 
 
@@ -247,10 +251,10 @@ def rmsnorm_gemv_cycles(outputs: int, inputs: int, params: RdxeParams, *, mode: 
     """Cycles of an RMSNorm-GEMV, fused or sequential.
 
     The VE's sum ``IntDot(x, x)`` takes chunk ``j`` at cycle ``j``, where VAC 0's lane tree meets
-    it; then its accumulator, ``int_to_float``, ``fmac`` (``fmul + fadd``), ``rsqrt``, the RC
+    it; then its accumulator, ``int_to_float``, ``fmac``, ``rsqrt``, the RC
     conversion (a requantizer) and the broadcast register::
 
-        rc_ready = C - 1 + dot + accumulate + int_to_float + fmul + fadd + rsqrt + requant
+        rc_ready = C - 1 + dot + accumulate + int_to_float + fmac + rsqrt + requant
                    + broadcast
 
     Fused: the GEMV runs as :func:`gemv_cycles`; a finished accumulator waits for ``rc_ready``,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from amaranth import Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -26,6 +28,12 @@ class FloatMAC(wiring.Component):
     mul_stages, add_stages : int
         Register stages of the :class:`FloatMultiplier` (1 to 6, default 5) and the
         :class:`FloatAdder` (1 to 9, default 6).
+    add_cuts : sequence of int or None
+        The adder's cut points to register (:class:`FloatAdder`'s ``cuts``: ``add_stages - 1``
+        indices into ``hdl.arith.fpadd.CUT_POINTS``), default ``None``: the adder's own choice.
+    block_registers : bool
+        The multiplier's (:class:`FloatMultiplier`'s ``block_registers``): for the ECP5, its
+        pieces between their ``MULT18X18D`` blocks' own registers. Default ``False``.
 
     Members
     -------
@@ -42,12 +50,15 @@ class FloatMAC(wiring.Component):
     """
 
     def __init__(self, in_fmt: FloatFormat | str = BF16, acc_fmt: FloatFormat | str = FP32, *,
-                 mul_stages: int = 5, add_stages: int = 6):
+                 mul_stages: int = 5, add_stages: int = 6, add_cuts: Sequence[int] | None = None,
+                 block_registers: bool = False):
         self._in_fmt = float_format(in_fmt)
         self._acc_fmt = float_format(acc_fmt)
         self.latency_of(self._in_fmt, self._acc_fmt, mul_stages=mul_stages,
-                        add_stages=add_stages)          # the two units' checks, at configuration
-        self._mul_stages, self._add_stages = mul_stages, add_stages
+                        add_stages=add_stages, add_cuts=add_cuts,
+                        block_registers=block_registers)  # the units' checks, at configuration
+        self._mul_stages, self._add_stages, self._add_cuts = mul_stages, add_stages, add_cuts
+        self._blocks = block_registers
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"a": self._in_fmt.width,
                                                         "b": self._in_fmt.width,
@@ -59,15 +70,17 @@ class FloatMAC(wiring.Component):
 
     @staticmethod
     def latency_of(in_fmt: FloatFormat | str = BF16, acc_fmt: FloatFormat | str = FP32, *,
-                   mul_stages: int = 5, add_stages: int = 6) -> int:
+                   mul_stages: int = 5, add_stages: int = 6,
+                   add_cuts: Sequence[int] | None = None, block_registers: bool = False) -> int:
         """Return the latency of a multiply-add with these arguments, without building it.
 
         The arguments are the constructor's, checked as it and its two units check them (the
         same exceptions): :meth:`FloatMultiplier.latency_of` plus :meth:`FloatAdder.latency_of`.
         """
         in_fmt, acc_fmt = float_format(in_fmt), float_format(acc_fmt)
-        return (FloatMultiplier.latency_of(in_fmt, in_fmt, acc_fmt, stages=mul_stages)
-                + FloatAdder.latency_of(acc_fmt, stages=add_stages))
+        return (FloatMultiplier.latency_of(in_fmt, in_fmt, acc_fmt, stages=mul_stages,
+                                           block_registers=block_registers)
+                + FloatAdder.latency_of(acc_fmt, stages=add_stages, cuts=add_cuts))
 
     in_fmt = property(lambda self: self._in_fmt)
     acc_fmt = property(lambda self: self._acc_fmt)
@@ -81,8 +94,10 @@ class FloatMAC(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.mul = mul = FloatMultiplier(self._in_fmt, self._in_fmt, self._acc_fmt,
-                                                 stages=self._mul_stages)
-        m.submodules.add = add = FloatAdder(self._acc_fmt, stages=self._add_stages)
+                                                 stages=self._mul_stages,
+                                                 block_registers=self._blocks)
+        m.submodules.add = add = FloatAdder(self._acc_fmt, stages=self._add_stages,
+                                            cuts=self._add_cuts)
         c = delay(m, self.i.payload.c, mul.latency, name="c")
         m.d.comb += [
             mul.i.valid.eq(self.i.valid),

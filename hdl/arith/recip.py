@@ -63,13 +63,15 @@ class _NewtonRaphson(wiring.Component):
 
     _sqrt = False
     _CUTS_PER_STEP = 4
+    _MULTIPLIES_PER_STEP = 2
 
     def __init__(self, *, iterations: int = 2, block_registers: bool = False,
-                 round_register: bool = False):
+                 round_register: bool = False, land_products: bool = False):
         self.latency_of(iterations=iterations, block_registers=block_registers,
-                        round_register=round_register)            # one copy of the checks
+                        round_register=round_register,
+                        land_products=land_products)              # one copy of the checks
         self._iterations, self._blocks = iterations, block_registers
-        self._round_register = round_register
+        self._round_register, self._land = round_register, land_products
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"x": 32}), always_ready=True)),
             "o": Out(stream.Signature(data.StructLayout({"y": 32}), always_ready=True)),
@@ -77,7 +79,7 @@ class _NewtonRaphson(wiring.Component):
 
     @classmethod
     def latency_of(cls, *, iterations: int = 2, block_registers: bool = False,
-                   round_register: bool = False) -> int:
+                   round_register: bool = False, land_products: bool = False) -> int:
         """Return the latency of a unit with these arguments, without building it.
 
         The arguments are the constructor's, checked as it checks them (the same exceptions);
@@ -87,10 +89,17 @@ class _NewtonRaphson(wiring.Component):
         name = "RSqrt" if cls._sqrt else "Reciprocal"
         integer(iterations, f"{name} Newton-Raphson iteration count", 0, MAX_ITERATIONS)
         for flag, value in (("block_registers", block_registers),
-                            ("round_register", round_register)):
+                            ("round_register", round_register),
+                            ("land_products", land_products)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} {flag} must be True or False, not {value!r}")
-        return 4 + cls._CUTS_PER_STEP * iterations + round_register
+        return 4 + cls.cycles_per_step(land_products) * iterations + round_register
+
+    @classmethod
+    def cycles_per_step(cls, land_products: bool = False) -> int:
+        """Cycles of one Newton-Raphson step: two per multiply, plus the correction's addition
+        (and, for rsqrt, the square's sum); two more per multiply with ``land_products``."""
+        return cls._CUTS_PER_STEP + 2 * cls._MULTIPLIES_PER_STEP * land_products
 
     @property
     def iterations(self) -> int:
@@ -101,17 +110,21 @@ class _NewtonRaphson(wiring.Component):
         return self._blocks
 
     @property
+    def land_products(self) -> bool:
+        return self._land
+
+    @property
     def latency(self) -> int:
         """Cycles from ``i.valid`` to ``o.valid``: ``4 + cycles_per_step * iterations``, one more
         with ``round_register``."""
-        return self.latency_of(iterations=self._iterations,
-                               round_register=self._round_register)
+        return self.latency_of(iterations=self._iterations, round_register=self._round_register,
+                               land_products=self._land)
 
     def elaborate(self, platform):
         m = Module()
         # Every cut is a register, so each partial product's register may be its block's own.
         self._ecp5 = self._blocks and family(platform) == "ecp5"
-        cuts = 3 + self._CUTS_PER_STEP * self._iterations + self._round_register
+        cuts = 3 + self.cycles_per_step(self._land) * self._iterations + self._round_register
         pipe = Pipeline(m, self.i.valid, cuts=cuts, stages=cuts + 1)
 
         x = unpack(FP32, self.i.payload.x)
@@ -166,6 +179,8 @@ class _NewtonRaphson(wiring.Component):
         """The partial products of ``a * b`` registered at the next cut, with ``keep`` (the
         values that travel along: ``y``, ``u``, then the flags): ``(parts, keep)``. For the ECP5 with ``block_registers`` each
         partial product's register is its ``MULT18X18D``'s output register."""
+        if self._land:
+            return self._landed_partials(m, pipe, a, b, keep, name)
         if self._ecp5:
             parts = [ecp5_product(m, sa.as_unsigned(), sb.as_unsigned(), name=f"{name}{n}",
                                   input_registers=False,
@@ -178,6 +193,26 @@ class _NewtonRaphson(wiring.Component):
         # then the same, and arith-recip's and arith-rsqrt's measured figures still hold.
         y, u, *rest = pipe.cut(keep[0], keep[1], *parts, *keep[2:])
         return rest[:len(parts)], [y, u, *rest[len(parts):]]
+
+    def _landed_partials(self, m, pipe, a, b, keep, name):
+        """As :meth:`_registered_partials`, in three cuts instead of one: the operands'
+        register, the product's, and a register the product lands in beside its sum. For the ECP5 with
+        ``block_registers`` the first two are the ``MULT18X18D``'s input and output registers,
+        so that the multiply runs inside the block and each route to and from it has a cycle to
+        itself, wherever the placer puts the block."""
+        if self._ecp5:
+            parts = [ecp5_product(m, sa.as_unsigned(), sb.as_unsigned(), name=f"{name}{n}",
+                                  signs=(sa.shape().signed, sb.shape().signed))
+                     for n, (sa, sb) in enumerate((sa, sb) for _, sa in _slices(a)
+                                                  for _, sb in _slices(b))]
+            keep = pipe.cut(*pipe.cut(*keep))
+        else:
+            a, b, *keep = pipe.cut(a, b, *keep)
+            parts = _partials(a, b)
+            out = pipe.cut(*parts, *keep)
+            parts, keep = out[:len(parts)], out[len(parts):]
+        out = pipe.cut(*parts, *keep)
+        return out[:len(parts)], out[len(parts):]
 
     def _step(self, m, pipe, step, y, frac, u, flags):
         """One Newton-Raphson step on ``y`` (``frac`` fraction bits): ``(y, 30, u, flags)`` out.
@@ -267,6 +302,13 @@ class Reciprocal(_NewtonRaphson):
         ``True``: a register between the rounding increment and the choice among the special
         results (:func:`~hdl.arith.float.round_pack`'s ``cut``): one cycle more, the same bits.
         Default ``False``.
+    land_products : bool
+        ``True``: every multiply between registers of its own, its operands registered once
+        more, its product registered, then registered again beside the sum that takes it; with
+        ``block_registers`` on the ECP5 the first two are the ``MULT18X18D``'s own input and
+        output registers, so that neither route to a block the placer puts far away shares a
+        cycle with logic. Two cycles more per multiply (``4 * iterations`` here), the same bits.
+        Default ``False``.
 
     Members
     -------
@@ -275,8 +317,8 @@ class Reciprocal(_NewtonRaphson):
     o : Out(stream.Signature(StructLayout({"y": 32}), always_ready=True))
         Results (fp32), ``latency`` cycles after their arguments.
 
-    Latency is ``4 + 4 * iterations`` cycles (one more with ``round_register``); throughput one
-    result per cycle.
+    Latency is ``4 + 4 * iterations`` cycles (``4 + 8 * iterations`` with ``land_products``, one
+    more with ``round_register``); throughput one result per cycle.
 
     Special values: 1/(+-0) = +-inf (subnormals are zeros), 1/(+-inf) = +-0, NaN gives the
     canonical NaN. ``|x| > 2**126`` gives +-0 (the result would be subnormal);
@@ -285,6 +327,7 @@ class Reciprocal(_NewtonRaphson):
 
     _sqrt = False
     _CUTS_PER_STEP = 4
+    _MULTIPLIES_PER_STEP = 2
 
 
 class RSqrt(_NewtonRaphson):
@@ -300,8 +343,9 @@ class RSqrt(_NewtonRaphson):
     iterations : int
         Newton-Raphson steps, 0 to 3 (default 2). Worst relative error over all positive normal
         fp32 inputs: about ``2**-8.7`` (0 steps), ``2**-16.8`` (1), below ``2**-23`` (2, 3).
-    block_registers, round_register : bool
-        As :class:`Reciprocal`'s.
+    block_registers, round_register, land_products : bool
+        As :class:`Reciprocal`'s (``land_products``: three multiplies a step, ``6 * iterations``
+        cycles more).
 
     Members
     -------
@@ -310,8 +354,8 @@ class RSqrt(_NewtonRaphson):
     o : Out(stream.Signature(StructLayout({"y": 32}), always_ready=True))
         Results (fp32), ``latency`` cycles after their arguments.
 
-    Latency is ``4 + 6 * iterations`` cycles (one more with ``round_register``); throughput one
-    result per cycle.
+    Latency is ``4 + 6 * iterations`` cycles (``4 + 12 * iterations`` with ``land_products``, one
+    more with ``round_register``); throughput one result per cycle.
 
     Special values (IEEE 754 rSqrt with flush-to-zero): rsqrt(+0) = +inf, rsqrt(-0) = -inf
     (subnormals are zeros of their sign), rsqrt(x < 0) = NaN (also for -inf), rsqrt(+inf) = +0,
@@ -321,3 +365,4 @@ class RSqrt(_NewtonRaphson):
 
     _sqrt = True
     _CUTS_PER_STEP = 6
+    _MULTIPLIES_PER_STEP = 3

@@ -21,9 +21,11 @@ _GEMV, _RMS, _QK, _PV = (OPS.index(n) for n in ("gemv", "rmsnorm", "qk", "pv"))
 _OUT, _KEY, _VALUE = (DESTS.index(n) for n in ("out", "key", "value"))
 #: Gatherer operation kinds: the three GEMV destinations and the Q.K^T scores.
 SCORE = 3
-#: Operations the gatherer's queue and the RMSNorm constants' queue hold ahead of the sequencer.
-_OP_QUEUE = 8
-_CONST_QUEUE = 4
+#: Places of the gatherer's operation queue and the RMSNorm constants' queue ahead of the
+#: sequencer: it takes a command while a queue had two places free a cycle ago (a register),
+#: so it holds 8 and 4 operations, sometimes one more.
+_OP_QUEUE = 9
+_CONST_QUEUE = 5
 
 
 def _link_control(cfg: DxtConfig) -> data.StructLayout:
@@ -196,9 +198,9 @@ class Sequencer(wiring.Component):
     norm : Out(stream.Signature(normalize_request_layout(cfg), always_ready=True))
         One chunk per cycle to normalize in place by the sequential factor.
     ops : Out(stream.Signature(op_layout(cfg)))
-        Every command, refused ones too, in order (a queue of 8).
+        Every command, refused ones too, in order (a queue of 9).
     consts : Out(stream.Signature(StructLayout({"inv_k": 32, "eps": 32})))
-        The constants of each accepted RMSNorm, in order (a queue of 4).
+        The constants of each accepted RMSNorm, in order (a queue of 5).
     rc : In(stream.Signature(StructLayout({"m", "shift"}), always_ready=True))
         The sequential mode's factor; held in a register until the sequencer takes it.
     can_issue : In(1)
@@ -360,7 +362,12 @@ class Sequencer(wiring.Component):
         """IDLE: take a command, register what the operation keeps, start or refuse it."""
         cfg, cmd = self.cfg, self._command.payload.cmd
         key_rows, value_rows = cfg.key_rows, cfg.value_rows
-        room = ops.w_rdy & (consts.w_rdy | ~dec.is_rms)
+        # A register: whether each queue had two places free a cycle ago, so one is free now
+        # whatever was written then (each queue one place deeper for it).
+        ops_room, consts_room = Signal(init=1), Signal(init=1)
+        m.d.sync += [ops_room.eq(ops.level < _OP_QUEUE - 1),
+                     consts_room.eq(consts.level < _CONST_QUEUE - 1)]
+        room = ops_room & (consts_room | ~dec.is_rms)
         m.d.comb += self._command.ready.eq(room)
         with m.If(self._command.valid & room):
             m.d.comb += [ops.w_en.eq(1), consts.w_en.eq(dec.is_rms & ~dec.bad)]

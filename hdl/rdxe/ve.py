@@ -57,6 +57,16 @@ _READ = 2
 _SPLIT = 1
 #: Registers on the RC factor after its conversion (``golden.rdxe.Latency.rc_out``).
 _RC_OUT = 1
+#: The RC unit's floating-point units. The multiply-add's adder registers its compare too
+#: (cut 0), so that it does not share a cycle with the alignment's choice, and its multiplier's
+#: pieces run between their blocks' own registers; the Newton-Raphson products likewise, each
+#: route to and from a block with a cycle of its own (docs/rdxe.md section 9.1, step 16). The
+#: reciprocal's extra cycles hide behind the RMSNorm path's.
+_FMAC_UNIT = partial(FloatMAC, FP32, FP32, add_stages=7, add_cuts=(3, 5, 1, 4, 6, 0),
+                     block_registers=True)
+_RSQRT_UNIT = partial(RSqrt, block_registers=True, land_products=True)
+_RECIPROCAL_UNIT = partial(Reciprocal, round_register=True, block_registers=True,
+                          land_products=True)
 
 
 def _check(cfg) -> VeConfig:
@@ -145,8 +155,8 @@ class RcUnit(wiring.Component):
         One factor per operation, :attr:`latency` cycles after its last chunk, with the
         operation's ``seq`` tag.
 
-    Latency (defaults): ``dot 5 + accumulate 1 + int_to_float 3 + fmac 11 + rsqrt 16 +
-    requant 4 + rc_out 1 = 41`` cycles at 16 lanes (``golden.rdxe.Latency``); one chunk per
+    Latency (defaults): ``dot 5 + accumulate 1 + int_to_float 3 + fmac 12 + rsqrt 28 +
+    requant 4 + rc_out 1 = 54`` cycles at 16 lanes (``golden.rdxe.Latency``); one chunk per
     cycle.
     """
 
@@ -166,8 +176,8 @@ class RcUnit(wiring.Component):
         return {"dot": IntDot.latency_of(cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS,
                                          acc_bits=ACC_BITS),
                 "int_to_float": IntToFloat.latency_of(ACC_BITS, FP32),
-                "fmac": FloatMAC.latency_of(FP32, FP32), "rsqrt": RSqrt.latency_of(),
-                "reciprocal": Reciprocal.latency_of(round_register=True),
+                "fmac": unit_latency(_FMAC_UNIT), "rsqrt": unit_latency(_RSQRT_UNIT),
+                "reciprocal": unit_latency(_RECIPROCAL_UNIT),
                 "requant": Requantizer.latency_of(max(FP32.precision + 1, cfg.rc_mant_bits + 2),
                                                   cfg.rc_mant_bits + 2, clamp="full",
                                                   mult_bits=2)}
@@ -211,8 +221,8 @@ class RcUnit(wiring.Component):
         value = to_float.o.payload.y
 
         # RMSNorm: v = fmac(S, 1/K, eps), r = rsqrt(v).
-        m.submodules.fmac = fmac = FloatMAC(FP32, FP32)
-        m.submodules.rsqrt = rsqrt = RSqrt()
+        m.submodules.fmac = fmac = _FMAC_UNIT()
+        m.submodules.rsqrt = rsqrt = _RSQRT_UNIT()
         rms = to_float.o.valid & ~softmax
         m.d.comb += [fmac.i.valid.eq(rms), fmac.i.payload.a.eq(value),
                      fmac.i.payload.b.eq(self.consts.payload.inv_k),
@@ -223,7 +233,7 @@ class RcUnit(wiring.Component):
 
         # Softmax: r = reciprocal(P), held back to the RMSNorm path's latency (so its rounding's
         # register costs no cycle).
-        m.submodules.recip = recip = Reciprocal(round_register=True)
+        m.submodules.recip = recip = _RECIPROCAL_UNIT()
         m.d.comb += [recip.i.valid.eq(to_float.o.valid & softmax), recip.i.payload.x.eq(value)]
         pad = rms_lat - recip.latency
         sm_valid = delay(m, recip.o.valid, pad, name="recip_valid", reset=True)
@@ -320,7 +330,8 @@ class Activations(wiring.Component):
         # The multipliers' registers are the ECP5 blocks' own when built for that target
         # (hdl.arith.dsp): the VE's blocks sit far from its logic.
         return (partial(IntToFloat, CODE_BITS + 1, BF16),
-                partial(FloatMultiplier, BF16, FP32, FP32, block_registers=True), partial(Exp2),
+                partial(FloatMultiplier, BF16, FP32, FP32, block_registers=True),
+                partial(Exp2, block_registers=True),
                 partial(Requantizer, FP32.precision + 1, CODE_BITS, clamp="symmetric",
                         mult_bits=CODE_BITS, block_registers=True))
 

@@ -35,14 +35,15 @@ class Exp2Params(BlockParams):
 
 @dataclass(frozen=True)
 class NewtonParams(BlockParams):
-    """Newton-Raphson iteration count (0 to 3; the latency grows with it) and
-    ``block_registers``.
+    """Newton-Raphson iteration count (0 to 3; the latency grows with it), ``block_registers``
+    and ``land_products`` (every multiply between registers of its own: two cycles more each).
 
     Checked by :class:`hdl.arith.recip.Reciprocal` / :class:`~hdl.arith.recip.RSqrt`.
     """
 
     iterations: int = 2
     block_registers: bool = False
+    land_products: bool = False
 
 
 register(Block(
@@ -81,7 +82,8 @@ register(Block(
     summary="fp32 reciprocal: 7-bit seed table + Newton-Raphson steps (2: rel. error < 2**-23)",
     params=NewtonParams,
     presets=_NEWTON_PRESETS,
-    build=lambda p: Reciprocal(iterations=p.iterations, block_registers=p.block_registers),
+    build=lambda p: Reciprocal(iterations=p.iterations, block_registers=p.block_registers,
+                        land_products=p.land_products),
     golden="golden.arith.func",
     testbench="cocotb_tests.arith_func_tb",
     timing=lambda p, c: pipelined(c.latency),
@@ -94,7 +96,8 @@ register(Block(
     summary="fp32 1/sqrt(x): parity + 7-bit seed table + Newton-Raphson steps, IEEE rSqrt specials",
     params=NewtonParams,
     presets=_NEWTON_PRESETS,
-    build=lambda p: RSqrt(iterations=p.iterations, block_registers=p.block_registers),
+    build=lambda p: RSqrt(iterations=p.iterations, block_registers=p.block_registers,
+                        land_products=p.land_products),
     golden="golden.arith.func",
     testbench="cocotb_tests.arith_func_tb",
     timing=lambda p, c: pipelined(c.latency),
