@@ -23,12 +23,13 @@ from cocotb.triggers import ClockCycles
 from cocotbext.uart import UartSink, UartSource
 
 from hdl.board import Harness
+from memwall import registry
 from memwall.board.host import HarnessHost
 from memwall.board.run import HarnessSettings, check, cycle_limit
 from memwall.board.vectors import vectors
 
 from .launcher import ENV_BOARD
-from .tb import load_design
+from .tb import ENV_BLOCK, block_params
 
 #: Characters a ``receive`` waits for the first byte before it returns empty.
 WAIT_CHARACTERS = 64
@@ -59,9 +60,10 @@ async def board_run(dut):
     """The host program against the board top: load, run, read back, compare, measure."""
     run = json.loads(os.environ[ENV_BOARD])
     settings = HarnessSettings(**run["settings"])
-    entry, params, block, _ = load_design()
+    entry, params = registry.get(os.environ[ENV_BLOCK]), block_params()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        block = entry.board_component(params)
         harness = Harness(block, stimulus_depth=settings.stimulus_depth,
                           capture_depth=settings.capture_depth)
     v = vectors(entry, params, run["count"], run["seed"], block)

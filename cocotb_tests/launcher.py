@@ -301,7 +301,7 @@ def run_board(block_name: str, params: BlockParams, *, count: int, seed: int, se
 
     block = registry.get(block_name)
     with registry.collector_paused():
-        top = BoardTop(block.elaborate(params), divisor=SIM_DIVISOR,
+        top = BoardTop(block.board_component(params), divisor=SIM_DIVISOR,
                        stimulus_depth=settings.stimulus_depth,
                        capture_depth=settings.capture_depth, max_length=settings.max_length)
         text = registry.verilog_text(rtlil.convert(top, name=BOARD_TOP,

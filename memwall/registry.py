@@ -189,6 +189,10 @@ class Block:
         ``size(params) -> Size``, from the parameters alone (the size guard, ``memwall list``).
     status : str
         Shown in ``memwall list`` and the README table.
+    board : callable or None
+        ``board(params) -> wiring.Component``: what the board harness drives when the block
+        needs a partner there (the VAC its ring's credit-keeping source), with the block's
+        stream names; ``None``: the block itself.
     """
 
     name: str
@@ -203,6 +207,7 @@ class Block:
     size: Callable[[BlockParams], Size]
     synth: SynthSettings = field(default_factory=SynthSettings)
     status: str = "verified"
+    board: Callable[[BlockParams], wiring.Component] | None = None
 
     def __post_init__(self):
         missing = [p for p in PRESETS if p not in self.presets]
@@ -255,10 +260,18 @@ class Block:
 
     def elaborate(self, params: BlockParams) -> wiring.Component:
         """Build the component; a parameter it rejects raises :class:`ParameterError`."""
+        return self._built(self.build, params)
+
+    def board_component(self, params: BlockParams) -> wiring.Component:
+        """Build what the board harness drives (:attr:`board`, else the block); a parameter it
+        rejects raises :class:`ParameterError`."""
+        return self._built(self.board or self.build, params)
+
+    def _built(self, build, params: BlockParams) -> wiring.Component:
         if not isinstance(params, self.params):
             raise TypeError(f"block {self.name} takes {self.params.__name__}, not {params!r}")
         try:
-            return self.build(params)
+            return build(params)
         except (TypeError, ValueError) as exc:
             raise ParameterError(str(exc)) from None
 

@@ -30,6 +30,7 @@ from amaranth.lib import stream, wiring
 from amaranth.sim import Simulator
 
 from hdl.board import BoardTop, Command, Harness, Status
+from hdl.rdxe import VacConfig, VacRing
 from memwall import registry
 from memwall.board.host import (BoardError, HarnessHost, parse_capture, parse_record,
                                 read_payload, run_payload, write_payload)
@@ -189,11 +190,12 @@ def test_harness_numbers_several_streams_of_several_widths():
 
 
 def test_harness_takes_every_registry_block_with_stream_ports():
-    """Every block but the eDRAM controller with its macro ports (``edram-fpga`` is its board
-    form) is taken, with exactly the streams its registry entry gives timing for."""
+    """Every block (in its board form: the VAC behind its ring's source) but the eDRAM
+    controller with its macro ports (``edram-fpga`` is its board form) is taken, with exactly
+    the streams its registry entry gives timing for."""
     for entry in registry.blocks():
         params = entry.parameters("small", force=True)
-        block = entry.elaborate(params)
+        block = entry.board_component(params)
         if entry.name == "edram":
             with pytest.raises(ValueError, match="not the plain input"):
                 Harness(block, stimulus_depth=4, capture_depth=4)
@@ -211,6 +213,50 @@ def test_top_converts_to_verilog_with_its_pins_only():
                            name="board_top")
     header = re.search(r"^module board_top\((.*)\);", text, re.M)
     assert sorted(header.group(1).split(", ")) == ["clk", "rst", "running", "rx", "tx"]
+
+
+def test_vac_ring_keeps_credits_and_releases_factors():
+    """rdxe-vac's board form, ``o`` held: outputs start while the VAC owes fewer than
+    ``queue_depth`` results (an output's later chunk always passes), then the next first chunk
+    waits; an RC factor offered all along is taken once, in the cycle after its fused
+    operation's first output left the source. Once a result is taken the waiting output
+    starts, and its operation's factor is taken the cycle after."""
+    cfg = VacConfig(lanes=4, wmem_depth=8, ppu_depth=4, kv_rows=0, queue_depth=3)
+    ring = VacRing(cfg)
+    fused = {"rcu": 1, "last": 1}
+    chunks = [{"first": 1, "last": 1},                         # plain
+              {"first": 1, **fused},                           # fused A, output 0
+              {"first": 1, "rcu": 1},                          # A, output 1: two chunks
+              {**fused, "rc_last": 1},
+              {"first": 1, **fused, "rc_last": 1}]             # fused B: no credit left
+    seen, started = [], []
+
+    async def body(ctx):
+        ctx.set(ring.rc.valid, 1)
+        ctx.set(ring.hlink_i.valid, 1)
+        for chunk in chunks:
+            for name in ("first", "last", "rcu", "rc_last"):
+                ctx.set(ring.hlink_i.payload[name], chunk.get(name, 0))
+            for cycle in range(60):
+                ctx.set(ring.o.ready, int(cycle >= 40))
+                seen.append((ctx.get(ring.hlink_i.ready), ctx.get(ring.rc.ready)))
+                await ctx.tick()
+                if seen[-1][0]:
+                    break
+            started.append(len(seen) - 1)
+        ctx.set(ring.hlink_i.valid, 0)
+        for _ in range(3):
+            seen.append((ctx.get(ring.hlink_i.ready), ctx.get(ring.rc.ready)))
+            await ctx.tick()
+
+    sim = Simulator(ring)
+    sim.add_clock(1e-8)
+    sim.add_testbench(body)
+    sim.run()
+    assert started[:4] == [0, 1, 2, 3] and started[4] > 40, started
+    # Factor A: taken in cycle 2 only; factor B: the cycle after B started, then no more.
+    assert [k for k, (_, rc) in enumerate(seen) if rc] == [2, started[4] + 1], seen
+    assert not any(ready for ready, _ in seen[4:started[4]]), seen
 
 
 # --------------------------------------------------------------------------------------------------

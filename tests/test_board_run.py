@@ -24,6 +24,7 @@ import pytest
 
 from golden import flowkv as flowkv_golden
 from golden import inflash as inflash_golden
+from golden import rdxe as rdxe_golden
 from golden import umdam as umdam_golden
 from golden.arith import float as float_golden
 from golden.arith import func as func_golden
@@ -36,8 +37,8 @@ from hdl.flowkv import FlowKVConfig
 from hdl.inflash.spec import Mode
 from memwall import cli
 from memwall.board.host import Capture, Record
-from memwall.board.run import HarnessSettings, Mismatch, Report, check
-from memwall.board.vectors import covered, pack, vectors
+from memwall.board.run import HarnessSettings, Mismatch, Report, check, sim_settings
+from memwall.board.vectors import Vectors, covered, pack, vectors
 
 from .test_board_harness import small
 
@@ -209,8 +210,48 @@ def inflash_again(params, block, v):
         [pack(block.y.payload.shape(), o) for o in out]
 
 
+def vac_again(params, block, v):
+    """The setup replayed into a WMEM, a KV cache (byte enables) and a PPU table, all zero at
+    first; each output's chunks then meet the rows they name, its accumulator is the plain sum
+    of products, fused outputs take the RC factors in order (the one with ``rc_last`` the last
+    to use each): every chunk forwarded, then the results."""
+    L = params.lanes
+    memories = {"wmem": {}, "kv": {}}
+    for name in memories:
+        for item in decoded(block, name, v.setup[name]):
+            row = memories[name].setdefault(int(item["addr"]), [0] * L)
+            for k in range(L):
+                if name == "wmem" or int(item["en"]) >> k & 1:
+                    row[k] = int(item["data"][k])
+    table = {int(e["addr"]): (int(e["m"]), int(e["shift"]))
+             for e in decoded(block, "ppu", v.setup["ppu"])}
+    factors = iter(decoded(block, "rc", v.stimulus["rc"]))
+    factor, out, w, x = None, [], [], []
+    for chunk in decoded(block, "hlink_i", v.stimulus["hlink_i"]):
+        if chunk["first"]:
+            w, x = [], []
+        w += memories["kv" if chunk["kv"] else "wmem"].get(int(chunk["row"]), [0] * L)
+        x += [int(a) for a in chunk["data"]]
+        if not chunk["last"]:
+            continue
+        acc = int(np.dot(np.array(w, np.int64), np.array(x, np.int64)))
+        if chunk["rcu"]:
+            if factor is None:
+                item = next(factors)
+                factor = rdxe_golden.RCFactor(np.array(int(item["m"])),
+                                              np.array(int(item["shift"])))
+            acc = int(rdxe_golden.rcu(np.array([acc]), factor)[0])
+            if chunk["rc_last"]:
+                factor = None
+        m, shift = table[int(chunk["out"])]
+        out.append(int(rdxe_golden.ppu(np.array([acc]), np.array([m]), np.array([shift]),
+                                       params)[0]))
+    assert next(factors, None) is None and factor is None
+    return v.stimulus["hlink_i"] + [pack(block.o.payload.shape(), {"y": y}) for y in out]
+
+
 OTHERS = {"flowkv": flowkv_again, "flowkv-array": flowkv_again, "edram-fpga": edram_again,
-          "inflash": inflash_again}
+          "inflash": inflash_again, "rdxe-vac": vac_again}
 
 
 @pytest.mark.parametrize("name", covered())
@@ -218,7 +259,9 @@ def test_vectors_follow_the_golden_model(name):
     entry, params, block = small(name)
     v = vectors(entry, params, 16, SEED, block)
     commands = next(iter(v.stimulus.values()))
-    assert len(commands) == 16
+    # The VAC's sixteen GEMVs are several chunks each, half of them fused (a factor each).
+    assert len(commands) == 16 if name != "rdxe-vac" else \
+        len(commands) >= 16 and 0 < len(v.stimulus["rc"]) < 16
     expected = [item for items in v.expected.values() for item in items]
     assert expected == again(name, params, block, v)
     assert vectors(entry, params, 16, SEED, block) == v
@@ -245,17 +288,25 @@ def test_vectors_by_hand():
 
 
 class _Host:
-    """A host whose board captured ``items`` and ``cycles`` (``check`` needs ``execute``)."""
+    """A host whose board captured ``items`` and ``cycles`` (``check`` needs ``execute``); with
+    ``setup``, the items of a run before (its cycles 20)."""
 
-    def __init__(self, harness, items, cycles, end=Status.OK):
+    def __init__(self, harness, items, cycles, end=Status.OK, setup=None):
         self.harness, self.items, self.cycles, self.end = harness, items, cycles, end
-        self.sent = None
+        self.setup, self.calls = setup, []
+
+    @property
+    def sent(self):
+        return self.calls[-1]
 
     def execute(self, stimulus, expect, limit):
-        self.sent = (stimulus, expect, limit)
-        captured = {s: len(x) for s, x in self.items.items()}
-        return Capture(self.items, self.cycles,
-                       Record(50, self.end, {"i": 4}, captured, 0, 0, 0))
+        self.calls.append((stimulus, expect, limit))
+        items, cycles, run = self.items, self.cycles, 50
+        if self.setup is not None and len(self.calls) == 1:
+            items, cycles, run = self.setup, {s: list(range(len(x))) for s, x in
+                                              self.setup.items()}, 20
+        captured = {s: len(x) for s, x in items.items()}
+        return Capture(items, cycles, Record(run, self.end, {"i": 4}, captured, 0, 0, 0))
 
 
 def test_check_names_mismatches_and_measures():
@@ -282,6 +333,30 @@ def test_check_names_mismatches_and_measures():
     late = check(_Host(harness, {"o": want}, {"o": [2, 3, 4, 5]}, Status.RUN_LIMIT), v,
                  name="umdam")
     assert not late.passed and late.mismatches == 0
+
+
+def test_check_runs_the_setup_first():
+    """Setup vectors are played by a run before the measured one, which expects no output;
+    the report says how it ended and fails when it gave any."""
+    entry, params, block = small("umdam")
+    v = vectors(entry, params, 4, SEED, block)
+    v = Vectors(v.stimulus, v.expected, {"i": list(range(40))})
+    harness = Harness(block, stimulus_depth=64, capture_depth=4)
+    host = _Host(harness, {"o": v.expected["o"]}, {"o": [2, 3, 4, 5]}, setup={})
+    report = check(host, v, name="umdam", limit=99)
+    assert host.calls == [(v.setup, {}, 99), (v.stimulus, {"o": 4}, 99)]
+    assert report.passed and (report.setup, report.setup_cycles) == ("OK", 20)
+    assert report.run_cycles == 50 and report.cycles_per_item == {"o": 1.0}
+    assert report.lines()[-1] == "  setup run (loads into the block's memories): ended OK " \
+                                 "after 20 cycles"
+    assert Report.from_json(report.to_json()) == report
+    noisy = check(_Host(harness, {"o": v.expected["o"]}, {"o": [2, 3, 4, 5]},
+                        setup={"o": [7]}), v, name="umdam")
+    assert not noisy.passed and noisy.mismatches == 0 and noisy.setup == "OK with 1 output(s)"
+    # The simulated board's stimulus memories are as deep as the setup's longest stream.
+    assert sim_settings(v).stimulus_depth == 64 and sim_settings(v).capture_depth == 4
+    assert check(_Host(harness, {"o": v.expected["o"]}, {"o": [2, 3, 4, 5]}), Vectors(
+        v.stimulus, v.expected), name="umdam").lines()[-1].startswith("  o: 4 of 4")
 
 
 def _fake_loader(folder, status, text=""):

@@ -10,11 +10,11 @@ from .sequencer import Sequencer
 from .spec import (DESTS, GBUS_BYTES, OPS, DxtConfig, KVGeometry, VacConfig, VeConfig,
                    command_layout, hlink_layout, kv_layout, ppu_layout, rc_layout,
                    response_layout, result_layout, wmem_layout, word_layout)
-from .vac import MAX_VACS, HlinkSource, Vac
+from .vac import MAX_VACS, HlinkSource, Vac, VacRing
 from .ve import Activations, Normalizer, RcUnit
 
-__all__ = ["VacConfig", "VeConfig", "DxtConfig", "KVGeometry", "Vac", "HlinkSource", "RcUnit",
-           "Activations", "Normalizer", "Dxt", "Sequencer", "TokenBuffer", "ChunkFeed",
+__all__ = ["VacConfig", "VeConfig", "DxtConfig", "KVGeometry", "Vac", "HlinkSource", "VacRing",
+           "RcUnit", "Activations", "Normalizer", "Dxt", "Sequencer", "TokenBuffer", "ChunkFeed",
            "Gatherer", "KvWriter", "MAX_VACS", "GBUS_BYTES", "OPS", "DESTS",
            "hlink_layout", "rc_layout", "wmem_layout", "ppu_layout", "kv_layout",
            "result_layout", "command_layout", "word_layout", "response_layout"]

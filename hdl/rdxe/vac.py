@@ -19,7 +19,7 @@ from ..validate import integer
 from .spec import (ACC_BITS, CODE_BITS, VacConfig, check_config, hlink_layout, kv_layout, ppu_layout,
                    rc_layout, result_layout, wmem_layout)
 
-__all__ = ["Vac", "HlinkSource", "MAX_VACS"]
+__all__ = ["Vac", "HlinkSource", "VacRing", "MAX_VACS"]
 
 #: Largest VAC count an :class:`HlinkSource` keeps credits for (``golden.rdxe.RdxeParams.vacs``).
 MAX_VACS = 64
@@ -448,4 +448,75 @@ class HlinkSource(wiring.Component):
             empty_idle.append((count == 0) & ~credit)
             empty_start.append(Mux(credit, count == 0, count == 1))
         m.d.sync += room.eq(~Mux(start, Cat(*empty_start).any(), Cat(*empty_idle).any()))
+        return m
+
+
+class VacRing(wiring.Component):
+    """One VAC on its ring: the :class:`HlinkSource` in front, and the vector engine's rule for
+    RC factors, so that the VAC's streams are plain back-pressured streams (a ring of one, as a
+    board harness or any stream player drives it).
+
+    Chunks on ``hlink_i`` pass through an :class:`HlinkSource` of one VAC, which holds an
+    output's first chunk back while the VAC owes ``queue_depth`` results; the VAC's ``credit``
+    goes back to it. An RC factor on ``rc`` is taken only after its operation's first output
+    has left the source (its last chunk, flagged ``rcu``), as the vector engine computes it from
+    that input: factor ``k`` waits for the ``k``-th fused operation. The other streams are the
+    VAC's own.
+
+    Parameters
+    ----------
+    cfg : VacConfig
+        The VAC's configuration; the source keeps ``queue_depth`` credits.
+
+    Members
+    -------
+    hlink_i : In(stream.Signature(hlink_layout(cfg)))
+        Activation chunks in ring order; ``ready`` low on an output's first chunk while no
+        credit is left (:class:`HlinkSource`), high otherwise.
+    hlink_o, wmem, kv, ppu, o, overrun
+        The :class:`Vac`'s, unchanged.
+    rc : In(stream.Signature(rc_layout(cfg)))
+        RC factors, one per fused operation in operation order; ``ready`` from the cycle after
+        the operation's first output left the source until its factor is taken.
+
+    Latency and throughput: the VAC's (the source adds no cycle): one chunk per cycle while
+    credits last, a result ``Vac.latency`` cycles after a plain output's last chunk. Bad input:
+    as the VAC's; a chunk stream cannot overrun it, nor can factors.
+    """
+
+    def __init__(self, cfg: VacConfig):
+        self.cfg = _check(cfg)
+        self.vac = Vac(cfg)
+        self.source = HlinkSource(cfg, vacs=1)
+        members = self.vac.signature.members
+        super().__init__({name: members[name] for name in members if name != "credit"})
+
+    @property
+    def latency(self) -> int:
+        """:attr:`Vac.latency`: the source adds no cycle."""
+        return self.vac.latency
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.source = src = self.source
+        m.submodules.vac = vac = self.vac
+        wiring.connect(m, wiring.flipped(self.hlink_i), src.i)
+        wiring.connect(m, src.o, vac.hlink_i)
+        wiring.connect(m, vac.hlink_o, wiring.flipped(self.hlink_o))
+        wiring.connect(m, vac.o, wiring.flipped(self.o))
+        for name in ("wmem", "kv", "ppu"):
+            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(vac, name))
+        m.d.comb += [src.credit.eq(vac.credit), self.overrun.eq(vac.overrun)]
+        # Factors released and not yet taken: each belongs to an operation with an output the
+        # VAC still owes, so there are at most queue_depth of them.
+        chunk = src.o.payload
+        fused_end = src.o.valid & chunk.last & chunk.rcu
+        in_op, due = Signal(), Signal(range(self.cfg.queue_depth + 1))
+        release = fused_end & ~in_op
+        taken = self.rc.valid & self.rc.ready
+        with m.If(fused_end):
+            m.d.sync += in_op.eq(~chunk.rc_last)
+        m.d.sync += due.eq(due + release - taken)
+        m.d.comb += [self.rc.ready.eq(due != 0), vac.rc.valid.eq(taken),
+                     vac.rc.payload.eq(self.rc.payload)]
         return m

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from hdl.arith.format import FP32
 from hdl.arith.requant import SHIFT_BITS
-from hdl.rdxe import Dxt, DxtConfig, Vac, VacConfig
+from hdl.rdxe import Dxt, DxtConfig, Vac, VacConfig, VacRing
 from hdl.rdxe.chunks import READ_LATENCY
 from hdl.rdxe.dxt import _QUEUE_SLACK
 from hdl.rdxe.gbus import _RESP_QUEUE
@@ -144,6 +144,9 @@ register(Block(
     timing=_vac_timing,
     size=_vac_size,
     synth=SynthSettings(),
+    # On a board the VAC has its ring's source in front (credits) and takes an RC factor only
+    # after its operation began, as the vector engine gives it (docs/board.md).
+    board=lambda p: VacRing(p),
 ))
 
 

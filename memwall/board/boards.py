@@ -164,7 +164,8 @@ def harness_memories(block, params, depth: int) -> list[tuple[int, int]] | str:
     from hdl.board.harness import STAMP_BITS, Harness
 
     try:
-        harness = Harness(block.elaborate(params), stimulus_depth=depth, capture_depth=depth)
+        harness = Harness(block.board_component(params), stimulus_depth=depth,
+                          capture_depth=depth)
     except ValueError as exc:
         return f"the harness cannot take it: {exc}"
     return ([(s.width, depth) for s in harness.sinks]

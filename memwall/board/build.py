@@ -186,7 +186,7 @@ def build(block, params, board: Board, stage: Path, *, clock_mhz: float | None =
 
     def top(pll, clock):
         try:
-            return PlatformTop(block.elaborate(params), pll=pll, clock_hz=clock * 1e6,
+            return PlatformTop(block.board_component(params), pll=pll, clock_hz=clock * 1e6,
                                baud=baud, uart=board.uart, led=board.led,
                                stimulus_depth=depth, capture_depth=depth)
         except ValueError as exc:

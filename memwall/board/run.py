@@ -111,10 +111,14 @@ class Report:
     end: str
     run_cycles: int
     cycles_per_item: dict[str, float | None] = field(default_factory=dict)
+    #: How the setup run (:attr:`Vectors.setup`) ended, with any output it gave; "" for none.
+    setup: str = ""
+    setup_cycles: int = 0
 
     @property
     def passed(self) -> bool:
-        return self.mismatches == 0 and self.end == Status.OK.name and self.items == self.captured
+        return self.mismatches == 0 and self.end == Status.OK.name and \
+            self.items == self.captured and self.setup in ("", Status.OK.name)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -139,6 +143,9 @@ class Report:
             if rate is not None and clock_mhz:
                 rate_text += f", {1000 * rate / clock_mhz:.2f} ns per item"
             out.append(f"  {stream}: {self.captured.get(stream, 0)} of {n} captured, {rate_text}")
+        if self.setup:
+            out.append(f"  setup run (loads into the block's memories): ended {self.setup} "
+                       f"after {self.setup_cycles} cycles")
         for m in self.first:
             got = "nothing" if m.got is None else f"0x{m.got:x}"
             out.append(f"  mismatch {m.stream}[{m.index}]: expected 0x{m.expected:x}, got {got}")
@@ -148,17 +155,27 @@ class Report:
 def cycle_limit(v: Vectors) -> int:
     """A run's cycle limit: generous for any block that takes and gives an item in at most a
     hundred cycles, so that a block that stops is found without holding the board long."""
-    return 10_000 + 100 * sum(len(x) for x in (*v.stimulus.values(), *v.expected.values()))
+    return 10_000 + 100 * sum(len(x) for x in (*v.setup.values(), *v.stimulus.values(),
+                                               *v.expected.values()))
 
 
 def check(host: HarnessHost, v: Vectors, *, name: str, limit: int | None = None) -> Report:
     """The host program: load ``v``'s stimulus, run, read back, compare bit-exact, measure.
 
     Cycles per item of a source: from the cycle stamps of its first and last item (the block's
-    own rate at the board's clock, UART time excluded); ``None`` for a single item.
+    own rate at the board's clock, UART time excluded); ``None`` for a single item. With
+    ``v.setup``, a first run plays it and must end ``OK`` with no output (else the report
+    fails, saying so); the second run, measured, plays ``v.stimulus``.
     """
+    limit = cycle_limit(v) if limit is None else limit
+    setup, setup_cycles = "", 0
+    if v.setup:
+        record = host.execute(v.setup, {}, limit).record
+        extra = sum(record.captured.values())
+        setup = record.end.name + (f" with {extra} output(s)" if extra else "")
+        setup_cycles = record.cycles
     expect = {s: len(items) for s, items in v.expected.items()}
-    capture = host.execute(v.stimulus, expect, cycle_limit(v) if limit is None else limit)
+    capture = host.execute(v.stimulus, expect, limit)
     first, count, rates = [], 0, {}
     for stream, want in v.expected.items():
         got = capture.items.get(stream, [])
@@ -172,7 +189,7 @@ def check(host: HarnessHost, v: Vectors, *, name: str, limit: int | None = None)
         rates[stream] = (stamps[-1] - stamps[0]) / (len(stamps) - 1) if len(stamps) > 1 else None
     record = capture.record
     return Report(name, expect, dict(record.captured), count, first, record.end.name, record.cycles,
-                  rates)
+                  rates, setup, setup_cycles)
 
 
 def sim_settings(v: Vectors) -> HarnessSettings:
@@ -184,7 +201,7 @@ def sim_settings(v: Vectors) -> HarnessSettings:
             raise ParameterError(f"{items} items on one stream exceed the harness's largest "
                                  f"memory of {MAX_DEPTH}; ask for fewer --vectors")
         return 1 << max(2, (items - 1).bit_length())
-    return HarnessSettings(stimulus_depth=depth(v.stimulus.values()),
+    return HarnessSettings(stimulus_depth=depth([*v.setup.values(), *v.stimulus.values()]),
                            capture_depth=depth(v.expected.values()),
                            baud=round(1e9 / (SIM_CLOCK_NS * SIM_DIVISOR)))
 
@@ -292,7 +309,8 @@ def _hardware(args, entry, params) -> int:
     settings = HarnessSettings.from_build(folder if folder.is_dir() else folder.parent)
     settings = HarnessSettings(**{**asdict(settings), **({"baud": args.baud} if args.baud else {})})
     try:
-        harness = Harness(entry.elaborate(params), stimulus_depth=settings.stimulus_depth,
+        harness = Harness(entry.board_component(params),
+                          stimulus_depth=settings.stimulus_depth,
                           capture_depth=settings.capture_depth)
     except (TypeError, ValueError) as exc:
         raise ParameterError(f"the board record in {folder}: {exc}") from None
@@ -320,9 +338,10 @@ def _hardware(args, entry, params) -> int:
 
 
 def _fits(v: Vectors, settings: HarnessSettings) -> None:
-    for kind, lists, depth in (("stimulus", v.stimulus, settings.stimulus_depth),
-                               ("capture", v.expected, settings.capture_depth)):
-        for stream, items in lists.items():
+    for kind, lists, depth in (("stimulus", [*v.setup.items(), *v.stimulus.items()],
+                                settings.stimulus_depth),
+                               ("capture", v.expected.items(), settings.capture_depth)):
+        for stream, items in lists:
             if len(items) > depth:
                 raise ParameterError(f"{len(items)} items of {stream} exceed the board's "
                                      f"{kind} memory of {depth}; ask for fewer --vectors")

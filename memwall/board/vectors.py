@@ -11,8 +11,9 @@ harness's ``WRITE`` and ``READ`` carry them (``layout.const(...).as_bits()``).
 
 from __future__ import annotations
 
+import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from golden import edram as edram_golden
 from golden import flowkv as flowkv_golden
 from golden import inflash as inflash_golden
+from golden import rdxe as rdxe_golden
 from golden import umdam as umdam_golden
 from golden.arith import float as float_golden
 from golden.arith import func as func_golden
@@ -37,10 +39,16 @@ __all__ = ["Vectors", "GENERATORS", "vectors", "pack", "covered"]
 
 @dataclass(frozen=True)
 class Vectors:
-    """Items per sink to play and the items each source must give, bit-exact, in order."""
+    """Items per sink to play and the items each source must give, bit-exact, in order.
+
+    ``setup``: items per sink for a run before ``stimulus``'s, which must give no output: loads
+    the block keeps in its memories (the harness resets the block's registers before each run,
+    not its memories), such as the weights a stream of chunks then meets.
+    """
 
     stimulus: dict[str, list[int]]
     expected: dict[str, list[int]]
+    setup: dict[str, list[int]] = field(default_factory=dict)
 
 
 def pack(layout, values) -> int:
@@ -383,6 +391,108 @@ def _inflash(params, block, rng: random.Random, count: int) -> Vectors:
     return out
 
 
+#: Outputs and chunks of a matrix loaded into a VAC at most, and the memory each matrix loaded
+#: goes to, in drawing order (as long as rows and PPU entries last): a few dozen rows, each
+#: met by several GEMVs.
+_VAC_OUTPUTS, _VAC_CHUNKS = 6, 4
+_VAC_MATRICES = ("wmem", "kv", "wmem", "kv", "wmem", "wmem")
+#: Spread of a VAC accumulator over uniform INT8 weights and activations, per sqrt(inputs)
+#: (about 74 ** 2): the PPU scale that spreads the results over the INT8 range follows from it.
+_ACC_SPREAD = 5500.0
+#: Fraction bits an RC factor keeps (RMSNorm's and softmax's, ``golden.rdxe.RdxeParams``).
+_RC_FRACS = (4, 7)
+
+
+def _ppu_entry(rng: random.Random, scale: float, mult_bits: int) -> tuple[int, int]:
+    """A PPU multiplier (random sign) and shift whose ratio is ``scale`` within a factor of 2."""
+    bits = min(mult_bits - 1, 15)
+    m = rng.randrange(1 << (bits - 1), 1 << bits)
+    shift = max(0, min(rdxe_golden.SHIFT_MAX, round(math.log2(m / scale) + rng.uniform(-1, 1))))
+    return m * rng.choice((1, -1)), shift
+
+
+def _vac_load(cfg, rng: random.Random, layouts: dict) -> tuple[list[dict], dict]:
+    """Matrices for a VAC's WMEM and KV cache: their weights, places and PPU entries, and the
+    loads that put them there, in random order (the KV cache's rows as two writes with
+    complementary byte enables, the bytes a write does not enable random)."""
+    L, matrices = cfg.lanes, []
+    setup = {"wmem": [], "kv": [], "ppu": []}
+    rows, entry = {"wmem": 0, "kv": 0}, 0
+    depth = {"wmem": cfg.wmem_depth, "kv": cfg.kv_rows}
+    for memory in _VAC_MATRICES:
+        row = rows[memory]
+        M = rng.randint(1, max(1, min(_VAC_OUTPUTS, cfg.ppu_depth - entry, depth[memory] - row)))
+        if entry + M > cfg.ppu_depth or row + M > depth[memory]:
+            continue                            # the table or the memory is full
+        C = rng.randint(1, min(_VAC_CHUNKS, (depth[memory] - row) // M))
+        K = rng.randint((C - 1) * L + 1, C * L)
+        W = np.zeros((M, C * L), np.int64)
+        W[:, :K] = [[rng.randint(-128, 127) for _ in range(K)] for _ in range(M)]
+        scale = 60 / (_ACC_SPREAD * math.sqrt(K))
+        ppu = [_ppu_entry(rng, scale, cfg.mult_bits) for _ in range(M)]
+        matrices.append({"W": W[:, :K], "K": K, "C": C, "row": row, "entry": entry,
+                         "kv": memory == "kv", "m": [m for m, _ in ppu],
+                         "shift": [s for _, s in ppu]})
+        for r in range(M * C):
+            data = [int(v) for v in W[r // C, (r % C) * L:(r % C + 1) * L]]
+            if memory == "wmem":
+                setup["wmem"].append({"addr": row + r, "data": data})
+                continue
+            en = rng.getrandbits(L)
+            for mask in (en, ~en & ((1 << L) - 1)):
+                setup["kv"].append({"addr": row + r, "en": mask, "data": [
+                    v if mask >> k & 1 else rng.randint(-128, 127) for k, v in enumerate(data)]})
+        setup["ppu"] += [{"addr": entry + p, "m": m, "shift": s} for p, (m, s) in enumerate(ppu)]
+        rows[memory], entry = row + M * C, entry + M
+    for name, items in setup.items():
+        rng.shuffle(items)
+        setup[name] = [pack(layouts[name], item) for item in items]
+    return matrices, setup
+
+
+def _rc_factor(rng: random.Random, cfg) -> rdxe_golden.RCFactor:
+    """An RC factor as the vector engine gives it: ``golden.rdxe.to_rc`` of an fp32 value near
+    ``2**-frac`` (a gain near 1 on the accumulator), one in ten 0 or +inf (flushed,
+    saturated)."""
+    frac = rng.choice(_RC_FRACS)
+    value = rng.choice((0.0, math.inf)) if rng.random() < 0.1 else \
+        2.0 ** (rng.uniform(-1, 1) - frac)
+    return rdxe_golden.to_rc(np.uint32(float_golden.from_float(np.float64(value), FP32)), frac,
+                             cfg)
+
+
+def _vac(params, block, rng: random.Random, count: int) -> Vectors:
+    """Weights loaded first (``setup``: up to four matrices into the WMEM and two into the KV
+    cache, their PPU entries), then ``count`` GEMVs streamed against them: each a loaded
+    matrix, random INT8 activations, plain or (half of them) fused with an RC factor on ``rc``.
+    ``o`` from ``golden.rdxe``: ``ppu(accumulate(W, x))``, or ``ppu(rcu(...))`` when fused;
+    ``hlink_o``: every chunk, forwarded unchanged."""
+    names = ("hlink_i", "wmem", "kv", "ppu", "rc", "o")
+    layouts = dict(zip(names, _layouts(block, *names)))
+    L = params.lanes
+    matrices, setup = _vac_load(params, rng, layouts)
+    chunks, factors, results = [], [], []
+    for _ in range(count):
+        mx = rng.choice(matrices)
+        M, K, C = len(mx["m"]), mx["K"], mx["C"]
+        x = [rng.randint(-128, 127) for _ in range(K)]
+        padded = x + [0] * (C * L - K)
+        acc = rdxe_golden.accumulate(mx["W"], np.array(x))
+        fused = rng.random() < 0.5
+        if fused:
+            rc = _rc_factor(rng, params)
+            acc = rdxe_golden.rcu(acc, rc)
+            factors.append(pack(layouts["rc"], {"m": int(rc.m), "shift": int(rc.shift)}))
+        y = rdxe_golden.ppu(acc, np.array(mx["m"]), np.array(mx["shift"]), params)
+        results += [pack(layouts["o"], {"y": int(v)}) for v in y]
+        chunks += [pack(layouts["hlink_i"], {
+            "data": padded[j * L:(j + 1) * L], "row": mx["row"] + p * C + j,
+            "first": int(j == 0), "last": int(j == C - 1), "out": mx["entry"] + p,
+            "rcu": int(fused), "rc_last": int(fused and p == M - 1), "kv": int(mx["kv"])})
+            for p in range(M) for j in range(C)]
+    return Vectors({"hlink_i": chunks, "rc": factors}, {"hlink_o": chunks, "o": results}, setup)
+
+
 #: Block name -> ``generator(params, component, rng, count) -> Vectors``; ``count`` is the
 #: number of items per sink (commands, for a block that answers a command with many items).
 GENERATORS: dict[str, Callable[[BlockParams, object, random.Random, int], Vectors]] = {
@@ -404,6 +514,7 @@ GENERATORS: dict[str, Callable[[BlockParams, object, random.Random, int], Vector
     "flowkv-array": _flowkv,
     "edram-fpga": _edram,
     "inflash": _inflash,
+    "rdxe-vac": _vac,
 }
 
 
@@ -426,5 +537,5 @@ def vectors(entry, params: BlockParams, count: int, seed: int, block=None) -> Ve
     if not isinstance(count, int) or count < 1:
         raise ParameterError(f"vector count (--vectors) must be an integer of at least 1, "
                              f"not {count!r}")
-    block = entry.elaborate(params) if block is None else block
+    block = entry.board_component(params) if block is None else block
     return GENERATORS[entry.name](params, block, random.Random(seed), count)
