@@ -51,6 +51,9 @@ CASES = [
     ("flowkv-array", 2, (pytest.mark.slow,)),
     # Weights loaded by a setup run, then 8 GEMVs (about 40 chunks) with credits and RC factors.
     ("rdxe-vac", 8, ()),
+    # Covered by rdxe-vac (the setup run, the VACs and their ring) and by the tile's own cocotb
+    # cases; 41 s cold, most of it the tile's Verilator build.
+    ("rdxe-dxt", 6, (pytest.mark.slow,)),
 ]
 
 

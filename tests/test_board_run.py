@@ -35,6 +35,7 @@ from hdl.board import Harness, Status
 from hdl.edram import Op
 from hdl.flowkv import FlowKVConfig
 from hdl.inflash.spec import Mode
+from hdl.rdxe import OPS
 from memwall import cli
 from memwall.board.host import Capture, Record
 from memwall.board.run import HarnessSettings, Mismatch, Report, check, sim_settings
@@ -250,8 +251,41 @@ def vac_again(params, block, v):
     return v.stimulus["hlink_i"] + [pack(block.o.payload.shape(), {"y": y}) for y in out]
 
 
+def dxt_again(params, block, v):
+    """The setup replayed into each VAC's WMEM and PPU table; each command's weights read back
+    as the tile reads them (output ``o`` from VAC ``o mod N``, rows ``row + p C ..``, entry
+    ``entry + p``), its activations from its chunks, zero-padded as sent: the results four to
+    a word, a response per command."""
+    N, L = params.vacs, params.lanes
+    wmem = np.zeros((N, params.wmem_depth, L), np.int64)
+    table = np.zeros((N, params.ppu_depth, 2), np.int64)
+    for item in decoded(block, "wmem", v.setup["wmem"]):
+        wmem[int(item["vac"]), int(item["addr"])] = [int(b) for b in item["data"]]
+    for item in decoded(block, "ppu", v.setup["ppu"]):
+        table[int(item["vac"]), int(item["addr"])] = (int(item["m"]), int(item["shift"]))
+    chunks = iter(decoded(block, "x", v.stimulus["x"]))
+    words, layout = [], block.o.payload.shape()
+    for c in decoded(block, "cmd", v.stimulus["cmd"]):
+        M, C, row, entry = (int(c[k]) for k in ("outputs", "chunks", "row", "entry"))
+        x = np.array([int(a) for _ in range(C) for a in next(chunks)["data"]], np.int64)
+        W = np.array([wmem[o % N, row + o // N * C:row + o // N * C + C].ravel()
+                      for o in range(M)])
+        m, shift = table[np.arange(M) % N, entry + np.arange(M) // N].T
+        if OPS[int(c["op"])] == "gemv":
+            y = rdxe_golden.gemv(W, x, m, shift, params)
+        else:
+            y = rdxe_golden.rmsnorm_gemv(W, x, m, shift, np.uint32(int(c["eps"])), params,
+                                         mode=("fused", "sequential")[int(c["seq"])],
+                                         inv_k=np.uint32(int(c["inv_k"])))
+        words += [pack(layout, {"data": [int(b) for b in y[w:w + 4]], "keep": 0xF,
+                                "last": int(w + 4 == M)}) for w in range(0, M, 4)]
+    assert next(chunks, None) is None
+    resp = pack(block.resp.payload.shape(), {"error": 0})
+    return words + [resp] * len(v.stimulus["cmd"])
+
+
 OTHERS = {"flowkv": flowkv_again, "flowkv-array": flowkv_again, "edram-fpga": edram_again,
-          "inflash": inflash_again, "rdxe-vac": vac_again}
+          "inflash": inflash_again, "rdxe-vac": vac_again, "rdxe-dxt": dxt_again}
 
 
 @pytest.mark.parametrize("name", covered())

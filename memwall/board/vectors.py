@@ -31,6 +31,7 @@ from hdl.arith.format import BF16, FP32, float_format
 from hdl.edram import Op, TensorClass
 from hdl.flowkv import FlowKVConfig
 from hdl.inflash.spec import Mode, Op as InflashOp
+from hdl.rdxe import GBUS_BYTES, OPS
 
 from ..params import BlockParams, ParameterError
 
@@ -411,6 +412,14 @@ def _ppu_entry(rng: random.Random, scale: float, mult_bits: int) -> tuple[int, i
     return m * rng.choice((1, -1)), shift
 
 
+def _packed_loads(loads: dict, layouts: dict, rng: random.Random) -> dict[str, list[int]]:
+    """Each stream's loads (field mappings) in random order, packed: a load's place, not its
+    turn, says where it goes."""
+    for items in loads.values():
+        rng.shuffle(items)
+    return {name: [pack(layouts[name], item) for item in items] for name, items in loads.items()}
+
+
 def _vac_load(cfg, rng: random.Random, layouts: dict) -> tuple[list[dict], dict]:
     """Matrices for a VAC's WMEM and KV cache: their weights, places and PPU entries, and the
     loads that put them there, in random order (the KV cache's rows as two writes with
@@ -444,10 +453,7 @@ def _vac_load(cfg, rng: random.Random, layouts: dict) -> tuple[list[dict], dict]
                     v if mask >> k & 1 else rng.randint(-128, 127) for k, v in enumerate(data)]})
         setup["ppu"] += [{"addr": entry + p, "m": m, "shift": s} for p, (m, s) in enumerate(ppu)]
         rows[memory], entry = row + M * C, entry + M
-    for name, items in setup.items():
-        rng.shuffle(items)
-        setup[name] = [pack(layouts[name], item) for item in items]
-    return matrices, setup
+    return matrices, _packed_loads(setup, layouts, rng)
 
 
 def _rc_factor(rng: random.Random, cfg) -> rdxe_golden.RCFactor:
@@ -493,6 +499,81 @@ def _vac(params, block, rng: random.Random, count: int) -> Vectors:
     return Vectors({"hlink_i": chunks, "rc": factors}, {"hlink_o": chunks, "o": results}, setup)
 
 
+#: Matrices loaded into a DXT's WMEMs: each a plain GEMV's or an RMSNorm-GEMV's (its PPU scale
+#: follows), up to 3 passes of the VACs and 5 chunks.
+_DXT_MATRICES = ("gemv", "rmsnorm", "gemv", "rmsnorm")
+_DXT_PASSES, _DXT_CHUNKS = 3, 5
+#: The RMSNorm epsilon and the activations' step it is expressed in (the DXT testbench's).
+_RMS_EPS, _RMS_STEP = 1e-5, 0.05
+
+
+def _dxt_load(cfg, rng: random.Random, layouts: dict) -> tuple[list[dict], dict]:
+    """Matrices for a DXT, laid out in its VACs' WMEMs as ``golden.rdxe.wmem_image`` says
+    (output ``o`` on VAC ``o mod N`` in pass ``o // N``) with a PPU entry per pass and VAC;
+    their outputs a multiple of four, so that every GBUS word of results is whole (the bytes a
+    partial word does not keep carry no meaning); the loads in random order."""
+    N, L, matrices = cfg.vacs, cfg.lanes, []
+    setup, row, entry = {"wmem": [], "ppu": []}, 0, 0
+    for kind in _DXT_MATRICES:
+        P, C = rng.randint(1, _DXT_PASSES), rng.randint(1, min(_DXT_CHUNKS, cfg.chunks))
+        M = max(GBUS_BYTES, (rng.randint((P - 1) * N + 1, P * N) // GBUS_BYTES) * GBUS_BYTES)
+        P = -(-M // N)
+        if row + P * C > cfg.wmem_depth or entry + P > cfg.ppu_depth:
+            continue
+        K = rng.randint((C - 1) * L + 1, C * L)
+        W = np.array([[rng.randint(-128, 127) for _ in range(K)] for _ in range(M)], np.int64)
+        scale = (60 / _ACC_SPREAD if kind == "gemv" else 1 / 20) / math.sqrt(K)
+        ppu = [_ppu_entry(rng, scale, cfg.mult_bits) for _ in range(P * N)]
+        image = rdxe_golden.wmem_image(W, cfg)
+        setup["wmem"] += [{"vac": v, "addr": row + r, "data": [int(b) for b in image[v, r]]}
+                          for v in range(N) for r in range(P * C)]
+        setup["ppu"] += [{"vac": o % N, "addr": entry + o // N, "m": m, "shift": sh}
+                         for o, (m, sh) in enumerate(ppu)]
+        matrices.append({"kind": kind, "W": W, "K": K, "C": C, "row": row, "entry": entry,
+                         "m": np.array([m for m, _ in ppu[:M]]),
+                         "shift": np.array([sh for _, sh in ppu[:M]])})
+        row, entry = row + P * C, entry + P
+    return matrices, _packed_loads(setup, layouts, rng)
+
+
+def _dxt(params, block, rng: random.Random, count: int) -> Vectors:
+    """Weights loaded first (``setup``: up to four matrices and their PPU entries), then
+    ``count`` commands on ``cmd`` with their token chunks on ``x``: plain GEMVs and RMSNorm-GEMVs
+    (fused or sequential, ``inv_k`` fp32(1/K)) of random INT8 activations on a loaded matrix,
+    results to ``o``. ``o``: the results from ``golden.rdxe.gemv`` and ``rmsnorm_gemv``, four
+    to a GBUS word; ``resp``: no error, one per command."""
+    names = ("cmd", "x", "wmem", "ppu", "o", "resp")
+    layouts = dict(zip(names, _layouts(block, *names)))
+    L = params.lanes
+    matrices, setup = _dxt_load(params, rng, layouts)
+    eps = int(rdxe_golden.eps_code(_RMS_EPS, _RMS_STEP))
+    out = Vectors({"cmd": [], "x": []}, {"o": [], "resp": []}, setup)
+    for _ in range(count):
+        mx = rng.choice(matrices)
+        (M, K), C = mx["W"].shape, mx["C"]
+        x = [rng.randint(-128, 127) for _ in range(K)] + [0] * (C * L - K)
+        fields = dict.fromkeys(("seq", "dest", "head", "tokens", "inv_k", "eps", "scale"), 0)
+        fields.update(outputs=M, chunks=C, row=mx["row"], entry=mx["entry"],
+                      op=OPS.index(mx["kind"]))
+        if mx["kind"] == "gemv":
+            y = rdxe_golden.gemv(mx["W"], np.array(x[:K]), mx["m"], mx["shift"], params)
+        else:
+            mode = rng.choice(rdxe_golden.MODES)
+            inv_k = int(float_golden.from_float(np.float64(1 / K), FP32))
+            fields.update(seq=int(mode == "sequential"), inv_k=inv_k, eps=eps)
+            y = rdxe_golden.rmsnorm_gemv(mx["W"], np.array(x[:K]), mx["m"], mx["shift"],
+                                         np.uint32(eps), params, mode=mode,
+                                         inv_k=np.uint32(inv_k))
+        out.stimulus["cmd"].append(pack(layouts["cmd"], fields))
+        out.stimulus["x"] += [pack(layouts["x"], {"data": x[j * L:(j + 1) * L]})
+                              for j in range(C)]
+        out.expected["o"] += [pack(layouts["o"], {
+            "data": [int(v) for v in y[w:w + GBUS_BYTES]], "keep": (1 << GBUS_BYTES) - 1,
+            "last": int(w + GBUS_BYTES == M)}) for w in range(0, M, GBUS_BYTES)]
+        out.expected["resp"].append(pack(layouts["resp"], {"error": 0}))
+    return out
+
+
 #: Block name -> ``generator(params, component, rng, count) -> Vectors``; ``count`` is the
 #: number of items per sink (commands, for a block that answers a command with many items).
 GENERATORS: dict[str, Callable[[BlockParams, object, random.Random, int], Vectors]] = {
@@ -515,6 +596,7 @@ GENERATORS: dict[str, Callable[[BlockParams, object, random.Random, int], Vector
     "edram-fpga": _edram,
     "inflash": _inflash,
     "rdxe-vac": _vac,
+    "rdxe-dxt": _dxt,
 }
 
 
