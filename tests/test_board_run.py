@@ -35,7 +35,7 @@ from hdl.board import Harness, Status
 from hdl.edram import Op
 from hdl.flowkv import FlowKVConfig
 from hdl.inflash.spec import Mode
-from hdl.rdxe import OPS
+from hdl.rdxe import DESTS, OPS
 from memwall import cli
 from memwall.board.host import Capture, Record
 from memwall.board.run import HarnessSettings, Mismatch, Report, check, sim_settings
@@ -252,11 +252,13 @@ def vac_again(params, block, v):
 
 
 def dxt_again(params, block, v):
-    """The setup replayed into each VAC's WMEM and PPU table; each command's weights read back
-    as the tile reads them (output ``o`` from VAC ``o mod N``, rows ``row + p C ..``, entry
-    ``entry + p``), its activations from its chunks, zero-padded as sent: the results four to
-    a word, a response per command."""
-    N, L = params.vacs, params.lanes
+    """The setup replayed into each VAC's WMEM and PPU table; each GEMV's weights read back as
+    the tile reads them (output ``o`` from VAC ``o mod N``, rows ``row + p C ..``, entry
+    ``entry + p``), its activations from its chunks, zero-padded as sent; a GEMV to a key or a
+    value stored under its group and token; Q.K^T of the keys stored, scaled by VAC 0's entry,
+    and P.V of those scores against the values stored, channel ``e`` scaled by VAC ``e mod N``'s
+    entry ``entry + e // N``: the results four to a word, a response per command."""
+    N, L, d = params.vacs, params.lanes, params.head_dim
     wmem = np.zeros((N, params.wmem_depth, L), np.int64)
     table = np.zeros((N, params.ppu_depth, 2), np.int64)
     for item in decoded(block, "wmem", v.setup["wmem"]):
@@ -264,21 +266,37 @@ def dxt_again(params, block, v):
     for item in decoded(block, "ppu", v.setup["ppu"]):
         table[int(item["vac"]), int(item["addr"])] = (int(item["m"]), int(item["shift"]))
     chunks = iter(decoded(block, "x", v.stimulus["x"]))
-    words, layout = [], block.o.payload.shape()
+    cache, scores, words, layout = {}, None, [], block.o.payload.shape()
     for c in decoded(block, "cmd", v.stimulus["cmd"]):
+        op, dest, head, T = OPS[int(c["op"])], DESTS[int(c["dest"])], int(c["head"]), \
+            int(c["tokens"])
         M, C, row, entry = (int(c[k]) for k in ("outputs", "chunks", "row", "entry"))
+        C = d // L if op == "qk" else 0 if op == "pv" else C
         x = np.array([int(a) for _ in range(C) for a in next(chunks)["data"]], np.int64)
-        W = np.array([wmem[o % N, row + o // N * C:row + o // N * C + C].ravel()
-                      for o in range(M)])
-        m, shift = table[np.arange(M) % N, entry + np.arange(M) // N].T
-        if OPS[int(c["op"])] == "gemv":
-            y = rdxe_golden.gemv(W, x, m, shift, params)
+        if op == "qk":
+            K = np.array([cache["key", head // params.group_size, t] for t in range(T)])
+            _, y = rdxe_golden.qk_scores(x, K, *table[0, entry], params)
+            scores = y
+        elif op == "pv":
+            V = np.array([cache["value", head // params.group_size, t] for t in range(T)])
+            m, shift = table[np.arange(d) % N, entry + np.arange(d) // N].T
+            y = rdxe_golden.softmax_pv(scores, V, np.uint32(int(c["scale"])), m, shift, params,
+                                       mode=("fused", "sequential")[int(c["seq"])])
         else:
-            y = rdxe_golden.rmsnorm_gemv(W, x, m, shift, np.uint32(int(c["eps"])), params,
-                                         mode=("fused", "sequential")[int(c["seq"])],
-                                         inv_k=np.uint32(int(c["inv_k"])))
+            W = np.array([wmem[o % N, row + o // N * C:row + o // N * C + C].ravel()
+                          for o in range(M)])
+            m, shift = table[np.arange(M) % N, entry + np.arange(M) // N].T
+            if op == "gemv":
+                y = rdxe_golden.gemv(W, x, m, shift, params)
+            else:
+                y = rdxe_golden.rmsnorm_gemv(W, x, m, shift, np.uint32(int(c["eps"])), params,
+                                             mode=("fused", "sequential")[int(c["seq"])],
+                                             inv_k=np.uint32(int(c["inv_k"])))
+            if dest != "out":
+                cache[dest, head, T] = y
+                continue
         words += [pack(layout, {"data": [int(b) for b in y[w:w + 4]], "keep": 0xF,
-                                "last": int(w + 4 == M)}) for w in range(0, M, 4)]
+                                "last": int(w + 4 == len(y))}) for w in range(0, len(y), 4)]
     assert next(chunks, None) is None
     resp = pack(block.resp.payload.shape(), {"error": 0})
     return words + [resp] * len(v.stimulus["cmd"])

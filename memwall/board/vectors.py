@@ -31,7 +31,7 @@ from hdl.arith.format import BF16, FP32, float_format
 from hdl.edram import Op, TensorClass
 from hdl.flowkv import FlowKVConfig
 from hdl.inflash.spec import Mode, Op as InflashOp
-from hdl.rdxe import GBUS_BYTES, OPS
+from hdl.rdxe import DESTS, GBUS_BYTES, OPS
 
 from ..params import BlockParams, ParameterError
 
@@ -503,16 +503,35 @@ def _vac(params, block, rng: random.Random, count: int) -> Vectors:
 #: follows), up to 3 passes of the VACs and 5 chunks.
 _DXT_MATRICES = ("gemv", "rmsnorm", "gemv", "rmsnorm")
 _DXT_PASSES, _DXT_CHUNKS = 3, 5
-#: The RMSNorm epsilon and the activations' step it is expressed in (the DXT testbench's).
-_RMS_EPS, _RMS_STEP = 1e-5, 0.05
+#: The RMSNorm epsilon and the activations' step it is expressed in, the real value of one score
+#: step of Q.K^T, and the PPU scale of P.V's outputs (the DXT testbench's).
+_RMS_EPS, _RMS_STEP, _SCORE_STEP, _PV_SCALE = 1e-5, 0.05, 0.15, 1 / 100
+#: Tokens of an attention episode (a multiple of four: its scores fill whole GBUS words) and the
+#: share of commands that start one.
+_EPISODE_TOKENS, _EPISODE_SHARE = (4, 8), 0.25
 
 
-def _dxt_load(cfg, rng: random.Random, layouts: dict) -> tuple[list[dict], dict]:
-    """Matrices for a DXT, laid out in its VACs' WMEMs as ``golden.rdxe.wmem_image`` says
-    (output ``o`` on VAC ``o mod N`` in pass ``o // N``) with a PPU entry per pass and VAC;
-    their outputs a multiple of four, so that every GBUS word of results is whole (the bytes a
-    partial word does not keep carry no meaning); the loads in random order."""
-    N, L, matrices = cfg.vacs, cfg.lanes, []
+def _dxt_matrix(cfg, W, ppu, row: int, entry: int, setup: dict, kind: str) -> dict:
+    """Lay ``W`` out in the VACs' WMEMs from ``row`` (``golden.rdxe.wmem_image``: output ``o``
+    on VAC ``o mod N`` in pass ``o // N``), its PPU entries (one per output, ``(m, shift)``)
+    from ``entry``; return what a command on it needs."""
+    N, (M, K) = cfg.vacs, W.shape
+    C, P = -(-K // cfg.lanes), -(-M // N)
+    image = rdxe_golden.wmem_image(W, cfg)
+    setup["wmem"] += [{"vac": v, "addr": row + r, "data": [int(b) for b in image[v, r]]}
+                      for v in range(N) for r in range(P * C)]
+    setup["ppu"] += [{"vac": o % N, "addr": entry + o // N, "m": m, "shift": sh}
+                     for o, (m, sh) in enumerate(ppu)]
+    return {"kind": kind, "W": W, "K": K, "C": C, "row": row, "entry": entry,
+            "m": np.array([m for m, _ in ppu[:M]]), "shift": np.array([sh for _, sh in ppu[:M]])}
+
+
+def _dxt_load(cfg, rng: random.Random, layouts: dict) -> tuple[list[dict], dict, dict]:
+    """Matrices for a DXT, their outputs a multiple of four so that every GBUS word of results
+    is whole (the bytes a partial word does not keep carry no meaning); the identity that writes
+    keys and values; the PPU entries of Q.K^T (every VAC's the same scale) and P.V (one per
+    channel). The loads in random order."""
+    N, L, d, matrices = cfg.vacs, cfg.lanes, cfg.head_dim, []
     setup, row, entry = {"wmem": [], "ppu": []}, 0, 0
     for kind in _DXT_MATRICES:
         P, C = rng.randint(1, _DXT_PASSES), rng.randint(1, min(_DXT_CHUNKS, cfg.chunks))
@@ -524,52 +543,98 @@ def _dxt_load(cfg, rng: random.Random, layouts: dict) -> tuple[list[dict], dict]
         W = np.array([[rng.randint(-128, 127) for _ in range(K)] for _ in range(M)], np.int64)
         scale = (60 / _ACC_SPREAD if kind == "gemv" else 1 / 20) / math.sqrt(K)
         ppu = [_ppu_entry(rng, scale, cfg.mult_bits) for _ in range(P * N)]
-        image = rdxe_golden.wmem_image(W, cfg)
-        setup["wmem"] += [{"vac": v, "addr": row + r, "data": [int(b) for b in image[v, r]]}
-                          for v in range(N) for r in range(P * C)]
-        setup["ppu"] += [{"vac": o % N, "addr": entry + o // N, "m": m, "shift": sh}
-                         for o, (m, sh) in enumerate(ppu)]
-        matrices.append({"kind": kind, "W": W, "K": K, "C": C, "row": row, "entry": entry,
-                         "m": np.array([m for m, _ in ppu[:M]]),
-                         "shift": np.array([sh for _, sh in ppu[:M]])})
+        matrices.append(_dxt_matrix(cfg, W, ppu, row, entry, setup, kind))
         row, entry = row + P * C, entry + P
-    return matrices, _packed_loads(setup, layouts, rng)
+    P, C = -(-d // N), -(-d // L)
+    attention = {"identity": _dxt_matrix(cfg, np.eye(d, dtype=np.int64), [(1, 0)] * (P * N),
+                                         row, entry, setup, "identity"),
+                 "qk_entry": entry + P, "pv_entry": entry + P + 1,
+                 "score": _ppu_entry(rng, 60 / (_ACC_SPREAD * math.sqrt(d)), cfg.mult_bits),
+                 "out": [_ppu_entry(rng, _PV_SCALE, cfg.mult_bits) for _ in range(d)]}
+    if row + P * C > cfg.wmem_depth or entry + 2 * P + 1 > cfg.ppu_depth:
+        attention = None                        # no room: GEMVs only
+    else:
+        m, sh = attention["score"]
+        setup["ppu"] += [{"vac": v, "addr": entry + P, "m": m, "shift": sh} for v in range(N)]
+        setup["ppu"] += [{"vac": e % N, "addr": entry + P + 1 + e // N, "m": m, "shift": sh}
+                         for e, (m, sh) in enumerate(attention["out"])]
+    return matrices, attention, _packed_loads(setup, layouts, rng)
+
+
+def _dxt_gemv(params, rng: random.Random, mx: dict, fields: dict) -> tuple[list[int], np.ndarray]:
+    """A GEMV or RMSNorm-GEMV on ``mx`` with random activations: its chunks' activations (zero
+    padded) and results, its command's fields set in ``fields``."""
+    (M, K), C = mx["W"].shape, mx["C"]
+    x = [rng.randint(-128, 127) for _ in range(K)] + [0] * (C * params.lanes - K)
+    fields.update(outputs=M, chunks=C, row=mx["row"], entry=mx["entry"], op=OPS.index(mx["kind"]))
+    if mx["kind"] != "rmsnorm":
+        return x, rdxe_golden.gemv(mx["W"], np.array(x[:K]), mx["m"], mx["shift"], params)
+    mode = rng.choice(rdxe_golden.MODES)
+    eps = int(rdxe_golden.eps_code(_RMS_EPS, _RMS_STEP))
+    inv_k = int(float_golden.from_float(np.float64(1 / K), FP32))
+    fields.update(seq=int(mode == "sequential"), inv_k=inv_k, eps=eps)
+    return x, rdxe_golden.rmsnorm_gemv(mx["W"], np.array(x[:K]), mx["m"], mx["shift"],
+                                       np.uint32(eps), params, mode=mode, inv_k=np.uint32(inv_k))
+
+
+def _dxt_episode(params, rng: random.Random, att: dict, tokens: int) -> list:
+    """An attention episode of ``tokens`` tokens for a random head: each token's key and value
+    written through the identity GEMV (values in the clamp range, as a PPU gives them), Q.K^T
+    of a random query, P.V (fused or sequential) of its scores: ``(fields, x, results)`` per
+    command, the results from ``golden.rdxe.qk_scores`` and ``softmax_pv``."""
+    d, head = params.head_dim, rng.randrange(params.heads)
+    group, lo = head // params.group_size, -127 if params.clamp == "symmetric" else -128
+    K, V = ([[rng.randint(lo, 127) for _ in range(d)] for _ in range(tokens)] for _ in "kv")
+    ident, out = att["identity"], []
+    for t in range(tokens):
+        for dest, rows in (("key", K), ("value", V)):
+            out.append(({"op": OPS.index("gemv"), "dest": DESTS.index(dest), "head": group,
+                         "tokens": t, "outputs": d, "chunks": ident["C"], "row": ident["row"],
+                         "entry": ident["entry"]}, rows[t], None))
+    q = [rng.randint(-128, 127) for _ in range(d)]
+    _, scores = rdxe_golden.qk_scores(np.array(q), np.array(K), *att["score"], params)
+    out.append(({"op": OPS.index("qk"), "entry": att["qk_entry"], "head": head,
+                 "tokens": tokens}, q, scores))
+    mode, scale = rng.choice(rdxe_golden.MODES), rdxe_golden.log2_scale(_SCORE_STEP)
+    m, shift = (np.array(v) for v in zip(*att["out"]))
+    y = rdxe_golden.softmax_pv(scores, np.array(V), scale, m, shift, params, mode=mode)
+    out.append(({"op": OPS.index("pv"), "seq": int(mode == "sequential"),
+                 "entry": att["pv_entry"], "head": head, "tokens": tokens, "scale": int(scale)},
+                [], y))
+    return out
 
 
 def _dxt(params, block, rng: random.Random, count: int) -> Vectors:
-    """Weights loaded first (``setup``: up to four matrices and their PPU entries), then
-    ``count`` commands on ``cmd`` with their token chunks on ``x``: plain GEMVs and RMSNorm-GEMVs
-    (fused or sequential, ``inv_k`` fp32(1/K)) of random INT8 activations on a loaded matrix,
-    results to ``o``. ``o``: the results from ``golden.rdxe.gemv`` and ``rmsnorm_gemv``, four
-    to a GBUS word; ``resp``: no error, one per command."""
+    """Weights loaded first (``setup``: up to four matrices, the identity, their PPU entries and
+    attention's), then ``count`` commands on ``cmd`` with their token chunks on ``x``: plain
+    GEMVs and RMSNorm-GEMVs (fused or sequential, ``inv_k`` fp32(1/K)) of random INT8
+    activations on a loaded matrix, and a quarter of the time, while commands are left for
+    one, an attention episode (:func:`_dxt_episode`). ``o``: the results four to a GBUS word;
+    ``resp``: no error, one per command."""
     names = ("cmd", "x", "wmem", "ppu", "o", "resp")
     layouts = dict(zip(names, _layouts(block, *names)))
     L = params.lanes
-    matrices, setup = _dxt_load(params, rng, layouts)
-    eps = int(rdxe_golden.eps_code(_RMS_EPS, _RMS_STEP))
+    matrices, attention, setup = _dxt_load(params, rng, layouts)
+    episode = [t for t in _EPISODE_TOKENS if t <= params.capacity] if attention else []
+    commands = []
+    while len(commands) < count:
+        fits = [t for t in episode if 2 * t + 2 <= count - len(commands)]
+        if fits and rng.random() < _EPISODE_SHARE:
+            commands += _dxt_episode(params, rng, attention, rng.choice(fits))
+            continue
+        fields = {}
+        x, y = _dxt_gemv(params, rng, rng.choice(matrices), fields)
+        commands.append((fields, x, y))
     out = Vectors({"cmd": [], "x": []}, {"o": [], "resp": []}, setup)
-    for _ in range(count):
-        mx = rng.choice(matrices)
-        (M, K), C = mx["W"].shape, mx["C"]
-        x = [rng.randint(-128, 127) for _ in range(K)] + [0] * (C * L - K)
-        fields = dict.fromkeys(("seq", "dest", "head", "tokens", "inv_k", "eps", "scale"), 0)
-        fields.update(outputs=M, chunks=C, row=mx["row"], entry=mx["entry"],
-                      op=OPS.index(mx["kind"]))
-        if mx["kind"] == "gemv":
-            y = rdxe_golden.gemv(mx["W"], np.array(x[:K]), mx["m"], mx["shift"], params)
-        else:
-            mode = rng.choice(rdxe_golden.MODES)
-            inv_k = int(float_golden.from_float(np.float64(1 / K), FP32))
-            fields.update(seq=int(mode == "sequential"), inv_k=inv_k, eps=eps)
-            y = rdxe_golden.rmsnorm_gemv(mx["W"], np.array(x[:K]), mx["m"], mx["shift"],
-                                         np.uint32(eps), params, mode=mode,
-                                         inv_k=np.uint32(inv_k))
-        out.stimulus["cmd"].append(pack(layouts["cmd"], fields))
-        out.stimulus["x"] += [pack(layouts["x"], {"data": x[j * L:(j + 1) * L]})
-                              for j in range(C)]
-        out.expected["o"] += [pack(layouts["o"], {
+    blank = dict.fromkeys(("seq", "dest", "outputs", "chunks", "row", "entry", "head", "tokens",
+                           "inv_k", "eps", "scale"), 0)
+    for fields, x, y in commands:
+        out.stimulus["cmd"].append(pack(layouts["cmd"], {**blank, **fields}))
+        x = x + [0] * (-len(x) % L)
+        out.stimulus["x"] += [pack(layouts["x"], {"data": x[j:j + L]}) for j in range(0, len(x), L)]
+        out.expected["o"] += [] if y is None else [pack(layouts["o"], {
             "data": [int(v) for v in y[w:w + GBUS_BYTES]], "keep": (1 << GBUS_BYTES) - 1,
-            "last": int(w + GBUS_BYTES == M)}) for w in range(0, M, GBUS_BYTES)]
+            "last": int(w + GBUS_BYTES == len(y))}) for w in range(0, len(y), GBUS_BYTES)]
         out.expected["resp"].append(pack(layouts["resp"], {"error": 0}))
     return out
 
