@@ -122,6 +122,7 @@ def test_product_is_as_wide_as_its_operands():
     (lambda: RSqrt(iterations=1, block_registers=True), 7),
     (lambda: Reciprocal(block_registers=True, land_products=True), 10),
     (lambda: FloatMAC(FP32, FP32, block_registers=True), 4),             # its multiplier's
+    (lambda: FloatMultiplier(BF16, FP32, FP32, block_registers=True, land_pieces=True), 4),
     (lambda: RSqrt(iterations=1, block_registers=True, land_products=True), 7),
 ])
 def test_product_registers_become_the_blocks_output_registers(unit, blocks):

@@ -87,6 +87,23 @@ def test_multiplier_cuts():
           [{"a": x, "b": y} for x, y in zip(a, b)], fmul(a, b, FP32, FP32, FP32))
 
 
+@pytest.mark.parametrize("a_fmt, b_fmt, stages, cuts", [
+    (BF16, FP32, 5, None), (FP32, FP32, 1, None), (FP32, FP32, 4, (0, 1, 4)),
+    (BF16, BF16, 6, None)], ids=str)
+def test_multiplier_landed_pieces(a_fmt, b_fmt, stages, cuts):
+    """The pieces registered once more: one cycle more than ``stages``, the same results."""
+    a, b = operand_pairs(np.random.default_rng(SEED + 31), a_fmt, b_fmt, 600)
+    unit = FloatMultiplier(a_fmt, b_fmt, FP32, stages=stages, cuts=cuts, land_pieces=True)
+    assert unit.latency == FloatMultiplier.latency_of(
+        a_fmt, b_fmt, FP32, stages=stages, cuts=cuts, land_pieces=True) == stages + 1
+    check(unit, [{"a": x, "b": y} for x, y in zip(a, b)], fmul(a, b, a_fmt, b_fmt, FP32))
+
+
+def test_multiplier_land_pieces_must_be_a_bool():
+    with pytest.raises(TypeError, match=r"^Multiplier land_pieces must be True or False, not 1$"):
+        FloatMultiplier(land_pieces=1)
+
+
 @pytest.mark.parametrize("in_fmt, acc_fmt, kwargs, latency", [
     (BF16, FP32, dict(mul_stages=2, add_stages=3), 5),
     (FP16, FP32, dict(mul_stages=2, add_stages=3), 5),

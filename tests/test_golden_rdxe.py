@@ -739,7 +739,8 @@ def test_latency_defaults_are_the_shared_units():
     lat = R.Latency()
     assert lat.requant == Requantizer().latency
     assert lat.int_to_float == IntToFloat().latency
-    assert lat.fmul == FloatMultiplier().latency
+    # An activation lane's multiply: its pieces land in a register before their sum.
+    assert lat.fmul == FloatMultiplier(land_pieces=True).latency == FloatMultiplier().latency + 1
     # The RC unit's: the multiply-add's adder with its compare registered too, the
     # Newton-Raphson units with every product landed (two cycles more per multiply).
     assert lat.fmac == FloatMultiplier().latency + FloatAdder().latency + 1
@@ -812,26 +813,26 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
     fused = R.rmsnorm_gemv_cycles(outputs, inputs, DEFAULT)
     assert fused.rc_ready == rc_ready
     entries = rcu_entries(ready, 16, rc_ready)
-    # RCU 6 (its partial products registered twice, its shift in two steps) and PPU 5 (its
-    # shift in two steps).
-    assert fused.total == max(entries.values()) + 11 + 1
-    assert fused.done == gbus_done({o: e + 11 for o, e in entries.items()})
+    # RCU 6 (its partial products registered twice, its shift in two steps) and PPU 6 (its
+    # input register, its shift in two steps).
+    assert fused.total == max(entries.values()) + 12 + 1
+    assert fused.done == gbus_done({o: e + 12 for o, e in entries.items()})
     assert fused.hold == sum(1 for o, r in ready.items() if o % 16 == 0 and r < rc_ready)
-    # Sequential: the factor, the sequencer's wait 1, C normalizing reads, the GEMV's lead 30
-    # (request 23, chunk queue 2, operand path 5), then the plain GEMV.
+    # Sequential: the factor, the sequencer's wait 1, C normalizing reads, the GEMV's lead 31
+    # (request 24, chunk queue 2, operand path 5), then the plain GEMV.
     seq = R.rmsnorm_gemv_cycles(outputs, inputs, DEFAULT, mode="sequential")
-    assert seq.total == rc_ready + 1 + C + 30 + got.total
-    assert seq.done == rc_ready + 1 + C + 30 + got.done
+    assert seq.total == rc_ready + 1 + C + 31 + got.total
+    assert seq.done == rc_ready + 1 + C + 31 + got.done
 
 
 def test_gemv_cycles_by_hand():
     # 16 x 16 on 16 VACs: one chunk each; VAC 15 gets it at cycle 15, IntDot 5, accumulator 1,
-    # PPU 5: result at cycle 26, 27 cycles. Fused: rc at 0 + 5 + 1 + 3 + 5 + 7 + 28 + 4 + 1 + 1
-    # = 55, RCU 6 + PPU 5: 67 cycles.
+    # PPU 6: result at cycle 27, 28 cycles. Fused: rc at 0 + 5 + 1 + 3 + 5 + 7 + 28 + 4 + 1 + 1
+    # = 55, RCU 6 + PPU 6: 68 cycles.
     plain = R.gemv_cycles(16, 16, DEFAULT)
-    assert (plain.total, plain.utilization) == (27, 256 / (256 * 27))
+    assert (plain.total, plain.utilization) == (28, 256 / (256 * 28))
     fused = R.rmsnorm_gemv_cycles(16, 16, DEFAULT)
-    assert (fused.total, fused.rc_ready, fused.hold) == (67, 55, 1)
+    assert (fused.total, fused.rc_ready, fused.hold) == (68, 55, 1)
 
 
 def test_long_gemv_utilization_and_fused_overhead():
@@ -857,20 +858,20 @@ def test_softmax_pv_cycles_match_schedule(tokens):
     ready = schedule(64, tokens, DEFAULT)
     fused = R.softmax_pv_cycles(tokens, DEFAULT)
     assert fused.rc_ready == rc_ready
-    assert fused.total == last_rcu_entry(ready, 16, rc_ready) + 11 + 1
+    assert fused.total == last_rcu_entry(ready, 16, rc_ready) + 12 + 1
     seq = R.softmax_pv_cycles(tokens, DEFAULT, mode="sequential")
-    assert seq.total == rc_ready + 1 + C + 30 + R.gemv_cycles(64, tokens, DEFAULT).total
+    assert seq.total == rc_ready + 1 + C + 31 + R.gemv_cycles(64, tokens, DEFAULT).total
     assert seq.total > fused.total
-    # Score read 2, E = int_to_float 3 + fmul 5 + exp2 7 + split 1 + requant 4, the register
-    # behind the token buffer 1, queue 2, row 5.
-    assert R.Latency().lead == 2 + 20 + 1 + 2 + 5
+    # Score read 2, E = int_to_float 3 + fmul 6 (its pieces landed) + exp2 7 + split 1 +
+    # requant 4, the register behind the token buffer 1, queue 2, row 5.
+    assert R.Latency().lead == 2 + 21 + 1 + 2 + 5
 
 
 @pytest.mark.parametrize("tokens", [1, 5, 64, 100, 1024])
 def test_qk_cycles_match_a_cycle_by_cycle_bus(tokens):
     ready = schedule(tokens, 64, DEFAULT)
     got = R.qk_cycles(tokens, DEFAULT)
-    assert got.total == got.done == gbus_done({t: r + 5 for t, r in ready.items()})   # PPU 5
+    assert got.total == got.done == gbus_done({t: r + 6 for t, r in ready.items()})   # PPU 6
 
 
 # --- argument errors ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from hdl.arith.requant import Requantizer
 from hdl.latency import unit_latency
 from hdl.rdxe.spec import VacConfig, VeConfig
 from hdl.rdxe.vac import Vac
-from hdl.rdxe.ve import RcUnit
+from hdl.rdxe.ve import Activations, RcUnit
 from hdl.validate import integer
 
 from .params import GBUS_BYTES, MAX_TOKENS, RdxeParams, _layout, _mode, _params
@@ -25,8 +25,10 @@ __all__ = [
 
 # --- cycle model ----------------------------------------------------------------------------------
 
-#: The RC unit's multiply-add, rsqrt and reciprocal latencies (the same at every configuration).
+#: The RC unit's multiply-add, rsqrt and reciprocal latencies and an activation lane's
+#: multiply's (the same at every configuration).
 _RC_UNITS = RcUnit.latencies_of(VeConfig())
+_ACT_UNITS = Activations.latencies_of(VeConfig())
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class Latency:
     that split into the requantizer's multiplier). ``rc_out`` is the VE's register on the RC
     factor after the conversion's renormalization and saturation, before the factor fans out to
     the VACs. ``requant`` is the VE's requantizers' latency (the activation path's and the RC
-    conversion's), ``ppu`` the PPU's (its shift in two steps), ``rcu`` the RCU's (its shift in
+    conversion's), ``ppu`` the PPU's (its input register, then its shift in two steps), ``rcu`` the RCU's (its shift in
     two steps, and its partial products registered once more on their way from the multiplier
     blocks).
     ``gather`` is the skid buffer a VAC's result passes on its way into the gatherer (so that
@@ -62,10 +64,10 @@ class Latency:
     """
 
     requant: int = Requantizer.latency_of()
-    ppu: int = unit_latency(Vac.ppu_unit(VacConfig()))
+    ppu: int = Vac.ppu_latency_of(VacConfig())
     rcu: int = unit_latency(Vac.rcu_unit(VacConfig()))
     int_to_float: int = 3
-    fmul: int = 5
+    fmul: int = _ACT_UNITS["fmul"]
     fmac: int = _RC_UNITS["fmac"]
     exp2: int = 7
     rsqrt: int = _RC_UNITS["rsqrt"]
@@ -88,12 +90,12 @@ class Latency:
     @classmethod
     def of(cls, params) -> Latency:
         """The latencies of the tile ``params`` describes: those of its VACs' PPU and operand
-        path (``hdl.rdxe.Vac.ppu_unit``, ``Vac.row_latency_of``) for a ``DxtConfig`` or a
+        path (``hdl.rdxe.Vac.ppu_latency_of``, ``Vac.row_latency_of``) for a ``DxtConfig`` or a
         ``VacConfig``; the defaults (the hardware's defaults) for an :class:`RdxeParams`, which
         names no registers."""
         if not isinstance(params, VacConfig):
             return cls()
-        return cls(ppu=unit_latency(Vac.ppu_unit(params)),
+        return cls(ppu=Vac.ppu_latency_of(params),
                    rcu=unit_latency(Vac.rcu_unit(params)), row=Vac.row_latency_of(params))
 
     def dot(self, lanes: int) -> int:

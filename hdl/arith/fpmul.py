@@ -152,17 +152,21 @@ class FloatMultiplier(wiring.Component):
     too), bf16 x bf16 -> fp32 whenever the result is a normal fp32 (products above the fp32
     maximum overflow to infinity, below the fp32 minimum normal they flush to zero). See
     :func:`exact_product`.
+    land_pieces : bool
+        ``True``: the pieces' products registered once more before their sum (one cycle more
+        than ``stages``), so that the route from a multiplier block the placer puts far away
+        has a cycle to itself. The same bits. Default ``False``.
     """
 
     def __init__(self, a_fmt: FloatFormat | str = FP32, b_fmt: FloatFormat | str = FP32,
                  out_fmt: FloatFormat | str = FP32, *, stages: int = 5,
                  cuts: Sequence[int] | None = None, split: str = "both",
                  private_operands: bool = False, operand_copy: int = 0,
-                 block_registers: bool = False):
+                 block_registers: bool = False, land_pieces: bool = False):
         (self._a_fmt, self._b_fmt, self._out_fmt, self._stages, self._order, self._split,
-         self._private, self._blocks, self._copy) = self._checked(
+         self._private, self._blocks, self._copy, self._land) = self._checked(
             a_fmt, b_fmt, out_fmt, stages, cuts, split, private_operands, operand_copy,
-            block_registers)
+            block_registers, land_pieces)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"a": self._a_fmt.width,
                                                         "b": self._b_fmt.width}),
@@ -173,7 +177,7 @@ class FloatMultiplier(wiring.Component):
 
     @staticmethod
     def _checked(a_fmt, b_fmt, out_fmt, stages, cuts, split, private_operands, operand_copy,
-                 block_registers) -> tuple:
+                 block_registers, land_pieces) -> tuple:
         """The constructor's arguments checked and normalized, in the order of its fields."""
         fmts = float_format(a_fmt), float_format(b_fmt), float_format(out_fmt)
         stages = integer(stages, "Multiplier stage count", 1, len(_CUT_ORDER) + 1)
@@ -184,25 +188,26 @@ class FloatMultiplier(wiring.Component):
         if not isinstance(private_operands, bool):
             raise TypeError(f"Multiplier private_operands must be True or False, not "
                             f"{private_operands!r}")
-        if not isinstance(block_registers, bool):
-            raise TypeError(f"Multiplier block_registers must be True or False, not "
-                            f"{block_registers!r}")
+        for flag, value in (("block_registers", block_registers), ("land_pieces", land_pieces)):
+            if not isinstance(value, bool):
+                raise TypeError(f"Multiplier {flag} must be True or False, not {value!r}")
         copy = integer(operand_copy, "Multiplier operand copy", 0, 1)
-        return (*fmts, stages, order, split, private_operands, block_registers, copy)
+        return (*fmts, stages, order, split, private_operands, block_registers, copy, land_pieces)
 
     @classmethod
     def latency_of(cls, a_fmt: FloatFormat | str = FP32, b_fmt: FloatFormat | str = FP32,
                    out_fmt: FloatFormat | str = FP32, *, stages: int = 5,
                    cuts: Sequence[int] | None = None, split: str = "both",
                    private_operands: bool = False, operand_copy: int = 0,
-                   block_registers: bool = False) -> int:
+                   block_registers: bool = False, land_pieces: bool = False) -> int:
         """Return the latency of a multiplier with these arguments, without building it.
 
         The arguments are the constructor's, checked as it checks them (the same exceptions);
-        the latency is ``stages`` cycles.
+        the latency is ``stages`` cycles, one more with ``land_pieces``.
         """
-        return cls._checked(a_fmt, b_fmt, out_fmt, stages, cuts, split, private_operands,
-                            operand_copy, block_registers)[3]     # stages
+        checked = cls._checked(a_fmt, b_fmt, out_fmt, stages, cuts, split, private_operands,
+                               operand_copy, block_registers, land_pieces)
+        return checked[3] + checked[-1]                            # stages + land_pieces
 
     a_fmt = property(lambda self: self._a_fmt)
     b_fmt = property(lambda self: self._b_fmt)
@@ -212,10 +217,13 @@ class FloatMultiplier(wiring.Component):
     private_operands = property(lambda self: self._private)
     block_registers = property(lambda self: self._blocks)
 
+    land_pieces = property(lambda self: self._land)
+
     @property
     def latency(self) -> int:
         """Cycles from ``i.valid`` to ``o.valid``: :meth:`latency_of` its arguments."""
-        return self.latency_of(self._a_fmt, self._b_fmt, self._out_fmt, stages=self._stages)
+        return self.latency_of(self._a_fmt, self._b_fmt, self._out_fmt, stages=self._stages,
+                               land_pieces=self._land)
 
     @property
     def exact(self) -> str:
@@ -252,8 +260,14 @@ class FloatMultiplier(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         af, bf, of = self._a_fmt, self._b_fmt, self._out_fmt
-        pipe = Pipeline(m, self.i.valid, cuts=len(_CUT_ORDER), stages=self._stages,
-                        order=self._order)
+        if self._land:
+            # One more cut point after the pieces' (index 2), always a register; the others
+            # keep their order.
+            pipe = Pipeline(m, self.i.valid, cuts=len(_CUT_ORDER) + 1, stages=self._stages + 1,
+                            order=(2, *(c + (c >= 2) for c in self._order)))
+        else:
+            pipe = Pipeline(m, self.i.valid, cuts=len(_CUT_ORDER), stages=self._stages,
+                            order=self._order)
         a = unpack(af, self.i.payload.a)
         b = unpack(bf, self.i.payload.b)
         sign = a.sign ^ b.sign
@@ -301,6 +315,8 @@ class FloatMultiplier(wiring.Component):
         if factors is not None:
             parts = [_logic_product(x, y) if self._in_logic(*pair) else x * y
                      for (x, y), pair in zip(factors, pairs)]
+            *parts, exp, flags = pipe.cut(*parts, exp, flags)
+        if self._land:
             *parts, exp, flags = pipe.cut(*parts, exp, flags)
         if len(parts) == 1:
             product = parts[0]

@@ -22,10 +22,11 @@ _OUT, _KEY, _VALUE = (DESTS.index(n) for n in ("out", "key", "value"))
 #: Gatherer operation kinds: the three GEMV destinations and the Q.K^T scores.
 SCORE = 3
 #: Places of the gatherer's operation queue and the RMSNorm constants' queue ahead of the
-#: sequencer: it takes a command while a queue had two places free a cycle ago (a register),
-#: so it holds 8 and 4 operations, sometimes one more.
-_OP_QUEUE = 9
-_CONST_QUEUE = 5
+#: sequencer: it writes a command a cycle after taking it, and takes one while a queue had
+#: three places free a cycle ago (a register), so they hold 8 and 4 operations, sometimes two
+#: more.
+_OP_QUEUE = 10
+_CONST_QUEUE = 6
 
 
 def _link_control(cfg: DxtConfig) -> data.StructLayout:
@@ -198,9 +199,10 @@ class Sequencer(wiring.Component):
     norm : Out(stream.Signature(normalize_request_layout(cfg), always_ready=True))
         One chunk per cycle to normalize in place by the sequential factor.
     ops : Out(stream.Signature(op_layout(cfg)))
-        Every command, refused ones too, in order (a queue of 9).
+        Every command, refused ones too, in order (a queue of 10), a cycle after it is taken.
     consts : Out(stream.Signature(StructLayout({"inv_k": 32, "eps": 32})))
-        The constants of each accepted RMSNorm, in order (a queue of 5).
+        The constants of each accepted RMSNorm, in order (a queue of 6), a cycle after it is
+        taken.
     rc : In(stream.Signature(StructLayout({"m", "shift"}), always_ready=True))
         The sequential mode's factor; held in a register until the sequencer takes it.
     can_issue : In(1)
@@ -253,9 +255,13 @@ class Sequencer(wiring.Component):
         m.d.comb += [descriptor.kind.eq(dec.kind), descriptor.refused.eq(dec.bad),
                      descriptor.outputs.eq(dec.outputs),
                      descriptor.total.eq(dec.passes << (cfg.vacs.bit_length() - 1)),
-                     descriptor.group.eq(dec.group), descriptor.token.eq(cmd.tokens),
-                     ops.w_data.eq(descriptor), consts.w_data.eq(Cat(cmd.inv_k, cmd.eps)),
-                     self.ops.valid.eq(ops.r_rdy), self.ops.payload.eq(ops.r_data),
+                     descriptor.group.eq(dec.group), descriptor.token.eq(cmd.tokens)]
+        # Written a cycle after the command is taken, from registers: the decision to take it
+        # does not reach into the queues' levels (docs/rdxe.md section 9.1, step 17).
+        self._ops_write, self._consts_write = Signal(), Signal()
+        m.d.sync += [ops.w_en.eq(self._ops_write), consts.w_en.eq(self._consts_write),
+                     ops.w_data.eq(descriptor), consts.w_data.eq(Cat(cmd.inv_k, cmd.eps))]
+        m.d.comb += [self.ops.valid.eq(ops.r_rdy), self.ops.payload.eq(ops.r_data),
                      ops.r_en.eq(self.ops.ready),
                      self.consts.valid.eq(consts.r_rdy),
                      self.consts.payload.eq(consts.r_data),
@@ -362,15 +368,15 @@ class Sequencer(wiring.Component):
         """IDLE: take a command, register what the operation keeps, start or refuse it."""
         cfg, cmd = self.cfg, self._command.payload.cmd
         key_rows, value_rows = cfg.key_rows, cfg.value_rows
-        # A register: whether each queue had two places free a cycle ago, so one is free now
-        # whatever was written then (each queue one place deeper for it).
+        # A register: whether each queue had three places free a cycle ago, so one is free now
+        # whatever the two commands taken before wrote (each queue two places deeper for it).
         ops_room, consts_room = Signal(init=1), Signal(init=1)
-        m.d.sync += [ops_room.eq(ops.level < _OP_QUEUE - 1),
-                     consts_room.eq(consts.level < _CONST_QUEUE - 1)]
+        m.d.sync += [ops_room.eq(ops.level < _OP_QUEUE - 2),
+                     consts_room.eq(consts.level < _CONST_QUEUE - 2)]
         room = ops_room & (consts_room | ~dec.is_rms)
         m.d.comb += self._command.ready.eq(room)
         with m.If(self._command.valid & room):
-            m.d.comb += [ops.w_en.eq(1), consts.w_en.eq(dec.is_rms & ~dec.bad)]
+            m.d.comb += [self._ops_write.eq(1), self._consts_write.eq(dec.is_rms & ~dec.bad)]
             vrc = dec.is_rms | dec.is_pv
             m.d.sync += [
                 s.seq.eq(cmd.seq & vrc), s.fused.eq(~cmd.seq & vrc), s.rcu.eq(~cmd.seq & vrc),

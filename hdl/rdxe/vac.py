@@ -25,6 +25,10 @@ __all__ = ["Vac", "HlinkSource", "VacRing", "MAX_VACS"]
 MAX_VACS = 64
 #: Cycles from a result written into the result queue to ``o.valid`` (``SyncFIFOBuffered``).
 _QUEUE_LATENCY = 2
+#: The register in front of the PPU: the choice between the RCU's result and the hold queue's
+#: head does not share a cycle with the route to the PPU's multiplier blocks, whose input
+#: registers need 3.5 ns of setup (docs/rdxe.md section 9.1, step 17).
+_PPU_IN = 1
 
 
 def _check(cfg) -> VacConfig:
@@ -116,8 +120,8 @@ class Vac(wiring.Component):
         outputs than its credits allow (or sends factors early) can cause it.
 
     Latency and throughput (defaults: ``row_latency`` 5, ``dot_latency`` 5, ``requant_latency``
-    5, ``rcu_latency`` 6, ``queue_latency`` 2): one chunk per cycle on HLINK, whatever happens on ``o``; one result
-    per cycle.
+    6 (the PPU's input register and its requantizer's 5), ``rcu_latency`` 6, ``queue_latency``
+    2): one chunk per cycle on HLINK, whatever happens on ``o``; one result per cycle.
 
     * ``hlink_i`` to ``hlink_o``: 1 cycle.
     * An output whose last chunk is on ``hlink_i`` at ``t`` has its final accumulator at the head
@@ -125,7 +129,7 @@ class Vac(wiring.Component):
       with the HLINK register, the operand registers, the lane tree, the accumulator).
     * PPU only: it enters the PPU then, and its result is written into the result queue
       ``requant_latency`` cycles later and is on ``o`` after another ``queue_latency``
-      (:attr:`latency`, 17 cycles from ``hlink_i`` to ``o``).
+      (:attr:`latency`, 18 cycles from ``hlink_i`` to ``o``).
     * RCU + PPU: it enters the RCU at ``max(head, factor usable, previous RCU entry + 1)`` (one
       RCU: outputs parked for the factor enter one per cycle), its result follows
       ``rcu_latency + requant_latency`` cycles later.
@@ -201,10 +205,16 @@ class Vac(wiring.Component):
         """Cycles of the lane tree: ``1 + log2(lanes)`` (``golden.rdxe.Latency.dot``)."""
         return unit_latency(self.dot_unit(self.cfg))
 
+    @classmethod
+    def ppu_latency_of(cls, cfg: VacConfig) -> int:
+        """Cycles from an accumulator's issue to the PPU to its result (``golden.rdxe.Latency.ppu``):
+        the register in front of the PPU, then its requantizer."""
+        return _PPU_IN + unit_latency(cls.ppu_unit(cfg))
+
     @property
     def requant_latency(self) -> int:
-        """Cycles of the PPU (``golden.rdxe.Latency.ppu``)."""
-        return unit_latency(self.ppu_unit(self.cfg))
+        """Cycles of the PPU, its input register included (:meth:`ppu_latency_of`)."""
+        return self.ppu_latency_of(self.cfg)
 
     @property
     def rcu_latency(self) -> int:
@@ -343,10 +353,14 @@ class Vac(wiring.Component):
         ppu_m = delay(m, head.m, rcu.latency, name="ppu_m")
         ppu_shift = delay(m, head.shift, rcu.latency, name="ppu_shift")
         m.d.comb += [
-            ppu.i.valid.eq(rcu.o.valid | to_ppu),
-            ppu.i.payload.x.eq(Mux(rcu.o.valid, rcu.o.payload.y, head.acc)),
-            ppu.i.payload.m.eq(Mux(rcu.o.valid, ppu_m, head.m)),
-            ppu.i.payload.shift.eq(Mux(rcu.o.valid, ppu_shift, head.shift)),
+            ppu.i.valid.eq(delay(m, rcu.o.valid | to_ppu, _PPU_IN, name="ppu_in_valid",
+                                 reset=True)),
+            ppu.i.payload.x.eq(delay(m, Mux(rcu.o.valid, rcu.o.payload.y, head.acc), _PPU_IN,
+                                     name="ppu_in_x")),
+            ppu.i.payload.m.eq(delay(m, Mux(rcu.o.valid, ppu_m, head.m), _PPU_IN,
+                                     name="ppu_in_m")),
+            ppu.i.payload.shift.eq(delay(m, Mux(rcu.o.valid, ppu_shift, head.shift), _PPU_IN,
+                                         name="ppu_in_shift")),
             queue.w_en.eq(ppu.o.valid), queue.w_data.eq(ppu.o.payload.y),
             self.result_valid.eq(ppu.o.valid),
             self.credit.eq(self.o.valid & self.o.ready),

@@ -310,7 +310,7 @@ class Activations(wiring.Component):
         The running maximum.
 
     Latency (defaults): the score read 2 (the read and a register), then ``int_to_float 3 +
-    fmul 5 + exp2 7 + split 1 + requant 4``: 22 cycles; one row per cycle. ``s - max`` is an
+    fmul 6 + exp2 7 + split 1 + requant 4``: 23 cycles; one row per cycle. ``s - max`` is an
     integer in [-255, 0], exact in bf16, so the conversion is to bf16 and the multiply bf16 x
     fp32 -> fp32: the same single rounding as ``golden.rdxe``'s fp32 x fp32 with a narrower
     multiplier.
@@ -328,20 +328,29 @@ class Activations(wiring.Component):
     @staticmethod
     def _units() -> tuple[partial, ...]:
         # The multipliers' registers are the ECP5 blocks' own when built for that target
-        # (hdl.arith.dsp): the VE's blocks sit far from its logic.
+        # (hdl.arith.dsp): the VE's blocks sit far from its logic, so the scale multiply's
+        # pieces land in a register of their own before their sum.
         return (partial(IntToFloat, CODE_BITS + 1, BF16),
-                partial(FloatMultiplier, BF16, FP32, FP32, block_registers=True),
+                partial(FloatMultiplier, BF16, FP32, FP32, block_registers=True,
+                        land_pieces=True),
                 partial(Exp2, block_registers=True),
                 partial(Requantizer, FP32.precision + 1, CODE_BITS, clamp="symmetric",
                         mult_bits=CODE_BITS, block_registers=True))
+
+    @classmethod
+    def latencies_of(cls, cfg: VeConfig) -> dict:
+        """Return the latencies of an activation lane's units in a unit of configuration
+        ``cfg``: ``int_to_float``, ``fmul``, ``exp2``, ``requant``."""
+        _check(cfg)
+        return dict(zip(("int_to_float", "fmul", "exp2", "requant"),
+                        (unit_latency(u) for u in cls._units())))
 
     @classmethod
     def exp_latency_of(cls, cfg: VeConfig) -> int:
         """Return the cycles from the score read's data to the activation in a unit of
         configuration ``cfg``, without building it: ``int_to_float + fmul + exp2 + split +
         requant`` (``E`` of golden.rdxe; ``split`` the register in front of the requantizer)."""
-        _check(cfg)
-        return sum(unit_latency(u) for u in cls._units()) + _SPLIT
+        return sum(cls.latencies_of(cfg).values()) + _SPLIT
 
     @classmethod
     def latency_of(cls, cfg: VeConfig) -> int:

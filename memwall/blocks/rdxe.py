@@ -11,8 +11,8 @@ from hdl.rdxe.chunks import READ_LATENCY
 from hdl.rdxe.dxt import _QUEUE_SLACK
 from hdl.rdxe.gbus import _RESP_QUEUE
 from hdl.rdxe.sequencer import _CONST_QUEUE, _OP_QUEUE, op_layout, queued_layout
-from hdl.rdxe.spec import ACC_BITS, CODE_BITS
-from hdl.rdxe.ve import _READ, _SPLIT
+from hdl.rdxe.spec import ACC_BITS, CODE_BITS, VeConfig
+from hdl.rdxe.ve import Activations
 
 from ..params import BlockParams
 from ..registry import Block, Size, StreamTiming, SynthSettings, register
@@ -88,11 +88,9 @@ def _vac_size(cfg: VacConfig) -> Size:
     return Size(storage_bits=storage, multipliers=multipliers, cells=cells)
 
 
-#: Cycles from a request to its chunk (``Dxt.request_latency``): the score read, the split
-#: register and the activation units at the default stages the VE builds them with, then the
-#: register behind the token buffer (``READ_LATENCY - 1``).
-_REQUEST_LATENCY = (_READ + _SPLIT + units.INT2FP_STAGES + units.MUL_STAGES + units.EXP2_STAGES
-                    + units.REQUANT_STAGES + READ_LATENCY - 1)
+#: Cycles from a request to its chunk (``Dxt.request_latency``): the activation path (the
+#: same at every configuration), then the register behind the token buffer.
+_REQUEST_LATENCY = Activations.latency_of(VeConfig()) - 1 + READ_LATENCY
 #: Products of the VE's fixed units: the factor path (FloatMAC(FP32) 4, RSqrt 21, Reciprocal
 #: 10), the sequencer's address products (4), and per activation lane (FloatMultiplier(BF16,
 #: FP32) 4, Exp2 1); from their structure at their default parameters.
