@@ -1,16 +1,67 @@
-"""Stream plumbing shared by every memwall block."""
+"""Stream plumbing shared by every memwall block: delays, pipeline cuts, stream stages, skid
+buffers and result queues.
+
+Two kinds of piece live here, each with its contract (ports or arguments, latency, what it
+assumes of its neighbours) in its docstring; docs/pipeline.md says which to reach for.
+
+* **Components** (``wiring.Component``, one submodule each, tested on their own in
+  ``tests/test_pipeline.py``): :class:`SkidBuffer` (a stream cut with every output a register)
+  and :class:`DelayLine` (an always-ready stream delayed by a fixed count).
+* **Builders**, which add registers to the caller's module because they cut or shadow the
+  caller's own logic rather than sit between two streams: :func:`delay` (a register chain
+  inside a datapath), :class:`Pipeline` with :func:`cut_order` (registers at a unit's chosen cut
+  points), :func:`stream_stage` (a function of the payload between two streams),
+  :func:`next_values` (a register's next value), :func:`shared` (one expression named once),
+  :func:`distinct_copies` (copies of a register that synthesis keeps apart) and
+  :class:`ResultQueue` (the FIFO and credit count behind an always-ready pipeline).
+
+Every register here is in the ``sync`` domain. Data registers have no reset (they are qualified
+by a valid bit, which has one).
+"""
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from amaranth import Module, Mux, Signal, Value
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .arith.tree import delay
 from .validate import integer
 
-__all__ = ["stream_stage", "next_values", "ResultQueue", "SkidBuffer", "DelayLine"]
+__all__ = ["delay", "shared", "next_values", "distinct_copies", "Pipeline", "cut_order",
+           "stream_stage", "ResultQueue", "SkidBuffer", "DelayLine"]
+
+
+def delay(m: Module, value: Value, cycles: int, *, name: str = "delay", reset: bool = False) \
+        -> Value:
+    """Return ``value`` delayed by ``cycles`` register stages (``cycles = 0``: ``value`` itself).
+
+    Data registers have no reset (a pipelined unit's data is qualified by its valid bit); pass
+    ``reset=True`` for a valid bit.
+    """
+    for index in range(cycles):
+        stage = Signal.like(value, name=f"{name}_{index}", reset_less=not reset)
+        m.d.sync += stage.eq(value)
+        value = stage
+    return value
+
+
+def shared(m: Module, value, name: str):
+    """Return a combinational signal named ``name`` driven by ``value``.
+
+    Later logic that uses ``value`` several times then shares one expression instead of copying
+    it into every use (a chain of such uses otherwise grows exponentially). Adds one ``comb``
+    assignment to ``m``; no register, latency 0.
+    """
+    if isinstance(value, data.View):
+        signal = Signal(value.shape(), name=name)
+    else:
+        value = Value.cast(value)
+        signal = Signal(value.shape(), name=name)
+    m.d.comb += signal.eq(value)
+    return signal
 
 
 def next_values(m: Module, *registers: Signal) -> list[Signal]:
@@ -25,6 +76,158 @@ def next_values(m: Module, *registers: Signal) -> list[Signal]:
         m.d.sync += reg.eq(nxt)
         nexts.append(nxt)
     return nexts
+
+
+def distinct_copies(m: Module, sources: Sequence[Value], count: int, *, name: str) -> list[Signal]:
+    """Register ``count`` copies of a value that synthesis keeps as separate flip-flops.
+
+    ``sources`` are equal values held in distinct registers (or one value). Copy ``j`` registers
+    ``sources[(j // 2) % len(sources)]`` with power-on value 0 for even ``j`` and all ones for
+    odd ``j``: Yosys's ``opt_merge`` merges flip-flops only when their inputs *and* initial
+    values agree, so up to ``2 * len(sources)`` copies stay apart (beyond that they pair up
+    again). Each copy can then sit beside its own load, typically one DSP, instead of one
+    register fanning out across the die. The power-on value has no meaning: the copies are
+    pipeline data, qualified by a valid bit like every register of :class:`Pipeline`.
+
+    Latency one cycle. Returns the registers.
+    """
+    sources = [Value.cast(v) for v in sources]
+    if not sources:
+        raise ValueError("distinct_copies needs at least one source")
+    copies = []
+    for j in range(count):
+        value = sources[(j // 2) % len(sources)]
+        init = (1 << len(value)) - 1 if j % 2 else 0
+        reg = Signal(len(value), name=f"{name}_{j}", reset_less=True, init=init)
+        m.d.sync += reg.eq(value)
+        copies.append(reg)
+    return copies
+
+
+class Pipeline:
+    """Place the registers of a fully pipelined datapath at chosen cut points.
+
+    A unit writes its datapath once, as combinational steps separated by ``cut`` calls. The first
+    ``stages - 1`` indices of ``order`` become registers; the output (``output``) is always
+    registered, so the latency is ``stages`` cycles and a new input is accepted every cycle.
+
+    Parameters
+    ----------
+    m : Module
+    valid : Value
+        The input valid bit; it travels with the data through the same registers.
+    cuts : int
+        Number of cut points the datapath offers.
+    stages : int
+        Register stages (latency), 1 to ``cuts + 1``.
+    order : sequence of int
+        Cut indices in the order they become registers as ``stages`` grows (each index once);
+        default: spread evenly.
+    """
+
+    def __init__(self, m: Module, valid, *, cuts: int, stages: int,
+                 order: Sequence[int] | None = None):
+        self.m = m
+        self.valid = Value.cast(valid)
+        if order is None:
+            order = spread(cuts)
+        if sorted(order) != list(range(cuts)):
+            raise ValueError(f"Cut order must list each of the {cuts} cut indices once, "
+                             f"not {list(order)}")
+        self._registered = set(order[:stages - 1])
+        self._next = 0
+        self.cuts = cuts
+
+    def registered(self, index: int) -> bool:
+        """Whether cut point ``index`` is a register."""
+        return index in self._registered
+
+    def cut(self, *values, inits: Sequence[int] | None = None):
+        """Mark the next cut point; return ``values`` (registered there if chosen).
+
+        ``inits`` optionally gives each value's power-on value when it is registered (default
+        0). Pipeline registers carry no meaning before their first valid input, so this changes
+        no result; registers that copy the same value with different power-on values stay
+        separate cells in synthesis (Yosys ``opt_merge`` merges flip-flops only when their
+        inputs *and* initial values agree), which is how :func:`distinct_copies` works.
+        """
+        index = self._next
+        self._next += 1
+        if index >= self.cuts:
+            raise ValueError(f"datapath has more cut points than the {self.cuts} declared")
+        if inits is not None and len(inits) != len(values):
+            raise ValueError(f"Cut {index} got {len(values)} values but {len(inits)} initial "
+                             f"values")
+        if index not in self._registered:
+            # Still a signal (combinational): later steps use these values several times.
+            out = [shared(self.m, value, f"c{index}_{n}") for n, value in enumerate(values)]
+            return out if len(out) != 1 else out[0]
+        out = self._register(values, inits or [0] * len(values))
+        return out if len(out) != 1 else out[0]
+
+    def _register(self, values, inits):
+        valid = Signal(name=f"valid_{self._next}")
+        self.m.d.sync += valid.eq(self.valid)
+        self.valid = valid
+        out = []
+        for n, (value, init) in enumerate(zip(values, inits)):
+            if not isinstance(value, data.View):
+                value = Value.cast(value)
+            shape = value.shape()
+            kw = {"init": init} if init else {}
+            reg = Signal(shape, name=f"p{self._next}_{n}", reset_less=True, **kw)
+            self.m.d.sync += reg.eq(value)
+            out.append(reg)
+        return out
+
+    def output(self, sink, payload):
+        """Register ``payload`` (a Value or dict of field values) into the stream ``sink``."""
+        if self._next != self.cuts:
+            raise ValueError(f"datapath passed {self._next} of its {self.cuts} cut points")
+        self.m.d.sync += sink.valid.eq(self.valid)
+        if isinstance(payload, dict):
+            for name, value in payload.items():
+                self.m.d.sync += sink.payload[name].eq(value)
+        else:
+            self.m.d.sync += sink.payload.eq(payload)
+
+
+def cut_order(default: Sequence[int], stages: int, cuts: Sequence[int] | None,
+              unit: str) -> tuple[int, ...]:
+    """Return the :class:`Pipeline` order of a unit: ``default``, or ``cuts`` registered first.
+
+    ``cuts`` (``None`` for the default) lists the ``stages - 1`` cut points to register; the
+    other cut points follow in the default order. Raises ``TypeError`` / ``ValueError`` naming
+    ``unit`` for a ``cuts`` that is not such a list.
+    """
+    if cuts is None:
+        return tuple(default)
+    count = len(default)
+    if isinstance(cuts, (str, bytes)) or not all(
+            isinstance(c, int) and not isinstance(c, bool) for c in cuts):
+        raise TypeError(f"{unit} cuts must be a sequence of cut indices, not {cuts!r}")
+    cuts = tuple(cuts)
+    if len(set(cuts)) != len(cuts) or any(not 0 <= c < count for c in cuts) \
+            or len(cuts) != stages - 1:
+        raise ValueError(f"{unit} cuts must be {stages - 1} distinct cut indices between 0 and "
+                         f"{count - 1} (stages - 1), not {list(cuts)}")
+    return cuts + tuple(c for c in default if c not in cuts)
+
+
+def spread(cuts: int) -> list[int]:
+    """Cut indices ordered so that each prefix is spread roughly evenly over the datapath."""
+    order: list[int] = []
+    for n in range(1, cuts + 1):
+        chosen = {((i + 1) * (cuts + 1)) // (n + 1) - 1 for i in range(n)}
+        for index in sorted(chosen):
+            if index not in order:
+                order.append(index)
+        for index in range(cuts):
+            if len(order) >= n:
+                break
+            if index not in order:
+                order.append(index)
+    return order[:cuts]
 
 
 def stream_stage(m: Module, source, sink, payload: Value, *, registered: bool = True):

@@ -1,15 +1,27 @@
-"""hdl/pipeline.py: the result queue keeps every result its credits allowed; the skid buffer
-passes every item in order with all of its outputs from registers; the delay line gives every
-item back exactly its length later."""
+"""hdl/pipeline.py, each piece on its own: the result queue keeps every result its credits
+allowed; the skid buffer passes every item in order with all of its outputs from registers; the
+delay line and ``delay`` give every item back exactly their length later; ``Pipeline`` registers
+the cuts its order chooses; ``stream_stage`` and ``distinct_copies`` do what their contracts say."""
 
 import random
 
 import pytest
-from amaranth import Elaboratable, Module, Signal
-from amaranth.lib import stream
+from amaranth import ClockDomain, Elaboratable, Module, Signal
+from amaranth.lib import data, stream
 from amaranth.sim import Simulator
 
-from hdl.pipeline import DelayLine, ResultQueue, SkidBuffer, next_values
+from hdl.pipeline import (DelayLine, Pipeline, ResultQueue, SkidBuffer, cut_order,
+                          delay, distinct_copies, next_values, shared, spread, stream_stage)
+
+from .pipeline_sim import run_pipeline
+
+
+def _simulate(dut, bench, clock: bool = True):
+    sim = Simulator(dut)
+    if clock:
+        sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
 
 
 class _Delay(Elaboratable):
@@ -199,3 +211,163 @@ def test_delay_line_gives_every_item_back_its_length_later(cycles, seed):
 def test_delay_line_length_errors(cycles, error, message):
     with pytest.raises(error, match=message.replace(".", r"\.")):
         DelayLine(8, cycles)
+
+
+def test_delay_registers_and_names():
+    """``delay`` gives the value ``cycles`` cycles later through registers named
+    ``<name>_<index>``; zero cycles is the value itself."""
+    m = Module()
+    value = Signal(8)
+    assert delay(m, value, 0) is value
+    out = delay(m, value, 3, name="d")
+    assert out.name == "d_2"
+    seen = []
+
+    async def bench(ctx):
+        for cycle in range(12):
+            ctx.set(value, cycle * 7 % 256)
+            seen.append(ctx.get(out))
+            await ctx.tick()
+
+    _simulate(m, bench)
+    assert seen[3:] == [c * 7 % 256 for c in range(9)]
+
+
+def test_shared_names_one_expression():
+    m = Module()
+    a = Signal(4)
+    b = shared(m, a + 1, "a_plus_one")
+    assert b.name == "a_plus_one" and len(b) == 5
+    seen = []
+
+    async def bench(ctx):
+        for v in (0, 7, 15):
+            ctx.set(a, v)
+            await ctx.delay(1e-9)
+            seen.append(ctx.get(b))
+
+    _simulate(m, bench, clock=False)
+    assert seen == [1, 8, 16]
+
+
+class _Chain(Elaboratable):
+    """``((x + 1) * 3 + 5) ^ 0x55`` as three steps with a cut between each (``Pipeline``)."""
+
+    def __init__(self, stages: int, order=None):
+        self.stages, self.order = stages, order
+        self.i = stream.Signature(data.StructLayout({"x": 8}), always_ready=True).create()
+        self.o = stream.Signature(data.StructLayout({"y": 16}), always_ready=True).create()
+
+    def elaborate(self, platform):
+        m = Module()
+        self.pipe = pipe = Pipeline(m, self.i.valid, cuts=2, stages=self.stages, order=self.order)
+        a = pipe.cut(self.i.payload.x + 1)
+        b = pipe.cut(a * 3 + 5)
+        pipe.output(self.o, {"y": b ^ 0x55})
+        return m
+
+
+@pytest.mark.parametrize("stages, order", [(1, None), (2, None), (3, None), (2, (1, 0)),
+                                           (2, (0, 1))])
+def test_pipeline_latency_is_its_stages(stages, order):
+    """Every input comes out ``stages`` cycles later, computed right, whatever cuts are chosen;
+    ``registered`` names the first ``stages - 1`` of the order."""
+    dut = _Chain(stages, order)
+    xs = random.Random(stages).choices(range(256), k=40)
+    run = run_pipeline(dut, [{"x": x} for x in xs], seed=stages)
+    assert run.outputs == [(((x + 1) * 3 + 5) ^ 0x55) & 0xFFFF for x in xs]
+    assert set(run.delays) == {stages}
+    chosen = list(order or spread(2))[:stages - 1]
+    assert [dut.pipe.registered(i) for i in range(2)] == [i in chosen for i in range(2)]
+
+
+def test_pipeline_refuses_a_bad_datapath():
+    m = Module()
+    with pytest.raises(ValueError, match=r"Cut order must list each of the 2 cut indices once, "
+                                         r"not \[0, 0\]"):
+        Pipeline(m, Signal(), cuts=2, stages=2, order=(0, 0))
+    with pytest.raises(ValueError, match="Cut 0 got 2 values but 1 initial values"):
+        Pipeline(m, Signal(), cuts=1, stages=1).cut(Signal(), Signal(), inits=[1])
+    pipe = Pipeline(m, Signal(), cuts=1, stages=1)
+    pipe.cut(Signal())
+    with pytest.raises(ValueError, match="datapath has more cut points than the 1 declared"):
+        pipe.cut(Signal())
+    short = Pipeline(m, Signal(), cuts=2, stages=1)
+    short.cut(Signal())
+    with pytest.raises(ValueError, match="datapath passed 1 of its 2 cut points"):
+        short.output(stream.Signature(1).create(), 0)
+
+
+def test_cut_order_puts_the_chosen_cuts_first():
+    assert cut_order((3, 1, 0, 2), 3, None, "Unit") == (3, 1, 0, 2)
+    assert cut_order((3, 1, 0, 2), 3, (2, 0), "Unit") == (2, 0, 3, 1)
+    with pytest.raises(ValueError, match=r"Unit cuts must be 2 distinct cut indices between 0 "
+                                         r"and 3 \(stages - 1\), not \[0, 0\]"):
+        cut_order((3, 1, 0, 2), 3, (0, 0), "Unit")
+    with pytest.raises(TypeError, match="Unit cuts must be a sequence of cut indices, not '01'"):
+        cut_order((3, 1, 0, 2), 3, "01", "Unit")
+
+
+@pytest.mark.parametrize("cuts", [1, 2, 5, 8])
+def test_spread_orders_every_cut_once_middle_first(cuts):
+    order = spread(cuts)
+    assert sorted(order) == list(range(cuts))
+    assert order[0] == (cuts + 1) // 2 - 1
+
+
+def test_distinct_copies_equal_their_source_a_cycle_later():
+    """Each copy is the source a cycle later; power-on values alternate 0 and all ones, so that
+    synthesis keeps them apart."""
+    m = Module()
+    src = Signal(6)
+    copies = distinct_copies(m, [src], 4, name="c")
+    assert [c.name for c in copies] == ["c_0", "c_1", "c_2", "c_3"]
+    assert [c.init for c in copies] == [0, 63, 0, 63]
+    seen = []
+
+    async def bench(ctx):
+        for v in (5, 9, 33):
+            ctx.set(src, v)
+            await ctx.tick()
+            seen.append([ctx.get(c) for c in copies])
+
+    _simulate(m, bench)
+    assert seen == [[v] * 4 for v in (5, 9, 33)]
+    with pytest.raises(ValueError, match="distinct_copies needs at least one source"):
+        distinct_copies(m, [], 2, name="none")
+
+
+@pytest.mark.parametrize("registered, offer_p, take_p, seed", [
+    (True, 1.0, 1.0, 1), (True, 0.7, 0.5, 2), (False, 0.7, 0.5, 3), (False, 1.0, 1.0, 4)])
+def test_stream_stage_keeps_order_under_back_pressure(registered, offer_p, take_p, seed):
+    """Every item comes out once, in order, as the payload function of it; registered: one item
+    per cycle when both sides keep up."""
+    m = Module()
+    m.domains.sync = ClockDomain()          # the stage without its register has no clock of its own
+    src, snk = stream.Signature(8).create(), stream.Signature(8).create()
+    stream_stage(m, src, snk, src.payload ^ 0xA5, registered=registered)
+    rng = random.Random(seed)
+    items = list(range(1, 120))
+    got, cycles = [], 0
+
+    async def bench(ctx):
+        nonlocal cycles
+        k = 0
+        while len(got) < len(items) and cycles < 2000:
+            offer = k < len(items) and rng.random() < offer_p
+            take = rng.random() < take_p
+            ctx.set(src.valid, offer)
+            ctx.set(src.payload, items[k] if offer else 0)
+            ctx.set(snk.ready, take)
+            await ctx.delay(1e-9)
+            if take and ctx.get(snk.valid):
+                got.append(ctx.get(snk.payload))
+            if offer and ctx.get(src.ready):
+                k += 1
+            await ctx.tick()
+            cycles += 1
+
+    _simulate(m, bench)
+    assert got == [k ^ 0xA5 for k in items]
+    if offer_p == take_p == 1.0:
+        assert cycles == len(items) + int(registered)

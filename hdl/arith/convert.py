@@ -7,8 +7,9 @@ from amaranth import Cat, Const, Module, Mux
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..pipeline import Pipeline
 from ..validate import integer
-from .float import Pipeline, normalize, round_pack, unpack
+from .float import normalize, round_pack, unpack
 from .format import BF16, FP32, FloatFormat, float_format
 
 __all__ = ["FloatConvert", "IntToFloat"]

@@ -68,7 +68,7 @@ def ecp5_product(m: Module, a: Value, b: Value, *, name: str,
     ``signs`` says so, else unsigned) enter the block's input registers (``REG_INPUTA``,
     ``REG_INPUTB``); the product leaves its output register (``REG_OUTPUT``), all on ``CLK0`` of
     the ``sync`` domain, always enabled, never reset (as a pipeline register of
-    :class:`~hdl.arith.float.Pipeline`). Latency two cycles, one product per cycle. With
+    :class:`~hdl.pipeline.Pipeline`). Latency two cycles, one product per cycle. With
     ``input_registers=False`` the operands go straight to the multiplier and only the output
     register remains: latency one cycle (a unit whose product register follows a multiply of
     unregistered operands). The returned signal is ``len(a) + len(b)`` bits wide, signed when

@@ -8,9 +8,10 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..pipeline import Pipeline
 from ..validate import integer
 from .dsp import ECP5_MULT_WIDTH, ecp5_product, family
-from .float import Pipeline, round_pack, unpack
+from .float import round_pack, unpack
 from .format import FP32
 
 __all__ = ["Exp2", "exp2_tables", "EXP2_FRAC", "EXP2_C0_FRAC", "EXP2_C1_FRAC"]

@@ -1,5 +1,4 @@
-"""Combinational floating-point building blocks shared by the arithmetic units, and the pipeline
-register placer they all use.
+"""Combinational floating-point building blocks shared by the arithmetic units.
 
 :func:`unpack` splits a bit pattern into sign, unbiased exponent and significand (hidden bit
 included) plus class flags; :func:`round_pack` rounds a normalized significand to a format and packs
@@ -17,23 +16,20 @@ it, handling overflow, underflow and the special values. Both follow the convent
 * overflow (an exponent above ``emax`` after rounding) gives infinity of the result's sign;
 * every NaN result is the canonical quiet NaN of the result format.
 
-:class:`Pipeline` inserts registers at a unit's cut points: the unit writes its datapath once as a
-chain of combinational steps separated by :meth:`Pipeline.cut` calls, and the ``stages`` parameter
-decides which cuts become registers.
+The units place their pipeline registers with :class:`hdl.pipeline.Pipeline`.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed
-from amaranth.lib import data
+from amaranth import Array, Cat, Const, Module, Mux, Value, signed
 
+from ..pipeline import shared
 from .format import FloatFormat
 
 __all__ = ["Unpacked", "unpack", "normal_significand", "round_pack", "exponent_shape",
-           "leading_zeros", "normalize", "shift_right_sticky", "at_least", "Pipeline",
-           "cut_order", "distinct_copies"]
+           "leading_zeros", "normalize", "shift_right_sticky", "at_least"]
 
 
 def exponent_shape(fmt: FloatFormat):
@@ -111,8 +107,8 @@ def round_pack(fmt: FloatFormat, sign, exp, sig, sticky, *, is_zero=0, is_inf=0,
 
     cut : callable or None
         A pipeline cut between the rounding increment and the choice among the special results
-        (:meth:`Pipeline.cut`): called with the rounded value and the five selection flags, it
-        returns them (registered or not). ``None``: one combinational step.
+        (:meth:`~hdl.pipeline.Pipeline.cut`): called with the rounded value and the five
+        selection flags, it returns them (registered or not). ``None``: one combinational step.
 
     Rounds to nearest, ties to even. A carry out of rounding renormalizes (``exp + 1``). Above
     ``emax`` after rounding: infinity of the sign. Below ``emin``: the underflow rule of this
@@ -207,7 +203,7 @@ def normalize(value, m: Module | None = None, steps: Sequence[int] | None = None
         shifted = Mux(top_zero, Cat(Const(0, step), shifted[:width - step]), shifted)
         shift = shift | Mux(top_zero, step, 0)
         if m is not None:
-            shifted, shift = _hold(m, shifted, f"norm{k}"), _hold(m, shift, f"norm{k}_shift")
+            shifted, shift = shared(m, shifted, f"norm{k}"), shared(m, shift, f"norm{k}_shift")
     return shift, shifted
 
 
@@ -262,166 +258,3 @@ def at_least(value, bound: int) -> Value:
     for i in range(len(value)):                # from the LSB up: value[:i+1] >= bound[:i+1]
         result = (value[i] & result) if bound >> i & 1 else (value[i] | result)
     return result
-
-
-def _hold(m: Module, value, name: str):
-    """Return a combinational signal driven by ``value`` (shares one expression among its uses)."""
-    if isinstance(value, data.View):
-        signal = Signal(value.shape(), name=name)
-    else:
-        value = Value.cast(value)
-        signal = Signal(value.shape(), name=name)
-    m.d.comb += signal.eq(value)
-    return signal
-
-
-class Pipeline:
-    """Place the registers of a fully pipelined datapath at chosen cut points.
-
-    A unit writes its datapath once, as combinational steps separated by ``cut`` calls. The first
-    ``stages - 1`` indices of ``order`` become registers; the output (``output``) is always
-    registered, so the latency is ``stages`` cycles and a new input is accepted every cycle.
-
-    Parameters
-    ----------
-    m : Module
-    valid : Value
-        The input valid bit; it travels with the data through the same registers.
-    cuts : int
-        Number of cut points the datapath offers.
-    stages : int
-        Register stages (latency), 1 to ``cuts + 1``.
-    order : sequence of int
-        Cut indices in the order they become registers as ``stages`` grows (each index once);
-        default: spread evenly.
-    """
-
-    def __init__(self, m: Module, valid, *, cuts: int, stages: int,
-                 order: Sequence[int] | None = None):
-        self.m = m
-        self.valid = Value.cast(valid)
-        if order is None:
-            order = spread(cuts)
-        if sorted(order) != list(range(cuts)):
-            raise ValueError(f"Cut order must list each of the {cuts} cut indices once, "
-                             f"not {list(order)}")
-        self._registered = set(order[:stages - 1])
-        self._next = 0
-        self.cuts = cuts
-
-    def registered(self, index: int) -> bool:
-        """Whether cut point ``index`` is a register."""
-        return index in self._registered
-
-    def cut(self, *values, inits: Sequence[int] | None = None):
-        """Mark the next cut point; return ``values`` (registered there if chosen).
-
-        ``inits`` optionally gives each value's power-on value when it is registered (default
-        0). Pipeline registers carry no meaning before their first valid input, so this changes
-        no result; registers that copy the same value with different power-on values stay
-        separate cells in synthesis (Yosys ``opt_merge`` merges flip-flops only when their
-        inputs *and* initial values agree), which is how :func:`distinct_copies` works.
-        """
-        index = self._next
-        self._next += 1
-        if index >= self.cuts:
-            raise ValueError(f"datapath has more cut points than the {self.cuts} declared")
-        if inits is not None and len(inits) != len(values):
-            raise ValueError(f"Cut {index} got {len(values)} values but {len(inits)} initial "
-                             f"values")
-        if index not in self._registered:
-            # Still a signal (combinational): later steps use these values several times.
-            out = [_hold(self.m, value, f"c{index}_{n}") for n, value in enumerate(values)]
-            return out if len(out) != 1 else out[0]
-        out = self._register(values, inits or [0] * len(values))
-        return out if len(out) != 1 else out[0]
-
-    def _register(self, values, inits):
-        valid = Signal(name=f"valid_{self._next}")
-        self.m.d.sync += valid.eq(self.valid)
-        self.valid = valid
-        out = []
-        for n, (value, init) in enumerate(zip(values, inits)):
-            if not isinstance(value, data.View):
-                value = Value.cast(value)
-            shape = value.shape()
-            kw = {"init": init} if init else {}
-            reg = Signal(shape, name=f"p{self._next}_{n}", reset_less=True, **kw)
-            self.m.d.sync += reg.eq(value)
-            out.append(reg)
-        return out
-
-    def output(self, sink, payload):
-        """Register ``payload`` (a Value or dict of field values) into the stream ``sink``."""
-        if self._next != self.cuts:
-            raise ValueError(f"datapath passed {self._next} of its {self.cuts} cut points")
-        self.m.d.sync += sink.valid.eq(self.valid)
-        if isinstance(payload, dict):
-            for name, value in payload.items():
-                self.m.d.sync += sink.payload[name].eq(value)
-        else:
-            self.m.d.sync += sink.payload.eq(payload)
-
-
-def cut_order(default: Sequence[int], stages: int, cuts: Sequence[int] | None,
-              unit: str) -> tuple[int, ...]:
-    """Return the :class:`Pipeline` order of a unit: ``default``, or ``cuts`` registered first.
-
-    ``cuts`` (``None`` for the default) lists the ``stages - 1`` cut points to register; the
-    other cut points follow in the default order. Raises ``TypeError`` / ``ValueError`` naming
-    ``unit`` for a ``cuts`` that is not such a list.
-    """
-    if cuts is None:
-        return tuple(default)
-    count = len(default)
-    if isinstance(cuts, (str, bytes)) or not all(
-            isinstance(c, int) and not isinstance(c, bool) for c in cuts):
-        raise TypeError(f"{unit} cuts must be a sequence of cut indices, not {cuts!r}")
-    cuts = tuple(cuts)
-    if len(set(cuts)) != len(cuts) or any(not 0 <= c < count for c in cuts) \
-            or len(cuts) != stages - 1:
-        raise ValueError(f"{unit} cuts must be {stages - 1} distinct cut indices between 0 and "
-                         f"{count - 1} (stages - 1), not {list(cuts)}")
-    return cuts + tuple(c for c in default if c not in cuts)
-
-
-def distinct_copies(m: Module, sources: Sequence[Value], count: int, *, name: str) -> list[Signal]:
-    """Register ``count`` copies of a value that synthesis keeps as separate flip-flops.
-
-    ``sources`` are equal values held in distinct registers (or one value). Copy ``j`` registers
-    ``sources[(j // 2) % len(sources)]`` with power-on value 0 for even ``j`` and all ones for
-    odd ``j``: Yosys's ``opt_merge`` merges flip-flops only when their inputs *and* initial
-    values agree, so up to ``2 * len(sources)`` copies stay apart (beyond that they pair up
-    again). Each copy can then sit beside its own load, typically one DSP, instead of one
-    register fanning out across the die. The power-on value has no meaning: the copies are
-    pipeline data, qualified by a valid bit like every register of :class:`Pipeline`.
-
-    Latency one cycle. Returns the registers.
-    """
-    sources = [Value.cast(v) for v in sources]
-    if not sources:
-        raise ValueError("distinct_copies needs at least one source")
-    copies = []
-    for j in range(count):
-        value = sources[(j // 2) % len(sources)]
-        init = (1 << len(value)) - 1 if j % 2 else 0
-        reg = Signal(len(value), name=f"{name}_{j}", reset_less=True, init=init)
-        m.d.sync += reg.eq(value)
-        copies.append(reg)
-    return copies
-
-
-def spread(cuts: int) -> list[int]:
-    """Cut indices ordered so that each prefix is spread roughly evenly over the datapath."""
-    order: list[int] = []
-    for n in range(1, cuts + 1):
-        chosen = {((i + 1) * (cuts + 1)) // (n + 1) - 1 for i in range(n)}
-        for index in sorted(chosen):
-            if index not in order:
-                order.append(index)
-        for index in range(cuts):
-            if len(order) >= n:
-                break
-            if index not in order:
-                order.append(index)
-    return order[:cuts]

@@ -8,9 +8,9 @@ from amaranth import Array, Cat, Const, Module, Mux
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..pipeline import Pipeline, cut_order
 from ..validate import integer
-from .float import (Pipeline, at_least, cut_order, normalize, round_pack, shift_right_sticky,
-                    unpack)
+from .float import at_least, normalize, round_pack, shift_right_sticky, unpack
 from .format import FP32, FloatFormat, float_format
 
 __all__ = ["FloatAdder", "CUT_POINTS"]

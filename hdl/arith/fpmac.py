@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from .format import BF16, FP32, FloatFormat, float_format
 from .fpadd import FloatAdder
 from .fpmul import FloatMultiplier
-from .tree import delay
+from ..pipeline import delay
 
 __all__ = ["FloatMAC"]
 

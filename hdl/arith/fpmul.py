@@ -8,9 +8,10 @@ from amaranth import Cat, Const, Module, Mux, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..pipeline import Pipeline, cut_order
 from ..validate import integer
 from .dsp import ECP5_MULT_WIDTH, ecp5_product, family
-from .float import Pipeline, cut_order, normal_significand, round_pack, unpack
+from .float import normal_significand, round_pack, unpack
 from .format import FP32, FloatFormat, float_format
 
 __all__ = ["FloatMultiplier", "exact_product", "CUT_POINTS", "SPLITS"]
@@ -117,8 +118,8 @@ class FloatMultiplier(wiring.Component):
         ``True``: every piece gets its own registered copy of its operand slices (at cut 0,
         registered from ``stages = 4`` on), so that each register feeds one multiplier block,
         and copies of one slice stay separate flip-flops in synthesis (see
-        :func:`~hdl.arith.float.distinct_copies`). Place-and-route can then put every copy beside
-        its block wherever the blocks land. Default ``False``: one register per significand.
+        :func:`~hdl.pipeline.distinct_copies`). Place-and-route can then put every copy beside its
+        block wherever the blocks land. Default ``False``: one register per significand.
         No result bit changes, nor the latency.
     operand_copy : int
         0 (default) or 1. With ``private_operands``, copy 1 inverts the power-on values of the

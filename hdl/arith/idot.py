@@ -6,9 +6,10 @@ from amaranth import Module, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..pipeline import delay
 from ..validate import integer, power_of_two
 from .dsp import ecp5_product, family
-from .tree import delay, reduce_tree, tree_latency
+from .tree import reduce_tree, tree_latency
 
 __all__ = ["IntDot", "accumulator_bits"]
 

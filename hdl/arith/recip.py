@@ -14,9 +14,10 @@ from amaranth import Array, Cat, Const, Module, Mux
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..pipeline import Pipeline
 from ..validate import integer
 from .dsp import ecp5_product, family
-from .float import Pipeline, normal_significand, round_pack, unpack
+from .float import normal_significand, round_pack, unpack
 from .format import FP32
 
 __all__ = ["Reciprocal", "RSqrt", "recip_seeds", "rsqrt_seeds", "error_width", "SEED_BITS",

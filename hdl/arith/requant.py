@@ -6,9 +6,9 @@ from amaranth import Cat, Const, Module, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..pipeline import delay
 from ..validate import integer
 from .dsp import ecp5_product, family
-from .tree import delay
 
 __all__ = ["Requantizer", "CLAMPS", "SHIFT_BITS"]
 

@@ -52,10 +52,11 @@ from amaranth import Module, Mux, Signal, Value
 from amaranth.lib import wiring
 
 from ..latency import unit_latency
+from ..pipeline import delay
 from ..validate import integer
 
 __all__ = ["PipelinedCombine", "unit_combine", "tree_levels", "tree_latency", "reduce_tree",
-           "serial_tree", "delay", "TreeResult"]
+           "serial_tree", "TreeResult"]
 
 
 class PipelinedCombine(abc.ABC):
@@ -142,20 +143,6 @@ def tree_latency(count: int, *, register_every: int = 1, combine_latency: int | 
         return levels * combine_latency
     integer(register_every, "Tree register spacing (levels per register, 0: none)", 0, 64)
     return 0 if register_every == 0 else math.ceil(levels / register_every)
-
-
-def delay(m: Module, value: Value, cycles: int, *, name: str = "delay", reset: bool = False) \
-        -> Value:
-    """Return ``value`` delayed by ``cycles`` register stages (``cycles = 0``: ``value`` itself).
-
-    Data registers have no reset (a pipelined unit's data is qualified by its valid bit); pass
-    ``reset=True`` for a valid bit.
-    """
-    for index in range(cycles):
-        stage = Signal.like(value, name=f"{name}_{index}", reset_less=not reset)
-        m.d.sync += stage.eq(value)
-        value = stage
-    return value
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from ..arith.fdot import FloatDot
 from ..arith.format import BF16, FP32
 from ..arith.fpadd import FloatAdder
 from ..arith.fpmul import FloatMultiplier
-from ..arith.tree import delay, serial_tree, tree_levels, unit_combine
-from ..pipeline import ResultQueue, next_values
+from ..arith.tree import serial_tree, tree_levels, unit_combine
+from ..pipeline import ResultQueue, delay, next_values
 from .spec import (FlowKVConfig, Kind, beat_layout, check_tile_config, command_layout,
                    item_layout)
 

@@ -9,13 +9,11 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..arith.float import distinct_copies
 from ..arith.format import BF16, FP32
 from ..arith.fpadd import FloatAdder
 from ..arith.fpmul import FloatMultiplier
 from ..arith.recip import Reciprocal
-from ..arith.tree import delay
-from ..pipeline import ResultQueue, next_values
+from ..pipeline import ResultQueue, delay, distinct_copies, next_values
 from .spec import (FlowKVConfig, Kind, beat_layout, check_tile_config, item_layout,
                    output_layout)
 

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..arith.format import BF16, FP16, FP32
 from ..arith.fpmac import FloatMAC
-from ..arith.tree import delay
+from ..pipeline import delay
 from .issuer import issue_layout
 from .lanes import NEG_ZERO32, result_layout
 from .setup import plan_layout

@@ -10,7 +10,8 @@ from amaranth.lib.wiring import In, Out
 from ..arith.format import FP16, FP32
 from ..arith.fpadd import FloatAdder
 from ..arith.fpmul import FloatMultiplier
-from ..arith.tree import delay, serial_tree, tree_levels, unit_combine
+from ..arith.tree import serial_tree, tree_levels, unit_combine
+from ..pipeline import delay
 from .lanes import NEG_ZERO32, result_layout
 from .spec import PEConfig, pe_config
 

@@ -10,7 +10,8 @@ from ..arith.fdot import FloatDot
 from ..arith.format import BF16, FP16, FP32
 from ..arith.fpadd import FloatAdder
 from ..arith.idot import IntDot
-from ..arith.tree import delay, serial_tree, tree_levels, unit_combine
+from ..arith.tree import serial_tree, tree_levels, unit_combine
+from ..pipeline import delay
 from .issuer import issue_layout
 from .spec import PEConfig, pe_config
 

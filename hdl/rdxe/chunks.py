@@ -8,8 +8,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..arith.tree import delay
-from ..pipeline import ResultQueue
+from ..pipeline import ResultQueue, delay
 from ..validate import index_bits, integer
 from .sequencer import normalize_request_layout, queued_layout, store_layout
 from .spec import CODE_BITS, DxtConfig, check_config, hlink_layout, ve_tap_layout

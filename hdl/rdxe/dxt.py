@@ -8,8 +8,7 @@ from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arith.tree import delay
-from ..pipeline import DelayLine
+from ..pipeline import DelayLine, delay
 from ..validate import index_bits
 from .chunks import READ_LATENCY, ChunkFeed, TokenBuffer
 from .gbus import Gatherer, KvWriter

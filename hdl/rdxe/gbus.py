@@ -8,8 +8,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..arith.tree import delay
-from ..pipeline import SkidBuffer, stream_stage
+from ..pipeline import SkidBuffer, delay, stream_stage
 from ..validate import index_bits
 from .sequencer import SCORE, op_layout
 from .spec import (CODE_BITS, DESTS, GBUS_BYTES, DxtConfig, check_config, kv_layout,

@@ -12,9 +12,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..arith.idot import IntDot
 from ..arith.requant import SHIFT_BITS, Requantizer
-from ..arith.tree import delay
 from ..latency import unit_latency
-from ..pipeline import ResultQueue
+from ..pipeline import ResultQueue, delay
 from ..validate import integer
 from .spec import (ACC_BITS, CODE_BITS, VacConfig, check_config, hlink_layout, kv_layout, ppu_layout,
                    rc_layout, result_layout, wmem_layout)

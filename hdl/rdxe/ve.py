@@ -37,8 +37,8 @@ from ..arith.fpmul import FloatMultiplier
 from ..arith.idot import IntDot
 from ..arith.recip import Reciprocal, RSqrt
 from ..arith.requant import SHIFT_BITS, Requantizer
-from ..arith.tree import delay
 from ..latency import unit_latency
+from ..pipeline import delay
 from ..validate import index_bits
 from .spec import (ACC_BITS, CODE_BITS, GBUS_BYTES, VeConfig, check_config, chunk_layout,
                    ve_rc_layout, ve_tap_layout)
