@@ -1,12 +1,13 @@
 """Stream plumbing shared by every memwall block: delays, pipeline cuts, stream stages, skid
-buffers and result queues.
+buffers, result queues and head queues.
 
 Two kinds of piece live here, each with its contract (ports or arguments, latency, what it
 assumes of its neighbours) in its docstring; docs/pipeline.md says which to reach for.
 
 * **Components** (``wiring.Component``, one submodule each, tested on their own in
-  ``tests/test_pipeline.py``): :class:`SkidBuffer` (a stream cut with every output a register)
-  and :class:`DelayLine` (an always-ready stream delayed by a fixed count).
+  ``tests/test_pipeline.py``): :class:`SkidBuffer` (a stream cut with every output a register),
+  :class:`DelayLine` (an always-ready stream delayed by a fixed count) and :class:`HeadQueue`
+  (a queue whose head is a register).
 * **Builders**, which add registers to the caller's module because they cut or shadow the
   caller's own logic rather than sit between two streams: :func:`delay` (a register chain
   inside a datapath), :class:`Pipeline` with :func:`cut_order` (registers at a unit's chosen cut
@@ -25,13 +26,13 @@ from typing import Sequence
 
 from amaranth import Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .validate import integer
 
 __all__ = ["delay", "shared", "next_values", "distinct_copies", "Pipeline", "cut_order",
-           "stream_stage", "ResultQueue", "SkidBuffer", "DelayLine"]
+           "stream_stage", "ResultQueue", "SkidBuffer", "DelayLine", "HeadQueue"]
 
 
 def delay(m: Module, value: Value, cycles: int, *, name: str = "delay", reset: bool = False) \
@@ -407,4 +408,58 @@ class DelayLine(wiring.Component):
                                            reset=True)),
                      self.o.payload.eq(delay(m, Value.cast(self.i.payload), self.cycles,
                                              name="payload"))]
+        return m
+
+
+class HeadQueue(wiring.Component):
+    """Queue items that arrive without back-pressure; keep the oldest in a register of its own.
+
+    What reads the head (a multiplier, a broadcast to many lanes) then starts from a flip-flop,
+    not from the queue's RAM. ``depth`` places in all: the head register and a ``SyncFIFO`` of
+    ``depth - 1`` behind it. An item written at cycle ``t`` into an empty queue is the head at
+    ``t + 1``, exactly like a plain register; behind other items it waits its turn.
+
+    Parameters
+    ----------
+    shape : shape-castable
+        The item shape (a ``data.StructLayout`` gives ``o.payload`` its fields).
+    depth : int
+        Places, 2 to 4096, the head included.
+
+    Members
+    -------
+    w : In(stream.Signature(shape, always_ready=True))
+        Writes: an item every cycle ``w.valid`` is high. There is no ``ready``: the writer
+        keeps to its own bound on what it sends (credits); a write that finds every place
+        taken is dropped and raises ``lost``.
+    o : Out(stream.Signature(shape))
+        The head: ``o.valid`` and ``o.payload`` are registers. ``o.ready`` takes the head in a
+        cycle ``o.valid`` is high (in other cycles it has no effect), and the next item is the
+        head the cycle after.
+    lost : Out(1)
+        Combinational: this cycle's write found no place and is dropped. A writer that never
+        has more than ``depth`` items unread never raises it.
+
+    Latency one cycle from ``w`` into an empty queue to ``o``; one item per cycle in and out,
+    in order. A bad ``depth`` raises ``TypeError``/``ValueError`` naming it.
+    """
+
+    def __init__(self, shape, depth: int):
+        self.depth = integer(depth, "Head queue depth", 2, 4096)
+        super().__init__({"w": In(stream.Signature(shape, always_ready=True)),
+                          "o": Out(stream.Signature(shape)),
+                          "lost": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        w, o = self.w, self.o
+        m.submodules.fifo = fifo = SyncFIFO(width=len(Value.cast(w.payload)),
+                                            depth=self.depth - 1)
+        load = ~o.valid | o.ready                  # the head register takes the next item
+        bypass = load & ~fifo.r_rdy                # ... straight from the write port
+        m.d.comb += [fifo.w_en.eq(w.valid & ~bypass), fifo.w_data.eq(w.payload),
+                     fifo.r_en.eq(load), self.lost.eq(fifo.w_en & ~fifo.w_rdy)]
+        with m.If(load):
+            m.d.sync += [o.valid.eq(fifo.r_rdy | w.valid),
+                         o.payload.eq(Mux(fifo.r_rdy, fifo.r_data, w.payload))]
         return m

@@ -1,7 +1,8 @@
 """hdl/pipeline.py, each piece on its own: the result queue keeps every result its credits
 allowed; the skid buffer passes every item in order with all of its outputs from registers; the
-delay line and ``delay`` give every item back exactly their length later; ``Pipeline`` registers
-the cuts its order chooses; ``stream_stage`` and ``distinct_copies`` do what their contracts say."""
+delay line and ``delay`` give every item back exactly their length later; the head queue keeps
+order under back-pressure with its head in registers; ``Pipeline`` registers the cuts its order
+chooses; ``stream_stage`` and ``distinct_copies`` do what their contracts say."""
 
 import random
 
@@ -10,7 +11,7 @@ from amaranth import ClockDomain, Elaboratable, Module, Signal
 from amaranth.lib import data, stream
 from amaranth.sim import Simulator
 
-from hdl.pipeline import (DelayLine, Pipeline, ResultQueue, SkidBuffer, cut_order,
+from hdl.pipeline import (DelayLine, HeadQueue, Pipeline, ResultQueue, SkidBuffer, cut_order,
                           delay, distinct_copies, next_values, shared, spread, stream_stage)
 
 from .pipeline_sim import run_pipeline
@@ -211,6 +212,83 @@ def test_delay_line_gives_every_item_back_its_length_later(cycles, seed):
 def test_delay_line_length_errors(cycles, error, message):
     with pytest.raises(error, match=message.replace(".", r"\.")):
         DelayLine(8, cycles)
+
+
+@pytest.mark.parametrize("depth, write_p, take_p, seed", [
+    (2, 0.9, 0.5, 1), (3, 1.0, 1.0, 2), (4, 0.7, 0.3, 3), (8, 0.5, 0.9, 4), (5, 1.0, 0.2, 5)])
+def test_head_queue_order_under_back_pressure(depth, write_p, take_p, seed):
+    """A writer that keeps at most ``depth`` items unread (its credits) loses nothing: items come
+    out in order, ``lost`` never rises, ``o.valid`` and ``o.payload`` do not move with
+    ``o.ready`` or ``w`` inside a cycle (registers), and an item written into an empty queue is
+    the head the next cycle."""
+    layout = data.StructLayout({"a": 5, "b": 3})
+    dut = HeadQueue(layout, depth)
+    rng = random.Random(seed)
+    items = [(k % 32, k % 7) for k in range(1, 150)]
+    got, early = [], []
+
+    async def bench(ctx):
+        k, unread = 0, 0
+        for _ in range(3000):
+            if len(got) == len(items):
+                break
+            before = (ctx.get(dut.o.valid), ctx.get(dut.o.payload.as_value()))
+            empty = not before[0]
+            write = k < len(items) and unread < depth and rng.random() < write_p
+            take = rng.random() < take_p
+            ctx.set(dut.w.valid, write)
+            ctx.set(dut.w.payload, {"a": items[k][0], "b": items[k][1]} if write else
+                    {"a": 0, "b": 0})
+            ctx.set(dut.o.ready, take)
+            await ctx.delay(1e-9)
+            assert (ctx.get(dut.o.valid), ctx.get(dut.o.payload.as_value())) == before
+            assert not ctx.get(dut.lost)
+            if take and before[0]:
+                head = ctx.get(dut.o.payload)
+                got.append((head.a, head.b))
+                unread -= 1
+            k, unread = k + write, unread + write
+            await ctx.tick()
+            if write and empty:
+                early.append(ctx.get(dut.o.valid))
+
+    _simulate(dut, bench)
+    assert got == items
+    assert early and all(early), "an item written into an empty queue was not the next head"
+
+
+@pytest.mark.parametrize("depth", [2, 3, 6])
+def test_head_queue_drops_a_write_with_no_place_and_says_so(depth):
+    """With nothing taken, the first ``depth`` writes fill it; the next raises ``lost`` in its
+    own cycle and is dropped; the ``depth`` items then come out in order, one per cycle."""
+    dut = HeadQueue(8, depth)
+    lost, got = [], []
+
+    async def bench(ctx):
+        for k in range(depth + 1):
+            ctx.set(dut.w.valid, 1)
+            ctx.set(dut.w.payload, 10 + k)
+            await ctx.delay(1e-9)
+            lost.append(ctx.get(dut.lost))
+            await ctx.tick()
+        ctx.set(dut.w.valid, 0)
+        ctx.set(dut.o.ready, 1)
+        for _ in range(depth + 2):
+            if ctx.get(dut.o.valid):
+                got.append(ctx.get(dut.o.payload))
+            await ctx.tick()
+
+    _simulate(dut, bench)
+    assert lost == [0] * depth + [1]
+    assert got == [10 + k for k in range(depth)]
+
+
+@pytest.mark.parametrize("depth, error, message", [
+    (1, ValueError, "Head queue depth must be between 2 and 4096, not 1"),
+    ("4", TypeError, "Head queue depth must be an integer between 2 and 4096, not '4'")])
+def test_head_queue_depth_errors(depth, error, message):
+    with pytest.raises(error, match=message):
+        HeadQueue(8, depth)
 
 
 def test_delay_registers_and_names():

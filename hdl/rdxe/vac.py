@@ -6,14 +6,13 @@ from functools import partial
 
 from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..arith.idot import IntDot
 from ..arith.requant import SHIFT_BITS, Requantizer
 from ..latency import unit_latency
-from ..pipeline import ResultQueue, delay
+from ..pipeline import HeadQueue, ResultQueue, delay
 from ..validate import integer
 from .spec import (ACC_BITS, CODE_BITS, VacConfig, check_config, hlink_layout, kv_layout, ppu_layout,
                    rc_layout, result_layout, wmem_layout)
@@ -317,16 +316,16 @@ class Vac(wiring.Component):
         # ---- hold queue: finished accumulators; its head register is the accumulator register ----
         hold_layout = data.StructLayout({"acc": signed(ACC_BITS), "m": signed(cfg.mult_bits),
                                          "shift": SHIFT_BITS, "rcu": 1, "rc_last": 1})
-        hold = _HeadQueue(m, hold_layout, depth, name="hold")
-        m.d.comb += [hold.w_en.eq(dot.o.valid & last), hold.w_data.acc.eq(acc_sum),
-                     hold.w_data.m.eq(entry.m), hold.w_data.shift.eq(entry.shift),
-                     hold.w_data.rcu.eq(rcu_sel), hold.w_data.rc_last.eq(rc_last)]
-        head = hold.head
+        m.submodules.hold = hold = HeadQueue(hold_layout, depth)
+        m.d.comb += [hold.w.valid.eq(dot.o.valid & last), hold.w.payload.acc.eq(acc_sum),
+                     hold.w.payload.m.eq(entry.m), hold.w.payload.shift.eq(entry.shift),
+                     hold.w.payload.rcu.eq(rcu_sel), hold.w.payload.rc_last.eq(rc_last)]
+        head = hold.o.payload
 
         # ---- RC factor queue: its head register is the broadcast register ---------------------
-        factors = _HeadQueue(m, rc_layout(cfg), depth, name="factors")
-        m.d.comb += [factors.w_en.eq(self.rc.valid), factors.w_data.eq(self.rc.payload)]
-        factor = factors.head
+        m.submodules.factors = factors = HeadQueue(rc_layout(cfg), depth)
+        m.d.comb += [factors.w.valid.eq(self.rc.valid), factors.w.payload.eq(self.rc.payload)]
+        factor = factors.o.payload
 
         with m.If(hold.lost | factors.lost):
             m.d.sync += self.overrun.eq(1)
@@ -339,11 +338,11 @@ class Vac(wiring.Component):
         to_rcu = Signal()
         to_ppu = Signal()
         m.d.comb += [
-            to_rcu.eq(hold.valid & head.rcu & factors.valid & queue.can_issue),
+            to_rcu.eq(hold.o.valid & head.rcu & factors.o.valid & queue.can_issue),
             # A PPU-only output must not overtake (or collide with) the RCU's outputs.
-            to_ppu.eq(hold.valid & ~head.rcu & (in_rcu == 0) & queue.can_issue),
-            hold.pop.eq(to_rcu | to_ppu),
-            factors.pop.eq(to_rcu & head.rc_last),
+            to_ppu.eq(hold.o.valid & ~head.rcu & (in_rcu == 0) & queue.can_issue),
+            hold.o.ready.eq(to_rcu | to_ppu),
+            factors.o.ready.eq(to_rcu & head.rc_last),
             queue.issue.eq(to_rcu | to_ppu),
             rcu.i.valid.eq(to_rcu), rcu.i.payload.x.eq(head.acc),
             rcu.i.payload.m.eq(factor.m), rcu.i.payload.shift.eq(factor.shift),
@@ -365,36 +364,6 @@ class Vac(wiring.Component):
             self.credit.eq(self.o.valid & self.o.ready),
         ]
         return m
-
-
-class _HeadQueue:
-    """A queue whose head is a register, so that what reads the head (a multiplier) starts from a
-    flip-flop, not from the queue's distributed RAM.
-
-    An item written at cycle ``t`` into an empty queue is the head at ``t + 1``, exactly like a
-    plain register; behind other items it waits its turn. ``depth`` places in all: the head
-    register and a ``SyncFIFO`` of ``depth - 1``.
-
-    Members (Signals): ``w_en``, ``w_data`` (in): write; ``valid``, ``head`` (out, registered):
-    the head; ``pop`` (in): the head is taken this cycle (only while ``valid``); ``lost`` (out):
-    a write found no place and was dropped.
-    """
-
-    def __init__(self, m: Module, layout: data.StructLayout, depth: int, *, name: str):
-        self.w_en = Signal(name=f"{name}_w_en")
-        self.w_data = Signal(layout, name=f"{name}_w_data")
-        self.pop = Signal(name=f"{name}_pop")
-        self.valid = Signal(name=f"{name}_valid")
-        self.head = Signal(layout, name=f"{name}_head")
-        self.lost = Signal(name=f"{name}_lost")
-        m.submodules[name] = fifo = SyncFIFO(width=layout.size, depth=depth - 1)
-        load = ~self.valid | self.pop              # the head register takes the next item
-        bypass = load & ~fifo.r_rdy                # ... straight from the write port
-        m.d.comb += [fifo.w_en.eq(self.w_en & ~bypass), fifo.w_data.eq(self.w_data),
-                     fifo.r_en.eq(load), self.lost.eq(fifo.w_en & ~fifo.w_rdy)]
-        with m.If(load):
-            m.d.sync += [self.valid.eq(fifo.r_rdy | self.w_en),
-                         self.head.eq(Mux(fifo.r_rdy, fifo.r_data, self.w_data))]
 
 
 class HlinkSource(wiring.Component):
