@@ -16,7 +16,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from cocotb_tests.inflash.plane import kv_reads
-from cocotb_tests.inflash.tb import is_refused
+from cocotb_tests.inflash.contract import is_refused
 from golden import inflash as golden
 from golden.arith.float import from_float, int_to_float
 from hdl.arith.format import BF16, FP16

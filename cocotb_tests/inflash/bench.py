@@ -7,7 +7,7 @@ against the behavioural plane, at the paper's plane (4096-byte pages, ``W`` = 4,
 
 * **Period sweep.** The ``full_rate`` test's fp16 GEMV (12 pages of one 2048-column row each,
   no idle cycles, no back-pressure) at ``F`` = 1, 2, 4, 16 and ``tR`` = 1, 2, 4 us (the plane's
-  ``tR`` is set through :data:`~cocotb_tests.inflash.tb.ENV_TR_US`: the RTL never counts it,
+  ``tR`` is set through :data:`~cocotb_tests.inflash.env.ENV_TR_US`: the RTL never counts it,
   so the design is built once per ``F``).
 * **Layer slice.** The ``full_rate`` test on 24 rows of 4096 columns (``d_model`` of LLaMA-7B)
   in every mode at the ``default`` (``F`` = 2) and ``paper`` (``F`` = 16) presets: PE
@@ -36,7 +36,8 @@ from memwall import registry
 
 from ..launcher import run_block
 from ..tb import ENV_METRICS
-from .tb import ENV_ATTENTION, ENV_COLS, ENV_MODES, ENV_ROWS, ENV_TR_US
+from .env import ENV_TR_US
+from .tb import ENV_ATTENTION, ENV_COLS, ENV_MODES, ENV_ROWS
 
 __all__ = ["SWEEP_F", "SWEEP_TR_US", "SLICE", "GQA_F", "READ_TOKENS", "extra"]
 
