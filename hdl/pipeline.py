@@ -6,15 +6,15 @@ assumes of its neighbours) in its docstring; docs/pipeline.md says which to reac
 
 * **Components** (``wiring.Component``, one submodule each, tested on their own in
   ``tests/test_pipeline.py``): :class:`SkidBuffer` (a stream cut with every output a register),
-  :class:`DelayLine` (an always-ready stream delayed by a fixed count) and :class:`HeadQueue`
-  (a queue whose head is a register).
+  :class:`DelayLine` (an always-ready stream delayed by a fixed count), :class:`ResultQueue`
+  (the FIFO and credit count behind an always-ready pipeline) and :class:`HeadQueue` (a queue
+  whose head is a register).
 * **Builders**, which add registers to the caller's module because they cut or shadow the
   caller's own logic rather than sit between two streams: :func:`delay` (a register chain
   inside a datapath), :class:`Pipeline` with :func:`cut_order` (registers at a unit's chosen cut
   points), :func:`stream_stage` (a function of the payload between two streams),
-  :func:`next_values` (a register's next value), :func:`shared` (one expression named once),
-  :func:`distinct_copies` (copies of a register that synthesis keeps apart) and
-  :class:`ResultQueue` (the FIFO and credit count behind an always-ready pipeline).
+  :func:`next_values` (a register's next value), :func:`shared` (one expression named once)
+  and :func:`distinct_copies` (copies of a register that synthesis keeps apart).
 
 Every register here is in the ``sync`` domain. Data registers have no reset (they are qualified
 by a valid bit, which has one).
@@ -259,61 +259,62 @@ def stream_stage(m: Module, source, sink, payload: Value, *, registered: bool = 
                      source.ready.eq(sink.ready)]
 
 
-class ResultQueue:
-    """A FIFO that takes the results of always-ready pipelines and drains them into a stream.
+class ResultQueue(wiring.Component):
+    """Queue the results of an always-ready pipeline and drain them into a stream, with a credit
+    per place.
 
     A pipelined unit (:mod:`hdl.arith`) cannot stall, so an item may enter it only if its result
     will have a place to land. The queue keeps a credit count: ``depth`` free places less the
     items already in flight or queued. Drive ``issue`` when an item enters the pipeline (only
-    while ``can_issue``), and ``w_en``/``w_data`` when its result comes out. With ``depth`` at
-    least the pipeline latency plus 2 the queue never limits a full-rate producer whose consumer
-    is always ready.
+    while ``can_issue``), and ``w`` when its result comes out. With ``depth`` at least the
+    pipeline latency plus 2 the queue never limits a full-rate producer whose consumer is always
+    ready.
 
     Parameters
     ----------
-    m : Module
-        Module to add the FIFO and the counter to.
-    sink : stream interface
-        The stream the queue drives (``valid``/``payload`` out, ``ready`` in).
+    shape : shape-castable
+        The result shape.
     depth : int
         FIFO places, 3 to 4096. (The FIFO is ``SyncFIFOBuffered``: an output register in front
         of a ``depth - 1`` FIFO. At ``depth = 2`` that inner FIFO has one place, and a result
         written the cycle after another into an empty queue finds it full while its first result
         moves to the output register: it would be lost although a credit allowed it.)
-    name : str
-        Submodule name of the FIFO.
 
     Members
     -------
-    can_issue : Signal, out
+    can_issue : Out(1, init=1)
         A credit is available: an item may enter the pipeline this cycle. A register (its
         value every cycle equals ``credits != 0`` as long as ``issue`` is driven only while
         ``can_issue``), so the producer's issue logic starts from a flip-flop.
-    issue : Signal, in
+    issue : In(1)
         An item enters the pipeline this cycle (takes a credit).
-    cancel : Signal, in
+    cancel : In(1)
         An item that took a credit will write no result after all: its credit comes back. A
         producer that must take the credit before it knows whether the item answers (a
         ``ready`` from registers) gives it back with this once it knows. Never more often than
         credits were taken and not yet returned or written.
-    w_en : Signal, in
-        A result is written this cycle.
-    w_data : Signal, in
-        The result, shaped like ``sink.payload``.
+    w : In(stream.Signature(shape, always_ready=True))
+        A result, written the cycle ``w.valid`` is high; only results of issued items.
+    o : Out(stream.Signature(shape))
+        The results in order, from the FIFO's output register: two cycles from ``w`` into an
+        empty queue to ``o.valid``. A result taken from ``o`` returns its credit.
+
+    A bad ``depth`` raises ``TypeError``/``ValueError`` naming it.
     """
 
-    def __init__(self, m: Module, sink, *, depth: int, name: str):
-        integer(depth, "Result queue depth", 3, 4096)
-        width = len(Value.cast(sink.payload))
-        m.submodules[name] = fifo = SyncFIFOBuffered(width=width, depth=depth)
-        self.issue = Signal(name=f"{name}_issue")
-        self.cancel = Signal(name=f"{name}_cancel")
-        # ``credits != 0``, kept in a register of its own (below).
-        self.can_issue = Signal(init=1, name=f"{name}_can_issue")
-        self.w_en = Signal(name=f"{name}_w_en")
-        self.w_data = Signal(width, name=f"{name}_w_data")
-        credits = Signal(range(depth + 1), init=depth, name=f"{name}_credits")
-        popped = sink.valid & sink.ready
+    def __init__(self, shape, depth: int):
+        self.depth = integer(depth, "Result queue depth", 3, 4096)
+        super().__init__({"can_issue": Out(1, init=1), "issue": In(1), "cancel": In(1),
+                          "w": In(stream.Signature(shape, always_ready=True)),
+                          "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        depth, o = self.depth, self.o
+        m.submodules.fifo = fifo = SyncFIFOBuffered(width=len(Value.cast(self.w.payload)),
+                                                    depth=depth)
+        credits = Signal(range(depth + 1), init=depth)
+        popped = o.valid & o.ready
         returned = popped + self.cancel            # credits back this cycle: 0, 1 or 2
         m.d.sync += credits.eq(credits - self.issue + returned)
         # Its next value is chosen by ``issue`` and the returns among tests of the present count:
@@ -321,13 +322,9 @@ class ResultQueue:
         # counter.
         m.d.sync += self.can_issue.eq(Mux(self.issue & (returned == 0), credits > 1,
                                           (credits != 0) | (returned > self.issue)))
-        m.d.comb += [
-            fifo.w_en.eq(self.w_en),
-            fifo.w_data.eq(self.w_data),
-            sink.valid.eq(fifo.r_rdy),
-            sink.payload.eq(fifo.r_data),
-            fifo.r_en.eq(sink.ready),
-        ]
+        m.d.comb += [fifo.w_en.eq(self.w.valid), fifo.w_data.eq(self.w.payload),
+                     o.valid.eq(fifo.r_rdy), o.payload.eq(fifo.r_data), fifo.r_en.eq(o.ready)]
+        return m
 
 
 class SkidBuffer(wiring.Component):

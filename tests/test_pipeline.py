@@ -8,7 +8,7 @@ import random
 
 import pytest
 from amaranth import ClockDomain, Elaboratable, Module, Signal
-from amaranth.lib import data, stream
+from amaranth.lib import data, stream, wiring
 from amaranth.sim import Simulator
 
 from hdl.pipeline import (DelayLine, HeadQueue, Pipeline, ResultQueue, SkidBuffer, cut_order,
@@ -40,7 +40,8 @@ class _Delay(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        queue = ResultQueue(m, self.o, depth=self.depth, name="q")
+        m.submodules.q = queue = ResultQueue(8, self.depth)
+        wiring.connect(m, queue.o, self.o)
         valid = [Signal(name=f"v{k}") for k in range(self.latency)]
         data = [Signal(8, name=f"d{k}") for k in range(self.latency)]
         m.d.comb += [self.i_taken.eq(self.i_valid & queue.can_issue),
@@ -51,8 +52,8 @@ class _Delay(Elaboratable):
         silent = [v & d[0] for v, d in zip(valid, data)] if self.cancel_at is not None else []
         if silent:
             m.d.comb += queue.cancel.eq(silent[self.cancel_at - 1])
-        m.d.comb += [queue.w_en.eq(valid[-1] & ~(silent[-1] if silent else 0)),
-                     queue.w_data.eq(data[-1])]
+        m.d.comb += [queue.w.valid.eq(valid[-1] & ~(silent[-1] if silent else 0)),
+                     queue.w.payload.eq(data[-1])]
         return m
 
 

@@ -72,7 +72,8 @@ class ResponsePath(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        queue = ResultQueue(m, self.resp, depth=self.depth, name="queue")
+        m.submodules.queue = queue = ResultQueue(response_layout(), self.depth)
+        wiring.connect(m, queue.o, wiring.flipped(self.resp))
         # A refusal (and so whether a request answers) is decided late in the commit cycle.
         cancel = Signal()
         m.d.sync += cancel.eq(self.cancel)
@@ -93,7 +94,7 @@ class ResponsePath(wiring.Component):
             merged.data.eq(Mux(last.error, 0, Cat(mant, rdata["std"][sel]))),
             merged.live.eq(last.live),
             merged.error.eq(last.error),
-            queue.w_en.eq(last.valid),
-            queue.w_data.eq(merged),
+            queue.w.valid.eq(last.valid),
+            queue.w.payload.eq(merged),
         ]
         return m

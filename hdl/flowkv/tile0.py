@@ -340,7 +340,8 @@ class ScoreTile(wiring.Component):
         cfg = self.cfg
         G, Lc = cfg.group, cfg.chunk
         slot_log = Lc.bit_length() - 1
-        s.queue = queue = ResultQueue(m, self.items, depth=32, name="item_queue")
+        m.submodules.item_queue = s.queue = queue = ResultQueue(item_layout(cfg), 32)
+        wiring.connect(m, queue.o, wiring.flipped(self.items))
         s.eb = eb = Signal()
         e_head = Signal(range(G))
         e_slot = Signal(range(Lc))
@@ -464,7 +465,7 @@ class ScoreTile(wiring.Component):
         m.d.comb += [item.kind.eq(out.kind), item.head.eq(out.head), item.slot.eq(out.slot),
                      item.valid.eq(s.is_f & out_slot_valid), item.first.eq(out.first),
                      item.final.eq(out.final), item.last.eq(out.last), item.value.eq(value),
-                     s.queue.w_en.eq(s.out_valid), s.queue.w_data.eq(item)]
+                     s.queue.w.valid.eq(s.out_valid), s.queue.w.payload.eq(item)]
 
     def _k_ready(self, m, s):
         """Build ``k.ready`` from a register; assumes every next value of the state it reads."""

@@ -197,7 +197,8 @@ class ValueTile(wiring.Component):
         s.y_rd = ymem.read_port()
         s.busy = Signal(B)        # a word's update is in flight
 
-        s.queue = ResultQueue(m, self.o, depth=16, name="out_queue")
+        m.submodules.out_queue = s.queue = ResultQueue(output_layout(self.cfg), 16)
+        wiring.connect(m, s.queue.o, wiring.flipped(self.o))
         s.rb = Signal()           # bank being processed
         s.t = t = Signal(range(Lc))
         s.k = k = Signal(range(B))
@@ -432,6 +433,6 @@ class ValueTile(wiring.Component):
         m.d.comb += [beat_out.data.eq(Mux(ctl_out.error, 0, Cat(*lanes_out))),
                      beat_out.head.eq(ctl_out.head), beat_out.beat.eq(ctl_out.beat),
                      beat_out.last.eq(ctl_out.last), beat_out.error.eq(ctl_out.error),
-                     queue.w_en.eq(delay(m, out_valid1, mul.latency, name="out_valid",
-                                         reset=True)),
-                     queue.w_data.eq(beat_out)]
+                     queue.w.valid.eq(delay(m, out_valid1, mul.latency, name="out_valid",
+                                            reset=True)),
+                     queue.w.payload.eq(beat_out)]

@@ -69,7 +69,8 @@ class ResultPath(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        queue = ResultQueue(m, self.y, depth=self.depth, name="y_queue")
+        m.submodules.y_queue = queue = ResultQueue(y_layout(self.cfg), self.depth)
+        wiring.connect(m, queue.o, wiring.flipped(self.y))
         inflight = Signal(range(self.depth + 1))    # results in the arithmetic
         out = Signal(y_layout(self.cfg))
         sources = (self.floats, self.groups, self.ints, self.drains)
@@ -84,8 +85,8 @@ class ResultPath(wiring.Component):
             m.d.comb += [out.error.eq(1), out.last.eq(1)]
         done = self.floats.valid | self.groups.valid | self.ints.valid | self.drains.valid
         issue = self.row_issue | self.drain_issue
-        m.d.comb += [queue.issue.eq(issue | self.refuse), queue.w_en.eq(done | self.refuse),
-                     queue.w_data.eq(out), self.can_issue.eq(queue.can_issue)]
+        m.d.comb += [queue.issue.eq(issue | self.refuse), queue.w.valid.eq(done | self.refuse),
+                     queue.w.payload.eq(out), self.can_issue.eq(queue.can_issue)]
         # Both outcomes of the late ``issue`` from registers, selected last.
         left = Signal.like(inflight)
         m.d.comb += left.eq(inflight - done)

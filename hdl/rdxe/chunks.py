@@ -159,10 +159,10 @@ class ChunkFeed(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        chunks = stream.Signature(queued_layout(self.cfg)).create()
-        queue = ResultQueue(m, chunks, depth=self.depth, name="chunk_queue")
+        m.submodules.chunk_queue = queue = ResultQueue(queued_layout(self.cfg), self.depth)
+        chunks = queue.o
         m.d.comb += [self.can_issue.eq(queue.can_issue), queue.issue.eq(self.issue),
-                     queue.w_en.eq(self.i.valid), queue.w_data.eq(self.i.payload)]
+                     queue.w.valid.eq(self.i.valid), queue.w.payload.eq(self.i.payload)]
         head = chunks.payload
         link = self.hlink.payload
         m.d.comb += [self.hlink.valid.eq(chunks.valid & head.hlink), link.data.eq(head.data),

@@ -331,7 +331,8 @@ class Vac(wiring.Component):
             m.d.sync += self.overrun.eq(1)
 
         # ---- issue, in order: to the RCU (with a factor) or straight to the PPU ---------------
-        queue = ResultQueue(m, self.o, depth=depth, name="results")
+        m.submodules.results = queue = ResultQueue(result_layout(cfg), depth)
+        wiring.connect(m, queue.o, wiring.flipped(self.o))
         m.submodules.rcu = rcu = self.rcu_unit(self.cfg)()
         m.submodules.ppu = ppu = self.ppu_unit(self.cfg)()
         in_rcu = Signal(range(rcu.latency + 1))     # items in the RCU, its output included
@@ -359,7 +360,7 @@ class Vac(wiring.Component):
                                      name="ppu_in_m")),
             ppu.i.payload.shift.eq(delay(m, Mux(rcu.o.valid, ppu_shift, head.shift), _PPU_IN,
                                          name="ppu_in_shift")),
-            queue.w_en.eq(ppu.o.valid), queue.w_data.eq(ppu.o.payload.y),
+            queue.w.valid.eq(ppu.o.valid), queue.w.payload.eq(ppu.o.payload.y),
             self.result_valid.eq(ppu.o.valid),
             self.credit.eq(self.o.valid & self.o.ready),
         ]
