@@ -739,6 +739,8 @@ def test_latency_defaults_are_the_shared_units():
     lat = R.Latency()
     assert lat.requant == Requantizer().latency
     assert lat.int_to_float == IntToFloat().latency
+    # The RC unit's conversion of the INT32 sum registers its magnitude too (four stages).
+    assert lat.sum_to_float == IntToFloat(stages=4).latency == 4
     # An activation lane's multiply: its pieces land in a register before their sum.
     assert lat.fmul == FloatMultiplier(land_pieces=True).latency == FloatMultiplier().latency + 1
     # The RC unit's: the multiply-add's adder with its compare registered too, the
@@ -806,10 +808,10 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
     assert got.done == gbus_done({o: r + lat.ppu for o, r in ready.items()})
     assert got.macs == outputs * inputs
     # Fused: the RC factor is ready when the VE's chain over the C chunks is done (dot 5,
-    # accumulator 1, int_to_float 3, fmul 5, fadd 7, rsqrt 28, conversion 4, its output register
+    # accumulator 1, sum_to_float 4, fmul 5, fadd 7, rsqrt 28, conversion 4, its output register
     # 1, broadcast 1).
     C = -(-inputs // 16)
-    rc_ready = C - 1 + 5 + 1 + 3 + 5 + 7 + 28 + 4 + 1 + 1
+    rc_ready = C - 1 + 5 + 1 + 4 + 5 + 7 + 28 + 4 + 1 + 1
     fused = R.rmsnorm_gemv_cycles(outputs, inputs, DEFAULT)
     assert fused.rc_ready == rc_ready
     entries = rcu_entries(ready, 16, rc_ready)
@@ -827,12 +829,12 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
 
 def test_gemv_cycles_by_hand():
     # 16 x 16 on 16 VACs: one chunk each; VAC 15 gets it at cycle 15, IntDot 5, accumulator 1,
-    # PPU 6: result at cycle 27, 28 cycles. Fused: rc at 0 + 5 + 1 + 3 + 5 + 7 + 28 + 4 + 1 + 1
-    # = 55, RCU 6 + PPU 6: 68 cycles.
+    # PPU 6: result at cycle 27, 28 cycles. Fused: rc at 0 + 5 + 1 + 4 + 5 + 7 + 28 + 4 + 1 + 1
+    # = 56, RCU 6 + PPU 6: 69 cycles.
     plain = R.gemv_cycles(16, 16, DEFAULT)
     assert (plain.total, plain.utilization) == (28, 256 / (256 * 28))
     fused = R.rmsnorm_gemv_cycles(16, 16, DEFAULT)
-    assert (fused.total, fused.rc_ready, fused.hold) == (68, 55, 1)
+    assert (fused.total, fused.rc_ready, fused.hold) == (69, 56, 1)
 
 
 def test_long_gemv_utilization_and_fused_overhead():
@@ -841,11 +843,11 @@ def test_long_gemv_utilization_and_fused_overhead():
         fused = R.rmsnorm_gemv_cycles(M, K, DEFAULT)
         seq = R.rmsnorm_gemv_cycles(M, K, DEFAULT, mode="sequential")
         assert plain.utilization >= 0.95
-        # A VAC parks the accumulators it finishes during the VE's 49 cycles after the stream
-        # (int_to_float 3, fmac 12, rsqrt 28, conversion 4, its register 1, broadcast 1):
-        # ceil(49 / C).
+        # A VAC parks the accumulators it finishes during the VE's 50 cycles after the stream
+        # (sum_to_float 4, fmac 12, rsqrt 28, conversion 4, its register 1, broadcast 1):
+        # ceil(50 / C).
         C = K // 16
-        assert fused.total <= 1.05 * plain.total and fused.hold == -(-49 // C)
+        assert fused.total <= 1.05 * plain.total and fused.hold == -(-50 // C)
         assert seq.total > fused.total
 
 
@@ -854,7 +856,7 @@ def test_softmax_pv_cycles_match_schedule(tokens):
     # The activations reach VAC 0 and the VE's sum at cycle j; the reciprocal waits for the
     # RMSNorm path (fmac 12 + rsqrt 28 = 40 > 21), so rc_ready is RMSNorm's formula.
     C = -(-tokens // 16)
-    rc_ready = C - 1 + 5 + 1 + 3 + 40 + 4 + 1 + 1
+    rc_ready = C - 1 + 5 + 1 + 4 + 40 + 4 + 1 + 1
     ready = schedule(64, tokens, DEFAULT)
     fused = R.softmax_pv_cycles(tokens, DEFAULT)
     assert fused.rc_ready == rc_ready

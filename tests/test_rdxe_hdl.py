@@ -491,7 +491,7 @@ def test_fused_timing_against_cycle_model(M, K):
     """The RC factor on ``rc`` one cycle before golden's rc_ready. Each VAC's RCU takes one
     accumulator per cycle, so outputs parked for the factor leave one per cycle: K = 160 parks
     at most one per VAC, K = 4 (one chunk per output) parks all four; both end on golden's
-    rmsnorm_gemv_cycles (69 cycles for the second)."""
+    rmsnorm_gemv_cycles (70 cycles for the second)."""
     lanes, vacs = 4, 4
     cfg = VacConfig(lanes=lanes, wmem_depth=128, ppu_depth=16, queue_depth=32)
     params = _params(cfg, vacs)
@@ -513,7 +513,7 @@ def test_fused_timing_against_cycle_model(M, K):
                 last = max(last, cycle - queue)
     assert last + 1 == model.total
     if K == 4:
-        assert (model.total, model.hold) == (69, 4)
+        assert (model.total, model.hold) == (70, 4)
 
 
 # --- flow control ---------------------------------------------------------------------------------
@@ -586,7 +586,7 @@ def test_overrun_flags_a_source_without_credits(what, count):
 def test_paper_tile_by_hand(fused):
     """golden's hand numbers: 16 x 16 on 16 VACs of 16 lanes. VAC 15 gets the chunk at cycle 15,
     lane tree 5, accumulator 1, PPU 6: the last result leaves the PPU at 27 (28 cycles). Fused:
-    the factor reaches the RCUs at 55, RCU 6 and PPU 6: the last result at 67 (68 cycles)."""
+    the factor reaches the RCUs at 56, RCU 6 and PPU 6: the last result at 68 (69 cycles)."""
     cfg = VacConfig(lanes=16, wmem_depth=4, ppu_depth=4, queue_depth=8)
     params = _params(cfg, 16)
     rng = np.random.default_rng(16)
@@ -594,7 +594,7 @@ def test_paper_tile_by_hand(fused):
     model = (golden.rmsnorm_gemv_cycles if fused else golden.gemv_cycles)(16, 16, params)
     results, _ = _drive(plan, rc_at=model.rc_ready - 1 if fused else None)
     last = max(cycle for r in results for cycle, _ in r) - Vac(cfg).queue_latency
-    assert (last + 1, model.total) == ((68, 68) if fused else (28, 28))
+    assert (last + 1, model.total) == ((69, 69) if fused else (28, 28))
 
 
 def test_full_rate_needs_one_ring_trip_of_credits():
@@ -725,7 +725,7 @@ def test_rc_unit_matches_golden_and_its_latency():
     assert [(m_, s, q) for _, m_, s, q in got] == want
     assert [c for c, *_ in got] == [t + unit.latency for t in lasts]
     lat = golden.Latency()
-    assert unit.latency == (lat.dot(4) + lat.accumulate + lat.int_to_float + lat.fmac
+    assert unit.latency == (lat.dot(4) + lat.accumulate + lat.sum_to_float + lat.fmac
                             + lat.rsqrt + lat.requant + lat.rc_out)
 
 

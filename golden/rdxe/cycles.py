@@ -53,20 +53,24 @@ class Latency:
     that split into the requantizer's multiplier). ``rc_out`` is the VE's register on the RC
     factor after the conversion's renormalization and saturation, before the factor fans out to
     the VACs. ``requant`` is the VE's requantizers' latency (the activation path's and the RC
-    conversion's), ``ppu`` the PPU's (its input register, then its shift in two steps), ``rcu`` the RCU's (its shift in
-    two steps, and its partial products registered once more on their way from the multiplier
-    blocks).
+    conversion's), ``ppu`` the PPU's (its input register, then its shift in two steps),
+    ``rcu`` the RCU's (its shift in two steps, and its partial products registered once more on
+    their way from the multiplier blocks).
     ``gather`` is the skid buffer a VAC's result passes on its way into the gatherer (so that
     the gatherer's decision to take a word does not reach back into the VACs' queues).
     ``feed`` is the register behind the token buffer's block RAMs (and beside it on the
-    activation path) before a chunk enters the chunk queue. ``reciprocal`` is the RC unit's
-    (``Reciprocal(round_register=True)``); it is hidden behind the RMSNorm path.
+    activation path) before a chunk enters the chunk queue. ``int_to_float`` is an activation
+    lane's conversion, ``sum_to_float`` the RC unit's (of the INT32 sum, its magnitude
+    registered); ``fmac``, ``rsqrt`` and ``reciprocal`` are the RC unit's units (every
+    Newton-Raphson product landed), the reciprocal hidden behind the RMSNorm path. Each is read
+    off the unit the hardware builds (``hdl.rdxe.ve``).
     """
 
     requant: int = Requantizer.latency_of()
     ppu: int = Vac.ppu_latency_of(VacConfig())
     rcu: int = unit_latency(Vac.rcu_unit(VacConfig()))
-    int_to_float: int = 3
+    int_to_float: int = _ACT_UNITS["int_to_float"]
+    sum_to_float: int = _RC_UNITS["int_to_float"]
     fmul: int = _ACT_UNITS["fmul"]
     fmac: int = _RC_UNITS["fmac"]
     exp2: int = 7
@@ -121,10 +125,10 @@ class Latency:
 
     @property
     def factor(self) -> int:
-        """A sum's final accumulator to its RC factor leaving the VE: ``int_to_float +
+        """A sum's final accumulator to its RC factor leaving the VE: ``sum_to_float +
         max(fmac + rsqrt, reciprocal) + requant + rc_out`` (the reciprocal waits for the
         RMSNorm path, so factors leave in order)."""
-        return (self.int_to_float + max(self.fmac + self.rsqrt, self.reciprocal)
+        return (self.sum_to_float + max(self.fmac + self.rsqrt, self.reciprocal)
                 + self.requant + self.rc_out)
 
 
@@ -253,10 +257,10 @@ def rmsnorm_gemv_cycles(outputs: int, inputs: int, params: RdxeParams, *, mode: 
     """Cycles of an RMSNorm-GEMV, fused or sequential.
 
     The VE's sum ``IntDot(x, x)`` takes chunk ``j`` at cycle ``j``, where VAC 0's lane tree meets
-    it; then its accumulator, ``int_to_float``, ``fmac``, ``rsqrt``, the RC
+    it; then its accumulator, ``sum_to_float``, ``fmac``, ``rsqrt``, the RC
     conversion (a requantizer) and the broadcast register::
 
-        rc_ready = C - 1 + dot + accumulate + int_to_float + fmac + rsqrt + requant
+        rc_ready = C - 1 + dot + accumulate + sum_to_float + fmac + rsqrt + requant
                    + broadcast
 
     Fused: the GEMV runs as :func:`gemv_cycles`; a finished accumulator waits for ``rc_ready``,

@@ -57,11 +57,14 @@ _READ = 2
 _SPLIT = 1
 #: Registers on the RC factor after its conversion (``golden.rdxe.Latency.rc_out``).
 _RC_OUT = 1
-#: The RC unit's floating-point units. The multiply-add's adder registers its compare too
+#: The RC unit's floating-point units. The sum's conversion registers its magnitude (four
+#: stages), so that the negation's carry chain does not share a cycle with the leading-zero
+#: count. The multiply-add's adder registers its compare too
 #: (cut 0), so that it does not share a cycle with the alignment's choice, and its multiplier's
 #: pieces run between their blocks' own registers; the Newton-Raphson products likewise, each
 #: route to and from a block with a cycle of its own (docs/rdxe.md section 9.1, step 16). The
 #: reciprocal's extra cycles hide behind the RMSNorm path's.
+_TO_FLOAT_UNIT = partial(IntToFloat, ACC_BITS, FP32, stages=4)
 _FMAC_UNIT = partial(FloatMAC, FP32, FP32, add_stages=7, add_cuts=(3, 5, 1, 4, 6, 0),
                      block_registers=True)
 _RSQRT_UNIT = partial(RSqrt, block_registers=True, land_products=True)
@@ -155,8 +158,8 @@ class RcUnit(wiring.Component):
         One factor per operation, :attr:`latency` cycles after its last chunk, with the
         operation's ``seq`` tag.
 
-    Latency (defaults): ``dot 5 + accumulate 1 + int_to_float 3 + fmac 12 + rsqrt 28 +
-    requant 4 + rc_out 1 = 54`` cycles at 16 lanes (``golden.rdxe.Latency``); one chunk per
+    Latency (defaults): ``dot 5 + accumulate 1 + int_to_float 4 + fmac 12 + rsqrt 28 +
+    requant 4 + rc_out 1 = 55`` cycles at 16 lanes (``golden.rdxe.Latency``); one chunk per
     cycle.
     """
 
@@ -175,7 +178,7 @@ class RcUnit(wiring.Component):
         cfg = _check(cfg)
         return {"dot": IntDot.latency_of(cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS,
                                          acc_bits=ACC_BITS),
-                "int_to_float": IntToFloat.latency_of(ACC_BITS, FP32),
+                "int_to_float": unit_latency(_TO_FLOAT_UNIT),
                 "fmac": unit_latency(_FMAC_UNIT), "rsqrt": unit_latency(_RSQRT_UNIT),
                 "reciprocal": unit_latency(_RECIPROCAL_UNIT),
                 "requant": Requantizer.latency_of(max(FP32.precision + 1, cfg.rc_mant_bits + 2),
@@ -214,7 +217,7 @@ class RcUnit(wiring.Component):
         m.d.sync += [done.eq(dot.o.valid & flags["last"]), sum_final.eq(total),
                      done_softmax.eq(flags["softmax"]), done_seq.eq(flags["seq"])]
 
-        m.submodules.to_float = to_float = IntToFloat(ACC_BITS, FP32)
+        m.submodules.to_float = to_float = _TO_FLOAT_UNIT()
         m.d.comb += [to_float.i.valid.eq(done), to_float.i.payload.x.eq(sum_final)]
         softmax = delay(m, done_softmax, to_float.latency, name="softmax_f")
         seq = delay(m, done_seq, to_float.latency, name="seq_f")
