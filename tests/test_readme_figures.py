@@ -104,7 +104,7 @@ FIGURES = {
     "12 block RAMs": _docs("edram.md", "12 DP16KD"),
     "2^-17.9": _func_bound("2^-17.9", "EXP2_ERROR"),
     "2^-23.9": _func_bound("2^-23.9", "RECIP_ERROR", "RSQRT_ERROR"),
-    "88.9 MHz": _docs("rdxe.md", "88.9 MHz"),
+    "95.7 MHz": _docs("rdxe.md", "95.7 MHz"),
     "19.1K LUTs": _docs("rdxe.md", "19.1K LUTs"),
     "625 against 10000 page reads": _page_reads,
     "29.7K LUTs": _docs("inflash.md", "29.7K LUTs"),
