@@ -969,3 +969,19 @@ def test_the_registry_parameters_drive_the_models():
     with pytest.raises(TypeError, match="Parameters must be an RdxeParams or a DxtConfig, "
                                         "not VacParams"):
         R.gemv(W, x, 3, 9, vac)
+
+
+@pytest.mark.parametrize("mult_bits", [8, 16, 32])
+@pytest.mark.parametrize("scale", [1e-6, 0.0123, 0.5, 1.0, 3.7, 100.0])
+def test_ppu_code_is_the_nearest_multiplier_and_shift(scale, mult_bits):
+    m, shift = R.ppu_code(scale, mult_bits)
+    assert 1 <= m < 1 << (mult_bits - 1) and 0 <= shift <= R.SHIFT_MAX
+    # The largest shift that keeps m in range: m has its top bit set unless the shift ran out.
+    assert m >= 1 << (mult_bits - 3) or shift in (0, R.SHIFT_MAX)
+    if shift not in (0, R.SHIFT_MAX):
+        assert abs(m / 2 ** shift - scale) <= 2 ** -(shift + 1) * (1 + 1e-9)
+
+
+def test_ppu_code_refuses_a_scale_that_is_not_positive():
+    with pytest.raises(ValueError, match=r"^PPU scale must be positive and finite, not -1\.0$"):
+        R.ppu_code(-1.0, 32)

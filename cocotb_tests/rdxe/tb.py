@@ -502,16 +502,10 @@ class VacTB(BlockTB):
     def ppu_scale(self, rng, M: int, k: float) -> tuple[np.ndarray, np.ndarray]:
         """PPU multipliers and shifts near the scale ``k`` (within a factor of 2 either way),
         fitting ``mult_bits``; random signs."""
-        hi = (1 << (self.cfg.mult_bits - 1)) - 1
         m, shift = np.zeros(M, np.int64), np.zeros(M, np.int64)
         for o in range(M):
-            target = k * 2.0 ** rng.uniform(-1, 1)
-            s = int(min(golden.SHIFT_MAX, max(0, self.cfg.mult_bits - 2 - math.floor(
-                math.log2(target)))))
-            mo = int(round(target * 2.0 ** s))
-            while mo > hi and s > 0:
-                s, mo = s - 1, (mo + 1) >> 1
-            m[o], shift[o] = max(1, min(mo, hi)) * rng.choice([-1, 1]), s
+            mo, shift[o] = golden.ppu_code(k * 2.0 ** rng.uniform(-1, 1), self.cfg.mult_bits)
+            m[o] = mo * rng.choice([-1, 1])
         return m, shift
 
     def random_op(self, rng, M: int, K: int, *, rc: float | None = None, frac: int = 4,

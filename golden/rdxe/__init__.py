@@ -46,7 +46,7 @@ from .cycles import (Cycles, Latency, ReadCycles, gemv_cycles, kv_read_cycles, k
                      layout_cycles, qk_cycles, rmsnorm_gemv_cycles, softmax_pv_cycles)
 from .kv import KVImage, kv_address, kv_capacity, kv_groups, kv_image, kv_read
 from .model import (RCFactor, RmsNormTrace, SoftmaxTrace, accumulate, attention, attention_cached,
-                    eps_code, gemv, log2_scale, ppu, qk_scores, rcu, rms_rc, rmsnorm_gemv,
+                    eps_code, gemv, log2_scale, ppu, ppu_code, qk_scores, rcu, rms_rc, rmsnorm_gemv,
                     rmsnorm_gemv_trace, softmax_activations, softmax_pv, softmax_pv_trace,
                     softmax_rc, to_rc, wmem_image)
 from .params import GBUS_BYTES, LAYOUTS, MAX_INPUTS, MAX_TOKENS, MODES, P_ONE, RdxeParams, SHIFT_MAX
@@ -58,7 +58,7 @@ __all__ = [
     "EXP2_ERROR", "RECIP_ERROR", "RSQRT_ERROR",
     "RdxeParams", "RCFactor", "RmsNormTrace", "SoftmaxTrace", "KVImage", "Latency", "Cycles",
     "ReadCycles",
-    "accumulate", "ppu", "to_rc", "rcu", "wmem_image", "gemv",
+    "accumulate", "ppu", "ppu_code", "to_rc", "rcu", "wmem_image", "gemv",
     "eps_code", "rms_rc", "rmsnorm_gemv", "rmsnorm_gemv_trace",
     "log2_scale", "softmax_activations", "softmax_rc", "softmax_pv", "softmax_pv_trace",
     "kv_groups", "kv_address", "kv_capacity", "kv_image", "kv_read",

@@ -73,7 +73,7 @@ class Latency:
     sum_to_float: int = _RC_UNITS["int_to_float"]
     fmul: int = _ACT_UNITS["fmul"]
     fmac: int = _RC_UNITS["fmac"]
-    exp2: int = 7
+    exp2: int = _ACT_UNITS["exp2"]
     rsqrt: int = _RC_UNITS["rsqrt"]
     reciprocal: int = _RC_UNITS["reciprocal"]
     accumulate: int = 1

@@ -22,7 +22,7 @@ from .params import (MAX_INPUTS, MAX_TOKENS, P_ONE, RdxeParams, SHIFT_MAX, _INT8
 
 __all__ = [
     "RCFactor", "RmsNormTrace", "SoftmaxTrace", "accumulate", "ppu", "to_rc", "rcu",
-    "wmem_image", "gemv", "eps_code", "rms_rc", "rmsnorm_gemv", "rmsnorm_gemv_trace",
+    "wmem_image", "gemv", "ppu_code", "eps_code", "rms_rc", "rmsnorm_gemv", "rmsnorm_gemv_trace",
     "log2_scale", "softmax_activations", "softmax_rc", "softmax_pv", "softmax_pv_trace",
     "qk_scores", "attention", "attention_cached",
 ]
@@ -203,6 +203,20 @@ def gemv(W, x, m, shift, params: RdxeParams) -> np.ndarray:
 
 
 # --- RMSNorm fused into the GEMV ------------------------------------------------------------------
+
+
+def ppu_code(scale: float, mult_bits: int) -> tuple[int, int]:
+    """Return the PPU multiplier and shift ``(m, shift)`` whose ratio ``m / 2**shift`` is nearest
+    the positive real ``scale``: the largest shift (at most :data:`SHIFT_MAX`) that keeps ``m`` a
+    signed ``mult_bits``-bit multiplier, and ``m`` at least 1."""
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"PPU scale must be positive and finite, not {scale}")
+    hi = (1 << (mult_bits - 1)) - 1
+    shift = int(min(SHIFT_MAX, max(0, mult_bits - 2 - math.floor(math.log2(scale)))))
+    m = int(round(scale * 2.0 ** shift))
+    while m > hi and shift > 0:
+        shift, m = shift - 1, (m + 1) >> 1
+    return max(1, min(m, hi)), shift
 
 
 def eps_code(eps: float, x_step: float) -> np.uint32:

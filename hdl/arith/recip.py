@@ -183,12 +183,7 @@ class _NewtonRaphson(wiring.Component):
         if self._land:
             return self._landed_partials(m, pipe, a, b, keep, name)
         if self._ecp5:
-            parts = [ecp5_product(m, sa.as_unsigned(), sb.as_unsigned(), name=f"{name}{n}",
-                                  input_registers=False,
-                                  signs=(sa.shape().signed, sb.shape().signed))
-                     for n, (sa, sb) in enumerate((sa, sb) for _, sa in _slices(a)
-                                                  for _, sb in _slices(b))]
-            return parts, list(pipe.cut(*keep))
+            return _block_partials(m, a, b, name, input_registers=False), list(pipe.cut(*keep))
         parts = _partials(a, b)
         # The registers in the order they had before block_registers: the generic Verilog is
         # then the same, and arith-recip's and arith-rsqrt's measured figures still hold.
@@ -202,10 +197,7 @@ class _NewtonRaphson(wiring.Component):
         so that the multiply runs inside the block and each route to and from it has a cycle to
         itself, wherever the placer puts the block."""
         if self._ecp5:
-            parts = [ecp5_product(m, sa.as_unsigned(), sb.as_unsigned(), name=f"{name}{n}",
-                                  signs=(sa.shape().signed, sb.shape().signed))
-                     for n, (sa, sb) in enumerate((sa, sb) for _, sa in _slices(a)
-                                                  for _, sb in _slices(b))]
+            parts = _block_partials(m, a, b, name, input_registers=True)
             keep = pipe.cut(*pipe.cut(*keep))
         else:
             a, b, *keep = pipe.cut(a, b, *keep)
@@ -264,6 +256,16 @@ def _slices(value):
     top = value[low:]
     out.append((low, top.as_signed() if signed else top))
     return out
+
+
+def _block_partials(m, a, b, name: str, *, input_registers: bool) -> list:
+    """:func:`_partials` on ECP5 ``MULT18X18D`` blocks (:func:`hdl.arith.dsp.ecp5_product`):
+    each product in its block's output register, the operands in its input registers too when
+    ``input_registers``."""
+    return [ecp5_product(m, sa.as_unsigned(), sb.as_unsigned(), name=f"{name}{n}",
+                         input_registers=input_registers,
+                         signs=(sa.shape().signed, sb.shape().signed))
+            for n, (sa, sb) in enumerate((sa, sb) for _, sa in _slices(a) for _, sb in _slices(b))]
 
 
 def _partials(a, b) -> list:

@@ -405,10 +405,9 @@ _RC_FRACS = (4, 7)
 
 
 def _ppu_entry(rng: random.Random, scale: float, mult_bits: int) -> tuple[int, int]:
-    """A PPU multiplier (random sign) and shift whose ratio is ``scale`` within a factor of 2."""
-    bits = min(mult_bits - 1, 15)
-    m = rng.randrange(1 << (bits - 1), 1 << bits)
-    shift = max(0, min(rdxe_golden.SHIFT_MAX, round(math.log2(m / scale) + rng.uniform(-1, 1))))
+    """A PPU multiplier (random sign) and shift whose ratio is ``scale`` within a factor of 2
+    (``golden.rdxe.ppu_code`` of a scale drawn around it)."""
+    m, shift = rdxe_golden.ppu_code(scale * 2.0 ** rng.uniform(-1, 1), mult_bits)
     return m * rng.choice((1, -1)), shift
 
 
