@@ -26,7 +26,8 @@ from typing import Sequence
 
 from amaranth import Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .validate import integer
@@ -412,8 +413,8 @@ class HeadQueue(wiring.Component):
     """Queue items that arrive without back-pressure; keep the oldest in a register of its own.
 
     What reads the head (a multiplier, a broadcast to many lanes) then starts from a flip-flop,
-    not from the queue's RAM. ``depth`` places in all: the head register and a ``SyncFIFO`` of
-    ``depth - 1`` behind it. An item written at cycle ``t`` into an empty queue is the head at
+    not from the queue's RAM. ``depth`` places in all: the head register and a circular store of
+    ``depth - 1`` behind it (distributed RAM, read asynchronously). An item written at cycle ``t`` into an empty queue is the head at
     ``t + 1``, exactly like a plain register; behind other items it waits its turn.
 
     Parameters
@@ -438,7 +439,9 @@ class HeadQueue(wiring.Component):
         has more than ``depth`` items unread never raises it.
 
     Latency one cycle from ``w`` into an empty queue to ``o``; one item per cycle in and out,
-    in order. A bad ``depth`` raises ``TypeError``/``ValueError`` naming it.
+    in order. The storage's write enable and ``lost`` come from ``w.valid`` and the queue's own
+    registers, never from ``o.ready``: a reader's late decision reaches only the pointers and
+    the head register. A bad ``depth`` raises ``TypeError``/``ValueError`` naming it.
     """
 
     def __init__(self, shape, depth: int):
@@ -450,13 +453,28 @@ class HeadQueue(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w, o = self.w, self.o
-        m.submodules.fifo = fifo = SyncFIFO(width=len(Value.cast(w.payload)),
-                                            depth=self.depth - 1)
+        places = self.depth - 1                    # behind the head register
+        m.submodules.storage = storage = Memory(shape=len(Value.cast(w.payload)), depth=places,
+                                                init=[])
+        wr = storage.write_port()
+        rd = storage.read_port(domain="comb")
+        produce, consume = Signal(range(places)), Signal(range(places))
+        level = Signal(range(places + 1))
+        empty, full = level == 0, level == places
         load = ~o.valid | o.ready                  # the head register takes the next item
-        bypass = load & ~fifo.r_rdy                # ... straight from the write port
-        m.d.comb += [fifo.w_en.eq(w.valid & ~bypass), fifo.w_data.eq(w.payload),
-                     fifo.r_en.eq(load), self.lost.eq(fifo.w_en & ~fifo.w_rdy)]
+        bypass = load & empty                      # ... straight from the write port
+        push = w.valid & ~full & ~bypass
+        pop = load & ~empty
+        # The slot at ``produce`` is free unless the queue is full, so writing it on a bypass
+        # as well is harmless, and keeps ``o.ready`` off the write enable.
+        m.d.comb += [wr.en.eq(w.valid & ~full), wr.addr.eq(produce), wr.data.eq(w.payload),
+                     rd.addr.eq(consume), self.lost.eq(w.valid & full)]
+        with m.If(push):
+            m.d.sync += produce.eq(Mux(produce == places - 1, 0, produce + 1))
+        with m.If(pop):
+            m.d.sync += consume.eq(Mux(consume == places - 1, 0, consume + 1))
+        m.d.sync += level.eq(level + push - pop)
         with m.If(load):
-            m.d.sync += [o.valid.eq(fifo.r_rdy | w.valid),
-                         o.payload.eq(Mux(fifo.r_rdy, fifo.r_data, w.payload))]
+            m.d.sync += [o.valid.eq(~empty | w.valid),
+                         o.payload.eq(Mux(empty, w.payload, rd.data))]
         return m

@@ -178,10 +178,11 @@ class Vac(wiring.Component):
 
     @staticmethod
     def ppu_unit(cfg: VacConfig) -> partial:
-        """The PPU's requantizer of a VAC of configuration ``cfg``: five stages, its shift in
-        two steps (docs/rdxe.md 9.1)."""
+        """The PPU's requantizer of a VAC of configuration ``cfg``: six stages, its partial
+        products registered again after their blocks' own registers and its shift in two steps
+        (docs/rdxe.md 9.1)."""
         return partial(Requantizer, ACC_BITS, CODE_BITS, clamp=cfg.clamp,
-                       mult_bits=cfg.mult_bits, stages=5, block_registers=True)
+                       mult_bits=cfg.mult_bits, stages=6, block_registers=True)
 
     @staticmethod
     def rcu_unit(cfg: VacConfig) -> partial:
@@ -336,19 +337,21 @@ class Vac(wiring.Component):
         m.submodules.rcu = rcu = self.rcu_unit(self.cfg)()
         m.submodules.ppu = ppu = self.ppu_unit(self.cfg)()
         in_rcu = Signal(range(rcu.latency + 1))     # items in the RCU, its output included
+        rcu_idle = Signal(init=1)                   # in_rcu == 0, from a register
         to_rcu = Signal()
         to_ppu = Signal()
         m.d.comb += [
             to_rcu.eq(hold.o.valid & head.rcu & factors.o.valid & queue.can_issue),
             # A PPU-only output must not overtake (or collide with) the RCU's outputs.
-            to_ppu.eq(hold.o.valid & ~head.rcu & (in_rcu == 0) & queue.can_issue),
+            to_ppu.eq(hold.o.valid & ~head.rcu & rcu_idle & queue.can_issue),
             hold.o.ready.eq(to_rcu | to_ppu),
             factors.o.ready.eq(to_rcu & head.rc_last),
             queue.issue.eq(to_rcu | to_ppu),
             rcu.i.valid.eq(to_rcu), rcu.i.payload.x.eq(head.acc),
             rcu.i.payload.m.eq(factor.m), rcu.i.payload.shift.eq(factor.shift),
         ]
-        m.d.sync += in_rcu.eq(in_rcu + to_rcu - rcu.o.valid)
+        m.d.sync += [in_rcu.eq(in_rcu + to_rcu - rcu.o.valid),
+                     rcu_idle.eq(~to_rcu & (in_rcu == rcu.o.valid))]
         ppu_m = delay(m, head.m, rcu.latency, name="ppu_m")
         ppu_shift = delay(m, head.shift, rcu.latency, name="ppu_shift")
         m.d.comb += [
