@@ -414,12 +414,12 @@ class DxtConfig(VacConfig):
     max_inputs: int = 4096
 
     def __post_init__(self):
-        super().__post_init__()
+        # The tile's ranges of lanes and kv_rows first: their messages name the tile's range,
+        # not one VAC's (which allows fewer lanes and no KV cache).
         power_of_two(self.lanes, "Lane count", GBUS_BYTES, MAX_LANES)
+        power_of_two(self.kv_rows, "KV-cache row count", 2, MAX_DEPTH)
+        super().__post_init__()
         power_of_two(self.vacs, "VAC count", GBUS_BYTES, 64)
-        if self.kv_rows == 0:
-            raise ValueError("KV-cache row count must be a power of two between 2 and "
-                             f"{MAX_DEPTH}, not 0")
         check_tile(self)
         integer(self.max_inputs, "Token buffer length", 1, 1 << 16)
 
