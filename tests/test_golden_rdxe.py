@@ -20,9 +20,14 @@ from golden.arith.requant import reference as requant_reference
 from golden.rdxe.model import _activation_quantize
 from hdl.arith.format import FP32
 
-DEFAULT = R.RdxeParams()
-SMALL = R.RdxeParams(lanes=4, vacs=2, wmem_depth=64, kv_rows=16, head_dim=8)
-BIG_WMEM = R.RdxeParams(wmem_depth=1 << 16)
+DEFAULT = R.DxtConfig()
+SMALL = R.DxtConfig(lanes=4, vacs=4, wmem_depth=64, kv_rows=16, head_dim=8)
+BIG_WMEM = R.DxtConfig(wmem_depth=1 << 16)
+#: A tile whose head dimension is not a multiple of its VAC count (VACs 0-3 own 3 value
+#: channels, 4-7 own 2) and whose key takes 5 rows.
+UNEVEN = R.DxtConfig(lanes=4, vacs=8, head_dim=20, kv_rows=64)
+#: One VAC's parameters, for a GEMV on a ring of a few VACs (not a tile).
+VAC_SMALL = R.VacConfig(lanes=4, wmem_depth=64)
 ONE = 0x3F800000
 
 
@@ -48,22 +53,28 @@ def test_default_parameters_and_derived_sizes():
     assert p.value_rows == 4                    # 64 channels over 16 VACs
     assert p.half_rows == 256
     assert p.out_limits == (-127, 127)
-    assert R.RdxeParams(clamp="full").out_limits == (-128, 127)
+    assert R.DxtConfig(clamp="full").out_limits == (-128, 127)
     # 256 K rows / 4 rows per key = 64 slots x 16 VACs; 256 V rows / 4 channels = 64 blocks x 16.
     assert R.kv_capacity(p) == 1024
     # Baseline: K 256 // 64 = 4 blocks of 16 slots x 16 VACs = 1024; V one row per token: 256.
     assert R.kv_capacity(p, "baseline") == 256
-    assert R.kv_capacity(SMALL) == 8 and R.kv_capacity(SMALL, "baseline") == 8
+    # SMALL: 8 K rows / 2 rows per key = 4 slots x 4 VACs; 8 V rows / 2 channels = 4 blocks x 4.
+    # Baseline: K 8 // 8 = 1 block of 4 slots x 4 VACs = 16; V one row per token: 8.
+    assert R.kv_capacity(SMALL) == 16 and R.kv_capacity(SMALL, "baseline") == 8
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    ({"lanes": 12}, ValueError, "Lane count must be a power of two between 1 and 64, not 12"),
-    ({"lanes": 16.0}, TypeError, "Lane count must be an integer power of two between 1 and 64, "
+    ({"lanes": 12}, ValueError, "Lane count must be a power of two between 4 and 64, not 12"),
+    ({"lanes": 16.0}, TypeError, "Lane count must be an integer power of two between 4 and 64, "
                                  "not 16.0"),
-    ({"vacs": 0}, ValueError, "VAC count must be between 1 and 64, not 0"),
+    ({"lanes": 2}, ValueError, "Lane count must be a power of two between 4 and 64, not 2"),
+    ({"vacs": 0}, ValueError, "VAC count must be a power of two between 4 and 64, not 0"),
+    ({"vacs": 5}, ValueError, "VAC count must be a power of two between 4 and 64, not 5"),
     ({"wmem_depth": 0}, ValueError, "WMEM depth must be between 1 and 1048576, not 0"),
     ({"kv_rows": 384}, ValueError, "KV-cache row count must be a power of two between 2 and "
                                    "1048576, not 384"),
+    ({"kv_rows": 0}, ValueError, "KV-cache row count must be a power of two between 2 and "
+                                 "1048576, not 0"),
     ({"head_dim": 40}, ValueError, "Head dimension must be a multiple of the lane count 16, "
                                    "not 40"),
     ({"head_dim": 8}, ValueError, "Head dimension must be between 16 and 1024, not 8"),
@@ -77,8 +88,10 @@ def test_default_parameters_and_derived_sizes():
                                  r"key rows and 4 value rows per half\), not 4"),
 ])
 def test_parameter_messages(kwargs, error, message):
+    """The tile's parameters (``hdl.rdxe.DxtConfig``, which the models take) are checked once,
+    on construction."""
     with pytest.raises(error, match=f"^{message}$"):
-        R.RdxeParams(**kwargs)
+        R.DxtConfig(**kwargs)
 
 
 # --- hand-computed: RC factor, RCU, PPU, activation quantizer -----------------------------------
@@ -108,7 +121,7 @@ def test_to_rc_by_hand(value, frac, m, shift):
 
 def test_to_rc_smaller_significand_and_errors():
     # rc_bits 16: a 10-bit significand; 1.5 -> 768 = 1.5 * 2**9, shift 9 - 0 - 0 = 9.
-    got = R.to_rc(f32(1.5), 0, R.RdxeParams(rc_bits=16))
+    got = R.to_rc(f32(1.5), 0, R.VacConfig(rc_bits=16))
     assert (int(got.m), int(got.shift)) == (768, 9)
     with pytest.raises(ValueError, match="^RC factor must be a non-negative fp32 value, not "
                                          "-1.0$"):
@@ -131,7 +144,7 @@ def test_rcu_by_hand():
 def test_ppu_by_hand():
     assert R.ppu([5, 7, -5, 200, -200], 1, 1, DEFAULT).tolist() == [2, 4, -2, 100, -100]
     assert R.ppu([300, -300], 1, 0, DEFAULT).tolist() == [127, -127]
-    assert R.ppu([300, -300], 1, 0, R.RdxeParams(clamp="full")).tolist() == [127, -128]
+    assert R.ppu([300, -300], 1, 0, R.VacConfig(clamp="full")).tolist() == [127, -128]
 
 
 @pytest.mark.parametrize("e, p", [
@@ -162,7 +175,7 @@ def test_gemv_by_hand():
     big[1] = -128
     ones = np.full(4, 127)
     assert R.gemv(big, ones, 1, 0, DEFAULT).tolist() == [127, -127]
-    assert R.gemv(big, ones, 1, 0, R.RdxeParams(clamp="full")).tolist() == [127, -128]
+    assert R.gemv(big, ones, 1, 0, R.DxtConfig(clamp="full")).tolist() == [127, -128]
 
 
 def test_gemv_matches_exact_rational_requantization():
@@ -182,7 +195,7 @@ def test_gemv_matches_exact_rational_requantization():
 
 def test_wmem_image_by_hand():
     W = np.arange(18).reshape(3, 6) - 9                 # 3 outputs x 6 inputs, lanes 4, 2 VACs
-    image = R.wmem_image(W, SMALL)
+    image = R.wmem_image(W, VAC_SMALL, vacs=2)          # a ring of 2 VACs
     assert image.shape == (2, 64, 4) and image.dtype == np.int8
     # VAC 0: outputs 0 (pass 0, rows 0-1) and 2 (pass 1, rows 2-3); VAC 1: output 1 (rows 0-1).
     assert image[0, 0].tolist() == [-9, -8, -7, -6]
@@ -192,12 +205,17 @@ def test_wmem_image_by_hand():
     assert image[1, 0].tolist() == [-3, -2, -1, 0]
     assert image[1, 1].tolist() == [1, 2, 0, 0]
     assert not image[1, 2:].any() and not image[0, 4:].any()
+    # A tile's VACs are a ring of its VAC count.
+    assert np.array_equal(R.wmem_image(W, SMALL), R.wmem_image(W, VAC_SMALL, vacs=4))
 
 
 def test_wmem_overflow_message():
-    with pytest.raises(ValueError, match=r"^GEMV needs 66 WMEM rows per VAC \(33 outputs x 2 "
-                                         r"chunks\), more than the WMEM depth 64$"):
-        R.gemv(np.zeros((65, 8), int), np.zeros(8, int), 1, 0, SMALL)
+    message = r"^GEMV needs 66 WMEM rows per VAC \(33 outputs x 2 chunks\), more than the WMEM " \
+              r"depth 64$"
+    with pytest.raises(ValueError, match=message):
+        R.gemv(np.zeros((129, 8), int), np.zeros(8, int), 1, 0, SMALL)
+    with pytest.raises(ValueError, match=message):
+        R.wmem_image(np.zeros((65, 8), int), VAC_SMALL, vacs=2)
 
 
 # --- hand-computed: RMSNorm ---------------------------------------------------------------------
@@ -353,53 +371,53 @@ def small_kv(tokens, seed=0):
 
 
 def test_iwur_image_by_hand():
-    # lanes 4, 2 VACs, d = 8, 16 rows (K rows 0-7, V rows 8-15).
-    K, V = small_kv(8)
+    # lanes 4, 4 VACs, d = 8, 16 rows (K rows 0-7, V rows 8-15).
+    K, V = small_kv(16)
     image = R.kv_image(K, V, SMALL)
-    want = np.zeros((2, 16, 4), int)
-    for t in range(8):
-        vac, slot = t % 2, t // 2
+    want = np.zeros((4, 16, 4), int)
+    for t in range(16):
+        vac, slot = t % 4, t // 4
         want[vac, 2 * slot] = K[t, 0:4]            # one key per 2 rows, chunk by chunk
         want[vac, 2 * slot + 1] = K[t, 4:8]
-        for e in range(8):                         # channel e stays in VAC e % 2
-            want[e % 2, 8 + (t // 4) * 4 + e // 2, t % 4] = V[t, e]
+        for e in range(8):                         # channel e stays in VAC e % 4
+            want[e % 4, 8 + (t // 4) * 2 + e // 4, t % 4] = V[t, e]
     assert np.array_equal(image.data, want)
-    assert image.written.all() and image.tokens == 8 and image.responses.all()
+    assert image.written.all() and image.tokens == 16 and image.responses.all()
 
 
 def test_baseline_image_by_hand():
     K, V = small_kv(8, seed=1)
     image = R.kv_image(K, V, SMALL, "baseline")
-    want = np.zeros((2, 16, 4), int)
+    want = np.zeros((4, 16, 4), int)
     for t in range(8):
-        vac, slot = t % 2, t // 2
+        vac, slot = t % 4, t // 4
         for i in range(8):                         # K column-wise: row = channel of 4 slots
             want[vac, (slot // 4) * 8 + i, slot % 4] = K[t, i]
         for e in range(8):                         # V row-wise: row = token, column = channel
-            want[e % 2, 8 + t, e // 2] = V[t, e]
+            want[e % 4, 8 + t, e // 4] = V[t, e]
     assert np.array_equal(image.data, want)
 
 
 @pytest.mark.parametrize("layout", R.LAYOUTS)
 def test_overflow_is_reported_and_harmless(layout):
-    K, V = small_kv(11, seed=2)
-    full = R.kv_image(K[:8], V[:8], SMALL, layout)
+    cap = R.kv_capacity(SMALL, layout)
+    K, V = small_kv(cap + 3, seed=2)
+    full = R.kv_image(K[:cap], V[:cap], SMALL, layout)
     over = R.kv_image(K, V, SMALL, layout)
-    assert over.responses.tolist() == [True] * 8 + [False] * 3
-    assert over.tokens == 8
+    assert over.responses.tolist() == [True] * cap + [False] * 3
+    assert over.tokens == cap
     assert np.array_equal(over.data, full.data) and np.array_equal(over.written, full.written)
     part = R.kv_image(K[:5], V[:5], SMALL, layout)
     assert part.written.sum() == 5 * 8 * 2         # exactly the bytes of 5 tokens
     # A cache too small for the baseline's column-wise keys: every write is refused.
-    tiny = R.RdxeParams(lanes=4, vacs=2, kv_rows=8, head_dim=8)
-    assert R.kv_capacity(tiny, "baseline") == 0 and R.kv_capacity(tiny) == 4
+    tiny = R.DxtConfig(lanes=4, vacs=4, kv_rows=8, head_dim=8)
+    assert R.kv_capacity(tiny, "baseline") == 0 and R.kv_capacity(tiny) == 8
     none = R.kv_image(K[:2], V[:2], tiny, "baseline")
     assert not none.responses.any() and not none.written.any()
 
 
 @pytest.mark.parametrize("layout", R.LAYOUTS)
-@pytest.mark.parametrize("params", [SMALL, DEFAULT, R.RdxeParams(vacs=5, head_dim=48,
-                                                                  kv_rows=256)])
+@pytest.mark.parametrize("params", [SMALL, DEFAULT, UNEVEN])
 def test_kv_layout_is_a_bijection(layout, params):
     tokens = min(R.kv_capacity(params, layout), 200)
     rng = np.random.default_rng(4)
@@ -513,7 +531,7 @@ def attention_by_hand(q, K, V, group_size, mode):
 def test_cached_attention_equals_flat(mode, group_size):
     """K broadcast to its owner plus local V (each VAC reading only its rows) gives the flat
     attention bit for bit."""
-    params = R.RdxeParams(group_size=group_size)
+    params = R.DxtConfig(group_size=group_size)
     rng = np.random.default_rng(group_size)
     groups, T = 2, 77
     q = rng.integers(-128, 128, (groups * group_size, 64))
@@ -526,7 +544,7 @@ def test_cached_attention_equals_flat(mode, group_size):
     assert len(np.unique(flat)) > 20                   # the outputs are not trivial
 
 
-@pytest.mark.parametrize("params", [SMALL, R.RdxeParams(vacs=5, head_dim=48, kv_rows=256)])
+@pytest.mark.parametrize("params", [SMALL, UNEVEN])
 def test_cached_attention_uneven_shapes(params):
     rng = np.random.default_rng(6)
     T = R.kv_capacity(params) - 1
@@ -546,7 +564,7 @@ def test_gqa_outputs_identical_for_every_group_size_when_heads_share_kv():
     K0, V0 = rng.integers(-128, 128, (T, 64)), rng.integers(-128, 128, (T, 64))
     outs = []
     for G in (1, 2, 4):
-        params = R.RdxeParams(group_size=G)
+        params = R.DxtConfig(group_size=G)
         K = np.stack([K0] * (heads // G))
         V = np.stack([V0] * (heads // G))
         images = [R.kv_image(K0, V0, params)] * (heads // G)
@@ -640,7 +658,7 @@ def test_rmsnorm_within_bound_corners():
     assert worst["fused"] < 0.52
     spike = np.zeros(256, int)
     spike[5] = -128
-    check_rmsnorm(W, spike, 1 << 30, shift, 0, R.RdxeParams(clamp="full", wmem_depth=1 << 16))
+    check_rmsnorm(W, spike, 1 << 30, shift, 0, R.DxtConfig(clamp="full", wmem_depth=1 << 16))
 
 
 def test_rmsnorm_fused_bound_is_nearly_reached():
@@ -897,7 +915,7 @@ def test_argument_messages():
         (lambda: R.gemv(W, x, [1, 2, 3], 0, DEFAULT), ValueError,
          r"PPU multiplier must be a scalar or one value per output \(2\), not shape \(3,\)"),
         (lambda: R.gemv(W, x, 1, 0, "default"), TypeError,
-         "Parameters must be an RdxeParams or a DxtConfig, not str"),
+         "Parameters must be a DxtConfig, not str"),
         (lambda: R.rmsnorm_gemv(W, x, 1, 0, 0, DEFAULT, mode="fast"), ValueError,
          "Mode must be 'fused' or 'sequential', not 'fast'"),
         (lambda: R.rmsnorm_gemv(W, x, 1, 0, 1, DEFAULT), ValueError,
@@ -905,7 +923,7 @@ def test_argument_messages():
         (lambda: R.rmsnorm_gemv(W, x, 1, 0, 0.5, DEFAULT), TypeError,
          r"RMSNorm eps must be an fp32 bit pattern \(an integer\), not 0.5"),
         (lambda: R.rmsnorm_gemv(np.zeros((1, 1 << 17), int), np.zeros(1 << 17, int), 1, 0, 0,
-                                R.RdxeParams(wmem_depth=1 << 20)), ValueError,
+                                R.DxtConfig(wmem_depth=1 << 20)), ValueError,
          "Input length must be between 1 and 65536, not 131072"),
         (lambda: R.softmax_pv([1, 2], np.zeros((2, 4), int), 0, 1, 0, DEFAULT), ValueError,
          "Softmax scale must be a positive normal fp32 value, not 0x00000000"),
@@ -945,12 +963,14 @@ def test_argument_messages():
 
 def test_the_registry_parameters_drive_the_models():
     """The registry's ``rdxe-dxt`` parameters go to the models as they are (no translation):
-    the same results as the RdxeParams of the same tile, and a VAC's own steps take the
-    ``rdxe-vac`` parameters."""
+    they are a ``DxtConfig``, and give the results of the ``DxtConfig`` of the same fields; a
+    VAC's own steps take the ``rdxe-vac`` parameters, a ``VacConfig``. Anything else is refused
+    with the types the model takes."""
     from memwall import registry
 
     cfg = registry.get("rdxe-dxt").parameters("small")
-    same = R.RdxeParams(**{f.name: getattr(cfg, f.name) for f in fields(R.RdxeParams)})
+    assert isinstance(cfg, R.DxtConfig)
+    same = R.DxtConfig(**{f.name: getattr(cfg, f.name) for f in fields(R.DxtConfig)})
     rng = np.random.default_rng(3)
     W, x = rng.integers(-128, 128, (8, 32)), rng.integers(-128, 128, 32)
     assert np.array_equal(R.gemv(W, x, 3, 9, cfg), R.gemv(W, x, 3, 9, same))
@@ -959,16 +979,39 @@ def test_the_registry_parameters_drive_the_models():
         got = R.kv_address(kind, 5, np.arange(cfg.head_dim), cfg)
         want = R.kv_address(kind, 5, np.arange(cfg.head_dim), same)
         assert all(np.array_equal(a, b) for a, b in zip(got, want))
-    assert R.qk_cycles(16, cfg) == R.qk_cycles(16, same, R.Latency.of(cfg))
+    assert R.qk_cycles(16, cfg) == R.qk_cycles(16, same)
     vac = registry.get("rdxe-vac").parameters("small")
+    assert isinstance(vac, R.VacConfig)
     acc = R.accumulate(W, x)
     assert np.array_equal(R.ppu(acc, 3, 9, vac), R.ppu(acc, 3, 9, same))
-    with pytest.raises(TypeError, match="Parameters must be an RdxeParams or a VacConfig, "
-                                        "not str"):
+    with pytest.raises(TypeError, match="^Parameters must be a VacConfig or a DxtConfig, "
+                                        "not str$"):
         R.ppu(acc, 3, 9, "small")
-    with pytest.raises(TypeError, match="Parameters must be an RdxeParams or a DxtConfig, "
-                                        "not VacParams"):
+    with pytest.raises(TypeError, match="^Parameters must be a DxtConfig, not VacParams$"):
         R.gemv(W, x, 3, 9, vac)
+
+
+def test_a_gemv_on_a_ring_takes_a_vac_count():
+    """A GEMV's layout and cycles run on a tile (its VAC count) or on a ring of ``vacs`` VACs of
+    one VacConfig; a VAC count with a tile, or none with a VAC, is refused."""
+    W = np.ones((6, 8), int)
+    assert R.wmem_image(W, VAC_SMALL, vacs=3).shape == (3, 64, 4)
+    assert R.gemv_cycles(6, 8, SMALL) == R.gemv_cycles(6, 8, VAC_SMALL, vacs=4)
+    assert R.rmsnorm_gemv_cycles(6, 8, SMALL, mode="sequential") == \
+        R.rmsnorm_gemv_cycles(6, 8, VAC_SMALL, mode="sequential", vacs=4)
+    cases = [
+        (lambda: R.wmem_image(W, SMALL, vacs=4), TypeError,
+         r"VAC count must be None with a DxtConfig \(it has 4\), not 4"),
+        (lambda: R.gemv_cycles(6, 8, VAC_SMALL), TypeError,
+         "VAC count must be an integer between 1 and 64 with a VacConfig, not None"),
+        (lambda: R.rmsnorm_gemv_cycles(6, 8, VAC_SMALL, vacs=65), ValueError,
+         "VAC count must be between 1 and 64, not 65"),
+        (lambda: R.wmem_image(W, "small", vacs=2), TypeError,
+         "Parameters must be a DxtConfig or a VacConfig, not str"),
+    ]
+    for call, error, message in cases:
+        with pytest.raises(error, match=f"^{message}$"):
+            call()
 
 
 @pytest.mark.parametrize("mult_bits", [8, 16, 32])

@@ -5,9 +5,10 @@ Its loads (WMEM rows of ``golden.rdxe.wmem_image``, PPU table entries) go first;
 stream, with random idle cycles, and the result streams, with random back-pressure
 (:func:`tests.stream_sim.run_streams`). RC factors come from ``golden.rdxe.to_rc`` and enter
 after their operation's first pass has left the source, as the vector engine's would. Expected
-results come from ``golden.rdxe.gemv`` (plain) and ``ppu(rcu(accumulate(...)))`` (fused); the
-cycle of every result from ``golden.rdxe.Latency`` and ``gemv_cycles`` / ``rmsnorm_gemv_cycles``,
-with cycle 0 where the first chunk meets its WMEM row (``Vac.row_latency`` after the source).
+results come from ``golden.rdxe.ppu(accumulate(...))`` (plain) and ``ppu(rcu(accumulate(...)))``
+(fused), given the ring's ``VacConfig``; the cycle of every result from ``golden.rdxe.Latency``
+and ``gemv_cycles`` / ``rmsnorm_gemv_cycles`` on a ring of ``N`` VACs, with cycle 0 where the
+first chunk meets its WMEM row (``Vac.row_latency`` after the source).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from golden import rdxe as golden
 from golden.arith.float import from_float
 from golden.arith.requant import requantize
 from hdl.arith.format import FP32
-from hdl.rdxe import (HlinkSource, Vac, VacConfig, VeConfig, hlink_layout, rc_layout,
+from hdl.rdxe import (DxtConfig, HlinkSource, Vac, VacConfig, VeConfig, hlink_layout, rc_layout,
                       result_layout)
 from hdl.rdxe.ve import Activations, Normalizer, RcUnit
 from hdl.validate import index_bits
@@ -68,22 +69,6 @@ def test_component_argument_errors():
         HlinkSource(VacConfig(), vacs=65)
 
 
-def test_shared_parameters_match_golden():
-    """The names, defaults and messages that VacConfig shares with golden.rdxe.RdxeParams."""
-    cfg, params = VacConfig(), golden.RdxeParams()
-    for name in ("lanes", "wmem_depth", "mult_bits", "clamp", "rc_bits"):
-        assert getattr(cfg, name) == getattr(params, name)
-    assert (cfg.rc_mant_bits, cfg.out_limits, cfg.ppu_depth) == \
-        (params.rc_mant_bits, params.out_limits, params.wmem_depth)
-    for kwargs in ({"lanes": 12}, {"wmem_depth": 0}, {"mult_bits": 40}, {"clamp": "wide"},
-                   {"rc_bits": 12}):
-        with pytest.raises(ValueError) as ours:
-            VacConfig(**kwargs)
-        with pytest.raises(ValueError) as theirs:
-            golden.RdxeParams(**kwargs)
-        assert str(ours.value) == str(theirs.value)
-
-
 def test_latencies_match_golden():
     for lanes in (1, 4, 16, 64):
         vac = Vac(VacConfig(lanes=lanes))
@@ -98,7 +83,7 @@ def test_latencies_match_golden():
     for stages in (1, 4, 8):
         cfg = VacConfig(operand_stages=stages)
         assert golden.Latency.of(cfg).row == Vac(cfg).row_latency
-    assert golden.Latency.of(golden.RdxeParams()) == golden.Latency.of(VacConfig())
+    assert golden.Latency.of(DxtConfig()) == golden.Latency.of(VacConfig()) == golden.Latency()
 
 
 # --- the test ring -------------------------------------------------------------------------------
@@ -173,13 +158,6 @@ class Ring(wiring.Component):
 
 # --- operations: stimulus and expected results ----------------------------------------------------
 
-def _params(cfg: VacConfig, vacs: int, **extra) -> golden.RdxeParams:
-    return golden.RdxeParams(lanes=cfg.lanes, vacs=vacs, mult_bits=cfg.mult_bits,
-                             clamp=cfg.clamp, rc_bits=cfg.rc_bits, wmem_depth=1 << 20,
-                             head_dim=cfg.lanes * max(1, 64 // cfg.lanes), kv_rows=1 << 10,
-                             **extra)
-
-
 @dataclass
 class Op:
     """One GEMV: ``W`` (M, K), ``x`` (K,), PPU ``m``/``shift`` per output; ``rc`` (an
@@ -191,11 +169,11 @@ class Op:
     shift: np.ndarray
     rc: golden.RCFactor | None = None
 
-    def expected(self, params) -> np.ndarray:
-        if self.rc is None:
-            return golden.gemv(self.W, self.x, self.m, self.shift, params)
+    def expected(self, cfg: VacConfig) -> np.ndarray:
         acc = golden.accumulate(self.W, self.x)
-        return golden.ppu(golden.rcu(acc, self.rc), self.m, self.shift, params)
+        if self.rc is not None:
+            acc = golden.rcu(acc, self.rc)
+        return golden.ppu(acc, self.m, self.shift, cfg)
 
 
 class Plan:
@@ -203,7 +181,6 @@ class Plan:
 
     def __init__(self, cfg: VacConfig, vacs: int, ops: list[Op]):
         self.cfg, self.vacs, self.ops = cfg, vacs, ops
-        params = _params(cfg, vacs)
         L, N = cfg.lanes, vacs
         self.wmem, self.ppu, self.chunks, self.rc = [], [], [], []
         self.expect = [[] for _ in range(N)]
@@ -211,12 +188,12 @@ class Plan:
         for op in ops:
             M, K = op.W.shape
             C, P = -(-K // L), -(-M // N)
-            image = golden.wmem_image(op.W, params)
+            image = golden.wmem_image(op.W, cfg, vacs=N)
             for v in range(N):
                 for r in range(P * C):
                     self.wmem.append({"vac": v, "addr": row + r,
                                       "data": [int(b) for b in image[v, r]]})
-            ref = op.expected(params)
+            ref = op.expected(cfg)
             m = np.broadcast_to(op.m, (M,))
             shift = np.broadcast_to(op.shift, (M,))
             for o in range(P * N):
@@ -258,9 +235,9 @@ class Plan:
         return cycles
 
 
-def _rc(value: float, frac: int, params) -> golden.RCFactor:
+def _rc(value: float, frac: int, cfg: VacConfig) -> golden.RCFactor:
     bits = np.uint32(from_float(np.float64(value), FP32))
-    return golden.to_rc(bits, frac, params)
+    return golden.to_rc(bits, frac, cfg)
 
 
 def _random_op(rng, cfg, vacs, M, K, *, fused=False, frac=4) -> Op:
@@ -272,7 +249,7 @@ def _random_op(rng, cfg, vacs, M, K, *, fused=False, frac=4) -> Op:
     shift = rng.integers(10, 26, M)
     rc = None
     if fused:
-        rc = _rc(2.0 ** rng.uniform(-8, 3), frac, _params(cfg, vacs))
+        rc = _rc(2.0 ** rng.uniform(-8, 3), frac, cfg)
     return Op(W, x, m, shift, rc)
 
 
@@ -299,7 +276,6 @@ def test_corner_cases():
     """INT8 -128 everywhere (clamp 'full'), shifts 0 and 63, extreme multipliers, RC factors 0
     (flushed), +inf (saturated), a power of two and a tie-rounding significand."""
     cfg = VacConfig(**{**SMALL, "clamp": "full"})
-    params = _params(cfg, 2)
     full = np.full((4, 8), -128)
     xs = np.full(8, -128)
     m_ext = np.array([-(1 << 31), (1 << 31) - 1, 1, -1])
@@ -308,13 +284,13 @@ def test_corner_cases():
         Op(full, xs, np.array([1, -1, 3, -3]), np.array([17, 17, 18, 18])),
         Op(full, -xs - 1, m_ext, np.array([62, 31, 63, 1])),       # acc = -128 * 127 * 8
         Op(full, xs, np.array([1, 1, -1, 7]), np.array([0, 20, 25, 30]),
-           _rc(0.0, 4, params)),                                   # flushed: (0, 63)
+           _rc(0.0, 4, cfg)),                                   # flushed: (0, 63)
         Op(full, xs, np.array([1, 1, -1, 1]), np.array([31, 40, 32, 63]),
-           _rc(math.inf, 4, params)),                              # saturated: (2**19 - 1, 0)
+           _rc(math.inf, 4, cfg)),                              # saturated: (2**19 - 1, 0)
         Op(full, xs, np.array([1, 3, -5, 1]), np.array([22, 23, 24, 0]),
-           _rc(0.125, 4, params)),                                 # exact: m = 2**18
+           _rc(0.125, 4, cfg)),                                 # exact: m = 2**18
         Op(full, -xs - 1, np.array([1, 3, -5, 1]), np.array([12, 13, 14, 63]),
-           _rc(1 + 3 * 2.0 ** -20, 7, params)),                    # significand tie
+           _rc(1 + 3 * 2.0 ** -20, 7, cfg)),                    # significand tie
     ]
     assert int(ops[3].rc.m) == 0 and int(ops[3].rc.shift) == 63
     assert int(ops[4].rc.m) == (1 << 19) - 1 and int(ops[4].rc.shift) == 0
@@ -336,14 +312,13 @@ def test_accumulator_near_int32_limits():
     2**23), at 16 lanes: 4096 chunks per output, every chunk meeting the one WMEM row. The
     second goes through a saturated RC factor, so the RCU clamps at -2**31."""
     cfg = VacConfig(lanes=16, wmem_depth=4, ppu_depth=4, clamp="full", queue_depth=3)
-    params = _params(cfg, 1)
     K = golden.MAX_INPUTS
     W = np.full((1, K), -128)
     ops = [Op(W, np.full(K, -128), np.array([1]), np.array([24])),
-           Op(W, np.full(K, 127), np.array([1]), np.array([31]), _rc(math.inf, 4, params))]
+           Op(W, np.full(K, 127), np.array([1]), np.array([31]), _rc(math.inf, 4, cfg))]
     accs = [int(golden.accumulate(op.W, op.x)[0]) for op in ops]
     assert accs == [1 << 30, -127 << 23]
-    expect = [int(op.expected(params)[0]) for op in ops]
+    expect = [int(op.expected(cfg)[0]) for op in ops]
     assert expect == [64, -1]
     C = K // cfg.lanes
     chunks = []
@@ -461,8 +436,7 @@ def _acc_ready(o: int, N: int, C: int, lanes: int, lat=golden.Latency()) -> int:
 def test_plain_timing_matches_cycle_model(lanes, vacs, M, K, stages):
     cfg = VacConfig(lanes=lanes, wmem_depth=64, ppu_depth=16, queue_depth=32,
                     operand_stages=stages)
-    params = _params(cfg, vacs)
-    lat = golden.Latency()
+    lat = golden.Latency.of(cfg)
     queue = Vac(cfg).queue_latency
     rng = np.random.default_rng(M)
     plan = Plan(cfg, vacs, [_random_op(rng, cfg, vacs, M, K)])
@@ -475,7 +449,7 @@ def test_plain_timing_matches_cycle_model(lanes, vacs, M, K, stages):
             want = _acc_ready(o, vacs, C, lanes) + lat.ppu + queue
             assert cycle == want, f"output {o}: result on o at {cycle}, model {want}"
             leave[o] = cycle - queue               # padding outputs too: the model counts them
-    assert max(leave.values()) + 1 == golden.gemv_cycles(M, K, params).total
+    assert max(leave.values()) + 1 == golden.gemv_cycles(M, K, cfg, vacs=vacs).total
 
 
 def _fused_issue(a: list[int], rc_ready: int) -> list[int]:
@@ -494,12 +468,11 @@ def test_fused_timing_against_cycle_model(M, K):
     rmsnorm_gemv_cycles (71 cycles for the second)."""
     lanes, vacs = 4, 4
     cfg = VacConfig(lanes=lanes, wmem_depth=128, ppu_depth=16, queue_depth=32)
-    params = _params(cfg, vacs)
-    lat = golden.Latency()
+    lat = golden.Latency.of(cfg)
     queue = Vac(cfg).queue_latency
     rng = np.random.default_rng(K)
     plan = Plan(cfg, vacs, [_random_op(rng, cfg, vacs, M, K, fused=True)])
-    model = golden.rmsnorm_gemv_cycles(M, K, params)
+    model = golden.rmsnorm_gemv_cycles(M, K, cfg, vacs=vacs)
     results, _ = _drive(plan, rc_at=model.rc_ready - 1)
     C = -(-K // lanes)
     last = 0
@@ -588,10 +561,9 @@ def test_paper_tile_by_hand(fused):
     lane tree 5, accumulator 1, PPU 7: the last result leaves the PPU at 28 (29 cycles). Fused:
     the factor reaches the RCUs at 56, RCU 6 and PPU 7: the last result at 69 (70 cycles)."""
     cfg = VacConfig(lanes=16, wmem_depth=4, ppu_depth=4, queue_depth=8)
-    params = _params(cfg, 16)
     rng = np.random.default_rng(16)
     plan = Plan(cfg, 16, [_random_op(rng, cfg, 16, 16, 16, fused=fused)])
-    model = (golden.rmsnorm_gemv_cycles if fused else golden.gemv_cycles)(16, 16, params)
+    model = (golden.rmsnorm_gemv_cycles if fused else golden.gemv_cycles)(16, 16, cfg, vacs=16)
     results, _ = _drive(plan, rc_at=model.rc_ready - 1 if fused else None)
     last = max(cycle for r in results for cycle, _ in r) - Vac(cfg).queue_latency
     assert (last + 1, model.total) == ((70, 70) if fused else (29, 29))
@@ -617,12 +589,6 @@ def test_full_rate_needs_one_ring_trip_of_credits():
 
 # --- the vector engine (VE) ----------------------------------------------------------------------
 
-
-
-def _ve_params(cfg: VeConfig) -> golden.RdxeParams:
-    return golden.RdxeParams(lanes=cfg.lanes, vacs=1, head_dim=cfg.lanes,
-                             kv_rows=2 * cfg.lanes, rc_bits=cfg.rc_bits, clamp=cfg.clamp,
-                             norm_frac=cfg.norm_frac, prob_frac=cfg.prob_frac)
 
 
 def _fp32(value: float) -> int:
@@ -689,8 +655,8 @@ def test_rc_unit_matches_golden_and_its_latency():
     factor, a lone -128, partial last chunks) and softmax factors (random activations, 127
     alone, equal ones) interleaved: golden.rdxe.rms_rc and softmax_rc bit for bit, in order, each
     ``latency`` cycles after its last chunk."""
-    cfg = VeConfig(lanes=4)
-    params = _ve_params(cfg)
+    params = DxtConfig(lanes=4)
+    cfg = params.ve_config()
     rng = np.random.default_rng(21)
     ops, want = [], []
 
@@ -730,8 +696,8 @@ def test_rc_unit_matches_golden_and_its_latency():
 
 
 def test_rc_unit_back_to_back_at_16_lanes():
-    cfg = VeConfig(lanes=16, norm_frac=3, prob_frac=6, rc_bits=20)
-    params = _ve_params(cfg)
+    params = DxtConfig(norm_frac=3, prob_frac=6, rc_bits=20)
+    cfg = params.ve_config()
     rng = np.random.default_rng(22)
     ops, want = [], []
     for n in range(8):
@@ -855,8 +821,8 @@ def test_activations_match_golden(lanes, T, seed):
 
 
 def test_normalizer_matches_requantize():
-    cfg = VeConfig(lanes=4, clamp="full")
-    params = _ve_params(cfg)
+    params = DxtConfig(lanes=4, clamp="full")
+    cfg = params.ve_config()
     rng = np.random.default_rng(5)
     items, want = [], []
     for n in range(40):

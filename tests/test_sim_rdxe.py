@@ -6,13 +6,13 @@ import math
 import numpy as np
 import pytest
 
-from golden.rdxe import RdxeParams, gemv_cycles, qk_cycles, rmsnorm_gemv_cycles, \
+from golden.rdxe import DxtConfig, gemv_cycles, qk_cycles, rmsnorm_gemv_cycles, \
     softmax_pv_cycles
 from sim import rdxe
 from sim.rdxe import MT5_SMALL, OPT_350M, Decoder, Point, Request, Ring
 from sim.reproduce import Context
 
-P = RdxeParams()
+P = DxtConfig()
 NO_LINKS = dict(link_mbps=None)
 
 
@@ -261,7 +261,7 @@ def test_workload_is_seeded_and_in_range():
     (lambda: rdxe.layer_cycles(MT5_SMALL, "qk", 2.0), TypeError,
      "Context length must be an integer between 1 and 65536, not 2.0"),
     (lambda: rdxe.layer_cycles("mt5", "qk", 1), TypeError, "Model must be a Decoder, not str"),
-    (lambda: rdxe.layer_cycles(MT5_SMALL, "qk", 1, RdxeParams(head_dim=32)), ValueError,
+    (lambda: rdxe.layer_cycles(MT5_SMALL, "qk", 1, DxtConfig(head_dim=32)), ValueError,
      "The DXT's head dimension must equal the model's (64), not 32"),
     (lambda: rdxe.layer_cycles(MT5_SMALL, "qk", 1, batch=0), ValueError,
      "Batch size must be between 1 and 1024, not 0"),

@@ -33,7 +33,7 @@ ATTENTION = (64, 256)
 #: The paper's figures (Sec. III-B, III-C).
 PAPER = {"nonlinear": 4.66, "end_to_end": 1.31, "iwur": (1.36, 1.54)}
 #: The paper's DXT and the DXE's tile count (sim.rdxe).
-PAPER_TILE = golden.RdxeParams()
+PAPER_TILE = golden.DxtConfig()
 DXTS = ring.DXTS_PER_DXE
 
 
@@ -126,7 +126,7 @@ def paper_tables() -> str:
     """The cycle model at the paper's tile and layer shapes (the model the default tile's
     measurements validate)."""
     lines = ["## rDXE at the paper's tile (cycle model)", "",
-             f"16 VACs of 16 lanes, d = 64 (`golden.rdxe.RdxeParams()`), one DXT of a DXE of "
+             f"16 VACs of 16 lanes, d = 64 (`golden.rdxe.DxtConfig()`), one DXT of a DXE of "
              f"{DXTS}; shapes as `sim.rdxe.layer_cycles` maps a layer. The non-linear step: "
              "the cycles it adds to the plain GEMV (fused: the RC factor and the RCU; "
              "sequential: the sum, the factor, normalizing the token buffer, and refilling the "

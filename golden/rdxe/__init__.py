@@ -34,7 +34,9 @@ The golden models follow the specification, not the RTL pipeline. The float64 re
 (``*_reference``) are written independently and naively; the ``*_bound`` functions are the stated
 bounds. ``python -m golden.rdxe`` measures the worst cases and prints the cycle table.
 
-The package holds one job per module: :mod:`~golden.rdxe.params` (the parameters, constants and
+Every model takes the hardware's own parameters, checked once on construction: a tile's
+``hdl.rdxe.DxtConfig``, one VAC's ``hdl.rdxe.VacConfig`` for a VAC's own steps (both re-exported
+here). The package holds one job per module: :mod:`~golden.rdxe.params` (the constants and
 argument checks), :mod:`~golden.rdxe.model` (the bit-exact model), :mod:`~golden.rdxe.kv` (the KV
 cache layouts), :mod:`~golden.rdxe.reference` (the float64 references and error bounds),
 :mod:`~golden.rdxe.cycles` (the cycle model) and :mod:`~golden.rdxe.survey` (the measurement).
@@ -49,15 +51,16 @@ from .model import (RCFactor, RmsNormTrace, SoftmaxTrace, accumulate, attention,
                     eps_code, gemv, log2_scale, ppu, ppu_code, qk_scores, rcu, rms_rc, rmsnorm_gemv,
                     rmsnorm_gemv_trace, softmax_activations, softmax_pv, softmax_pv_trace,
                     softmax_rc, to_rc, wmem_image)
-from .params import GBUS_BYTES, LAYOUTS, MAX_INPUTS, MAX_TOKENS, MODES, P_ONE, RdxeParams, SHIFT_MAX
+from .params import (GBUS_BYTES, LAYOUTS, MAX_INPUTS, MAX_TOKENS, MODES, P_ONE, SHIFT_MAX,
+                     DxtConfig, VacConfig)
 from .reference import (gemv_reference, mode_gap_bound, rmsnorm_error_bound, rmsnorm_gemv_reference,
                         softmax_error_bound, softmax_pv_reference)
 
 __all__ = [
     "LAYOUTS", "MODES", "P_ONE", "SHIFT_MAX", "GBUS_BYTES", "MAX_INPUTS", "MAX_TOKENS",
     "EXP2_ERROR", "RECIP_ERROR", "RSQRT_ERROR",
-    "RdxeParams", "RCFactor", "RmsNormTrace", "SoftmaxTrace", "KVImage", "Latency", "Cycles",
-    "ReadCycles",
+    "DxtConfig", "VacConfig", "RCFactor", "RmsNormTrace", "SoftmaxTrace", "KVImage", "Latency",
+    "Cycles", "ReadCycles",
     "accumulate", "ppu", "ppu_code", "to_rc", "rcu", "wmem_image", "gemv",
     "eps_code", "rms_rc", "rmsnorm_gemv", "rmsnorm_gemv_trace",
     "log2_scale", "softmax_activations", "softmax_rc", "softmax_pv", "softmax_pv_trace",

@@ -15,7 +15,7 @@ from hdl.rdxe.vac import Vac
 from hdl.rdxe.ve import Activations, RcUnit
 from hdl.validate import integer
 
-from .params import GBUS_BYTES, MAX_TOKENS, RdxeParams, _layout, _mode, _params
+from .params import GBUS_BYTES, MAX_TOKENS, DxtConfig, _layout, _mode, _params, _ring, _vac_params
 
 __all__ = [
     "Latency", "Cycles", "ReadCycles", "gemv_cycles", "rmsnorm_gemv_cycles", "qk_cycles",
@@ -93,12 +93,11 @@ class Latency:
 
     @classmethod
     def of(cls, params) -> Latency:
-        """The latencies of the tile ``params`` describes: those of its VACs' PPU and operand
-        path (``hdl.rdxe.Vac.ppu_latency_of``, ``Vac.row_latency_of``) for a ``DxtConfig`` or a
-        ``VacConfig``; the defaults (the hardware's defaults) for an :class:`RdxeParams`, which
-        names no registers."""
-        if not isinstance(params, VacConfig):
-            return cls()
+        """The latencies of the tile (``DxtConfig``) or the VACs (``VacConfig``) ``params``
+        describes: those of its VACs' PPU, RCU and operand path (``hdl.rdxe.Vac.ppu_latency_of``,
+        ``Vac.rcu_unit``, ``Vac.row_latency_of``: ``operand_stages`` and ``mult_bits`` count);
+        the rest are the same at every configuration."""
+        params = _vac_params(params)
         return cls(ppu=Vac.ppu_latency_of(params),
                    rcu=unit_latency(Vac.rcu_unit(params)), row=Vac.row_latency_of(params))
 
@@ -169,11 +168,12 @@ def _pos(value, what: str) -> int:
     return integer(value, what, 1, 1 << 30)
 
 
-def _acc_ready(outputs: int, inputs: int, params: RdxeParams, lat: Latency) -> np.ndarray:
-    """Cycle at which each output's accumulator holds its final value (first chunk at cycle 0),
-    for every output of every pass: the last pass's padding outputs (past ``outputs``) are
-    computed too, by the VACs that have no real output left."""
-    N, C = params.vacs, -(-inputs // params.lanes)
+def _acc_ready(outputs: int, inputs: int, params: VacConfig, N: int, lat: Latency
+               ) -> np.ndarray:
+    """Cycle at which each output's accumulator holds its final value (first chunk at cycle 0)
+    on ``N`` VACs, for every output of every pass: the last pass's padding outputs (past
+    ``outputs``) are computed too, by the VACs that have no real output left."""
+    C = -(-inputs // params.lanes)
     o = np.arange(-(-outputs // N) * N, dtype=np.int64)
     return (o // N) * C + (C - 1) + (o % N) + lat.dot(params.lanes) + lat.accumulate
 
@@ -190,14 +190,16 @@ def _gbus(results: np.ndarray, lat: Latency) -> int:
     return int((ready + np.arange(words)[::-1]).max()) + 1   # g_last = max_w (R_w + W - 1 - w)
 
 
-def _cycles(total: int, outputs: int, inputs: int, params: RdxeParams, **extra) -> Cycles:
+def _cycles(total: int, outputs: int, inputs: int, params: VacConfig, N: int, **extra
+            ) -> Cycles:
     macs = outputs * inputs
-    return Cycles(int(total), macs, macs / (params.vacs * params.lanes * int(total)), **extra)
+    return Cycles(int(total), macs, macs / (N * params.lanes * int(total)), **extra)
 
 
-def gemv_cycles(outputs: int, inputs: int, params: RdxeParams, lat: Latency | None = None
-                ) -> Cycles:
-    """Cycles of a plain GEMV of ``outputs`` x ``inputs`` on one DXT.
+def gemv_cycles(outputs: int, inputs: int, params: DxtConfig | VacConfig,
+                lat: Latency | None = None, *, vacs: int | None = None) -> Cycles:
+    """Cycles of a plain GEMV of ``outputs`` x ``inputs`` on one DXT (a ``DxtConfig``), or on a
+    ring of ``vacs`` VACs of a ``VacConfig``.
 
     Model: ``C = ceil(inputs / lanes)`` chunks per output; the token buffer streams the
     ``ceil(outputs / N)`` passes back to back, one lanes-wide chunk per cycle over HLINK; VAC
@@ -207,14 +209,14 @@ def gemv_cycles(outputs: int, inputs: int, params: RdxeParams, lat: Latency | No
     accumulate`` and its INT8 result ``ppu`` cycles later. ``total = max_o a_o + ppu +
     1``; ``done`` adds the GBUS (:func:`_gbus`).
     """
-    params = _params(params)
+    params, N = _ring(params, vacs)
     lat = Latency.of(params) if lat is None else lat
     outputs, inputs = _pos(outputs, "Output count"), _pos(inputs, "Input length")
-    results = _acc_ready(outputs, inputs, params, lat) + lat.ppu
-    return _cycles(results.max() + 1, outputs, inputs, params, done=_gbus(results, lat))
+    results = _acc_ready(outputs, inputs, params, N, lat) + lat.ppu
+    return _cycles(results.max() + 1, outputs, inputs, params, N, done=_gbus(results, lat))
 
 
-def _rc_ready(inputs: int, params: RdxeParams, lat: Latency) -> int:
+def _rc_ready(inputs: int, params: VacConfig, lat: Latency) -> int:
     """The RC factor at the RCUs: the VE's sum taps chunk ``j`` at cycle ``j`` (where VAC 0's
     lane tree meets it), then ``dot + accumulate``, :attr:`Latency.factor` and the broadcast
     register."""
@@ -222,10 +224,9 @@ def _rc_ready(inputs: int, params: RdxeParams, lat: Latency) -> int:
     return C - 1 + lat.dot(params.lanes) + lat.accumulate + lat.factor + lat.broadcast
 
 
-def _fused(outputs: int, inputs: int, params: RdxeParams, lat: Latency, rc_ready: int
+def _fused(outputs: int, inputs: int, params: VacConfig, N: int, lat: Latency, rc_ready: int
            ) -> Cycles:
-    ready = _acc_ready(outputs, inputs, params, lat)
-    N = params.vacs
+    ready = _acc_ready(outputs, inputs, params, N, lat)
     hold = int(np.count_nonzero(ready[::N] < rc_ready))
     # Each VAC's RCU takes one accumulator per cycle, in output order and not before the factor:
     # s_k = max(a_k, rc_ready, s_(k-1) + 1) over the VAC's outputs o = v, v + N, ...
@@ -236,25 +237,27 @@ def _fused(outputs: int, inputs: int, params: RdxeParams, lat: Latency, rc_ready
             s = max(int(ready[index]), rc_ready, s + 1)
             entry[index] = s
     results = entry + lat.rcu + lat.ppu
-    return _cycles(results.max() + 1, outputs, inputs, params, rc_ready=rc_ready, hold=hold,
+    return _cycles(results.max() + 1, outputs, inputs, params, N, rc_ready=rc_ready, hold=hold,
                    done=_gbus(results, lat))
 
 
-def _sequential(plain: Cycles, inputs: int, params: RdxeParams, lat: Latency, rc_ready: int
-                ) -> Cycles:
+def _sequential(plain: Cycles, inputs: int, params: VacConfig, N: int, lat: Latency,
+                rc_ready: int) -> Cycles:
     """The sequential mode: the sum's pass (not on HLINK) gives the factor at ``rc_ready``; the
     sequencer sees it ``wait`` cycles later and normalizes the ``C`` chunks in the token buffer
     (one read per cycle), then issues the plain GEMV, whose cycle 0 comes ``lead`` cycles after
     its first request."""
     C = -(-inputs // params.lanes)
     start = rc_ready + lat.wait + C + lat.lead
-    return _cycles(start + plain.total, plain.macs // inputs, inputs, params, rc_ready=rc_ready,
-                   done=start + plain.done)
+    return _cycles(start + plain.total, plain.macs // inputs, inputs, params, N,
+                   rc_ready=rc_ready, done=start + plain.done)
 
 
-def rmsnorm_gemv_cycles(outputs: int, inputs: int, params: RdxeParams, *, mode: str = "fused",
-                        lat: Latency | None = None) -> Cycles:
-    """Cycles of an RMSNorm-GEMV, fused or sequential.
+def rmsnorm_gemv_cycles(outputs: int, inputs: int, params: DxtConfig | VacConfig, *,
+                        mode: str = "fused", lat: Latency | None = None,
+                        vacs: int | None = None) -> Cycles:
+    """Cycles of an RMSNorm-GEMV, fused or sequential, on one DXT (a ``DxtConfig``) or on a
+    ring of ``vacs`` VACs of a ``VacConfig`` (:func:`gemv_cycles`).
 
     The VE's sum ``IntDot(x, x)`` takes chunk ``j`` at cycle ``j``, where VAC 0's lane tree meets
     it; then its accumulator, ``sum_to_float``, ``fmac``, ``rsqrt``, the RC
@@ -271,17 +274,18 @@ def rmsnorm_gemv_cycles(outputs: int, inputs: int, params: RdxeParams, *, mode: 
     buffer while the VE sums it (cycle 0 is its first chunk at the sum), and ``total = rc_ready
     + wait + C + lead + gemv_cycles(...).total`` (:func:`_sequential`).
     """
-    params = _params(params)
+    params, N = _ring(params, vacs)
     lat = Latency.of(params) if lat is None else lat
     mode = _mode(mode)
     outputs, inputs = _pos(outputs, "Output count"), _pos(inputs, "Input length")
     rc_ready = _rc_ready(inputs, params, lat)
     if mode == "fused":
-        return _fused(outputs, inputs, params, lat, rc_ready)
-    return _sequential(gemv_cycles(outputs, inputs, params, lat), inputs, params, lat, rc_ready)
+        return _fused(outputs, inputs, params, N, lat, rc_ready)
+    plain = gemv_cycles(outputs, inputs, params, lat, vacs=vacs)
+    return _sequential(plain, inputs, params, N, lat, rc_ready)
 
 
-def softmax_pv_cycles(tokens: int, params: RdxeParams, *, mode: str = "fused",
+def softmax_pv_cycles(tokens: int, params: DxtConfig, *, mode: str = "fused",
                       lat: Latency | None = None) -> Cycles:
     """Cycles of one head's softmax-P.V (``head_dim`` outputs, ``tokens`` inputs).
 
@@ -303,13 +307,13 @@ def softmax_pv_cycles(tokens: int, params: RdxeParams, *, mode: str = "fused",
     mode = _mode(mode)
     tokens = integer(tokens, "Token count", 1, MAX_TOKENS)
     rc_ready = _rc_ready(tokens, params, lat)
-    d = params.head_dim
+    d, N = params.head_dim, params.vacs
     if mode == "fused":
-        return _fused(d, tokens, params, lat, rc_ready)
-    return _sequential(gemv_cycles(d, tokens, params, lat), tokens, params, lat, rc_ready)
+        return _fused(d, tokens, params, N, lat, rc_ready)
+    return _sequential(gemv_cycles(d, tokens, params, lat), tokens, params, N, lat, rc_ready)
 
 
-def qk_cycles(tokens: int, params: RdxeParams, lat: Latency | None = None) -> Cycles:
+def qk_cycles(tokens: int, params: DxtConfig, lat: Latency | None = None) -> Cycles:
     """Cycles of one head's Q.K^T with INT8 write-back to the VE (iWuR layout).
 
     A GEMV with ``tokens`` outputs and ``head_dim`` inputs: token ``t`` on VAC ``t mod N`` (its
@@ -324,9 +328,9 @@ def qk_cycles(tokens: int, params: RdxeParams, lat: Latency | None = None) -> Cy
     params = _params(params)
     lat = Latency.of(params) if lat is None else lat
     tokens = integer(tokens, "Token count", 1, MAX_TOKENS)
-    results = _acc_ready(tokens, params.head_dim, params, lat) + lat.ppu
+    results = _acc_ready(tokens, params.head_dim, params, params.vacs, lat) + lat.ppu
     done = _gbus(results, lat)
-    return _cycles(done, tokens, params.head_dim, params, done=done)
+    return _cycles(done, tokens, params.head_dim, params, params.vacs, done=done)
 
 
 @dataclass(frozen=True)
@@ -349,7 +353,7 @@ class ReadCycles:
     utilization: float
 
 
-def kv_read_cycles(tokens: int, op: str, params: RdxeParams, layout: str = "iwur"
+def kv_read_cycles(tokens: int, op: str, params: DxtConfig, layout: str = "iwur"
                    ) -> ReadCycles:
     """KV-cache row reads of one head's ``op`` (``"qk"`` or ``"pv"``) over ``tokens`` tokens.
 
@@ -392,7 +396,7 @@ def kv_read_cycles(tokens: int, op: str, params: RdxeParams, layout: str = "iwur
     return ReadCycles(reads, cycles, float(useful.sum()) / (N * L * cycles))
 
 
-def layout_cycles(tokens: int, op: str, params: RdxeParams, layout: str = "iwur", *,
+def layout_cycles(tokens: int, op: str, params: DxtConfig, layout: str = "iwur", *,
                   mode: str = "fused", lat: Latency | None = None) -> int:
     """Cycles of one head's Q.K^T (``op="qk"``) or softmax-P.V (``"pv"``, ``mode``) with the KV
     cache in ``layout``.
@@ -420,7 +424,7 @@ def layout_cycles(tokens: int, op: str, params: RdxeParams, layout: str = "iwur"
     return iwur + max(0, extra)
 
 
-def kv_write_cycles(params: RdxeParams, layout: str = "iwur") -> dict[str, int]:
+def kv_write_cycles(params: DxtConfig, layout: str = "iwur") -> dict[str, int]:
     """Cycles to write one token into one KV group's caches.
 
     ``gbus``: key transfers over the GBUS, ``d / GBUS_BYTES`` (both layouts: the key goes to its

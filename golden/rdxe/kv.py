@@ -10,7 +10,7 @@ import numpy as np
 
 from hdl.validate import integer
 
-from .params import RdxeParams, _int8, _layout, _params
+from .params import DxtConfig, _int8, _layout, _params
 
 __all__ = [
     "KVImage", "kv_groups", "kv_address", "kv_capacity", "kv_image", "kv_read",
@@ -36,7 +36,7 @@ def kv_groups(heads: int, group_size: int) -> np.ndarray:
     return np.arange(heads, dtype=np.int64) // group_size
 
 
-def kv_address(kind: str, token, channel, params: RdxeParams, layout: str = "iwur",
+def kv_address(kind: str, token, channel, params: DxtConfig, layout: str = "iwur",
                group: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return ``(vac, row, col)`` of byte ``channel`` of token ``token``'s key (``kind="k"``) or
     value (``"v"``) in KV group ``group``; arrays broadcast. Rows count from ``group *
@@ -71,7 +71,7 @@ def kv_address(kind: str, token, channel, params: RdxeParams, layout: str = "iwu
     return vac, base + t * per_token + u // L, u % L
 
 
-def kv_capacity(params: RdxeParams, layout: str = "iwur") -> int:
+def kv_capacity(params: DxtConfig, layout: str = "iwur") -> int:
     """Return the tokens one KV group's caches hold: the first token whose key or value would
     fall past its half of a cache.
 
@@ -114,7 +114,7 @@ class KVImage:
     group: int = 0
 
 
-def kv_image(K, V, params: RdxeParams, layout: str = "iwur", group: int = 0) -> KVImage:
+def kv_image(K, V, params: DxtConfig, layout: str = "iwur", group: int = 0) -> KVImage:
     """Write tokens ``0, 1, ...`` (rows of ``K`` and ``V``, ``(T, d)`` INT8) in order into KV
     group ``group`` of the caches and return the storage image (the other groups' rows 0).
 
@@ -146,7 +146,7 @@ def kv_image(K, V, params: RdxeParams, layout: str = "iwur", group: int = 0) -> 
     return KVImage(data, written, np.arange(writes) < stored, stored, layout, group)
 
 
-def kv_read(image: KVImage, params: RdxeParams) -> tuple[np.ndarray, np.ndarray]:
+def kv_read(image: KVImage, params: DxtConfig) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(K, V)`` (``(tokens, d)`` int64) read back from ``image`` through the address map
     of its layout."""
     params = _params(params)

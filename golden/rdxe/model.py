@@ -17,8 +17,8 @@ from ..arith.func import exp2, reciprocal, rsqrt
 from ..arith.idot import dot
 from ..arith.requant import requantize
 from .kv import KVImage, kv_groups
-from .params import (MAX_INPUTS, MAX_TOKENS, P_ONE, RdxeParams, SHIFT_MAX, _INT8, _fp32_code, _int8,
-                     _ints, _mode, _params, _ppu_args, _vac_params)
+from .params import (MAX_INPUTS, MAX_TOKENS, P_ONE, SHIFT_MAX, _INT8, DxtConfig, VacConfig,
+                     _fp32_code, _int8, _ints, _mode, _params, _ppu_args, _ring, _vac_params)
 
 __all__ = [
     "RCFactor", "RmsNormTrace", "SoftmaxTrace", "accumulate", "ppu", "to_rc", "rcu",
@@ -46,7 +46,7 @@ def accumulate(W, x) -> np.ndarray:
     return dot(W, np.broadcast_to(x, W.shape))
 
 
-def ppu(acc, m, shift, params: RdxeParams) -> np.ndarray:
+def ppu(acc, m, shift, params: VacConfig) -> np.ndarray:
     """Requantize accumulators to INT8: ``clamp(RNE(acc * m / 2**shift))`` (the shared
     requantizer with ``mult_bits`` signed multipliers and the ``clamp`` range)."""
     params = _vac_params(params)
@@ -85,7 +85,7 @@ def _significands(bits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return value, sig, ex.astype(np.int64) - 1
 
 
-def to_rc(bits, frac: int, params: RdxeParams) -> RCFactor:
+def to_rc(bits, frac: int, params: VacConfig) -> RCFactor:
     """Convert fp32 factors to RC factors ``(m, shift)`` with ``m * 2**-shift ~ rc * 2**frac``.
 
     The 24-bit fp32 significand is rounded half to even to ``b = rc_bits - 6`` bits by the shared
@@ -135,34 +135,36 @@ def _activation_quantize(bits) -> np.ndarray:
 # --- plain GEMV ----------------------------------------------------------------------------------
 
 
-def _wmem_rows(shape: tuple[int, int], params: RdxeParams) -> tuple[int, int]:
-    """Return ``(chunks, passes)`` of a GEMV of ``shape``, checking that it fits the WMEM."""
+def _wmem_rows(shape: tuple[int, int], params: VacConfig, vacs: int) -> tuple[int, int]:
+    """Return ``(chunks, passes)`` of a GEMV of ``shape`` on ``vacs`` VACs, checking that it fits
+    the WMEM."""
     M, K = shape
-    chunks, passes = -(-K // params.lanes), -(-M // params.vacs)
+    chunks, passes = -(-K // params.lanes), -(-M // vacs)
     if passes * chunks > params.wmem_depth:
         raise ValueError(f"GEMV needs {passes * chunks} WMEM rows per VAC ({passes} outputs x "
                          f"{chunks} chunks), more than the WMEM depth {params.wmem_depth}")
     return chunks, passes
 
 
-def wmem_image(W, params: RdxeParams) -> np.ndarray:
+def wmem_image(W, params: DxtConfig | VacConfig, vacs: int | None = None) -> np.ndarray:
     """Return every VAC's WMEM image for weights ``W`` (``(M, K)`` INT8), shape ``(N,
     wmem_depth, lanes)`` int8.
 
     Output ``o`` runs on VAC ``o mod N`` in pass ``p = o // N``; its chunk ``j`` (inputs ``j*lanes
     .. j*lanes + lanes - 1``, zero-padded past ``K``) is row ``p * C + j`` with ``C = ceil(K /
-    lanes)``. Rows past ``ceil(M / N) * C`` are zero.
+    lanes)``. Rows past ``ceil(M / N) * C`` are zero. ``N`` is a ``DxtConfig``'s ``vacs``, or
+    ``vacs`` (1 to 64) with a ``VacConfig``: a ring of that many VACs.
 
     Raises
     ------
-    ValueError
-        The GEMV needs more rows per VAC than ``wmem_depth``.
+    TypeError, ValueError
+        Bad parameters or weights; the GEMV needs more rows per VAC than ``wmem_depth``.
     """
-    params = _params(params)
+    params, N = _ring(params, vacs)
     W = _int8(W, "Weights", 2, "(outputs, inputs)")
-    chunks, passes = _wmem_rows(W.shape, params)
+    chunks, passes = _wmem_rows(W.shape, params, N)
     M, K = W.shape
-    N, L = params.vacs, params.lanes
+    L = params.lanes
     padded = np.zeros((passes * N, chunks * L), np.int8)
     padded[:M, :K] = W
     image = np.zeros((N, params.wmem_depth, L), np.int8)
@@ -171,7 +173,7 @@ def wmem_image(W, params: RdxeParams) -> np.ndarray:
     return image
 
 
-def gemv(W, x, m, shift, params: RdxeParams) -> np.ndarray:
+def gemv(W, x, m, shift, params: DxtConfig) -> np.ndarray:
     """Compute a plain INT8 GEMV bit for bit: ``out[o] = PPU(sum_i W[o, i] * x[i])``.
 
     Parameters
@@ -182,7 +184,7 @@ def gemv(W, x, m, shift, params: RdxeParams) -> np.ndarray:
         INT8 activation codes, ``K <= 2**16``.
     m, shift : int or array of int, shape ``(M,)``
         PPU multiplier (signed ``mult_bits``) and right shift (0 to 63), per output or shared.
-    params : RdxeParams
+    params : DxtConfig
 
     Returns
     -------
@@ -196,7 +198,7 @@ def gemv(W, x, m, shift, params: RdxeParams) -> np.ndarray:
     """
     params = _params(params)
     W = _int8(W, "Weights", 2, "(outputs, inputs)")
-    _wmem_rows(W.shape, params)
+    _wmem_rows(W.shape, params, params.vacs)
     acc = accumulate(W, x)
     m, shift = _ppu_args(m, shift, acc.shape[0], params)
     return ppu(acc, m, shift, params)
@@ -262,7 +264,7 @@ class RmsNormTrace:
     out: np.ndarray
 
 
-def rms_rc(x, eps_q, params: RdxeParams, *, inv_k=None
+def rms_rc(x, eps_q, params: DxtConfig, *, inv_k=None
            ) -> tuple[int, np.uint32, np.uint32, RCFactor]:
     """Compute the RMSNorm RC factor of INT8 ``x`` as the VE does.
 
@@ -285,13 +287,13 @@ def rms_rc(x, eps_q, params: RdxeParams, *, inv_k=None
     return S, variance, r, to_rc(r, params.norm_frac, params)
 
 
-def rmsnorm_gemv_trace(W_g, x, m, shift, eps_q, params: RdxeParams, *,
+def rmsnorm_gemv_trace(W_g, x, m, shift, eps_q, params: DxtConfig, *,
                        mode: str = "fused", inv_k=None) -> RmsNormTrace:
     """Compute :func:`rmsnorm_gemv` and return every intermediate value (:class:`RmsNormTrace`)."""
     params = _params(params)
     mode = _mode(mode)
     W_g = _int8(W_g, "Weights", 2, "(outputs, inputs)")
-    _wmem_rows(W_g.shape, params)
+    _wmem_rows(W_g.shape, params, params.vacs)
     S, variance, r, rc = rms_rc(x, eps_q, params, inv_k=inv_k)
     x = _int8(x, "Activations", 1, "(inputs,)")
     if mode == "fused":
@@ -307,7 +309,7 @@ def rmsnorm_gemv_trace(W_g, x, m, shift, eps_q, params: RdxeParams, *,
     return RmsNormTrace(S, variance, r, rc, x_norm, acc, y, out)
 
 
-def rmsnorm_gemv(W_g, x, m, shift, eps_q, params: RdxeParams, *, mode: str = "fused",
+def rmsnorm_gemv(W_g, x, m, shift, eps_q, params: DxtConfig, *, mode: str = "fused",
                  inv_k=None) -> np.ndarray:
     """Compute ``W_g @ RMSNorm(x)`` requantized to INT8, bit for bit, fused or sequential.
 
@@ -322,7 +324,7 @@ def rmsnorm_gemv(W_g, x, m, shift, eps_q, params: RdxeParams, *, mode: str = "fu
         ``RNE(y * m / 2**shift)`` with ``y ~ (W_g @ x) * rc * 2**norm_frac``.
     eps_q : int
         fp32 code of the epsilon in units of ``x**2`` (:func:`eps_code`): +0 or a positive normal.
-    params : RdxeParams
+    params : DxtConfig
     mode : str
         ``"fused"``: ``PPU(RCU(W_g . x))``. ``"sequential"``: ``x_n = requantize(x, rc)`` to
         INT8 first, then ``PPU(W_g . x_n)``. Both use the RC factor of :func:`rms_rc`.
@@ -421,7 +423,7 @@ def softmax_activations(s, scale) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return mx, exps, _activation_quantize(exps)
 
 
-def softmax_rc(p, params: RdxeParams) -> tuple[np.ndarray, np.ndarray, RCFactor]:
+def softmax_rc(p, params: DxtConfig) -> tuple[np.ndarray, np.ndarray, RCFactor]:
     """Return ``(p_sum, recip, rc)``: ``p_sum = sum p`` (exact), ``recip =
     reciprocal(int_to_float(p_sum))`` (exact conversion below 2**24), ``rc = to_rc(recip,
     prob_frac)``."""
@@ -432,7 +434,7 @@ def softmax_rc(p, params: RdxeParams) -> tuple[np.ndarray, np.ndarray, RCFactor]
     return total, recip, to_rc(recip, params.prob_frac, params)
 
 
-def softmax_pv_trace(s, V, scale, m, shift, params: RdxeParams, *, mode: str = "fused"
+def softmax_pv_trace(s, V, scale, m, shift, params: DxtConfig, *, mode: str = "fused"
                      ) -> SoftmaxTrace:
     """Compute :func:`softmax_pv` and return every intermediate value (:class:`SoftmaxTrace`)."""
     params = _params(params)
@@ -459,7 +461,7 @@ def softmax_pv_trace(s, V, scale, m, shift, params: RdxeParams, *, mode: str = "
     return SoftmaxTrace(mx, exps, p, total, recip, rc, probs, acc, y, out)
 
 
-def softmax_pv(s, V, scale, m, shift, params: RdxeParams, *, mode: str = "fused"
+def softmax_pv(s, V, scale, m, shift, params: DxtConfig, *, mode: str = "fused"
                ) -> np.ndarray:
     """Compute ``softmax(s) @ V`` requantized to INT8, bit for bit, fused or sequential.
 
@@ -474,7 +476,7 @@ def softmax_pv(s, V, scale, m, shift, params: RdxeParams, *, mode: str = "fused"
     m, shift : int or array of int, shape ``(d,)``
         PPU multiplier and shift, the same in both modes: the output is ``RNE(y * m / 2**shift)``
         with ``y ~ (softmax(s) @ V) * 2**prob_frac``.
-    params : RdxeParams
+    params : DxtConfig
     mode : str
         ``"fused"``: ``PPU(RCU(p . V))`` with the RC factor ``1 / sum p``. ``"sequential"``:
         ``probs = requantize(p, rc)`` to INT8 first, then ``PPU(probs . V)``.
@@ -490,7 +492,7 @@ def softmax_pv(s, V, scale, m, shift, params: RdxeParams, *, mode: str = "fused"
 # --- Q.K^T and attention --------------------------------------------------------------------------
 
 
-def qk_scores(q, K, m, shift, params: RdxeParams) -> tuple[np.ndarray, np.ndarray]:
+def qk_scores(q, K, m, shift, params: DxtConfig) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(acc, s)``: INT32 scores ``acc = K @ q`` (exact) and their INT8 form ``s =
     PPU(acc)`` (what the PPUs write back over the GBUS). ``q``: ``(d,)`` or ``(H, d)``, ``K``:
     ``(T, d)`` or ``(H, T, d)`` INT8; ``m``, ``shift``: scalars (one scale per layer)."""
@@ -506,7 +508,7 @@ def qk_scores(q, K, m, shift, params: RdxeParams) -> tuple[np.ndarray, np.ndarra
     return acc, ppu(acc, m[0], shift[0], params)
 
 
-def _heads(q, params: RdxeParams, groups: int) -> tuple[np.ndarray, np.ndarray]:
+def _heads(q, params: DxtConfig, groups: int) -> tuple[np.ndarray, np.ndarray]:
     q = _int8(q, "Query", 2, "(heads, head dimension)")
     if q.shape[1] != params.head_dim:
         raise ValueError(f"Query must have {params.head_dim} channels (the head dimension), "
@@ -518,7 +520,7 @@ def _heads(q, params: RdxeParams, groups: int) -> tuple[np.ndarray, np.ndarray]:
     return q, group
 
 
-def attention(q, K, V, *, score_m, score_shift, scale, m, shift, params: RdxeParams,
+def attention(q, K, V, *, score_m, score_shift, scale, m, shift, params: DxtConfig,
               mode: str = "fused", trace: bool = False):
     """Compute decode attention for every query head from flat K and V, bit for bit.
 
@@ -538,7 +540,7 @@ def attention(q, K, V, *, score_m, score_shift, scale, m, shift, params: RdxePar
         fp32 log2 scale of one INT8 score step (:func:`log2_scale`).
     m, shift : int or array of int, shape ``(d,)``
         PPU multiplier and shift of the outputs.
-    params : RdxeParams
+    params : DxtConfig
     mode : str
         ``"fused"`` or ``"sequential"`` softmax.
     trace : bool
@@ -563,7 +565,7 @@ def attention(q, K, V, *, score_m, score_shift, scale, m, shift, params: RdxePar
     return (result.out, result) if trace else result.out
 
 
-def attention_cached(q, images, *, score_m, score_shift, scale, m, shift, params: RdxeParams,
+def attention_cached(q, images, *, score_m, score_shift, scale, m, shift, params: DxtConfig,
                      mode: str = "fused") -> np.ndarray:
     """Compute decode attention from iWuR cache images, each VAC reading only its own rows.
 

@@ -1,20 +1,24 @@
-"""Parameters of the rDXE golden models: the tile's :class:`RdxeParams`, the format
-constants, and the checks every model applies to its arguments.
+"""Parameters of the rDXE golden models, the format constants, and the checks every model applies
+to its arguments.
+
+The models take the hardware's own parameters as they are (checked once, on construction): a
+tile's ``hdl.rdxe.DxtConfig`` (the registry's ``rdxe-dxt`` parameters), and for a VAC's own steps
+one VAC's ``hdl.rdxe.VacConfig`` (``rdxe-vac``'s). A GEMV's layout and cycles also run on a ring
+of ``vacs`` VACs of one ``VacConfig`` (``hdl.rdxe.HlinkSource``), not only on a tile.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from hdl.arith.format import FP32
-from hdl.rdxe.spec import DxtConfig, KVGeometry, VacConfig, check_rc_clamp, check_tile
-from hdl.validate import integer, power_of_two
+from hdl.rdxe.spec import DxtConfig, VacConfig
+from hdl.rdxe.vac import MAX_VACS
+from hdl.validate import integer
 
 __all__ = [
     "LAYOUTS", "MODES", "P_ONE", "SHIFT_MAX", "GBUS_BYTES", "MAX_INPUTS", "MAX_TOKENS",
-    "RdxeParams",
+    "DxtConfig", "VacConfig",
 ]
 
 #: KV-cache layouts: "iwur" (the design) and "baseline" (K column-wise, V row-wise).
@@ -32,101 +36,6 @@ MAX_INPUTS = 1 << 16
 #: Most tokens of a softmax row: sum(p) <= 127 * 2**16 < 2**24 converts to fp32 exactly.
 MAX_TOKENS = 1 << 16
 _INT8 = (-128, 127)
-
-
-# --- parameters -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RdxeParams:
-    """Parameters of one decoder execution tile (DXT), checked on construction.
-
-    Parameters
-    ----------
-    lanes : int
-        Multipliers per VAC and bytes per WMEM / KV-cache row: a power of two from 1 to 64 (16).
-    vacs : int
-        VACs per DXT, ``N``: 1 to 64 (16 in the paper).
-    wmem_depth : int
-        WMEM rows per VAC (``lanes`` bytes each): 1 to 2**20 (1024: 16 KB).
-    kv_rows : int
-        KV-cache rows per VAC, a power of two from 2 to 2**20 (512); the first half holds K, the
-        second half V. It must hold at least one token.
-    head_dim : int
-        Head dimension ``d``: a multiple of ``lanes`` from ``lanes`` to 1024 (64).
-    group_size : int
-        GQA group size ``G`` (query heads per KV head): 1 to 64 (1: MHA).
-    kv_groups : int
-        KV groups one DXT's caches hold: 1 to 64 (1). Group ``g`` has rows ``g * group_rows ..
-        (g + 1) * group_rows - 1`` of the K half and as many of the V half of every VAC's cache
-        (``group_rows = kv_rows / 2 // kv_groups``); query head ``h`` reads group ``h // G``.
-    mult_bits : int
-        Width of the PPU's signed multipliers: 2 to 32 (32).
-    clamp : str
-        INT8 range of every PPU and activation requantizer: ``"symmetric"`` [-127, 127]
-        (default) or ``"full"`` [-128, 127].
-    rc_bits : int
-        Width of the RC factor: 16 to 30 (25); ``rc_bits - 6`` significand bits and a 6-bit
-        shift.
-    norm_frac : int
-        Fraction bits of the RMSNorm RCU output and of the sequential mode's normalized
-        activations: 0 to 7 (4: normalized values in [-7.9, 7.9] in steps of 1/16).
-    prob_frac : int
-        Fraction bits of the softmax RCU output and of the sequential mode's probabilities:
-        0 to 7 (7: probabilities in [0, 127/128] in steps of 1/128).
-
-    Raises
-    ------
-    TypeError, ValueError
-        A message naming the parameter, the allowed values and the value given.
-    """
-
-    lanes: int = 16
-    vacs: int = 16
-    wmem_depth: int = 1024
-    kv_rows: int = 512
-    head_dim: int = 64
-    group_size: int = 1
-    kv_groups: int = 1
-    mult_bits: int = 32
-    clamp: str = "symmetric"
-    rc_bits: int = 25
-    norm_frac: int = 4
-    prob_frac: int = 7
-
-    def __post_init__(self):
-        power_of_two(self.lanes, "Lane count", 1, 64)
-        integer(self.vacs, "VAC count", 1, 64)
-        integer(self.wmem_depth, "WMEM depth", 1, 1 << 20)
-        power_of_two(self.kv_rows, "KV-cache row count", 2, 1 << 20)
-        integer(self.mult_bits, "PPU multiplier width", 2, 32)
-        check_rc_clamp(self.rc_bits, self.clamp)
-        check_tile(self)
-
-    @property
-    def rc_mant_bits(self) -> int:
-        """Significand bits of the RC factor: ``rc_bits - 6``."""
-        return self.rc_bits - 6
-
-    @property
-    def kv(self) -> KVGeometry:
-        """The iWuR cache's shape (shared with hdl.rdxe.DxtConfig)."""
-        return KVGeometry(self.lanes, self.vacs, self.head_dim, self.kv_rows, self.kv_groups)
-
-    key_rows = property(lambda self: self.kv.key_rows,
-                        doc="KV-cache rows per key (iWuR): ``head_dim / lanes``.")
-    value_rows = property(lambda self: self.kv.value_rows,
-                          doc="V channels per VAC, ``ceil(head_dim / vacs)``: iWuR V rows per "
-                              "block of ``lanes`` tokens.")
-    half_rows = property(lambda self: self.kv.half_rows,
-                         doc="Rows of each KV-cache region (K first, then V): ``kv_rows / 2``.")
-    group_rows = property(lambda self: self.kv.group_rows,
-                          doc="Rows of each KV group in each half: ``kv_rows / 2 // kv_groups``.")
-
-    @property
-    def out_limits(self) -> tuple[int, int]:
-        """INT8 range of the requantized outputs and activations."""
-        return (-127 if self.clamp == "symmetric" else -128), 127
 
 
 # --- validation -----------------------------------------------------------------------------------
@@ -149,7 +58,7 @@ def _int8(values, what: str, ndim: int, shape: str) -> np.ndarray:
     return _ints(values, what, *_INT8, ndim=ndim, shape=shape)
 
 
-def _ppu_args(m, shift, outputs: int, params: RdxeParams) -> tuple[np.ndarray, np.ndarray]:
+def _ppu_args(m, shift, outputs: int, params: VacConfig) -> tuple[np.ndarray, np.ndarray]:
     lo, hi = -(1 << (params.mult_bits - 1)), (1 << (params.mult_bits - 1)) - 1
     m = _ints(m, "PPU multiplier", lo, hi)
     shift = _ints(shift, "PPU shift", 0, SHIFT_MAX)
@@ -188,19 +97,36 @@ def _layout(layout: str) -> str:
     return layout
 
 
-def _params(params) -> RdxeParams | DxtConfig:
-    """A tile's parameters: the model's :class:`RdxeParams` or the hardware's ``DxtConfig``
-    (the registry's ``rdxe-dxt`` parameters), which has every field the models read."""
-    if not isinstance(params, (RdxeParams, DxtConfig)):
-        raise TypeError(f"Parameters must be an RdxeParams or a DxtConfig, not "
+def _params(params) -> DxtConfig:
+    """A tile's parameters: an ``hdl.rdxe.DxtConfig`` (the registry's ``rdxe-dxt`` parameters
+    are one)."""
+    if not isinstance(params, DxtConfig):
+        raise TypeError(f"Parameters must be a DxtConfig, not {type(params).__name__}")
+    return params
+
+
+def _vac_params(params) -> VacConfig:
+    """One VAC's parameters, for the models of a VAC's own steps (PPU, RC factor): an
+    ``hdl.rdxe.VacConfig`` (the registry's ``rdxe-vac`` parameters), or a tile's ``DxtConfig``
+    (one of its VACs)."""
+    if not isinstance(params, VacConfig):
+        raise TypeError(f"Parameters must be a VacConfig or a DxtConfig, not "
                         f"{type(params).__name__}")
     return params
 
 
-def _vac_params(params) -> RdxeParams | VacConfig:
-    """One VAC's parameters, for the models of a VAC's own steps (PPU, RC factor): a tile's, or
-    the hardware's ``VacConfig`` (the registry's ``rdxe-vac`` parameters)."""
-    if not isinstance(params, (RdxeParams, VacConfig)):
-        raise TypeError(f"Parameters must be an RdxeParams or a VacConfig, not "
+def _ring(params, vacs) -> tuple[VacConfig, int]:
+    """The VACs a GEMV runs on, ``(params, N)``: a tile's (a ``DxtConfig``, ``vacs`` None), or a
+    ring of ``vacs`` VACs of one ``VacConfig`` (1 to 64, as ``hdl.rdxe.HlinkSource`` takes)."""
+    if isinstance(params, DxtConfig):
+        if vacs is not None:
+            raise TypeError(f"VAC count must be None with a DxtConfig (it has {params.vacs}), "
+                            f"not {vacs!r}")
+        return params, params.vacs
+    if not isinstance(params, VacConfig):
+        raise TypeError(f"Parameters must be a DxtConfig or a VacConfig, not "
                         f"{type(params).__name__}")
-    return params
+    if vacs is None:
+        raise TypeError(f"VAC count must be an integer between 1 and {MAX_VACS} with a "
+                        f"VacConfig, not None")
+    return params, integer(vacs, "VAC count", 1, MAX_VACS)

@@ -15,7 +15,7 @@ from ..arith.float import to_float
 from ..arith.func import EXP2_ERROR, RECIP_ERROR, RSQRT_ERROR
 from ..arith.requant import requantize
 from .model import RCFactor
-from .params import RdxeParams, _mode, _params
+from .params import DxtConfig, _mode, _params
 
 __all__ = [
     "gemv_reference", "rmsnorm_gemv_reference", "softmax_pv_reference", "rmsnorm_error_bound",
@@ -64,7 +64,7 @@ def _k(m, shift) -> np.ndarray:
     return np.asarray(m, np.float64) / np.exp2(np.asarray(shift, np.float64))
 
 
-def rmsnorm_error_bound(W_g, x, m, shift, eps_q, params: RdxeParams, *, mode: str = "fused"
+def rmsnorm_error_bound(W_g, x, m, shift, eps_q, params: DxtConfig, *, mode: str = "fused"
                         ) -> np.ndarray:
     """Return the bound on ``|rmsnorm_gemv - clip(reference)|`` per output (float64, in output
     steps), derived in docs/rdxe_models.md::
@@ -99,7 +99,7 @@ def rmsnorm_error_bound(W_g, x, m, shift, eps_q, params: RdxeParams, *, mode: st
     return 0.5 + k * inner + _REF_SLACK * (1 + k * acc * r * F)
 
 
-def softmax_error_bound(s, V, scale, m, shift, params: RdxeParams, *, mode: str = "fused"
+def softmax_error_bound(s, V, scale, m, shift, params: DxtConfig, *, mode: str = "fused"
                         ) -> np.ndarray:
     """Return the bound on ``|softmax_pv - clip(reference)|`` per output channel (float64, in
     output steps) for one head (``s``: ``(T,)``, ``V``: ``(T, d)``), derived in
@@ -144,7 +144,7 @@ def softmax_error_bound(s, V, scale, m, shift, params: RdxeParams, *, mode: str 
     return 0.5 + k * inner + _REF_SLACK * (1 + k * F * vabs)
 
 
-def mode_gap_bound(W, a, rc: RCFactor, m, shift, params: RdxeParams) -> np.ndarray:
+def mode_gap_bound(W, a, rc: RCFactor, m, shift, params: DxtConfig) -> np.ndarray:
     """Return the bound on ``|fused - sequential|`` per output for weights ``W`` (``(M, K)``:
     ``W_g`` for RMSNorm, ``V.T`` for softmax), activations ``a`` (``x``, or ``p``) and the RC
     factor both modes share::

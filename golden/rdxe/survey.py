@@ -10,7 +10,7 @@ import numpy as np
 
 from .cycles import gemv_cycles, kv_read_cycles, qk_cycles, rmsnorm_gemv_cycles, softmax_pv_cycles
 from .model import eps_code, log2_scale, rmsnorm_gemv, softmax_pv
-from .params import LAYOUTS, MODES, RdxeParams
+from .params import LAYOUTS, MODES, DxtConfig
 from .reference import (rmsnorm_error_bound, rmsnorm_gemv_reference, softmax_error_bound,
                         softmax_pv_reference)
 
@@ -21,7 +21,7 @@ from .reference import (rmsnorm_error_bound, rmsnorm_gemv_reference, softmax_err
 def _survey(seeds: int = 40) -> None:
     """Print the worst errors against the float64 references and the bounds, and the cycle
     table at the issue's sizes."""
-    params = RdxeParams()
+    params = DxtConfig()
     lo, hi = params.out_limits
     print("RMSNorm-GEMV: worst |out - clip(ref)| (output steps) and worst error / bound")
     for K, M, spread in ((64, 32, 127), (1024, 64, 127), (1024, 64, 8), (4096, 16, 127),
@@ -37,7 +37,7 @@ def _survey(seeds: int = 40) -> None:
                 shift = np.full(M, 31 + int(round(math.log2(math.sqrt(K) * 2 ** params.norm_frac
                                                             * 127 / 40))))
                 eps = eps_code(1e-5, 0.05)
-                p = RdxeParams(wmem_depth=1 << 20)
+                p = DxtConfig(wmem_depth=1 << 20)
                 out = rmsnorm_gemv(W, x, m, shift, eps, p, mode=mode)
                 ref = np.clip(rmsnorm_gemv_reference(W, x, m, shift, eps, p.norm_frac), lo, hi)
                 err = np.abs(out - ref)

@@ -14,9 +14,9 @@ checks every parameter once and derives the widths of the payloads:
   PPU table entry.
 * ``o`` (:func:`result_layout`): one INT8 output.
 
-The parameter names and messages are those of ``golden.rdxe.RdxeParams`` where the two share a
-parameter (``lanes``, ``wmem_depth``, ``mult_bits``, ``clamp``, ``rc_bits``); a test checks that
-they agree. (``hdl`` does not import ``golden``: the imports run the other way.)
+:class:`DxtConfig` (a tile) and :class:`VacConfig` (one VAC) are also the parameters of the golden
+models (``golden.rdxe``), which take them as they are: one parameter object, checked once here.
+(``hdl`` does not import ``golden``: the imports run the other way.)
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ def check_config(cfg, kind: type, what: str):
 
 
 def check_rc_clamp(rc_bits, clamp) -> None:
-    """Check the RC factor width (16 to 30) and the INT8 clamp name shared by the VAC, the VE
-    and ``golden.rdxe.RdxeParams``."""
+    """Check the RC factor width (16 to 30) and the INT8 clamp name shared by the VAC and the
+    VE."""
     integer(rc_bits, "RC factor width", 16, 30)
     if clamp not in CLAMPS:
         raise ValueError(f"Clamp must be 'symmetric' or 'full', not {clamp!r}")
@@ -242,7 +242,7 @@ class VeConfig:
         Width of the RC factor, 16 to 30 (25), as the VACs'.
     norm_frac, prob_frac : int
         Fraction bits ``F`` the RC factor keeps for RMSNorm (4) and softmax (7), 0 to 7
-        (``golden.rdxe.RdxeParams``).
+        (:class:`DxtConfig`'s).
     clamp : str
         INT8 range of the sequential mode's normalized activations: ``"symmetric"`` or
         ``"full"``, the VACs' PPU clamp.
@@ -357,9 +357,9 @@ class KVGeometry:
 
 
 def check_tile(p) -> None:
-    """Check the tile-level fields shared by :class:`DxtConfig` and ``golden.rdxe.RdxeParams``:
-    ``head_dim`` (a multiple of ``lanes`` up to 1024), ``group_size``, ``kv_groups``,
-    ``norm_frac``, ``prob_frac``, and a cache that holds one token of each group."""
+    """Check the tile-level fields of :class:`DxtConfig`: ``head_dim`` (a multiple of ``lanes``
+    up to 1024), ``group_size``, ``kv_groups``, ``norm_frac``, ``prob_frac``, and a cache that
+    holds one token of each group."""
     integer(p.head_dim, "Head dimension", p.lanes, 1024)
     if p.head_dim % p.lanes:
         raise ValueError(f"Head dimension must be a multiple of the lane count "

@@ -19,7 +19,7 @@ from .spec import (ACC_BITS, CODE_BITS, VacConfig, check_config, hlink_layout, k
 
 __all__ = ["Vac", "HlinkSource", "VacRing", "MAX_VACS"]
 
-#: Largest VAC count an :class:`HlinkSource` keeps credits for (``golden.rdxe.RdxeParams.vacs``).
+#: Largest VAC count an :class:`HlinkSource` keeps credits for (``DxtConfig.vacs`` for a tile).
 MAX_VACS = 64
 #: Cycles from a result written into the result queue to ``o.valid`` (``SyncFIFOBuffered``).
 _QUEUE_LATENCY = 2

@@ -31,7 +31,7 @@ from hdl.arith.format import BF16, FP32, float_format
 from hdl.edram import Op, TensorClass
 from hdl.flowkv import FlowKVConfig
 from hdl.inflash.spec import Mode, Op as InflashOp
-from hdl.rdxe import DESTS, GBUS_BYTES, OPS
+from hdl.rdxe import DESTS, GBUS_BYTES, OPS, DxtConfig
 
 from ..params import BlockParams, ParameterError
 
@@ -400,8 +400,9 @@ _VAC_MATRICES = ("wmem", "kv", "wmem", "kv", "wmem", "wmem")
 #: Spread of a VAC accumulator over uniform INT8 weights and activations, per sqrt(inputs)
 #: (about 74 ** 2): the PPU scale that spreads the results over the INT8 range follows from it.
 _ACC_SPREAD = 5500.0
-#: Fraction bits an RC factor keeps (RMSNorm's and softmax's, ``golden.rdxe.RdxeParams``).
-_RC_FRACS = (4, 7)
+#: Fraction bits an RC factor keeps: a tile's RMSNorm and softmax defaults (``hdl.rdxe.DxtConfig``;
+#: a VAC alone has neither).
+_RC_FRACS = (DxtConfig.norm_frac, DxtConfig.prob_frac)
 
 
 def _ppu_entry(rng: random.Random, scale: float, mult_bits: int) -> tuple[int, int]:

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from golden.rdxe import (MAX_TOKENS, RdxeParams, gemv_cycles, qk_cycles, rmsnorm_gemv_cycles,
+from golden.rdxe import (MAX_TOKENS, DxtConfig, gemv_cycles, qk_cycles, rmsnorm_gemv_cycles,
                          softmax_pv_cycles)
 from hdl.validate import integer
 
@@ -80,9 +80,9 @@ def _check_model(model) -> Decoder:
     return model
 
 
-def _check_params(params, model: Decoder) -> RdxeParams:
-    if not isinstance(params, RdxeParams):
-        raise TypeError(f"Parameters must be an RdxeParams, not {type(params).__name__}")
+def _check_params(params, model: Decoder) -> DxtConfig:
+    if not isinstance(params, DxtConfig):
+        raise TypeError(f"Parameters must be a DxtConfig, not {type(params).__name__}")
     if params.head_dim != model.head_dim:
         raise ValueError(f"The DXT's head dimension must equal the model's ({model.head_dim}), "
                          f"not {params.head_dim}")
@@ -95,7 +95,7 @@ def _check_op(op) -> str:
     return op
 
 
-def layer_cycles(model: Decoder, op: str, context: int, params: RdxeParams = RdxeParams(), *,
+def layer_cycles(model: Decoder, op: str, context: int, params: DxtConfig = DxtConfig(), *,
                  batch: int = 1, dxts: int = DXTS_PER_DXE) -> int:
     """Return the cycles one DXE spends on operation ``op`` of one layer for ``batch`` tokens.
 
@@ -111,7 +111,7 @@ def layer_cycles(model: Decoder, op: str, context: int, params: RdxeParams = Rdx
     context : int
         Tokens the attention covers, the new one included: 1 to 65536. Only ``qk`` and ``pv``
         depend on it.
-    params : RdxeParams
+    params : DxtConfig
         The DXT (its ``head_dim`` must be the model's).
     batch : int
         Tokens processed together (1 to 1024): their linear layers are one GEMV with ``batch``
@@ -176,7 +176,7 @@ def layer_macs(model: Decoder, op: str, context: int) -> int:
             "ffn_down": D * model.ffn}[op]
 
 
-def token_layer_cycles(model: Decoder, context: int, params: RdxeParams = RdxeParams(), *,
+def token_layer_cycles(model: Decoder, context: int, params: DxtConfig = DxtConfig(), *,
                        batch: int = 1, dxts: int = DXTS_PER_DXE) -> dict[str, int]:
     """Return ``{op: cycles}`` of one layer (every op of :data:`OPS`) and their ``"total"``."""
     out = {op: layer_cycles(model, op, context, params, batch=batch, dxts=dxts) for op in OPS}
@@ -185,7 +185,7 @@ def token_layer_cycles(model: Decoder, context: int, params: RdxeParams = RdxePa
 
 
 @lru_cache(maxsize=64)
-def _layer_table(model: Decoder, params: RdxeParams, dxts: int, batch: int, tmax: int
+def _layer_table(model: Decoder, params: DxtConfig, dxts: int, batch: int, tmax: int
                  ) -> np.ndarray:
     """Cycles of one whole layer for ``batch`` tokens at contexts ``0 .. tmax`` (index = T)."""
     fixed = sum(layer_cycles(model, op, 1, params, batch=batch, dxts=dxts)
@@ -210,7 +210,7 @@ def _tmax(tokens: int) -> int:
 
 
 def cycle_table(models=(MT5_SMALL, OPT_350M), contexts=(1, 64, 256, 1024),
-                params: RdxeParams = RdxeParams()) -> str:
+                params: DxtConfig = DxtConfig()) -> str:
     """Markdown table of one layer's cycles on one DXE per operation, and the DXE's MAC use."""
     from ..reproduce import markdown_table
     rows = []

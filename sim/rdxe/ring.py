@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from golden.rdxe import MAX_TOKENS, RdxeParams, kv_capacity
+from golden.rdxe import MAX_TOKENS, DxtConfig, kv_capacity
 from hdl.validate import integer
 
 from .layers import (DXTS_PER_DXE, Decoder, MT5_SMALL, _check_model, _check_params, _layer_table,
@@ -117,7 +117,7 @@ class Ring:
         800 Mb/s", Sec. III-A), or None for no links (tokens move in zero time).
     buffer : int
         Extra token slots in front of each server, 0 to 64 (0: each server holds one token).
-    params : RdxeParams
+    params : DxtConfig
         The DXT.
     dxts : int
         DXTs per DXE, 1 to 64 (8).
@@ -134,7 +134,7 @@ class Ring:
     f_mhz: float = 200.0
     link_mbps: float | None = 800.0
     buffer: int = 0
-    params: RdxeParams = RdxeParams()
+    params: DxtConfig = DxtConfig()
     dxts: int = DXTS_PER_DXE
 
     def __post_init__(self):
