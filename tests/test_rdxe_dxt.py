@@ -233,11 +233,12 @@ def _masked(data, keep):
 
 
 def _scales(rng, M, k, bits=32):
-    """PPU multipliers and shifts near the scale ``k`` (TFLite style: ``bits - 1``-bit
-    multipliers)."""
-    shift = np.full(M, bits - 1 + int(math.floor(-math.log2(k))))
-    m = np.round(k * 2.0 ** shift * rng.uniform(0.7, 1.4, M)).astype(np.int64)
-    return np.clip(m, 1, (1 << (bits - 1)) - 1), shift
+    """PPU multipliers and shifts of ``M`` scales drawn from 0.7 to 1.4 times ``k``, each the
+    code ``golden.rdxe.ppu_code`` gives it: a ``bits``-bit multiplier using its full width (its
+    top magnitude bit set) and the shift that goes with it, one more or less where a draw
+    crosses a power of two."""
+    codes = [golden.ppu_code(float(scale), bits) for scale in k * rng.uniform(0.7, 1.4, M)]
+    return tuple(np.array(column, np.int64) for column in zip(*codes))
 
 
 # --- operations bit for bit -----------------------------------------------------------------------
