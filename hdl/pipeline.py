@@ -462,18 +462,19 @@ class HeadQueue(wiring.Component):
         level = Signal(range(places + 1))
         empty, full = level == 0, level == places
         load = ~o.valid | o.ready                  # the head register takes the next item
-        bypass = load & empty                      # ... straight from the write port
-        push = w.valid & ~full & ~bypass
-        pop = load & ~empty
-        # The slot at ``produce`` is free unless the queue is full, so writing it on a bypass
-        # as well is harmless, and keeps ``o.ready`` off the write enable.
-        m.d.comb += [wr.en.eq(w.valid & ~full), wr.addr.eq(produce), wr.data.eq(w.payload),
-                     rd.addr.eq(consume), self.lost.eq(w.valid & full)]
+        # Every write with a place goes into the store, even one the head register takes at
+        # once (the store then passes it on in the same cycle): what the reader decides late
+        # moves only ``consume``, the level's last choice and the head register.
+        push = w.valid & ~full
+        pop = load & (~empty | w.valid)
+        kept = Signal.like(level)
+        m.d.comb += [wr.en.eq(push), wr.addr.eq(produce), wr.data.eq(w.payload),
+                     rd.addr.eq(consume), self.lost.eq(w.valid & full), kept.eq(level + push)]
         with m.If(push):
             m.d.sync += produce.eq(Mux(produce == places - 1, 0, produce + 1))
         with m.If(pop):
             m.d.sync += consume.eq(Mux(consume == places - 1, 0, consume + 1))
-        m.d.sync += level.eq(level + push - pop)
+        m.d.sync += level.eq(Mux(pop, kept - 1, kept))
         with m.If(load):
             m.d.sync += [o.valid.eq(~empty | w.valid),
                          o.payload.eq(Mux(empty, w.payload, rd.data))]

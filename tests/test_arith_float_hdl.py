@@ -108,9 +108,12 @@ def test_multiplier_land_pieces_must_be_a_bool():
     (BF16, FP32, dict(mul_stages=2, add_stages=3), 5),
     (FP16, FP32, dict(mul_stages=2, add_stages=3), 5),
     (BF16, BF16, dict(mul_stages=2, add_stages=3), 5),
-    # The RC unit's (hdl.rdxe.ve): the adder's compare registered too, the blocks asked for.
     (FP32, FP32, dict(add_stages=7, add_cuts=(3, 5, 1, 4, 6, 0), block_registers=True), 12),
-], ids=["bf16-fp32", "fp16-fp32", "bf16-bf16", "fp32-compare-cut"])
+    # The RC unit's (hdl.rdxe.ve): the adder's compare registered too, the blocks asked for,
+    # the multiplier's pieces landed.
+    (FP32, FP32, dict(add_stages=7, add_cuts=(3, 5, 1, 4, 6, 0), block_registers=True,
+                      land_pieces=True), 13),
+], ids=["bf16-fp32", "fp16-fp32", "bf16-bf16", "fp32-compare-cut", "fp32-landed"])
 def test_mac(in_fmt, acc_fmt, kwargs, latency):
     rng = np.random.default_rng(SEED)
     a, b = operand_pairs(rng, in_fmt, in_fmt, 600)

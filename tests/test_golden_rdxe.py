@@ -761,9 +761,10 @@ def test_latency_defaults_are_the_shared_units():
     assert lat.sum_to_float == IntToFloat(stages=4).latency == 4
     # An activation lane's multiply: its pieces land in a register before their sum.
     assert lat.fmul == FloatMultiplier(land_pieces=True).latency == FloatMultiplier().latency + 1
-    # The RC unit's: the multiply-add's adder with its compare registered too, the
-    # Newton-Raphson units with every product landed (two cycles more per multiply).
-    assert lat.fmac == FloatMultiplier().latency + FloatAdder().latency + 1
+    # The RC unit's: the multiply-add's multiplier with its pieces landed and its adder with its
+    # compare registered too, the Newton-Raphson units with every product landed (two cycles
+    # more per multiply).
+    assert lat.fmac == FloatMultiplier().latency + FloatAdder().latency + 2
     assert lat.exp2 == Exp2().latency
     assert lat.rsqrt == RSqrt(land_products=True).latency == RSqrt().latency + 12
     assert lat.reciprocal == Reciprocal(round_register=True, land_products=True).latency
@@ -826,10 +827,10 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
     assert got.done == gbus_done({o: r + lat.ppu for o, r in ready.items()})
     assert got.macs == outputs * inputs
     # Fused: the RC factor is ready when the VE's chain over the C chunks is done (dot 5,
-    # accumulator 1, sum_to_float 4, fmul 5, fadd 7, rsqrt 28, conversion 4, its output register
-    # 1, broadcast 1).
+    # accumulator 1, sum_to_float 4, fmul 6 (its pieces landed), fadd 7, rsqrt 28, conversion 4,
+    # its output register 1, broadcast 1).
     C = -(-inputs // 16)
-    rc_ready = C - 1 + 5 + 1 + 4 + 5 + 7 + 28 + 4 + 1 + 1
+    rc_ready = C - 1 + 5 + 1 + 4 + 6 + 7 + 28 + 4 + 1 + 1
     fused = R.rmsnorm_gemv_cycles(outputs, inputs, DEFAULT)
     assert fused.rc_ready == rc_ready
     entries = rcu_entries(ready, 16, rc_ready)
@@ -847,12 +848,12 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
 
 def test_gemv_cycles_by_hand():
     # 16 x 16 on 16 VACs: one chunk each; VAC 15 gets it at cycle 15, IntDot 5, accumulator 1,
-    # PPU 7: result at cycle 28, 29 cycles. Fused: rc at 0 + 5 + 1 + 4 + 5 + 7 + 28 + 4 + 1 + 1
-    # = 56, RCU 6 + PPU 7: 70 cycles.
+    # PPU 7: result at cycle 28, 29 cycles. Fused: rc at 0 + 5 + 1 + 4 + 6 + 7 + 28 + 4 + 1 + 1
+    # = 57, RCU 6 + PPU 7: 71 cycles.
     plain = R.gemv_cycles(16, 16, DEFAULT)
     assert (plain.total, plain.utilization) == (29, 256 / (256 * 29))
     fused = R.rmsnorm_gemv_cycles(16, 16, DEFAULT)
-    assert (fused.total, fused.rc_ready, fused.hold) == (70, 56, 1)
+    assert (fused.total, fused.rc_ready, fused.hold) == (71, 57, 1)
 
 
 def test_long_gemv_utilization_and_fused_overhead():
@@ -872,9 +873,9 @@ def test_long_gemv_utilization_and_fused_overhead():
 @pytest.mark.parametrize("tokens", [1, 16, 100, 1024])
 def test_softmax_pv_cycles_match_schedule(tokens):
     # The activations reach VAC 0 and the VE's sum at cycle j; the reciprocal waits for the
-    # RMSNorm path (fmac 12 + rsqrt 28 = 40 > 21), so rc_ready is RMSNorm's formula.
+    # RMSNorm path (fmac 13 + rsqrt 28 = 41 > 21), so rc_ready is RMSNorm's formula.
     C = -(-tokens // 16)
-    rc_ready = C - 1 + 5 + 1 + 4 + 40 + 4 + 1 + 1
+    rc_ready = C - 1 + 5 + 1 + 4 + 41 + 4 + 1 + 1
     ready = schedule(64, tokens, DEFAULT)
     fused = R.softmax_pv_cycles(tokens, DEFAULT)
     assert fused.rc_ready == rc_ready

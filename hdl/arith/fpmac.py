@@ -34,6 +34,9 @@ class FloatMAC(wiring.Component):
     block_registers : bool
         The multiplier's (:class:`FloatMultiplier`'s ``block_registers``): for the ECP5, its
         pieces between their ``MULT18X18D`` blocks' own registers. Default ``False``.
+    land_pieces : bool
+        The multiplier's (:class:`FloatMultiplier`'s ``land_pieces``): its pieces registered
+        again before their sum, one cycle more. Default ``False``.
 
     Members
     -------
@@ -42,7 +45,8 @@ class FloatMAC(wiring.Component):
     o : Out(stream.Signature(StructLayout({"y": acc_fmt.width}), always_ready=True))
         ``y = round(round(a * b) + c)``.
 
-    Latency ``mul_stages + add_stages`` cycles from ``i.valid`` to ``o.valid``; one result per
+    Latency ``mul_stages + add_stages`` cycles (one more with ``land_pieces``) from ``i.valid``
+    to ``o.valid``; one result per
     cycle. The product is rounded to ``acc_fmt`` first (exact for bf16 or fp16 inputs into fp32
     whenever it is a normal fp32), then the sum is rounded; both follow the numerics of the two
     units. A running accumulator feeds ``y`` back as ``c`` (a loop of that latency) outside this
@@ -51,14 +55,15 @@ class FloatMAC(wiring.Component):
 
     def __init__(self, in_fmt: FloatFormat | str = BF16, acc_fmt: FloatFormat | str = FP32, *,
                  mul_stages: int = 5, add_stages: int = 6, add_cuts: Sequence[int] | None = None,
-                 block_registers: bool = False):
+                 block_registers: bool = False, land_pieces: bool = False):
         self._in_fmt = float_format(in_fmt)
         self._acc_fmt = float_format(acc_fmt)
         self.latency_of(self._in_fmt, self._acc_fmt, mul_stages=mul_stages,
                         add_stages=add_stages, add_cuts=add_cuts,
-                        block_registers=block_registers)  # the units' checks, at configuration
+                        block_registers=block_registers,
+                        land_pieces=land_pieces)  # the units' checks, at configuration
         self._mul_stages, self._add_stages, self._add_cuts = mul_stages, add_stages, add_cuts
-        self._blocks = block_registers
+        self._blocks, self._land = block_registers, land_pieces
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"a": self._in_fmt.width,
                                                         "b": self._in_fmt.width,
@@ -71,7 +76,8 @@ class FloatMAC(wiring.Component):
     @staticmethod
     def latency_of(in_fmt: FloatFormat | str = BF16, acc_fmt: FloatFormat | str = FP32, *,
                    mul_stages: int = 5, add_stages: int = 6,
-                   add_cuts: Sequence[int] | None = None, block_registers: bool = False) -> int:
+                   add_cuts: Sequence[int] | None = None, block_registers: bool = False,
+                   land_pieces: bool = False) -> int:
         """Return the latency of a multiply-add with these arguments, without building it.
 
         The arguments are the constructor's, checked as it and its two units check them (the
@@ -79,7 +85,8 @@ class FloatMAC(wiring.Component):
         """
         in_fmt, acc_fmt = float_format(in_fmt), float_format(acc_fmt)
         return (FloatMultiplier.latency_of(in_fmt, in_fmt, acc_fmt, stages=mul_stages,
-                                           block_registers=block_registers)
+                                           block_registers=block_registers,
+                                           land_pieces=land_pieces)
                 + FloatAdder.latency_of(acc_fmt, stages=add_stages, cuts=add_cuts))
 
     in_fmt = property(lambda self: self._in_fmt)
@@ -87,15 +94,17 @@ class FloatMAC(wiring.Component):
 
     @property
     def latency(self) -> int:
-        """Cycles from ``i.valid`` to ``o.valid``: ``mul_stages + add_stages``."""
+        """Cycles from ``i.valid`` to ``o.valid``: ``mul_stages + add_stages`` (+1 with
+        ``land_pieces``)."""
         return self.latency_of(self._in_fmt, self._acc_fmt, mul_stages=self._mul_stages,
-                               add_stages=self._add_stages)
+                               add_stages=self._add_stages, land_pieces=self._land)
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.mul = mul = FloatMultiplier(self._in_fmt, self._in_fmt, self._acc_fmt,
                                                  stages=self._mul_stages,
-                                                 block_registers=self._blocks)
+                                                 block_registers=self._blocks,
+                                                 land_pieces=self._land)
         m.submodules.add = add = FloatAdder(self._acc_fmt, stages=self._add_stages,
                                             cuts=self._add_cuts)
         c = delay(m, self.i.payload.c, mul.latency, name="c")

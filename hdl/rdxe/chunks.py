@@ -8,7 +8,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..pipeline import ResultQueue, delay
+from ..pipeline import ResultQueue, delay, distinct_copies
 from ..validate import index_bits, integer
 from .sequencer import normalize_request_layout, queued_layout, store_layout
 from .spec import CODE_BITS, DxtConfig, check_config, hlink_layout, ve_tap_layout
@@ -102,13 +102,16 @@ class TokenBuffer(wiring.Component):
                 rd.en.eq(norm_read | (self.read.valid & (self.read.payload.half == h))),
             ]
             reads.append(delay(m, rd.data.as_value(), READ_LATENCY - 1, name=f"read{h}"))
-        read_half = delay(m, Mux(self.norm.valid, req.half, self.read.payload.half),
-                          READ_LATENCY, name="read_half")
-        m.d.comb += self.data.eq(Mux(read_half, reads[1], reads[0]))
+        # Two copies of the half's selection, so that the chunk queue's and the normalizer's
+        # multiplexers are separate logic, each placed beside its own load.
+        half = delay(m, Mux(self.norm.valid, req.half, self.read.payload.half),
+                     READ_LATENCY - 1, name="read_half")
+        to_queue, to_norm = distinct_copies(m, [half], 2, name="read_half")
+        m.d.comb += self.data.eq(Mux(to_queue, reads[1], reads[0]))
         m.d.comb += [
             norm.i.valid.eq(delay(m, self.norm.valid, READ_LATENCY, name="norm_valid",
                                   reset=True)),
-            norm.i.payload.data.eq(self.data),
+            norm.i.payload.data.eq(Mux(to_norm, reads[1], reads[0])),
             norm.i.payload.m.eq(delay(m, req.m, READ_LATENCY, name="norm_m")),
             norm.i.payload.shift.eq(delay(m, req.shift, READ_LATENCY, name="norm_shift"))]
         return m

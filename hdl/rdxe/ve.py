@@ -61,12 +61,13 @@ _RC_OUT = 1
 #: stages), so that the negation's carry chain does not share a cycle with the leading-zero
 #: count. The multiply-add's adder registers its compare too
 #: (cut 0), so that it does not share a cycle with the alignment's choice, and its multiplier's
-#: pieces run between their blocks' own registers; the Newton-Raphson products likewise, each
+#: pieces run between their blocks' own registers, then land in fabric registers before their
+#: sum (step 20); the Newton-Raphson products likewise, each
 #: route to and from a block with a cycle of its own (docs/rdxe.md section 9.1, step 16). The
 #: reciprocal's extra cycles hide behind the RMSNorm path's.
 _TO_FLOAT_UNIT = partial(IntToFloat, ACC_BITS, FP32, stages=4)
 _FMAC_UNIT = partial(FloatMAC, FP32, FP32, add_stages=7, add_cuts=(3, 5, 1, 4, 6, 0),
-                     block_registers=True)
+                     block_registers=True, land_pieces=True)
 _RSQRT_UNIT = partial(RSqrt, block_registers=True, land_products=True)
 _RECIPROCAL_UNIT = partial(Reciprocal, round_register=True, block_registers=True,
                           land_products=True)
@@ -158,8 +159,8 @@ class RcUnit(wiring.Component):
         One factor per operation, :attr:`latency` cycles after its last chunk, with the
         operation's ``seq`` tag.
 
-    Latency (defaults): ``dot 5 + accumulate 1 + int_to_float 4 + fmac 12 + rsqrt 28 +
-    requant 4 + rc_out 1 = 55`` cycles at 16 lanes (``golden.rdxe.Latency``); one chunk per
+    Latency (defaults): ``dot 5 + accumulate 1 + int_to_float 4 + fmac 13 + rsqrt 28 +
+    requant 4 + rc_out 1 = 56`` cycles at 16 lanes (``golden.rdxe.Latency``); one chunk per
     cycle.
     """
 
