@@ -756,8 +756,9 @@ def test_latency_defaults_are_the_shared_units():
     from hdl.arith.requant import SHIFT_BITS, Requantizer
     lat = R.Latency()
     assert lat.requant == Requantizer().latency
-    assert lat.int_to_float == IntToFloat().latency
-    # The RC unit's conversion of the INT32 sum registers its magnitude too (four stages).
+    # An activation lane's conversion and the RC unit's of the INT32 sum register their
+    # magnitude (four stages).
+    assert lat.int_to_float == IntToFloat(stages=4).latency == IntToFloat().latency + 1
     assert lat.sum_to_float == IntToFloat(stages=4).latency == 4
     # An activation lane's multiply: its pieces land in a register before their sum.
     assert lat.fmul == FloatMultiplier(land_pieces=True).latency == FloatMultiplier().latency + 1
@@ -839,11 +840,11 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
     assert fused.total == max(entries.values()) + 13 + 1
     assert fused.done == gbus_done({o: e + 13 for o, e in entries.items()})
     assert fused.hold == sum(1 for o, r in ready.items() if o % 16 == 0 and r < rc_ready)
-    # Sequential: the factor, the sequencer's wait 1, C normalizing reads, the GEMV's lead 31
-    # (request 24, chunk queue 2, operand path 5), then the plain GEMV.
+    # Sequential: the factor, the sequencer's wait 1, C normalizing reads, the GEMV's lead 32
+    # (request 25, chunk queue 2, operand path 5), then the plain GEMV.
     seq = R.rmsnorm_gemv_cycles(outputs, inputs, DEFAULT, mode="sequential")
-    assert seq.total == rc_ready + 1 + C + 31 + got.total
-    assert seq.done == rc_ready + 1 + C + 31 + got.done
+    assert seq.total == rc_ready + 1 + C + 32 + got.total
+    assert seq.done == rc_ready + 1 + C + 32 + got.done
 
 
 def test_gemv_cycles_by_hand():
@@ -881,11 +882,11 @@ def test_softmax_pv_cycles_match_schedule(tokens):
     assert fused.rc_ready == rc_ready
     assert fused.total == last_rcu_entry(ready, 16, rc_ready) + 13 + 1
     seq = R.softmax_pv_cycles(tokens, DEFAULT, mode="sequential")
-    assert seq.total == rc_ready + 1 + C + 31 + R.gemv_cycles(64, tokens, DEFAULT).total
+    assert seq.total == rc_ready + 1 + C + 32 + R.gemv_cycles(64, tokens, DEFAULT).total
     assert seq.total > fused.total
-    # Score read 2, E = int_to_float 3 + fmul 6 (its pieces landed) + exp2 7 + split 1 +
-    # requant 4, the register behind the token buffer 1, queue 2, row 5.
-    assert R.Latency().lead == 2 + 21 + 1 + 2 + 5
+    # Score read 2, E = int_to_float 4 (its magnitude registered) + fmul 6 (its pieces landed)
+    # + exp2 7 + split 1 + requant 4, the register behind the token buffer 1, queue 2, row 5.
+    assert R.Latency().lead == 2 + 22 + 1 + 2 + 5
 
 
 @pytest.mark.parametrize("tokens", [1, 5, 64, 100, 1024])

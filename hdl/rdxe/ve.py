@@ -313,8 +313,8 @@ class Activations(wiring.Component):
     max : Out(signed(8))
         The running maximum.
 
-    Latency (defaults): the score read 2 (the read and a register), then ``int_to_float 3 +
-    fmul 6 + exp2 7 + split 1 + requant 4``: 23 cycles; one row per cycle. ``s - max`` is an
+    Latency (defaults): the score read 2 (the read and a register), then ``int_to_float 4 +
+    fmul 6 + exp2 7 + split 1 + requant 4``: 24 cycles; one row per cycle. ``s - max`` is an
     integer in [-255, 0], exact in bf16, so the conversion is to bf16 and the multiply bf16 x
     fp32 -> fp32: the same single rounding as ``golden.rdxe``'s fp32 x fp32 with a narrower
     multiplier.
@@ -333,8 +333,9 @@ class Activations(wiring.Component):
     def _units() -> tuple[partial, ...]:
         # The multipliers' registers are the ECP5 blocks' own when built for that target
         # (hdl.arith.dsp): the VE's blocks sit far from its logic, so the scale multiply's
-        # pieces land in a register of their own before their sum.
-        return (partial(IntToFloat, CODE_BITS + 1, BF16),
+        # pieces land in a register of their own before their sum. The conversion registers
+        # its magnitude (four stages): ``s - max`` and its negation are two carry chains.
+        return (partial(IntToFloat, CODE_BITS + 1, BF16, stages=4),
                 partial(FloatMultiplier, BF16, FP32, FP32, block_registers=True,
                         land_pieces=True),
                 partial(Exp2, block_registers=True),
