@@ -8,9 +8,10 @@ not 12``.
 
 from __future__ import annotations
 
+import math
 import numbers
 
-__all__ = ["integer", "power_of_two", "one_of", "index_bits"]
+__all__ = ["integer", "power_of_two", "one_of", "positive", "index_bits"]
 
 
 def _is_int(value) -> bool:
@@ -47,6 +48,17 @@ def one_of(value, what: str, allowed: tuple[int, ...]) -> int:
         error = ValueError if _is_int(value) else TypeError
         raise error(f"{what} must be {listed}, not {value!r}")
     return int(value)
+
+
+def positive(value, what: str, unit: str | None = None) -> float:
+    """Return ``value`` as a ``float`` if it is a finite real number above 0 (``unit``: what it
+    counts, named in the message: ``Read time tR_us must be a positive number of microseconds``)."""
+    of = f" of {unit}" if unit else ""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{what} must be a positive number{of}, not {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} must be a positive number{of}, not {value!r}")
+    return float(value)
 
 
 def index_bits(count: int) -> int:

@@ -245,7 +245,7 @@ def test_opt_shapes_are_table_ii():
     (lambda: model.Lpddr5Timing(nRCD=1.5), TypeError,
      "Timing nRCD (tCK) must be an integer between 1 and 1000, not 1.5"),
     (lambda: model.Lpddr5Timing(tCK_ns=0), ValueError,
-     "Clock period tCK_ns (ns) must be a positive finite number, not 0"),
+     "Clock period tCK_ns must be a positive number of ns, not 0"),
     (lambda: model.simulate_stream("umdam", np.array([0])), TypeError,
      "mapping must be an hdl.umdam.AddressMapping, not 'umdam'"),
     (lambda: model.simulate_stream(UMDAM, np.array([], np.uint64)), ValueError,
@@ -271,7 +271,7 @@ def test_opt_shapes_are_table_ii():
     (lambda: model.Rates(16.0, 25.6, 512.0, 450.0, -1.0), ValueError,
      "Re-layout time relayout_s_per_byte must be a finite number of at least 0, not -1.0"),
     (lambda: model.Rates(16.0, 0.0, 512.0, 450.0), ValueError,
-     "Rate npu_gbps must be a positive finite number, not 0.0"),
+     "Rate npu_gbps must be a positive number, not 0.0"),
 ])
 def test_bad_input_names_the_parameter(call, error, message):
     with pytest.raises(error) as info:

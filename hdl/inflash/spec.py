@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import enum
 import math
-import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 
 from amaranth.lib import data
 
-from ..validate import index_bits, integer, power_of_two
+from ..validate import index_bits, integer, positive, power_of_two
 
 __all__ = ["MAX_FMACS", "busy_cycles", "FlashGeometry", "Mode", "IMPLEMENTED_MODES", "Op",
            "Mapping", "ATTENTION_MODES", "MAX_ROWS", "MAX_COLS", "MAX_TRANSFER", "MAX_TOKENS",
@@ -46,12 +45,8 @@ def busy_cycles(t_us, clk_mhz, what: str = "Busy time t_us") -> int:
     ValueError
         A time or clock that is not positive and finite. The message names the quantity.
     """
-    for value, name, unit in ((t_us, what, "microseconds"),
-                              (clk_mhz, "Clock frequency clk_mhz", "MHz")):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise TypeError(f"{name} must be a positive number of {unit}, not {value!r}")
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{name} must be a positive number of {unit}, not {value!r}")
+    positive(t_us, what, "microseconds")
+    positive(clk_mhz, "Clock frequency clk_mhz", "MHz")
     return math.ceil(Fraction(str(t_us)) * Fraction(str(clk_mhz)))
 
 

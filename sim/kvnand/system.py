@@ -6,13 +6,11 @@ LLaMA decoders (:class:`Model`), each validated once, with the checks they share
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass, field, replace
 
 from golden.inflash import KV_FORMATS, MODES, FlashGeometry, KVLayout, stream_bytes
 from golden.inflash.params import _choice        # one check of a named choice, golden's
-from hdl.validate import integer
+from hdl.validate import integer, positive
 
 from ..models import ModelShape
 
@@ -28,17 +26,6 @@ DESIGNS = ("base1", "base2", "compact", "discrete")
 _GIBIT = 1 << 30                  # memory densities (Gb) are binary: 16 Gb = 2**34 bits
 _MIB = 1 << 20
 _KIB = 1 << 10
-
-
-# --- validation -----------------------------------------------------------------------------------
-
-
-def _positive(value, what: str, unit: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{what} must be a positive number of {unit}, not {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{what} must be a positive number of {unit}, not {value!r}")
-    return float(value)
 
 
 # --- the system (Table I) -------------------------------------------------------------------------
@@ -79,8 +66,8 @@ class Flash:
         if not isinstance(self.geometry, FlashGeometry):
             raise TypeError(f"Plane geometry must be a FlashGeometry, not {self.geometry!r}")
         integer(self.planes, "Planes per die", 1, 1024)
-        _positive(self.channel_gbs, "Channel bandwidth channel_gbs", "GB/s")
-        _positive(self.plain_die_gbit, "Plain die capacity plain_die_gbit", "Gb")
+        positive(self.channel_gbs, "Channel bandwidth channel_gbs", "GB/s")
+        positive(self.plain_die_gbit, "Plain die capacity plain_die_gbit", "Gb")
         integer(self.plane_kv_buffer_bytes, "KV buffer per plane in bytes", 1, 1 << 30)
 
     @property
@@ -120,10 +107,10 @@ class NPU:
     dram_gbs: float = 8.0
 
     def __post_init__(self):
-        _positive(self.tops, "NPU throughput tops", "TOPS")
+        positive(self.tops, "NPU throughput tops", "TOPS")
         integer(self.kv_buffer_bytes, "SoC KV buffer in bytes", 1, 1 << 40)
-        _positive(self.dram_gbit, "DRAM chip capacity dram_gbit", "Gb")
-        _positive(self.dram_gbs, "DRAM bandwidth dram_gbs", "GB/s")
+        positive(self.dram_gbit, "DRAM chip capacity dram_gbit", "Gb")
+        positive(self.dram_gbs, "DRAM bandwidth dram_gbs", "GB/s")
 
 
 #: KV element format of each weight precision: W8A8 keeps an 8-bit KV cache, W4A16 a 16-bit one.

@@ -5,7 +5,6 @@ Layer 1 of :mod:`sim.umdam`: :class:`Lpddr5Timing`, :func:`simulate_stream`, :fu
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, fields
 
@@ -13,19 +12,11 @@ import numpy as np
 
 import golden.umdam as golden
 from hdl.umdam.geometry import AddressMapping
-from hdl.validate import integer
+from hdl.validate import integer, positive
 
 __all__ = [
     "Lpddr5Timing", "AccessStats", "bursts", "simulate_stream", "simulate_pim",
 ]
-
-
-def _check_positive(value, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{what} must be a positive number, not {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{what} must be a positive finite number, not {value!r}")
-    return float(value)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -78,7 +69,7 @@ class Lpddr5Timing:
     nFAW: int = 16
 
     def __post_init__(self):
-        _check_positive(self.tCK_ns, "Clock period tCK_ns (ns)")
+        positive(self.tCK_ns, "Clock period tCK_ns", "ns")
         for f in fields(self):
             if f.name != "tCK_ns":
                 integer(getattr(self, f.name), f"Timing {f.name} (tCK)", 1, 1000)

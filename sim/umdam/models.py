@@ -10,10 +10,9 @@ import math
 from dataclasses import dataclass, fields
 
 import golden.umdam as golden
-from hdl.validate import integer
+from hdl.validate import integer, positive
 
 from ..models import ModelShape
-from .dram import _check_positive
 
 __all__ = [
     "OptModel", "OPT_125M", "OPT_1_3B", "OPT_6_7B", "OPT_30B", "MODELS", "NpuSpec", "PimSpec", "Op",
@@ -95,7 +94,7 @@ class NpuSpec:
     buffer_bytes: int = 8 << 20
 
     def __post_init__(self):
-        _check_positive(self.tflops, "NPU throughput tflops (TFLOPS)")
+        positive(self.tflops, "NPU throughput tflops", "TFLOPS")
         integer(self.buffer_bytes, "NPU buffer buffer_bytes", 0, 1 << 40)
 
 
@@ -107,8 +106,8 @@ class PimSpec:
     internal_gbps: float = 512.0
 
     def __post_init__(self):
-        _check_positive(self.gflops, "PIM throughput gflops (GFLOPS)")
-        _check_positive(self.internal_gbps, "PIM internal bandwidth internal_gbps (GB/s)")
+        positive(self.gflops, "PIM throughput gflops", "GFLOPS")
+        positive(self.internal_gbps, "PIM internal bandwidth internal_gbps", "GB/s")
 
 
 @dataclass(frozen=True)
@@ -180,8 +179,8 @@ def lm_head_op(model: OptModel, elem_bytes: int = 2) -> Op:
 
 def op_seconds(ops, flops_per_s: float, bytes_per_s: float) -> float:
     """Roofline time of operators run one after another: ``sum max(F / P, B / BW)``."""
-    _check_positive(flops_per_s, "Compute rate flops_per_s (FLOP/s)")
-    _check_positive(bytes_per_s, "Bandwidth bytes_per_s (B/s)")
+    positive(flops_per_s, "Compute rate flops_per_s", "FLOP/s")
+    positive(bytes_per_s, "Bandwidth bytes_per_s", "B/s")
     return sum(max(o.flops / flops_per_s, o.bytes / bytes_per_s) for o in ops)
 
 
@@ -213,7 +212,7 @@ class Rates:
                     raise ValueError(f"Re-layout time relayout_s_per_byte must be a finite "
                                      f"number of at least 0, not {value!r}")
             else:
-                _check_positive(value, f"Rate {f.name}")
+                positive(value, f"Rate {f.name}")
 
 
 _DECODE_ON = ("pim", "npu")
