@@ -113,6 +113,34 @@ def _kv_kind(kv_format: str) -> str:
     return _choice(kv_format, "KV format", KV_FORMATS)
 
 
+#: Logit's and Attend's operands ``a``, ``b``: names and shapes, and the axis of ``b`` that
+#: ``a``'s second (``d`` for Logit, ``T`` for Attend) must match.
+_OPERANDS = {
+    "logit": ("Query", "(heads, head dimension)", "Keys", "(tokens, head dimension)", 1,
+              "Key head dimension must be {} (the query's), not {}"),
+    "attend": ("Attention weights", "(heads, tokens)", "Values", "(tokens, head dimension)", 0,
+               "Values must have {} tokens (the attention weights'), not {}"),
+}
+
+
+def _operands(op: str, a, b, kv_format: str) -> tuple[str, np.ndarray, np.ndarray]:
+    """Check the operands of ``op`` (``"logit"``: ``q``, ``keys``; ``"attend"``: ``p``,
+    ``values``); return the KV kind and the two arrays."""
+    a_name, a_shape, b_name, b_shape, axis, mismatch = _OPERANDS[op]
+    kind = _kv_kind(kv_format)
+    a = _array(a, a_name, 2, a_shape, kind)
+    b = _array(b, b_name, 2, b_shape, kind)
+    if b.shape[axis] != a.shape[1]:
+        raise ValueError(mismatch.format(a.shape[1], b.shape[axis]))
+    return kind, a, b
+
+
+def _int8_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Exact int32 dot products of every row of ``a`` with every row of ``b``: ``(A, B)``."""
+    x, y = np.broadcast_arrays(a[:, None, :], b[None, :, :])
+    return dot(x, y).astype(np.int32)
+
+
 def logit(q, keys, kv_format: str = "fp16", *, fmacs: int | None = None) -> np.ndarray:
     """Return the scores ``q[h] . k_t`` of ``G`` query heads and ``T`` tokens, bit for bit.
 
@@ -121,17 +149,11 @@ def logit(q, keys, kv_format: str = "fp16", *, fmacs: int | None = None) -> np.n
     ``np.int32``. No ``1 / sqrt(d)`` scale (the NPU applies it with the softmax). ``fmacs`` is
     checked only.
     """
-    kind = _kv_kind(kv_format)
-    q = _array(q, "Query", 2, "(heads, head dimension)", kind)
-    keys = _array(keys, "Keys", 2, "(tokens, head dimension)", kind)
-    if keys.shape[1] != q.shape[1]:
-        raise ValueError(f"Key head dimension must be {q.shape[1]} (the query's), "
-                         f"not {keys.shape[1]}")
+    kind, q, keys = _operands("logit", q, keys, kv_format)
     _fmacs(fmacs)
     heads, d = q.shape
     if kind == "int8":
-        a, b = np.broadcast_arrays(q[:, None, :], keys[None, :, :])
-        return dot(a, b).astype(np.int32)
+        return _int8_rows(q, keys)
     fmt = _KV_FLOAT[kind]
     out = np.empty((heads, keys.shape[0]), np.uint32)
     step = max(1, _BLOCK // (heads * d))
@@ -148,16 +170,10 @@ def attend(p, values, kv_format: str = "fp16", *, fmacs: int | None = None) -> n
     order, ``y = fadd(fmul(p[h, t], v[t, e]), y)`` (products 16 x 16 -> fp32, exact; fp32 sums);
     fp32 codes. int8: ``p`` int8 values, exact ``np.int32``. ``fmacs`` is checked only.
     """
-    kind = _kv_kind(kv_format)
-    p = _array(p, "Attention weights", 2, "(heads, tokens)", kind)
-    values = _array(values, "Values", 2, "(tokens, head dimension)", kind)
-    if values.shape[0] != p.shape[1]:
-        raise ValueError(f"Values must have {p.shape[1]} tokens (the attention weights'), "
-                         f"not {values.shape[0]}")
+    kind, p, values = _operands("attend", p, values, kv_format)
     _fmacs(fmacs)
     if kind == "int8":
-        a, b = np.broadcast_arrays(p[:, None, :], values.T[None, :, :])
-        return dot(a, b).astype(np.int32)
+        return _int8_rows(p, values.T)
     fmt = _KV_FLOAT[kind]
     heads, d = p.shape[0], values.shape[1]
     acc = np.full((heads, d), _NEG_ZERO, np.uint32)

@@ -9,8 +9,8 @@ import numpy as np
 
 from hdl.arith.format import FP16, FP32, FloatFormat
 
-from .model import _kv_kind, _x
-from .params import _FLOAT, _KV_FLOAT, _array, _values
+from .model import _operands, _x
+from .params import _FLOAT, _KV_FLOAT, _values
 from .weights import Weights
 
 __all__ = [
@@ -107,9 +107,7 @@ def gemv_bound(weights: Weights, x) -> np.ndarray:
 
 def logit_reference(q, keys, kv_format: str = "fp16") -> np.ndarray:
     """``q @ keys.T`` in float64 (true values, no flush) or exact Python integers (int8)."""
-    kind = _kv_kind(kv_format)
-    q = _array(q, "Query", 2, "(heads, head dimension)", kind)
-    keys = _array(keys, "Keys", 2, "(tokens, head dimension)", kind)
+    kind, q, keys = _operands("logit", q, keys, kv_format)
     if kind == "int8":
         return q.astype(object) @ keys.T.astype(object)
     fmt = _KV_FLOAT[kind]
@@ -118,9 +116,7 @@ def logit_reference(q, keys, kv_format: str = "fp16") -> np.ndarray:
 
 def attend_reference(p, values, kv_format: str = "fp16") -> np.ndarray:
     """``p @ values`` in float64 (true values, no flush) or exact Python integers (int8)."""
-    kind = _kv_kind(kv_format)
-    p = _array(p, "Attention weights", 2, "(heads, tokens)", kind)
-    values = _array(values, "Values", 2, "(tokens, head dimension)", kind)
+    kind, p, values = _operands("attend", p, values, kv_format)
     if kind == "int8":
         return p.astype(object) @ values.astype(object)
     fmt = _KV_FLOAT[kind]
@@ -140,9 +136,7 @@ def _product_bound(a: np.ndarray, b: np.ndarray, fmt: FloatFormat, depth: int, n
 def logit_bound(q, keys, kv_format: str = "fp16") -> np.ndarray:
     """Bound on ``|logit - logit_reference|`` (``(G, T)``): the GEMV bound with ``cols = d``,
     ``gamma(ceil(log2 d)) * sum_i |q_i k_i| + ...``; 0 for int8."""
-    kind = _kv_kind(kv_format)
-    q = _array(q, "Query", 2, "(heads, head dimension)", kind)
-    keys = _array(keys, "Keys", 2, "(tokens, head dimension)", kind)
+    kind, q, keys = _operands("logit", q, keys, kv_format)
     if kind == "int8":
         return np.zeros((q.shape[0], keys.shape[0]))
     fmt = _KV_FLOAT[kind]
@@ -154,9 +148,7 @@ def logit_bound(q, keys, kv_format: str = "fp16") -> np.ndarray:
 def attend_bound(p, values, kv_format: str = "fp16") -> np.ndarray:
     """Bound on ``|attend - attend_reference|`` (``(G, d)``): a sequential sum of ``T`` exact
     products, ``gamma(T - 1) * sum_t |p_t v_te| + ...``; 0 for int8."""
-    kind = _kv_kind(kv_format)
-    p = _array(p, "Attention weights", 2, "(heads, tokens)", kind)
-    values = _array(values, "Values", 2, "(tokens, head dimension)", kind)
+    kind, p, values = _operands("attend", p, values, kv_format)
     if kind == "int8":
         return np.zeros((p.shape[0], values.shape[1]))
     fmt = _KV_FLOAT[kind]
