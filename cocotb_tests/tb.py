@@ -178,6 +178,15 @@ class BlockTB(abc.ABC):
         await self.drain()
         self.check_full_rate(len(items), self.component.latency, source=stream)
 
+    async def check_items(self, items, *, stream: str = "i", sink: str = "o") -> int:
+        """Send ``items`` on ``stream``, :meth:`drain`, and log how many outputs on ``sink``
+        matched the golden model; return that count."""
+        self.send(stream, items)
+        await self.drain()
+        matched = self.scoreboards[sink].matched
+        self.log.info("%d outputs matched the golden model", matched)
+        return matched
+
     async def reset(self, cycles: int = 3):
         self.dut.rst.value = 1
         await ClockCycles(self.clk, cycles)

@@ -169,12 +169,10 @@ async def random_traffic(dut):
     tb = make_tb(dut, idle=0.3, backpressure=0.3)
     await tb.reset()
     if isinstance(tb, TileGenTB):
-        items = tb.directed_commands() + [tb.random_command(600) for _ in range(12)]
-        tb.send("cmd", items)
+        await tb.check_items(tb.directed_commands() + [tb.random_command(600) for _ in range(12)],
+                             stream="cmd")
     else:
-        tb.send("i", tb.stimulus(2000))
-    await tb.drain()
-    tb.log.info("%d outputs matched the golden model", tb.scoreboards["o"].matched)
+        await tb.check_items(tb.stimulus(2000))
 
 
 @cocotb.test()
@@ -190,10 +188,11 @@ async def exhaustive(dut):
                         "elements (the small preset) and was not run here",
                         tb.tile_height, tb.tile_width)
             return
-        for rows in range(1, min(p.max_rows, 3 * tb.tile_height) + 1, max(1, tb.tile_height // 2)):
-            for cols in range(1, min(p.max_cols, 3 * tb.tile_width) + 1):
-                for order in ("npu", "pim"):
-                    tb.send("cmd", [tb.command(rows, cols, 0, order)])
+        await tb.check_items([tb.command(rows, cols, 0, order)
+                              for rows in range(1, min(p.max_rows, 3 * tb.tile_height) + 1,
+                                                max(1, tb.tile_height // 2))
+                              for cols in range(1, min(p.max_cols, 3 * tb.tile_width) + 1)
+                              for order in ("npu", "pim")], stream="cmd")
     else:
         width = tb.codecs["i"].width
         if width > 14:
@@ -201,9 +200,7 @@ async def exhaustive(dut):
                         "14 bits (the small preset) and was not run here", width)
             return
         codec = tb.codecs["i"]
-        tb.send("i", [codec.unpack(word) for word in range(1 << width)])
-    await tb.drain()
-    tb.log.info("%d outputs matched the golden model", tb.scoreboards["o"].matched)
+        await tb.check_items([codec.unpack(word) for word in range(1 << width)])
 
 
 @cocotb.test()
