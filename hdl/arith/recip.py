@@ -352,10 +352,8 @@ class RSqrt(_NewtonRaphson):
 
     Members
     -------
-    i : In(stream.Signature(StructLayout({"x": 32}), always_ready=True))
-        Arguments (fp32); a new one may come every cycle.
-    o : Out(stream.Signature(StructLayout({"y": 32}), always_ready=True))
-        Results (fp32), ``latency`` cycles after their arguments.
+    i, o
+        As :class:`Reciprocal`'s: fp32 arguments ``x``, fp32 results ``y``.
 
     Latency is ``4 + 6 * iterations`` cycles (``4 + 12 * iterations`` with ``land_products``, one
     more with ``round_register``); throughput one result per cycle.
