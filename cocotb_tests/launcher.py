@@ -186,6 +186,17 @@ def run_block(block_name: str, params: BlockParams, simulator: str, *, testcase=
     return results
 
 
+def run_case(case, simulator: str, **kwargs) -> Path:
+    """:func:`run_block` for a launcher case ``(block, preset, overrides)`` or ``(block, preset,
+    overrides, testcases)``: the preset's parameters with the overrides, the case's testcases
+    (all when it names none); ``kwargs``: :func:`run_block`'s other arguments."""
+    block, preset, overrides, *tests = case
+    if tests:
+        kwargs["testcase"] = tests[0]
+    return run_block(block, registry.get(block).parameters(preset, overrides), simulator,
+                     **kwargs)
+
+
 @contextlib.contextmanager
 def _exclusive(build_dir: Path):
     """Hold the build folder alone: pytest-xdist workers running cases that share a folder (the

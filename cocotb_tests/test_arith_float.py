@@ -2,9 +2,7 @@
 
 import pytest
 
-from memwall import registry
-
-from .launcher import SIMULATORS, case_id, run_block
+from .launcher import SIMULATORS, case_id, run_case
 
 #: (block, preset, overrides, simulators). A Verilator compile costs ~10 s, so every block runs
 #: under both simulators at one parameter set and the other sets (formats, depths) under Icarus
@@ -42,14 +40,10 @@ ECP5_RUNS = [(case[:3], simulator) for case in ECP5_CASES for simulator in case[
 
 @pytest.mark.parametrize("case, simulator", RUNS, ids=[f"{case_id(*case)}-{sim}" for case, sim in RUNS])
 def test_arith_float(case, simulator):
-    block, preset, overrides = case
-    params = registry.get(block).parameters(preset, overrides)
-    run_block(block, params, simulator)
+    run_case(case, simulator)
 
 
 @pytest.mark.parametrize("case, simulator", ECP5_RUNS,
                          ids=[f"{case_id(*case)}-ecp5-{sim}" for case, sim in ECP5_RUNS])
 def test_arith_float_ecp5(case, simulator):
-    block, preset, overrides = case
-    params = registry.get(block).parameters(preset, overrides)
-    run_block(block, params, simulator, target="ecp5")
+    run_case(case, simulator, target="ecp5")

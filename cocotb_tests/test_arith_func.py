@@ -2,9 +2,7 @@
 
 import pytest
 
-from memwall import registry
-
-from .launcher import case_id, case_runs, run_block
+from .launcher import case_id, case_runs, run_case
 
 #: (block, preset, overrides): each unit at its default (the accuracy target), exp2 with the
 #: smallest table and no inner registers, rsqrt with the most steps (the narrowest error term).
@@ -37,13 +35,9 @@ RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES if c[2]})
 
 @pytest.mark.parametrize("case, simulator", RUNS)
 def test_arith_func(case, simulator):
-    block, preset, overrides = case
-    params = registry.get(block).parameters(preset, overrides)
-    run_block(block, params, simulator)
+    run_case(case, simulator)
 
 
 @pytest.mark.parametrize("case", ECP5_CASES, ids=[f"{case_id(*c)}-ecp5" for c in ECP5_CASES])
 def test_arith_func_ecp5(case):
-    block, preset, overrides = case
-    run_block(block, registry.get(block).parameters(preset, overrides), "icarus",
-              target="ecp5")
+    run_case(case, "icarus", target="ecp5")

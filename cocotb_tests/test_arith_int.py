@@ -3,9 +3,7 @@ Verilator for several parameter sets."""
 
 import pytest
 
-from memwall import registry
-
-from .launcher import case_id, case_runs, run_block
+from .launcher import case_id, case_runs, run_case
 
 #: (block, preset, overrides): the small and default presets; the requantizer with an unsigned
 #: multiplier, a 4-bit full-range output and 3 stages; the dot product with 64 lanes of int8 x int4,
@@ -29,9 +27,7 @@ RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES if c[2]})
 
 @pytest.mark.parametrize("case, simulator", RUNS)
 def test_arith_int(case, simulator):
-    block, preset, overrides = case
-    params = registry.get(block).parameters(preset, overrides)
-    run_block(block, params, simulator)
+    run_case(case, simulator)
 
 
 #: The same testbenches on the Verilog written for the ECP5 with ``block_registers``: the
@@ -49,6 +45,4 @@ ECP5_CASES = [
 
 @pytest.mark.parametrize("case", ECP5_CASES, ids=[f"{case_id(*c)}-ecp5" for c in ECP5_CASES])
 def test_arith_int_ecp5(case):
-    block, preset, overrides = case
-    run_block(block, registry.get(block).parameters(preset, overrides), "icarus",
-              target="ecp5")
+    run_case(case, "icarus", target="ecp5")

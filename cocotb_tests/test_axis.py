@@ -11,7 +11,7 @@ import pytest
 
 from memwall import registry
 
-from .launcher import case_id, case_runs, run_block
+from .launcher import case_id, case_runs, run_block, run_case
 
 #: (block, preset, overrides, cocotb tests of the block's own testbench).
 CASES = [
@@ -28,9 +28,7 @@ RUNS = case_runs(CASES, verilator_slow={"flowkv-small", "inflash-small"})
 
 @pytest.mark.parametrize("case, simulator", RUNS)
 def test_axis(case, simulator):
-    block, preset, overrides, tests = case
-    run_block(block, registry.get(block).parameters(preset, overrides), simulator,
-              testcase=tests, interface="axis")
+    run_case(case, simulator, interface="axis")
 
 
 def test_axis_transport_catches_wrong_results():

@@ -4,7 +4,7 @@ import pytest
 
 from memwall import registry
 
-from .launcher import SIMULATORS, case_id, run_block
+from .launcher import SIMULATORS, case_id, run_block, run_case
 
 #: (block, preset, overrides, cocotb tests). The bare controller with the behavioural macros at the
 #: small geometry and at one bank with the smallest slack (every pending refresh forced as soon as
@@ -27,9 +27,7 @@ DECAY = {"banks": "4", "rows": "32", "cols": "64", "clk_mhz": "4"}
 @pytest.mark.parametrize("simulator", SIMULATORS)
 @pytest.mark.parametrize("case", CASES, ids=[case_id(*c) for c in CASES])
 def test_edram(case, simulator):
-    block, preset, overrides, tests = case
-    run_block(block, registry.get(block).parameters(preset, overrides), simulator,
-              testcase=tests)
+    run_case(case, simulator)
 
 
 #: A long run (59 s under Icarus, 28 s under Verilator on a loaded machine): Verilator in make

@@ -4,7 +4,7 @@ import pytest
 
 from memwall import registry
 
-from .launcher import case_id, case_runs, run_block
+from .launcher import case_id, case_runs, run_block, run_case
 
 ALL = ["random_jobs", "corner_cases", "refused", "full_rate"]
 #: (block, preset, overrides, cocotb tests): GQA with bf16 output at the small preset; MHA with
@@ -37,6 +37,4 @@ RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES[1:]},
 
 @pytest.mark.parametrize("case, simulator", RUNS)
 def test_flowkv(case, simulator):
-    block, preset, overrides, tests = case
-    run_block(block, registry.get(block).parameters(preset, overrides), simulator,
-              testcase=tests)
+    run_case(case, simulator)

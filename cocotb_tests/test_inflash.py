@@ -4,7 +4,7 @@ import pytest
 
 from memwall import registry
 
-from .launcher import case_id, case_runs, run_block
+from .launcher import case_id, case_runs, run_block, run_case
 
 ALL = ["random_gemvs", "corner_cases", "refused", "full_rate"]
 #: Logit and Attend on KV pages (the small preset).
@@ -53,6 +53,4 @@ def test_inflash_ecp5():
 
 @pytest.mark.parametrize("case, simulator", RUNS)
 def test_inflash(case, simulator):
-    block, preset, overrides, tests = case
-    run_block(block, registry.get(block).parameters(preset, overrides), simulator,
-              testcase=tests)
+    run_case(case, simulator)

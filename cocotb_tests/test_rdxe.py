@@ -2,9 +2,7 @@
 
 import pytest
 
-from memwall import registry
-
-from .launcher import SIMULATORS, case_id, run_block
+from .launcher import SIMULATORS, case_id, run_case
 
 #: (block, preset, overrides, cocotb tests). The VAC: the small preset (4 lanes, 4 credits) one
 #: test per case; then the corners of the other parameters: the 'full' clamp (outputs reach
@@ -27,9 +25,7 @@ CASES = [
 @pytest.mark.parametrize("simulator", SIMULATORS)
 @pytest.mark.parametrize("case", CASES, ids=[f"{case_id(*c)}-{'+'.join(c[3])}" for c in CASES])
 def test_rdxe(case, simulator):
-    block, preset, overrides, tests = case
-    run_block(block, registry.get(block).parameters(preset, overrides), simulator,
-              testcase=tests)
+    run_case(case, simulator)
 
 
 #: The Verilog for the ECP5: the VAC's lane products, PPU and RCU and the VE's multipliers on
@@ -44,6 +40,4 @@ ECP5_CASES = [
 def test_rdxe_ecp5(case):
     """Bit-exact and at the generic Verilog's cycles: ``full_rate`` checks the cycle counts
     against the cycle model."""
-    block, preset, overrides, tests = case
-    run_block(block, registry.get(block).parameters(preset, overrides), "icarus",
-              testcase=tests, target="ecp5")
+    run_case(case, "icarus", target="ecp5")

@@ -4,7 +4,7 @@ import pytest
 
 from memwall import registry
 
-from .launcher import case_id, case_runs, run_block
+from .launcher import case_id, case_runs, run_block, run_case
 
 #: (block, preset, overrides): the small geometry exhaustively (also with ranks and bank groups),
 #: LPDDR5 at the default and paper presets, hashed mappings. The combinational (latency 0) variant has no clock port; it is
@@ -34,9 +34,7 @@ RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES
 
 @pytest.mark.parametrize("case, simulator", RUNS)
 def test_umdam(case, simulator):
-    block, preset, overrides = case
-    params = registry.get(block).parameters(preset, overrides)
-    run_block(block, params, simulator)
+    run_case(case, simulator)
 
 
 @pytest.mark.parametrize("variable", ["MEMWALL_WAVES", "WAVES"])
