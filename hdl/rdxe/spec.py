@@ -62,6 +62,13 @@ def check_rc_clamp(rc_bits, clamp) -> None:
         raise ValueError(f"Clamp must be 'symmetric' or 'full', not {clamp!r}")
 
 
+def check_fractions(norm_frac, prob_frac) -> None:
+    """Check the fraction bits the RC factor keeps for RMSNorm and softmax (0 to 7 each), shared
+    by the VE and the tile."""
+    integer(norm_frac, "RMSNorm fraction bits", 0, 7)
+    integer(prob_frac, "Probability fraction bits", 0, 7)
+
+
 def kv_rows_check(value) -> int:
     """Return ``value`` if it is 0 (no KV cache) or a power of two from 2 to 2**20."""
     if not isinstance(value, int) or isinstance(value, bool) or not (
@@ -266,8 +273,7 @@ class VeConfig:
     def __post_init__(self):
         power_of_two(self.lanes, "VE lane count", GBUS_BYTES, MAX_LANES)
         check_rc_clamp(self.rc_bits, self.clamp)
-        integer(self.norm_frac, "RMSNorm fraction bits", 0, 7)
-        integer(self.prob_frac, "Probability fraction bits", 0, 7)
+        check_fractions(self.norm_frac, self.prob_frac)
         integer(self.score_rows, "Score buffer rows", 1, 1 << 16)
 
     @property
@@ -366,8 +372,7 @@ def check_tile(p) -> None:
                          f"{p.lanes}, not {p.head_dim}")
     integer(p.group_size, "GQA group size", 1, 64)
     integer(p.kv_groups, "KV group count", 1, 64)
-    integer(p.norm_frac, "RMSNorm fraction bits", 0, 7)
-    integer(p.prob_frac, "Probability fraction bits", 0, 7)
+    check_fractions(p.norm_frac, p.prob_frac)
     p.kv.check()
 
 
