@@ -260,7 +260,7 @@ def test_board_build_bad_input_is_one_line(capsys, tmp_path, argv, message):
 
 
 @pytest.mark.parametrize("block, board_name, message", [
-    ("rdxe-dxt", "icebreaker", "rdxe-dxt (small) does not fit icebreaker (iCE40UP5K): 142,901 "
+    ("rdxe-dxt", "icebreaker", "rdxe-dxt (small) does not fit icebreaker (iCE40UP5K): 142,958 "
                                "storage bits (limit 122,880) of block RAM, with the harness's "
                                "memories at --depth 256"),
     ("edram", "ulx3s-85f", "edram cannot go on a board: the harness cannot take it: Harness "
