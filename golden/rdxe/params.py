@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from hdl.arith.format import FP32
-from hdl.rdxe.spec import DxtConfig, VacConfig
+from hdl.arith.requant import SHIFT_BITS
+from hdl.rdxe.spec import GBUS_BYTES, DxtConfig, VacConfig
 from hdl.rdxe.vac import MAX_VACS
 from hdl.validate import integer
 
@@ -27,10 +28,8 @@ LAYOUTS = ("iwur", "baseline")
 MODES = ("fused", "sequential")
 #: INT8 activation code of exp(0) = 1 in the softmax P.V.
 P_ONE = 127
-#: Largest requantizer shift: the shift field is 6 bits (hdl.arith.requant.SHIFT_BITS).
-SHIFT_MAX = 63
-#: Bytes per GBUS transfer (32-bit bus).
-GBUS_BYTES = 4
+#: Largest requantizer shift: the shift field's (``hdl.arith.requant.SHIFT_BITS``, 6 bits).
+SHIFT_MAX = (1 << SHIFT_BITS) - 1
 #: Longest GEMV input: sum(x**2) < 2**30 and every INT32 accumulator is exact.
 MAX_INPUTS = 1 << 16
 #: Most tokens of a softmax row: sum(p) <= 127 * 2**16 < 2**24 converts to fp32 exactly.
