@@ -299,7 +299,8 @@ def run_board(block_name: str, params: BlockParams, *, count: int, seed: int, se
     ``count`` and ``seed`` choose the golden vectors (:func:`memwall.board.vectors.vectors`),
     ``settings`` (:class:`memwall.board.run.HarnessSettings`) the harness's memories; the UART
     runs at :data:`memwall.board.run.SIM_DIVISOR`. Each (block, parameters, settings,
-    simulator) builds into its own folder under ``build/cocotb/board/``.
+    simulator, board top's Verilog) builds into its own folder under ``build/cocotb/board/``:
+    a change of the block's board form is a new folder.
 
     Returns the :class:`memwall.board.run.Report` and the build folder; raises
     :class:`SimulationError` when the simulation gave no report (the host program failed: the
@@ -318,7 +319,8 @@ def run_board(block_name: str, params: BlockParams, *, count: int, seed: int, se
         text = registry.verilog_text(rtlil.convert(top, name=BOARD_TOP,
                                                    ports=registry.port_values(top)), BOARD_TOP)
     key = {"params": params.as_dict(), "settings": vars(settings), "divisor": SIM_DIVISOR,
-           "flags": _BUILD_ARGS[simulator], "timescale": TIMESCALE}
+           "flags": _BUILD_ARGS[simulator], "timescale": TIMESCALE,
+           "verilog": hashlib.sha1(text.encode()).hexdigest()}
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     build_dir = ROOT / "build" / "cocotb" / "board" / block.name / f"{digest}-{simulator}"
     build_dir.mkdir(parents=True, exist_ok=True)
