@@ -414,8 +414,9 @@ class HeadQueue(wiring.Component):
 
     What reads the head (a multiplier, a broadcast to many lanes) then starts from a flip-flop,
     not from the queue's RAM. ``depth`` places in all: the head register and a circular store of
-    ``depth - 1`` behind it (distributed RAM, read asynchronously). An item written at cycle ``t`` into an empty queue is the head at
-    ``t + 1``, exactly like a plain register; behind other items it waits its turn.
+    ``depth - 1`` behind it (distributed RAM, read asynchronously). An item written at cycle
+    ``t`` into an empty queue is the head at ``t + 1``, exactly like a plain register; behind
+    other items it waits its turn.
 
     Parameters
     ----------

@@ -53,7 +53,8 @@ class Latency:
     that split into the requantizer's multiplier). ``rc_out`` is the VE's register on the RC
     factor after the conversion's renormalization and saturation, before the factor fans out to
     the VACs. ``requant`` is the VE's requantizers' latency (the activation path's and the RC
-    conversion's), ``ppu`` the PPU's (its input register, then its shift in two steps),
+    conversion's), ``ppu`` the PPU's (its input register, its partial products registered once
+    more on their way from the multiplier blocks, then its shift in two steps),
     ``rcu`` the RCU's (its shift in two steps, and its partial products registered once more on
     their way from the multiplier blocks).
     ``gather`` is the skid buffer a VAC's result passes on its way into the gatherer (so that
