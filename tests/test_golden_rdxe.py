@@ -926,6 +926,13 @@ def test_argument_messages():
          r"RMSNorm eps must be an fp32 bit pattern \(an integer\), not 0.5"),
         (lambda: R.rmsnorm_gemv(np.zeros((1, 1 << 17), int), np.zeros(1 << 17, int), 1, 0, 0,
                                 R.DxtConfig(wmem_depth=1 << 20)), ValueError,
+         r"GEMV input of 131072 needs 8192 token-buffer chunks, more than the tile's 256 \(16 "
+         r"lanes each; max_inputs 4096\)"),
+        (lambda: R.gemv(np.zeros((1, 4097), int), np.zeros(4097, int), 1, 0,
+                        R.DxtConfig(wmem_depth=1 << 20, max_inputs=4096)), ValueError,
+         r"GEMV input of 4097 needs 257 token-buffer chunks, more than the tile's 256 \(16 "
+         r"lanes each; max_inputs 4096\)"),
+        (lambda: R.accumulate(np.zeros((1, 1 << 17), int), np.zeros(1 << 17, int)), ValueError,
          "Input length must be between 1 and 65536, not 131072"),
         (lambda: R.softmax_pv([1, 2], np.zeros((2, 4), int), 0, 1, 0, DEFAULT), ValueError,
          "Softmax scale must be a positive normal fp32 value, not 0x00000000"),

@@ -146,6 +146,16 @@ def _wmem_rows(shape: tuple[int, int], params: VacConfig, vacs: int) -> tuple[in
     return chunks, passes
 
 
+def _tile_gemv(shape: tuple[int, int], params: DxtConfig) -> None:
+    """Check that a GEMV of ``shape`` runs on the tile: its weights fit every VAC's WMEM and its
+    input the token buffer (``params.chunks`` chunks of ``lanes``, which the sequencer checks)."""
+    chunks, _ = _wmem_rows(shape, params, params.vacs)
+    if chunks > params.chunks:
+        raise ValueError(f"GEMV input of {shape[1]} needs {chunks} token-buffer chunks, more than "
+                         f"the tile's {params.chunks} ({params.lanes} lanes each; max_inputs "
+                         f"{params.max_inputs})")
+
+
 def wmem_image(W, params: DxtConfig | VacConfig, vacs: int | None = None) -> np.ndarray:
     """Return every VAC's WMEM image for weights ``W`` (``(M, K)`` INT8), shape ``(N,
     wmem_depth, lanes)`` int8.
@@ -181,7 +191,7 @@ def gemv(W, x, m, shift, params: DxtConfig) -> np.ndarray:
     W : array of int, shape ``(M, K)``
         INT8 weight codes; they must fit the WMEM (:func:`wmem_image`).
     x : array of int, shape ``(K,)``
-        INT8 activation codes, ``K <= 2**16``.
+        INT8 activation codes; ``ceil(K / lanes)`` at most the token buffer's ``chunks``.
     m, shift : int or array of int, shape ``(M,)``
         PPU multiplier (signed ``mult_bits``) and right shift (0 to 63), per output or shared.
     params : DxtConfig
@@ -194,11 +204,12 @@ def gemv(W, x, m, shift, params: DxtConfig) -> np.ndarray:
     Raises
     ------
     TypeError, ValueError
-        Non-integer arrays, codes out of range, mismatched shapes, a GEMV larger than the WMEM.
+        Non-integer arrays, codes out of range, mismatched shapes, a GEMV larger than the WMEM or
+        the token buffer.
     """
     params = _params(params)
     W = _int8(W, "Weights", 2, "(outputs, inputs)")
-    _wmem_rows(W.shape, params, params.vacs)
+    _tile_gemv(W.shape, params)
     acc = accumulate(W, x)
     m, shift = _ppu_args(m, shift, acc.shape[0], params)
     return ppu(acc, m, shift, params)
@@ -293,7 +304,7 @@ def rmsnorm_gemv_trace(W_g, x, m, shift, eps_q, params: DxtConfig, *,
     params = _params(params)
     mode = _mode(mode)
     W_g = _int8(W_g, "Weights", 2, "(outputs, inputs)")
-    _wmem_rows(W_g.shape, params, params.vacs)
+    _tile_gemv(W_g.shape, params)
     S, variance, r, rc = rms_rc(x, eps_q, params, inv_k=inv_k)
     x = _int8(x, "Activations", 1, "(inputs,)")
     if mode == "fused":
@@ -318,7 +329,7 @@ def rmsnorm_gemv(W_g, x, m, shift, eps_q, params: DxtConfig, *, mode: str = "fus
     W_g : array of int, shape ``(M, K)``
         INT8 weights with the RMSNorm gain merged offline; they must fit the WMEM.
     x : array of int, shape ``(K,)``
-        The raw INT8 input (``K <= 2**16``).
+        The raw INT8 input (``ceil(K / lanes)`` at most the token buffer's ``chunks``).
     m, shift : int or array of int
         PPU multiplier and shift, per output or shared; the same in both modes. The output is
         ``RNE(y * m / 2**shift)`` with ``y ~ (W_g @ x) * rc * 2**norm_frac``.
@@ -339,8 +350,8 @@ def rmsnorm_gemv(W_g, x, m, shift, eps_q, params: DxtConfig, *, mode: str = "fus
     Raises
     ------
     TypeError, ValueError
-        Bad arrays or codes, a GEMV larger than the WMEM, an unknown mode, a negative,
-        subnormal, infinite or NaN ``eps_q``.
+        Bad arrays or codes, a GEMV larger than the WMEM or the token buffer, an unknown
+        mode, a negative, subnormal, infinite or NaN ``eps_q``.
     """
     return rmsnorm_gemv_trace(W_g, x, m, shift, eps_q, params, mode=mode, inv_k=inv_k).out
 
