@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import shlex
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -365,24 +367,27 @@ def _build_blocks(client: Callable, chosen: list, args, out: Path) -> tuple[list
 
     from . import sweep
 
-    cache, pending, waiting, stages = _cache(args), set(), {}, {}
+    cache, waiting, stages = _cache(args), {}, {}
+    feeder, tag, count = None, uuid.uuid4().hex[:8], itertools.count()
     entries, reports, failures = [None] * len(chosen), [None] * len(chosen), []
     # Workers of the local cluster write their logs into the block's folder; others keep theirs.
     local = args.scheduler is None
 
     def synthesize(text, top, target, workdir, options):
+        nonlocal feeder
         hit = cache.get(cache_key(key_inputs(text, top, target, options)))
         if hit is not None:
             return hit
-        future = client().submit(sweep.synthesize_point, {"verilog": text, "top": top}, target,
-                                 options, str(workdir) if local else None, pure=False)
-        pending.add(future)
-        return future
+        feeder = feeder or sweep.Feeder(client())
+        return feeder.submit(f"build-{tag}-{next(count)}", sweep.synthesize_point,
+                             {"verilog": text, "top": top}, target, options,
+                             str(workdir) if local else None)
 
     def running() -> str:
         names = [f"{entries[i]['block']} ({target})" for i, _, target, _ in waiting.values()]
         more = f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
-        return f"build: {len(names)} syntheses to finish: " + ", ".join(names[:_NAMED]) + more
+        what = "synthesis" if len(names) == 1 else "syntheses"
+        return f"build: {len(names)} {what} to finish: " + ", ".join(names[:_NAMED]) + more
 
     def finish(i):
         if i in stages and None not in reports[i]:
@@ -404,10 +409,10 @@ def _build_blocks(client: Callable, chosen: list, args, out: Path) -> tuple[list
                     reports[i][t] = job
                     _status(_synth_line(tag, job))
                 else:
-                    waiting[job.key] = (i, t, target, tag)
+                    waiting[job] = (i, t, target, tag)
                     _status(f"{tag}: synthesize for {target}")
             finish(i)
-        for future in sweep.finished(pending, _status, running):
+        for future in feeder.finished(_status, running) if feeder else ():
             i, t, target, tag = waiting.pop(future.key)
             try:
                 result = future.result()

@@ -32,12 +32,12 @@ from sim.plots import pyplot, save_figure
 from . import registry
 from .params import ParameterError
 
-__all__ = ["SWEEP_MODULES", "Point", "grid", "finished", "pareto", "prepare", "synthesize_point",
+__all__ = ["SWEEP_MODULES", "Point", "grid", "Feeder", "pareto", "prepare", "synthesize_point",
            "stop", "synth_result", "simulate_point", "run", "rows", "csv_text", "plot", "markdown"]
 
 #: The modules a sweep's tasks import on the workers.
 SWEEP_MODULES = ("memwall.sweep", "synth.flow", "cocotb_tests.bench")
-#: Seconds without a finished task after which :func:`finished` says what is still running.
+#: Seconds without a finished task after which :meth:`Feeder.finished` says what is still running.
 HEARTBEAT_S = 60.0
 #: Separates the values of a tuple parameter in ``--set`` (its items are comma-separated).
 TUPLE_SEPARATOR = ";"
@@ -79,22 +79,59 @@ def grid(params_cls, sets: list[str] | None) -> list[dict[str, str]]:
     return [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
 
 
-def finished(pending: set, progress: Callable[[str], None], what: Callable[[], str]):
-    """Yield the Dask futures of ``pending`` as they finish, ``pending`` growing meanwhile; after
-    each :data:`HEARTBEAT_S` in which none finishes, ``progress`` gets ``what()`` and the time
-    waited (a large block synthesizes for ten minutes)."""
-    from distributed import wait
+class Feeder:
+    """Hands tasks to a Dask cluster no faster than its workers take them, and yields them as
+    they finish.
 
-    started = time.monotonic()
-    while pending:
-        try:
-            done, _ = wait(list(pending), timeout=HEARTBEAT_S, return_when="FIRST_COMPLETED")
-        except TimeoutError:
-            progress(f"{what()} ({(time.monotonic() - started) / 60:.0f} min)")
-            continue
-        for future in done:
-            pending.discard(future)
-            yield future
+    Dask gives a task to a worker when it is submitted, so a task queued behind a long one waits
+    though another worker is idle (docs/sweeps.md: a cold ``memwall build`` left flowkv queued
+    behind rdxe-dxt while rdxe-vac ran on the other worker). The feeder keeps at most one task
+    per worker thread on the cluster and the rest here, in the order submitted; each goes to
+    the first worker that frees. The count of threads is asked at each hand-over, so workers
+    that join an existing cluster are used.
+    """
+
+    def __init__(self, client):
+        self.client, self.queue, self.pending, self.done = client, [], set(), []
+
+    def submit(self, key: str, fn, *args, **kwargs) -> str:
+        """Queue ``fn(*args, **kwargs)`` as the task ``key`` (unique); returns ``key``, which is
+        the key of the future :meth:`finished` yields for it."""
+        self.queue.append((key, fn, args, kwargs))
+        self._feed()
+        return key
+
+    def __len__(self) -> int:
+        """Tasks submitted and not yet yielded by :meth:`finished`."""
+        return len(self.queue) + len(self.pending) + len(self.done)
+
+    def _feed(self):
+        finished = {f for f in self.pending if f.done()}
+        self.pending -= finished
+        self.done += finished
+        if not self.queue:
+            return
+        threads = max(1, sum(self.client.nthreads().values()))
+        while self.queue and len(self.pending) < threads:
+            key, fn, args, kwargs = self.queue.pop(0)
+            self.pending.add(self.client.submit(fn, *args, key=key, pure=False, **kwargs))
+
+    def finished(self, progress: Callable[[str], None], what: Callable[[], str]):
+        """Yield the futures as they finish, tasks submitted meanwhile included; after each
+        :data:`HEARTBEAT_S` in which none finishes, ``progress`` gets ``what()`` and the time
+        waited (a large block synthesizes for ten minutes)."""
+        from distributed import wait
+
+        started = time.monotonic()
+        while len(self):
+            self._feed()
+            if self.done:
+                yield self.done.pop(0)
+                continue
+            try:
+                wait(list(self.pending), timeout=HEARTBEAT_S, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                progress(f"{what()} ({(time.monotonic() - started) / 60:.0f} min)")
 
 
 def pareto(points: list[tuple[float, float]]) -> list[int]:
@@ -246,14 +283,12 @@ def run(client, block, preset: str, points: list[dict[str, str]], *, target: str
 
     state = [Point(dict(p)) for p in points]
     options = dict(block.synth.flow_options(), seeds=seeds)
-    tag, tasks, pending = uuid.uuid4().hex[:8], {}, set()
+    tag, tasks, feeder = uuid.uuid4().hex[:8], {}, Feeder(client)
     started = time.monotonic()
 
     def submit(kind: str, k: int, fn, *args):
-        future = client.submit(fn, *args, key=f"sweep-{tag}-{kind}-{k}")
-        tasks[future.key] = (kind, k)
+        tasks[feeder.submit(f"sweep-{tag}-{kind}-{k}", fn, *args)] = (kind, k)
         state[k].pending += 1
-        pending.add(future)
 
     def running() -> str:
         left = [p.label for p in state if p.pending]
@@ -264,7 +299,7 @@ def run(client, block, preset: str, points: list[dict[str, str]], *, target: str
         submit("prepare", k, prepare, block.name, preset, point.overrides, target, options,
                force, simulator)
     count = 0
-    for future in finished(pending, progress, running):
+    for future in feeder.finished(progress, running):
         kind, k = tasks.pop(future.key)
         point = state[k]
         point.pending -= 1

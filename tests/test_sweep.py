@@ -313,6 +313,32 @@ def test_a_build_whose_tools_fail_reports_it_and_finishes_the_others(capsys, tmp
     assert (out / "arith-fpadd" / "arith_fpadd.v").is_file()        # its files are kept
 
 
+def test_the_feeder_gives_a_queued_task_to_the_worker_that_frees_first():
+    """Dask gives a task to a worker on submission, even a busy one; the feeder keeps one task
+    per worker thread on the cluster, so the third task runs on the short task's worker, beside
+    the long one, not after it."""
+    from sim.reproduce import dask_client
+
+    def where(seconds):         # defined here: pickled by value, the workers need no tests/
+        import time
+
+        from distributed import get_worker
+        time.sleep(seconds)
+        return get_worker().address
+
+    with dask_client(workers=2) as client:
+        feeder = sweep.Feeder(client)
+        keys = [feeder.submit(f"feeder-{k}", where, s) for k, s in enumerate((4.0, 0.2, 0.0))]
+        assert (len(feeder.pending), len(feeder.queue), len(feeder)) == (2, 1, 3)
+        order, got = [], {}
+        for future in feeder.finished(print, lambda: "still running"):
+            order.append(future.key)
+            got[future.key] = future.result()
+        assert len(feeder) == 0
+    assert order == [keys[1], keys[2], keys[0]]
+    assert got[keys[2]] == got[keys[1]] != got[keys[0]]
+
+
 def test_build_starts_the_largest_netlists_first():
     """memwall build hands the syntheses to the cluster largest first (Size: cells and memory
     bits), so that the longest start at once and the small ones fill in beside them; blocks it
