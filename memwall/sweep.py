@@ -317,7 +317,7 @@ def run(client, block, preset: str, points: list[dict[str, str]], *, target: str
             if hit is not None:
                 point.report = hit
             else:
-                submit("synth", k, synthesize_point, future, target, options)
+                submit("synth", k, synthesize_point, result, target, options)
             if simulator is not None:
                 point.sim_inputs = result["sim_inputs"]
                 point.metrics = None if cache is None else \
