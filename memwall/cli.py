@@ -378,7 +378,7 @@ def _build_blocks(client: Callable, chosen: list, args, out: Path) -> tuple[list
         hit = cache.get(cache_key(key_inputs(text, top, target, options)))
         if hit is not None:
             return hit
-        feeder = feeder or sweep.Feeder(client())
+        feeder = feeder or sweep.Feeder(client(), "build")
         return feeder.submit(f"build-{tag}-{next(count)}", sweep.synthesize_point,
                              {"verilog": text, "top": top}, target, options,
                              str(workdir) if local else None)
@@ -859,9 +859,10 @@ def main(argv: list[str] | None = None) -> int:
         print("memwall: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
+        from sim.reproduce import ClusterLost
         from synth.flow import SynthError
         from synth.toolchain import ToolNotFound
-        if isinstance(exc, (SynthError, ToolNotFound)):
+        if isinstance(exc, (SynthError, ToolNotFound, ClusterLost)):
             print(f"memwall: {exc}", file=sys.stderr)
             return EXIT_TOOL
         raise

@@ -28,12 +28,14 @@ from pathlib import Path
 from typing import Callable
 
 from sim.plots import pyplot, save_figure
+from sim.reproduce import ClusterLost
 
 from . import registry
 from .params import ParameterError
 
-__all__ = ["SWEEP_MODULES", "Point", "grid", "Feeder", "pareto", "prepare", "synthesize_point",
-           "stop", "synth_result", "simulate_point", "run", "rows", "csv_text", "plot", "markdown"]
+__all__ = ["SWEEP_MODULES", "Point", "grid", "Feeder", "pareto", "prepare",
+           "synthesize_point", "stop", "synth_result", "simulate_point", "run", "rows", "csv_text",
+           "plot", "markdown"]
 
 #: The modules a sweep's tasks import on the workers.
 SWEEP_MODULES = ("memwall.sweep", "synth.flow", "cocotb_tests.bench")
@@ -79,6 +81,18 @@ def grid(params_cls, sets: list[str] | None) -> list[dict[str, str]]:
     return [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
 
 
+class _Lost:
+    """Stands for a task the lost cluster did not finish: its ``key``, and ``result()`` raising
+    :class:`ClusterLost`, as a failed task's future raises its error."""
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def result(self):
+        raise ClusterLost("the connection to the Dask scheduler was lost before this task "
+                          "finished")
+
+
 class Feeder:
     """Hands tasks to a Dask cluster no faster than its workers take them, and yields them as
     they finish.
@@ -89,10 +103,15 @@ class Feeder:
     per worker thread on the cluster and the rest here, in the order submitted; each goes to
     the first worker that frees. The count of threads is asked at each hand-over, so workers
     that join an existing cluster are used.
+
+    If the client loses its scheduler, every task not finished is yielded at once, its
+    ``result()`` raising :class:`ClusterLost`, so that the caller reports it as failed and
+    keeps what did finish.
     """
 
-    def __init__(self, client):
-        self.client, self.queue, self.pending, self.done = client, [], set(), []
+    def __init__(self, client, name: str):
+        self.client, self.name, self.gone = client, name, False
+        self.queue, self.pending, self.done = [], set(), []
 
     def submit(self, key: str, fn, *args, **kwargs) -> str:
         """Queue ``fn(*args, **kwargs)`` as the task ``key`` (unique); returns ``key``, which is
@@ -105,13 +124,27 @@ class Feeder:
         """Tasks submitted and not yet yielded by :meth:`finished`."""
         return len(self.queue) + len(self.pending) + len(self.done)
 
+    @property
+    def lost(self) -> bool:
+        """Whether the client has lost its scheduler (it reconnects for 30 s, then closes; the
+        cluster's tasks are gone either way)."""
+        return self.gone or self.client.status not in ("running", "newly-created")
+
     def _feed(self):
+        if self.lost:       # results cannot be fetched either: every task not yielded has failed
+            left = [f.key for f in [*self.done, *self.pending]] + [k for k, *_ in self.queue]
+            self.done, self.pending, self.queue = [_Lost(key) for key in left], set(), []
+            return
         finished = {f for f in self.pending if f.done()}
         self.pending -= finished
         self.done += finished
         if not self.queue:
             return
-        threads = max(1, sum(self.client.nthreads().values()))
+        try:
+            threads = max(1, sum(self.client.nthreads().values()))
+        except OSError:     # the scheduler went before the client noticed
+            self.gone = True
+            return self._feed()
         while self.queue and len(self.pending) < threads:
             key, fn, args, kwargs = self.queue.pop(0)
             self.pending.add(self.client.submit(fn, *args, key=key, pure=False, **kwargs))
@@ -119,12 +152,20 @@ class Feeder:
     def finished(self, progress: Callable[[str], None], what: Callable[[], str]):
         """Yield the futures as they finish, tasks submitted meanwhile included; after each
         :data:`HEARTBEAT_S` in which none finishes, ``progress`` gets ``what()`` and the time
-        waited (a large block synthesizes for ten minutes)."""
+        waited (a large block synthesizes for ten minutes). A lost scheduler is one
+        ``progress`` line."""
+        from concurrent.futures import CancelledError
+
         from distributed import wait
 
-        started = time.monotonic()
+        started, told = time.monotonic(), False
         while len(self):
             self._feed()
+            if self.lost and not told:
+                told = True
+                unfinished = sum(isinstance(f, _Lost) for f in self.done)
+                progress(f"{self.name}: lost the connection to the Dask scheduler: the "
+                         f"{unfinished} task(s) not finished are reported as failed")
             if self.done:
                 yield self.done.pop(0)
                 continue
@@ -132,6 +173,8 @@ class Feeder:
                 wait(list(self.pending), timeout=HEARTBEAT_S, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 progress(f"{what()} ({(time.monotonic() - started) / 60:.0f} min)")
+            except CancelledError:
+                pass        # a task cancelled, by its scheduler's loss or on the cluster: done
 
 
 def pareto(points: list[tuple[float, float]]) -> list[int]:
@@ -283,7 +326,7 @@ def run(client, block, preset: str, points: list[dict[str, str]], *, target: str
 
     state = [Point(dict(p)) for p in points]
     options = dict(block.synth.flow_options(), seeds=seeds)
-    tag, tasks, feeder = uuid.uuid4().hex[:8], {}, Feeder(client)
+    tag, tasks, feeder = uuid.uuid4().hex[:8], {}, Feeder(client, "sweep")
     started = time.monotonic()
 
     def submit(kind: str, k: int, fn, *args):

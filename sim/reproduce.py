@@ -32,8 +32,8 @@ from typing import Callable, Iterable, Sequence
 
 from .plots import save_figure
 
-__all__ = ["PAPERS", "Row", "Result", "Context", "ReproduceError", "dask_client", "run",
-           "markdown_table", "difference"]
+__all__ = ["PAPERS", "Row", "Result", "Context", "ReproduceError", "ClusterLost", "dask_client",
+           "run", "markdown_table", "difference"]
 
 #: Paper name -> the sim module whose ``reproduce(ctx)`` reproduces it.
 PAPERS = {
@@ -51,6 +51,11 @@ CONNECT_TIMEOUT_S = 10
 
 class ReproduceError(Exception):
     """A user mistake or an unreachable cluster: printed as one line by the CLI."""
+
+
+class ClusterLost(RuntimeError):
+    """The client lost its Dask scheduler before a task finished: printed as one line by the
+    CLI, or, where each task stands alone (``sweep``, ``build``), reported per task."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +217,9 @@ class Context:
         results = [None] * n
         for done, future in enumerate(as_completed(futures), 1):
             k = index[future.key]
+            if future.status == "cancelled":
+                raise ClusterLost(f"{label}: the connection to the Dask scheduler was lost "
+                                  f"after {done - 1} of {n} points; nothing was written")
             if future.status == "error":
                 exc = future.exception()
                 for other in futures:
@@ -311,6 +319,20 @@ def _check_workers(client, scheduler: str, modules=REPRODUCE_MODULES) -> None:
                              f"{', '.join(lacking[:3])}{' ...' if len(lacking) > 3 else ''}")
 
 
+def _close(client) -> None:
+    """Close ``client``. One that lost its scheduler is still reconnecting, and distributed logs
+    the cancelled reconnection as an error with a traceback: the commands have already said the
+    scheduler was lost, in one line."""
+    log = logging.getLogger("distributed.client")
+    level = log.level
+    if client.status != "running":
+        log.setLevel(logging.CRITICAL)
+    try:
+        client.close()
+    finally:
+        log.setLevel(level)
+
+
 @contextlib.contextmanager
 def dask_client(scheduler: str | None = None, workers: int | None = None,
                 modules: Sequence[str] = REPRODUCE_MODULES):
@@ -342,7 +364,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None,
             _check_workers(client, scheduler, modules)
             yield client
         finally:
-            client.close()
+            _close(client)
         return
     n = workers if workers is not None else (os.cpu_count() or 1)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:

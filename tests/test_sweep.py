@@ -3,6 +3,7 @@ block on a local cluster of two processes and on a scheduler and worker started 
 
 The bad --scheduler cases are in test_sim_reproduce.py, for reproduce and sweep alike."""
 
+import contextlib
 import csv
 import json
 import os
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -202,11 +204,12 @@ def test_refused_and_failing_points_are_listed_and_the_others_go_on(capsys, tmp_
     assert len(list((tmp_path / "cache").rglob("*.json"))) == 1      # a failure is not kept
 
 
-@pytest.fixture
-def loopback_cluster(tmp_path):
-    """`dask scheduler` and one `dask worker` (one thread), separate processes on loopback."""
+@contextlib.contextmanager
+def loopback(folder: Path):
+    """`dask scheduler` and one `dask worker` (one thread), separate processes on loopback:
+    yields the scheduler's address and the two processes."""
     bin_dir = Path(sys.executable).parent
-    file = tmp_path / "scheduler.json"
+    file = folder / "scheduler.json"
     env = dict(os.environ, DASK_DISTRIBUTED__LOGGING__DISTRIBUTED="error")
     procs = [subprocess.Popen([bin_dir / "dask", "scheduler", "--host", "127.0.0.1", "--port",
                                "0", "--no-dashboard", "--scheduler-file", file],
@@ -222,11 +225,67 @@ def loopback_cluster(tmp_path):
             time.sleep(0.2)
         with Client(scheduler_file=str(file), timeout="30s") as client:
             client.wait_for_workers(1, timeout=60)
-        yield json.loads(file.read_text())["address"]
+        yield json.loads(file.read_text())["address"], procs
     finally:
         for proc in reversed(procs):
             proc.terminate()
             proc.wait(timeout=30)
+
+
+@pytest.fixture
+def loopback_cluster(tmp_path):
+    with loopback(tmp_path) as (address, _):
+        yield address
+
+
+def test_a_lost_scheduler_fails_the_tasks_not_finished(tmp_path):
+    """The scheduler goes while one task runs and one waits in the feeder: both are yielded at
+    once, failing with ClusterLost; the finished one keeps its result."""
+    from sim.reproduce import ClusterLost, dask_client
+
+    with loopback(tmp_path) as (address, procs), dask_client(address) as client:
+        feeder = sweep.Feeder(client, "test")
+        for k, seconds in enumerate((0.0, 60.0, 0.0)):
+            feeder.submit(f"lost-{k}", time.sleep, seconds)
+        lines, results, started = [], {}, time.monotonic()
+        for future in feeder.finished(lines.append, lambda: "running"):
+            try:
+                results[future.key] = future.result()
+            except ClusterLost as exc:
+                results[future.key] = str(exc)
+            if future.key == "lost-0":
+                procs[0].kill()
+        assert time.monotonic() - started < 30      # not the 60 s task, not a reconnect timeout
+        procs[1].kill()             # its 60 s task would hold a graceful stop
+    lost = "the connection to the Dask scheduler was lost before this task finished"
+    assert results == {"lost-0": None, "lost-1": lost, "lost-2": lost}
+    assert lines == ["test: lost the connection to the Dask scheduler: the 2 task(s) not "
+                     "finished are reported as failed"]
+
+
+def test_a_lost_scheduler_stops_a_reproduction_in_one_line(capsys, tmp_path):
+    """`memwall reproduce` keeps nothing of a paper that did not finish: the run stops with one
+    line and exit status 1 (Context.map raises ClusterLost)."""
+    from sim import reproduce as rp
+
+    def slow(k):
+        import time
+        time.sleep(0.0 if k < 2 else 60.0)
+        return k
+
+    lines = []
+    with loopback(tmp_path) as (address, procs), rp.dask_client(address) as client:
+        ctx = rp.Context(tmp_path, client=client, progress=lines.append, name="t")
+        killer = threading.Timer(3.0, procs[0].kill)
+        killer.start()
+        try:
+            with pytest.raises(rp.ClusterLost) as lost:
+                ctx.map(slow, range(4), label="slow")
+        finally:
+            killer.cancel()
+            procs[1].kill()         # its 60 s task would hold a graceful stop
+    assert str(lost.value) == ("slow: the connection to the Dask scheduler was lost after 2 of 4 "
+                               "points; nothing was written")
 
 
 def test_a_simulated_sweep_on_a_scheduler_and_worker_on_loopback(capsys, tmp_path, monkeypatch,
@@ -327,7 +386,7 @@ def test_the_feeder_gives_a_queued_task_to_the_worker_that_frees_first():
         return get_worker().address
 
     with dask_client(workers=2) as client:
-        feeder = sweep.Feeder(client)
+        feeder = sweep.Feeder(client, "test")
         keys = [feeder.submit(f"feeder-{k}", where, s) for k, s in enumerate((4.0, 0.2, 0.0))]
         assert (len(feeder.pending), len(feeder.queue), len(feeder)) == (2, 1, 3)
         order, got = [], {}
