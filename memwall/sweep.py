@@ -131,9 +131,12 @@ class Feeder:
         return self.gone or self.client.status not in ("running", "newly-created")
 
     def _feed(self):
-        if self.lost:       # results cannot be fetched either: every task not yielded has failed
-            left = [f.key for f in [*self.done, *self.pending]] + [k for k, *_ in self.queue]
-            self.done, self.pending, self.queue = [_Lost(key) for key in left], set(), []
+        if self.lost:       # results cannot be fetched either: every task not yielded has failed,
+            # but one that raised keeps its error, which the client already holds.
+            left = [*self.done, *self.pending] + [_Lost(k) for k, *_ in self.queue]
+            self.done = [f if getattr(f, "status", None) == "error" else _Lost(f.key)
+                         for f in left]
+            self.pending, self.queue = set(), []
             return
         finished = {f for f in self.pending if f.done()}
         self.pending -= finished

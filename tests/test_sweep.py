@@ -263,6 +263,26 @@ def test_a_lost_scheduler_fails_the_tasks_not_finished(tmp_path):
                      "finished are reported as failed"]
 
 
+def test_a_lost_scheduler_keeps_the_error_of_a_task_that_raised():
+    """A task that raised before the scheduler went is yielded with its own error (the client
+    holds it); one that finished is lost with the scheduler (its result is on a worker)."""
+    class Future:
+        def __init__(self, key, status):
+            self.key, self.status = key, status
+
+        def done(self):
+            return True
+
+    class Client:
+        status = "closed"
+
+    feeder = sweep.Feeder(Client(), "test")
+    feeder.pending = {Future("raised", "error")}
+    feeder.done = [Future("finished", "finished")]
+    got = {f.key: type(f).__name__ for f in feeder.finished(print, str)}
+    assert got == {"raised": "Future", "finished": "_Lost"}
+
+
 def test_a_lost_scheduler_stops_a_reproduction_in_one_line(capsys, tmp_path):
     """`memwall reproduce` keeps nothing of a paper that did not finish: the run stops with one
     line and exit status 1 (Context.map raises ClusterLost)."""
