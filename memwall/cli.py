@@ -1,4 +1,4 @@
-"""memwall's CLI: list, generate, lint, synth, build (main job), bench, sweep, reproduce, board.
+"""memwall's CLI: list, generate, lint, synth, build, bench, sweep, reproduce, board, model.
 
 Every user mistake (unknown block, preset, parameter, target, a value out of range) ends with exit
 status 2 and one line naming the problem and the allowed values; so does an output folder that is
@@ -842,6 +842,8 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_reproduce)
     from .board.cli import add_parser as add_board_parser
     add_board_parser(sub, design_args, _Parser)
+    from .model import add_parser as add_model_parser
+    add_model_parser(sub, _Parser)
     return parser
 
 

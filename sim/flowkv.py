@@ -280,6 +280,8 @@ def reproduce(ctx):
         "config's 26 layers and a 512-token window (the issue's '34 layers, window 1024' are "
         "the 4B's).",
     ]
+    from .llm.accuracy import section
+    section("flowkv", ctx, res)
     return res
 
 

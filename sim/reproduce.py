@@ -148,8 +148,8 @@ class Context:
 
     Parameters
     ----------
-    out_dir : Path
-        The paper's output folder (created).
+    out_dir : Path or None
+        The paper's output folder (created); ``None`` for a context that only maps (no plots).
     quick : bool
         Run at the reduced size the test suite uses (fewer points, shorter traces).
     client : distributed.Client or None
@@ -158,10 +158,11 @@ class Context:
         Receives one line per finished point; ``None`` prints to stderr.
     """
 
-    def __init__(self, out_dir: Path, *, quick: bool = False, client=None,
+    def __init__(self, out_dir: Path | None, *, quick: bool = False, client=None,
                  progress: Callable[[str], None] | None = None, name: str = "reproduce"):
-        self.out_dir = Path(out_dir)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.out_dir = None if out_dir is None else Path(out_dir)
+        if self.out_dir is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
         self.quick = quick
         self.client = client
         self.name = name
@@ -171,6 +172,8 @@ class Context:
         """Path of a plot file ``name`` (``.png``) in the output folder."""
         if not name.endswith(".png"):
             raise ValueError(f"plot names end in .png, not {name!r}")
+        if self.out_dir is None:
+            raise ValueError(f"this context has no output folder for the plot {name!r}")
         return self.out_dir / name
 
     def save_plot(self, fig, name: str, *, dpi: int = 110) -> Path:

@@ -523,6 +523,8 @@ def reproduce(ctx) -> "Result":
                            size=(10, 4.2)))
     _fault_rows(res, faults)
     res.notes += _notes(cross_note, faults)
+    from .llm.accuracy import section
+    section("shield", ctx, res)
     return res
 
 

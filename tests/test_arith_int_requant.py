@@ -188,3 +188,21 @@ def test_numpy_integer_scalars_are_exact():
     assert int(requantize(np.int64(2 ** 31 - 1), np.int64(2 ** 31 - 1), np.int64(40))) == 127
     assert int(requantize(np.int64(-(2 ** 31)), np.int64(2 ** 31 - 1), np.int64(62),
                           out_bits=32)) == reference(-(2 ** 31), 2 ** 31 - 1, 62, out_bits=32)
+
+
+def test_int64_path_equals_python_integers():
+    """Where products fit, requantize computes in int64: the same bits as Python integers on
+    the corner cases and on random operands of every width the blocks use."""
+    rng = np.random.default_rng(7)
+    cases = [c for c in corner_cases(in_bits=32, mult_bits=28, shift_max=61)
+             if abs(c[0] * c[1]) < 2 ** 62]
+    x, m, s = (np.array(v, np.int64) for v in zip(*cases))
+    for clamp in ("symmetric", "full"):
+        np.testing.assert_array_equal(requantize(x, m, s, clamp=clamp),
+                                      requantize(x, m, s, clamp=clamp, exact=True))
+    x = rng.integers(-2 ** 31, 2 ** 31, 20000)
+    m = rng.integers(-2 ** 29, 2 ** 29, 20000)
+    s = rng.integers(0, 62, 20000)
+    np.testing.assert_array_equal(requantize(x, m, s), requantize(x, m, s, exact=True))
+    np.testing.assert_array_equal(requantize(x, m, s, out_bits=16),
+                                  requantize(x, m, s, out_bits=16, exact=True))

@@ -1,8 +1,9 @@
 """Golden models of the requantizer: ``y = clamp(round_half_even(x * M / 2**shift))``.
 
-:func:`requantize` is the bit-exact model, vectorized over NumPy object arrays of Python integers
-(``x * M`` needs up to 64 bits plus a sign, beyond ``int64``): the product is shifted right by
-``shift`` (an arithmetic shift, i.e. floor division), then rounded by the dropped bits (up when
+:func:`requantize` is the bit-exact model, vectorized over NumPy arrays of ``int64`` where every
+product and shifted remainder fits 63 bits and of Python integers (object arrays) where it does
+not (``x * M`` needs up to 64 bits plus a sign): the same operations on either. The product is
+shifted right by ``shift`` (an arithmetic shift, i.e. floor division), then rounded by the dropped bits (up when
 they exceed one half, or equal one half and the floor is odd), then saturated. :func:`reference`
 is the naive independent check: ``fractions.Fraction`` arithmetic and Python's ``round`` (which
 rounds half to even), one value at a time.
@@ -37,13 +38,35 @@ def _exact(values) -> np.ndarray:
     return _as_int(np.asarray(values, dtype=object))
 
 
-def requantize(x, m, shift, *, out_bits: int = 8, clamp: str = "symmetric") -> np.ndarray:
+#: Largest shift and product magnitude (exclusive, as powers of two) computed in int64: the
+#: remainder doubled stays below ``2**(shift + 1) <= 2**62``, the product below ``2**62``.
+_INT64_SHIFT, _INT64_PRODUCT = 61, 62
+
+
+def _int64_safe(x, m, shift) -> bool:
+    arrays = [np.asarray(v) for v in (x, m, shift)]
+    if any(a.dtype.kind not in "iu" or a.size == 0 for a in arrays):
+        return False
+    x, m, shift = arrays
+    big = max(abs(int(x.min())), abs(int(x.max()))) * max(abs(int(m.min())), abs(int(m.max())))
+    return big < (1 << _INT64_PRODUCT) and 0 <= int(shift.min()) and \
+        int(shift.max()) <= _INT64_SHIFT
+
+
+def requantize(x, m, shift, *, out_bits: int = 8, clamp: str = "symmetric",
+               exact: bool = False) -> np.ndarray:
     """Return ``clamp(round_half_even(x * m / 2**shift))`` as ``int64`` (bit-exact model).
 
     ``x``, ``m`` and ``shift`` are integers or arrays of them (broadcast); ``shift >= 0``.
+    ``exact`` forces Python integers where ``int64`` would do (the tests compare the two).
     """
     lo, hi = limits(out_bits, clamp)
-    x, m, shift = np.broadcast_arrays(_exact(x), _exact(m), _exact(shift))
+    if not exact and _int64_safe(x, m, shift):
+        kind = np.int64
+        x, m, shift = np.broadcast_arrays(*(np.asarray(v).astype(np.int64) for v in (x, m, shift)))
+    else:
+        kind = object
+        x, m, shift = np.broadcast_arrays(_exact(x), _exact(m), _exact(shift))
     product = x * m
     floor = product >> shift
     remainder = product - (floor << shift)          # in [0, 2**shift)
@@ -51,7 +74,7 @@ def requantize(x, m, shift, *, out_bits: int = 8, clamp: str = "symmetric") -> n
     half_or_more = twice >= (np.ones_like(shift) << shift)
     tie = twice == (np.ones_like(shift) << shift)
     up = np.where(tie, (floor & 1) == 1, half_or_more) & (shift > 0)
-    rounded = floor + up.astype(object)
+    rounded = floor + np.asarray(up).astype(kind)
     return np.clip(rounded, lo, hi).astype(np.int64)
 
 

@@ -75,6 +75,7 @@ and argument checks), :mod:`~golden.inflash.weights` (weight matrices and their 
 from hdl.inflash.spec import (FlashGeometry, MAX_COLS, MAX_FMACS, MAX_GROUP, MAX_ROWS, MIN_GROUP,
                               SCALE_BYTES, busy_cycles)
 
+from .batch import W4A16Batch
 from .cycles import PageTiming, attention_timing, beats_per_page, gemv_timing, page_pipeline
 from .kv import (KVLayout, KVWrite, KV_RECORD, block_reads, kv_address, kv_entries, kv_page_count,
                  kv_page_sequence, kv_pages, kv_pages_read, kv_read, kv_table, kv_write)
@@ -88,7 +89,7 @@ __all__ = [
     "MODES", "KV_FORMATS", "MAPPINGS", "K", "V", "MAX_ROWS", "MAX_COLS", "MAX_FMACS",
     "MAX_TOKENS", "MIN_GROUP", "MAX_GROUP", "SCALE_BYTES", "ERASED", "ACC_LOOP",
     "busy_cycles", "FlashGeometry", "Weights", "stream_bytes", "page_count", "weight_pages",
-    "weights_from_pages", "group_sums", "gemv", "gemv_reference", "gemv_bound",
+    "weights_from_pages", "group_sums", "gemv", "W4A16Batch", "gemv_reference", "gemv_bound",
     "PageTiming", "page_pipeline", "beats_per_page", "gemv_timing", "KVLayout", "kv_address",
     "kv_table", "kv_page_count", "kv_page_sequence", "kv_pages_read", "kv_pages", "kv_read",
     "kv_entries", "KV_RECORD", "KVWrite", "kv_write",

@@ -34,15 +34,21 @@ __all__ = [
 def accumulate(W, x) -> np.ndarray:
     """Return the VAC accumulators ``W @ x`` (int64, exact; every value fits INT32).
 
-    ``W``: ``(M, K)`` INT8 codes, ``x``: ``(K,)`` INT8 codes, ``K <= 2**16``. The lane-parallel
-    integer sum is exact, so the chunking into ``lanes`` and the tree order do not matter.
+    ``W``: ``(M, K)`` INT8 codes, ``x``: ``(K,)`` INT8 codes, ``K <= 2**16``, or ``(T, K)``: the
+    accumulators of ``T`` tokens, ``(T, M)``. The lane-parallel integer sum is exact, so the
+    chunking into ``lanes`` and the tree order do not matter; many tokens are one float64 matrix
+    product, exact too: every product (``|w x| <= 2**14``) and partial sum (``<= 2**30``) is an
+    integer below ``2**53``.
     """
     W = _int8(W, "Weights", 2, "(outputs, inputs)")
-    x = _int8(x, "Activations", 1, "(inputs,)")
-    if W.shape[1] != x.shape[0]:
+    tokens = np.ndim(x) == 2
+    x = _int8(x, "Activations", 2 if tokens else 1, "(tokens, inputs)" if tokens else "(inputs,)")
+    if W.shape[1] != x.shape[-1]:
         raise ValueError(f"Activations must have {W.shape[1]} elements (the weights' inputs), "
-                         f"not {x.shape[0]}")
-    integer(x.shape[0], "Input length", 1, MAX_INPUTS)
+                         f"not {x.shape[-1]}")
+    integer(x.shape[-1], "Input length", 1, MAX_INPUTS)
+    if tokens:
+        return (x.astype(np.float64) @ W.astype(np.float64).T).astype(np.int64)
     return dot(W, np.broadcast_to(x, W.shape))
 
 

@@ -156,6 +156,8 @@ def reproduce(ctx) -> "Result":
     _sweep_plots(ctx, res, sw)
     _fig15(ctx, res, fig15)
     res.notes += _notes(system)
+    from ..llm.accuracy import section
+    section("kvnand", ctx, res)
     return res
 
 

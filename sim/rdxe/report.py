@@ -323,8 +323,11 @@ def reproduce(ctx) -> "Result":
     plots = [_plot_utilization(ctx, plan, runs), _gantt(ctx, "gantt.png"),
              _plot_latency(ctx, plan, runs)]
     notes = _run_notes(plan, runs)
-    return Result(title="rDXE: token-level pipelining over a ring of DXEs vs. padded batches",
-                  rows=rows, tables=tables, plots=plots, notes=notes)
+    res = Result(title="rDXE: token-level pipelining over a ring of DXEs vs. padded batches",
+                 rows=rows, tables=tables, plots=plots, notes=notes)
+    from ..llm.accuracy import section
+    section("rdxe", ctx, res)
+    return res
 
 
 def _notes(main: Ring, n_req: int, seeds, *, occupancy: float, pad: dict, sweep: dict,

