@@ -25,6 +25,22 @@ def _status(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _dumps(obj) -> str:
+    """JSON with ``null`` for a non-finite number (a collapsed perplexity, an error that is NaN):
+    strict JSON has no NaN or Infinity."""
+    import math
+
+    def clean(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+    return json.dumps(clean(obj), indent=2, allow_nan=False)
+
+
 def _load(args):
     from sim.llm.loader import ModelError, load
     try:
@@ -81,7 +97,7 @@ def model_info(mf) -> dict:
 def cmd_info(args) -> int:
     info = model_info(_load(args))
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(_dumps(info))
         return 0
     c = info["config"]
     print(f"{info['path']}\nllama: {c['layers']} layers, d_model {c['d_model']}, {c['heads']} "
@@ -170,7 +186,7 @@ def cmd_score(args) -> int:
         results["llama.cpp"] = compare(mf, text.text, args.tokens)
     out = {"text": text.describe(), "tokens": args.tokens, "results": results}
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(_dumps(out))
     else:
         print(score_table(out))
     return 0
@@ -179,8 +195,8 @@ def cmd_score(args) -> int:
 def score_all(args, mf, ids, chosen: list[str]) -> dict:
     """Score ``ids`` under each back-end in ``chosen`` against float: in this process for one
     back-end, side by side on a Dask cluster (``--workers``, ``--scheduler``) for several."""
-    from sim.llm.score import score_point
-    points = [(str(mf.path), tuple(ids), name, ()) for name in chosen]
+    from sim.llm.score import ScoreJob, score_point
+    points = [ScoreJob(str(mf.path), tuple(ids), name) for name in chosen]
     if len(points) == 1:
         _status(f"score {chosen[0]}: {len(ids) - 1} tokens")
         return {chosen[0]: score_point(points[0])}
@@ -226,12 +242,13 @@ def cmd_trace(args) -> int:
     rows = trace(mf, backend, ids, layers)
     first = next((r["op"] for r in rows if r["over_budget"]), None)
     if args.json:
-        print(json.dumps({"numerics": args.numerics, "tokens": len(ids), "rows": rows,
-                          "first_over_budget": first}, indent=2))
+        print(_dumps({"numerics": args.numerics, "tokens": len(ids), "rows": rows,
+                      "first_over_budget": first}))
         return 0
     print(f"{args.numerics}: error of each operation against float on the same input, "
           f"{len(ids)} tokens")
-    print("| op | error | budget | input max | outlier channels (> 6x median) |")
+    print("| op | error | budget | input max (the residual, for a norm's projections) | "
+          "outlier channels (> 6x median) |")
     print("|---|---:|---:|---:|---|")
     for r in rows:
         budget = "-" if r["budget"] is None else f"{r['budget']:.1e}"

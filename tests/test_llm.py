@@ -224,3 +224,29 @@ def test_cli_bad_input_is_one_line(capsys, tiny_dir, argv, words):
     assert main(["model", *argv, "--gguf", path]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1
+
+
+# --- trace --------------------------------------------------------------------------------
+
+def test_trace_rows_budgets_and_the_first_over(tiny_dir, capsys):
+    from sim.llm.backends import numerics
+    from sim.llm.backends.shield import Shield
+    from sim.llm.trace import trace
+    mf = load(write_tiny(tiny_dir / "trace.gguf"))
+    ids = [5, 9, 200, 3, 77, 12]
+    rows = trace(mf, Numerics(mf), ids)
+    ops = [r["op"] for r in rows]
+    assert ops[:4] == ["blk.0.attn_q", "blk.0.attn_k", "blk.0.attn_v", "blk.0.keep.q"]
+    assert len(rows) == 11 * TINY["layers"]
+    assert all(r["error"] == 0.0 and not r["over_budget"] for r in rows)
+    rows = trace(mf, numerics("flowkv", mf), ids, layers=[1])
+    assert {r["layer"] for r in rows} == {1}
+    assert all(r["error"] <= r["budget"] for r in rows), rows
+    # A word-wide error rate on Q: the first operation past its budget is layer 0's Q store.
+    rows = trace(mf, Shield(mf, ber=0.2, target="qo", mask=0xFFFF), ids)
+    assert next(r["op"] for r in rows if r["over_budget"]) == "blk.0.keep.q"
+    assert main(["model", "trace", "--numerics", "kvnand", "--layer", "0", "--tokens", "4",
+                 "--gguf", str(tiny_dir / "trace.gguf"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["first_over_budget"] is None and len(out["rows"]) == 11
+    assert out["rows"][0]["input"]["max"] > 0

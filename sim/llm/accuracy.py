@@ -42,10 +42,11 @@ def score_points(ctx, points: list[Point], *, path=None, tokens: int | None = No
                  label: str = "accuracy") -> tuple[list[dict], int]:
     """Score ``points`` (in parallel on ``ctx``'s cluster); return their rows and the count of
     predictions scored."""
-    from .score import score_point
+    from .score import ScoreJob, score_point
     n = TOKENS if tokens is None else tokens
-    ids = token_ids(None if path is None else str(path), n)
-    items = [(None if path is None else str(path), ids, p.numerics, p.options) for p in points]
+    path = None if path is None else str(path)
+    ids = token_ids(path, n)
+    items = [ScoreJob(path, ids, p.numerics, p.options) for p in points]
     return ctx.map(score_point, items, label=label), len(ids) - 1
 
 

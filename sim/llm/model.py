@@ -29,9 +29,30 @@ from __future__ import annotations
 
 import numpy as np
 
-from .loader import ModelFile
+from .loader import PROJECTIONS, ModelFile
 
-__all__ = ["Numerics", "Llama", "KVCache", "rms_norm", "rope", "silu", "attention"]
+__all__ = ["Numerics", "Llama", "KVCache", "rms_norm", "rope", "silu", "attention", "budgets",
+           "UNIT", "SUM_FACTOR"]
+
+#: Unit roundoff of the formats on the back-ends' paths: half an ulp relative (fp16, bf16), and
+#: half a step of a symmetric INT8 scale relative to its full scale.
+UNIT = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8, "int8": 1 / 254}
+#: Cancellation allowance: an operation that sums rounded inputs may be this many units off,
+#: relative to its output's norm, before ``trace`` calls it over budget.
+SUM_FACTOR = 8
+
+
+def budgets(projection: str | None, attention: str | None, keep_q: str | None = None,
+            keep_o: str | None = None) -> dict[str, float]:
+    """The ``budgets`` of a back-end from the narrowest format each operation's inputs pass
+    through: ``SUM_FACTOR`` units for the projections and attention (sums), one unit for a value
+    stored and read back (``keep``); ``None``: the operation is float32 there (budget 0)."""
+    def unit(fmt, factor):
+        return factor * UNIT[fmt] if fmt else 0.0
+    out = {name: unit(projection, SUM_FACTOR) for name in PROJECTIONS}
+    out.update({"attn": unit(attention, SUM_FACTOR), "keep.q": unit(keep_q, 1),
+                "keep.o": unit(keep_o, 1), "glu": 0.0})
+    return out
 
 
 def rms_norm(x: np.ndarray, gain: np.ndarray, eps: float) -> np.ndarray:

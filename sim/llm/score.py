@@ -16,12 +16,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 __all__ = ["TextError", "Text", "default_text", "read_text", "log_probs", "metrics",
-           "DEFAULT_TOPICS", "score_point"]
+           "DEFAULT_TOPICS", "score_point", "ScoreJob"]
 
 #: The default text: sections of the Python Language Reference as CPython ships them in
 #: ``pydoc_data.topics`` (PSF License 2.0), English prose: "Execution model", then "The standard
@@ -121,8 +121,22 @@ def _reference(path: str | None, ids: tuple[int, ...]) -> np.ndarray:
     return log_probs(Llama(_model_file(path)), ids)
 
 
-def score_point(point: tuple) -> dict:
-    """Score one back-end: ``point = (gguf path or None, token ids, numerics name, options)``.
+class ScoreJob(NamedTuple):
+    """One back-end to score: the GGUF path (None: the default model), the token ids, the
+    numerics name and its options as ``(key, value)`` pairs. Its repr names the back-end only."""
+
+    path: str | None
+    ids: tuple
+    name: str
+    options: tuple = ()
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options)
+        return f"{self.name}({opts})" if opts else self.name
+
+
+def score_point(point: ScoreJob) -> dict:
+    """Score one back-end (a :class:`ScoreJob`, or the same four values as a tuple).
 
     A module-level function of picklable arguments, for :meth:`sim.reproduce.Context.map` and
     ``memwall model score`` on a Dask cluster: each worker process loads the model and scores

@@ -7,7 +7,9 @@ keyed by its GGUF tensor name (``blk.3.attn_q``) or, for what has no tensor, ``b
 (attention), ``blk.3.glu`` (SwiGLU) and ``blk.3.keep.k`` (what storage did to K). The error is
 ``||y - y_float|| / ||y_float||`` over the traced tokens; ``budget`` is the back-end's stated
 bound for that operation (``Numerics.budgets``), and the first row past it is named. Errors
-compound along the layers, so a row measures one operation on the back-end's own inputs.
+compound along the layers, so a row measures one operation on the back-end's own inputs. Each
+projection's row has the statistics of its input: for the projections after an RMSNorm, the
+residual entering the norm (what a fused RMSNorm-GEMV quantizes, where the outliers live).
 """
 
 from __future__ import annotations
@@ -62,9 +64,8 @@ class Tracer(Numerics):
     def norm_project(self, layer, h, norm, names):
         ys = self.backend.norm_project(layer, h, norm, names)
         refs = self.reference.norm_project(layer, h, norm, names)
-        x = self.reference.norm(h, layer, norm)
         for name, y, ref in zip(names, ys, refs):
-            self._record(f"blk.{layer}.{name}", y, ref, x)
+            self._record(f"blk.{layer}.{name}", y, ref, h)
         return ys
 
     def project(self, layer, name, x):
@@ -93,15 +94,17 @@ class Tracer(Numerics):
 
 def trace(mf, backend: Numerics, ids, layers=None) -> list[dict]:
     """Rows of :class:`Tracer` over the prompt ``ids``, in layer order; each with ``error``,
-    ``budget`` and ``over_budget``."""
+    ``budget`` and ``over_budget`` (an error that is NaN, from an Inf or NaN the back-end made, is
+    over any budget)."""
     tracer = Tracer(backend, Numerics(mf), layers)
-    Llama(mf, tracer).forward(ids)
+    with np.errstate(all="ignore"):             # a corrupted value may be Inf or NaN: reported
+        Llama(mf, tracer).forward(ids)
     budgets = getattr(backend, "budgets", {})
     rows = []
     for key, row in tracer.rows.items():
         err = float(np.sqrt(row.pop("sq_err") / row.pop("sq_ref"))) if row["sq_ref"] else 0.0
         op = key.split(".", 2)[2]
         budget = budgets.get(op)
-        rows.append({**row, "error": err, "budget": budget,
-                     "over_budget": budget is not None and err > budget})
+        rows.append({**row, "error": err, "budget": budget,          # NaN is over any budget
+                     "over_budget": budget is not None and not err <= budget})
     return rows

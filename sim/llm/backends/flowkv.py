@@ -31,7 +31,7 @@ from hdl.flowkv.spec import MAX_CHUNK
 from hdl.validate import power_of_two
 
 from ..loader import ModelFile
-from ..model import Numerics
+from ..model import Numerics, budgets
 
 __all__ = ["FlowKV", "DEFAULT_CHUNK"]
 
@@ -100,10 +100,15 @@ class FlowKV(Numerics):
         y = to_float(gemm(self.bf16_weight(layer, name), a), FP32)
         return y.astype(self.dtype)
 
+    budgets = budgets("bf16", "bf16", keep_q="bf16")
+
     def keep(self, layer: int, kind: str, x: np.ndarray) -> np.ndarray:
         if kind in ("q", "k", "v"):
             return from_float(np.asarray(x, np.float64), BF16)
         return x
+
+    def restore(self, layer: int, kind: str, stored) -> np.ndarray:
+        return to_float(stored, BF16).astype(self.dtype) if kind in ("q", "k", "v") else stored
 
     def attention(self, layer: int, q, k, v, first: int) -> np.ndarray:
         out = attend_many(q, k, v, first, chunk=self.chunk)

@@ -34,14 +34,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from golden.arith.float import from_float
+from golden.arith.float import from_float, to_float
 from golden.inflash.batch import W4A16Batch
 from golden.inflash.model import attend, logit
 from golden.inflash.weights import Weights
 from hdl.arith.format import BF16, FP16
 
 from ..loader import Q41_GROUP, ModelFile
-from ..model import Numerics, causal_mask
+from ..model import Numerics, budgets, causal_mask
 
 __all__ = ["KVNAND", "softmax", "KV_FORMATS", "QUERY_BLOCK", "FP16_MAX"]
 
@@ -118,6 +118,7 @@ class KVNAND(Numerics):
         self.kv_format = kv_format
         self.name = "kvnand" if kv_format == "fp16" else f"kvnand-{kv_format}"
         self._fmt = _FORMATS[kv_format]
+        self.budgets = budgets("fp16", kv_format, keep_q=kv_format)
         self._weights: dict[str, W4A16Batch] = {}
         self.sources: dict[str, str] = {}
         self.saturated: dict[str, list] = {}
@@ -165,6 +166,9 @@ class KVNAND(Numerics):
         if kind == "o":
             return x
         return self._codes(x, self._fmt, kind)
+
+    def restore(self, layer: int, kind: str, stored) -> np.ndarray:
+        return stored if kind == "o" else to_float(stored, self._fmt).astype(np.float32)
 
     def attention(self, layer: int, q, k, v, first: int) -> np.ndarray:
         """GQA attention of the query codes ``q`` ``(T, H, d)`` over the cached codes ``k``,

@@ -39,7 +39,7 @@ from golden.arith.requant import requantize
 from golden.rdxe import model as G
 from golden.rdxe.params import DxtConfig
 
-from ..model import Llama, Numerics, attention as float_attention, causal_mask
+from ..model import Llama, Numerics, attention as float_attention, budgets, causal_mask
 from ..score import default_text
 
 __all__ = ["RDXE", "paper_params", "quantize_weights", "quantize_rows", "Calibration"]
@@ -151,6 +151,7 @@ class RDXE(Numerics):
     """
 
     name = "rdxe"
+    budgets = budgets("int8", "int8")
     emulated = {
         "norm_project": "golden.rdxe: rms_rc per token, accumulate (INT8 x INT8 -> INT32), rcu "
                         "(fused) or requantize to INT8 first (sequential), ppu: the steps of "
@@ -270,6 +271,11 @@ class RDXE(Numerics):
             return x
         scale = self.tables(layer)[kind]
         return np.clip(np.rint(x / scale), -127, 127).astype(np.int8)
+
+    def restore(self, layer, kind, stored):
+        if kind not in ("k", "v"):
+            return stored
+        return (stored * self.tables(layer)[kind]).astype(np.float32)
 
     def attention(self, layer, q, k, v, first):
         """Decode attention per query token on :func:`golden.rdxe.attention` (module notes)."""

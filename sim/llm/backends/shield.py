@@ -41,7 +41,7 @@ import ml_dtypes
 import numpy as np
 
 from golden import edram
-from sim.llm.model import Numerics
+from sim.llm.model import Numerics, budgets
 
 __all__ = ["Shield", "KINDS", "KIND_CLASS", "TARGETS", "METHODS", "MASK_STD", "QO_US", "KV_US",
            "to_bf16_codes", "from_bf16_codes"]
@@ -125,6 +125,8 @@ class Shield(Numerics):
         "keep k, v": "same, KV mantissa in kv_mant: ber(min(kv_us, interval)) per segment",
         "norm_project, project, glu, attention, rope, head": "float32 (Numerics)",
     }
+    #: A stored value read back may be off by BF16's rounding; bit errors show as over budget.
+    budgets = budgets(None, None, keep_q="bf16", keep_o="bf16")
 
     def __init__(self, mf, policy="shield", ber=None, mask=None, seed=0, dtype=np.float32, *,
                  target="all", method="algorithm1", qo_us=QO_US, kv_us=KV_US,
