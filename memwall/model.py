@@ -157,8 +157,12 @@ def cmd_generate(args) -> int:
 # --- score ----------------------------------------------------------------------------------
 
 def cmd_score(args) -> int:
+    from sim.llm import llamacpp
     from sim.llm.score import TextError, default_text, read_text
     from sim.llm.tokenizer import tokenizer
+    if args.llamacpp and not llamacpp.available():
+        raise _cli().UsageError("--llamacpp needs llama-cpp-python: `make llamacpp` (or "
+                                "pip install -e '.[llamacpp]'; it compiles llama.cpp)")
     mf = _load(args)
     _count(args.tokens, "--tokens")
     chosen = _numerics_list(args.numerics)
@@ -174,16 +178,10 @@ def cmd_score(args) -> int:
         raise _cli().UsageError(f"--tokens {args.tokens} exceeds the model's context of "
                                 f"{mf.config.context}")
     ids = ids[:args.tokens + 1]
-    if args.llamacpp:
-        from sim.llm.llamacpp import available
-        if not available():
-            raise _cli().UsageError("--llamacpp needs llama-cpp-python: `make llamacpp` (or "
-                                    "pip install -e '.[llamacpp]'; it compiles llama.cpp)")
     results = score_all(args, mf, ids, chosen)
     if args.llamacpp:
-        from sim.llm.llamacpp import compare
         _status("score llama.cpp: the same tokens through llama-cpp-python")
-        results["llama.cpp"] = compare(mf, text.text, args.tokens)
+        results["llama.cpp"] = llamacpp.compare(mf, text.text, args.tokens)
     out = {"text": text.describe(), "tokens": args.tokens, "results": results}
     if args.json:
         print(_dumps(out))
