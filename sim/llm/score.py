@@ -141,20 +141,23 @@ def score_point(point: ScoreJob) -> dict:
     A module-level function of picklable arguments, for :meth:`sim.reproduce.Context.map` and
     ``memwall model score`` on a Dask cluster: each worker process loads the model and scores
     the float reference once (cached), then the back-end; returns :func:`metrics` against float,
-    with ``delta_ppl_pct`` and ``seconds`` (the back-end's own time).
+    with ``delta_ppl_pct`` and ``seconds``, the time of the back-end's own forward passes (the
+    float point's too: it is scored afresh, not read from the cache).
     """
     from .backends import numerics
     from .model import Llama
     path, ids, name, options = point
     ids = tuple(int(i) for i in ids)
     mf = _model_file(path)
-    reference = _reference(path, ids)
     start = time.perf_counter()
-    if name == "float" and not options:
-        lp = reference
+    if name == "float" and not options:         # timed on its own, not read from the cache
+        lp = reference = log_probs(Llama(mf), ids)
     else:
+        reference = _reference(path, ids)
+        start = time.perf_counter()
         lp = log_probs(Llama(mf, numerics(name, mf, **dict(options))), ids)
+    seconds = round(time.perf_counter() - start, 2)
     row = metrics(lp, ids, reference)
-    row["seconds"] = round(time.perf_counter() - start, 2)
+    row["seconds"] = seconds
     row["delta_ppl_pct"] = 100.0 * (row["ppl"] / metrics(reference, ids)["ppl"] - 1.0)
     return row
