@@ -49,6 +49,15 @@ def _load(args):
         raise _cli().UsageError(str(exc)) from None
 
 
+def _tokenizer(mf):
+    from sim.llm.loader import ModelError
+    from sim.llm.tokenizer import tokenizer
+    try:
+        return tokenizer(mf)
+    except ModelError as exc:
+        raise _cli().UsageError(str(exc)) from None
+
+
 def _count(value: int, what: str, low: int = 1) -> int:
     if value < low:
         raise _cli().UsageError(f"{what} must be at least {low}, not {value}")
@@ -119,12 +128,11 @@ def cmd_info(args) -> int:
 
 def cmd_generate(args) -> int:
     from sim.llm.model import Llama
-    from sim.llm.tokenizer import tokenizer
     mf = _load(args)
     _count(args.tokens, "--tokens")
     if not args.prompt:
         raise _cli().UsageError("the prompt is empty: give the text to continue")
-    tok = tokenizer(mf)
+    tok = _tokenizer(mf)
     prompt = tok.encode(args.prompt)
     if len(prompt) + args.tokens > mf.config.context:
         raise _cli().UsageError(f"the prompt's {len(prompt)} tokens and --tokens {args.tokens} "
@@ -159,7 +167,6 @@ def cmd_generate(args) -> int:
 def cmd_score(args) -> int:
     from sim.llm import llamacpp
     from sim.llm.score import TextError, default_text, read_text
-    from sim.llm.tokenizer import tokenizer
     if args.llamacpp and not llamacpp.available():
         raise _cli().UsageError("--llamacpp needs llama-cpp-python: `make llamacpp` (or "
                                 "pip install -e '.[llamacpp]'; it compiles llama.cpp)")
@@ -170,7 +177,7 @@ def cmd_score(args) -> int:
         text = default_text() if args.text is None else read_text(args.text)
     except TextError as exc:
         raise _cli().UsageError(str(exc)) from None
-    ids = tokenizer(mf).encode(text.text)
+    ids = _tokenizer(mf).encode(text.text)
     if len(ids) < args.tokens + 1:
         raise _cli().UsageError(f"the text has {len(ids)} tokens; --tokens {args.tokens} needs "
                                 f"{args.tokens + 1}")
@@ -181,7 +188,10 @@ def cmd_score(args) -> int:
     results = score_all(args, mf, ids, chosen)
     if args.llamacpp:
         _status("score llama.cpp: the same tokens through llama-cpp-python")
-        results["llama.cpp"] = llamacpp.compare(mf, text.text, args.tokens)
+        from sim.llm.score import reference_log_probs, share
+        share(mf)
+        results["llama.cpp"] = llamacpp.compare(
+            mf, text.text, args.tokens, reference_log_probs(str(mf.path), tuple(ids)))
     out = {"text": text.describe(), "tokens": args.tokens, "results": results}
     if args.json:
         print(_dumps(out))
@@ -193,11 +203,13 @@ def cmd_score(args) -> int:
 def score_all(args, mf, ids, chosen: list[str]) -> dict:
     """Score ``ids`` under each back-end in ``chosen`` against float: in this process for one
     back-end, side by side on a Dask cluster (``--workers``, ``--scheduler``) for several."""
-    from sim.llm.score import ScoreJob, score_point
+    from sim.llm.score import ScoreJob, score_point, share
     points = [ScoreJob(str(mf.path), tuple(ids), name) for name in chosen]
     if len(points) == 1:
-        _status(f"score {chosen[0]}: {len(ids) - 1} tokens")
-        return {chosen[0]: score_point(points[0])}
+        share(mf)
+        start = time.perf_counter()
+        return {chosen[0]: score_point(points[0], lambda what, done, n: _status(
+            f"score {what}: {done}/{n} tokens, {time.perf_counter() - start:.0f} s"))}
     from sim.reproduce import Context
     cli = _cli()
     with cli._cluster(args, "score", ("sim.llm.score",)) as client:
@@ -225,7 +237,6 @@ def score_table(out: dict) -> str:
 
 def cmd_trace(args) -> int:
     from sim.llm.score import default_text
-    from sim.llm.tokenizer import tokenizer
     from sim.llm.trace import trace
     mf = _load(args)
     _count(args.tokens, "--tokens", 1)
@@ -236,7 +247,7 @@ def cmd_trace(args) -> int:
                                     f"{args.layer}")
         layers = [args.layer]
     backend = _numerics(args.numerics, mf)
-    ids = tokenizer(mf).encode(default_text().text)[:args.tokens]
+    ids = _tokenizer(mf).encode(default_text().text)[:args.tokens]
     rows = trace(mf, backend, ids, layers)
     first = next((r["op"] for r in rows if r["over_budget"]), None)
     if args.json:

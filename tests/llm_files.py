@@ -22,9 +22,9 @@ def _tokens(vocab: int) -> list[str]:
 
 
 def write_tiny(path: Path, *, proj_type: str = "Q4_1", arch: str = "llama",
-               seed: int = 0) -> Path:
+               tokenizer_model: str = "gpt2", seed: int = 0) -> Path:
     """Write the :data:`TINY` model with projections of ``proj_type`` (``F32``, ``F16``,
-    ``Q4_0``, ``Q4_1``, ``Q8_0``) to ``path``."""
+    ``Q4_0``, ``Q4_1``, ``Q8_0``) and the tokenizer model ``tokenizer_model`` to ``path``."""
     import gguf
     t = TINY
     rng = np.random.default_rng(seed)
@@ -40,7 +40,7 @@ def write_tiny(path: Path, *, proj_type: str = "Q4_1", arch: str = "llama",
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(hd)
     w.add_vocab_size(t["vocab"])
-    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_model(tokenizer_model)
     w.add_tokenizer_pre("smollm")
     tokens = _tokens(t["vocab"])
     w.add_token_list(tokens)

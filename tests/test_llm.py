@@ -226,6 +226,13 @@ def test_cli_bad_input_is_one_line(capsys, tiny_dir, argv, words):
     assert words in err and err.count("\n") == 1
 
 
+def test_cli_refuses_a_sentencepiece_tokenizer_in_one_line(capsys, tiny_dir):
+    path = str(write_tiny(tiny_dir / "spm.gguf", tokenizer_model="llama"))
+    assert main(["model", "generate", "hi", "--gguf", path]) == 2
+    err = capsys.readouterr().err
+    assert "the tokenizer is llama" in err and err.count("\n") == 1
+
+
 # --- trace --------------------------------------------------------------------------------
 
 def test_trace_rows_budgets_and_the_first_over(tiny_dir, capsys):

@@ -56,3 +56,13 @@ def test_quick_run_leaves_the_model_out(tmp_path):
     res = Result("flowkv")
     accuracy.section("flowkv", Context(tmp_path, quick=True, progress=lambda s: None), res)
     assert not res.rows and "left out of a quick run" in res.notes[0]
+
+
+def test_a_collapsed_point_reads_collapsed():
+    pts = [accuracy.Point("ok", "float"), accuracy.Point("lost", "shield")]
+    rows = [{"ppl": 10.0, "delta_ppl_pct": 0.0, "kl_to_float": 0.0,
+             "top1_agree_with_float": 1.0, "seconds": 1.0},
+            {"ppl": float("nan"), "delta_ppl_pct": float("nan"), "kl_to_float": float("nan"),
+             "top1_agree_with_float": 0.0, "seconds": 1.0}]
+    table = accuracy.accuracy_table(pts, rows)
+    assert "| lost | collapsed (NaN) | – | – | 0.0 % | 1 |" in table and "nan" not in table

@@ -32,9 +32,9 @@ class Point:
 
 def token_ids(path, tokens: int) -> tuple[int, ...]:
     """The first ``tokens + 1`` ids of the default text under the model's tokenizer."""
-    from .score import _model_file, default_text
+    from .score import model_file, default_text
     from .tokenizer import tokenizer
-    ids = tokenizer(_model_file(path)).encode(default_text().text)[:tokens + 1]
+    ids = tokenizer(model_file(path)).encode(default_text().text)[:tokens + 1]
     return tuple(ids)
 
 
@@ -51,12 +51,19 @@ def score_points(ctx, points: list[Point], *, path=None, tokens: int | None = No
 
 
 def accuracy_table(points: list[Point], rows: list[dict]) -> str:
-    """Markdown: perplexity, its change against float, KL and top-1 agreement of each point."""
+    """Markdown: perplexity, its change against float, KL and top-1 agreement of each point
+    (``collapsed`` where an Inf or NaN reached the logits)."""
+    import math
+
     from sim.reproduce import markdown_table
+
+    def cells(r):
+        if not math.isfinite(r["ppl"]):
+            return ["collapsed (NaN)", "–", "–"]
+        return [f"{r['ppl']:.3f}", f"{r['delta_ppl_pct']:+.2f} %", f"{r['kl_to_float']:.5f}"]
     return markdown_table(
         ["numerics", "perplexity", "vs float", "KL to float (nats)", "top-1 agreement", "s"],
-        [[p.label, f"{r['ppl']:.3f}", f"{r['delta_ppl_pct']:+.2f} %",
-          f"{r['kl_to_float']:.5f}", f"{100 * r['top1_agree_with_float']:.1f} %",
+        [[p.label, *cells(r), f"{100 * r['top1_agree_with_float']:.1f} %",
           f"{r['seconds']:.0f}"] for p, r in zip(points, rows)])
 
 
@@ -142,10 +149,11 @@ def _shield_plot(ctx, sweeps, rows, base):
         bers = [dict(p.options)["ber"] for p in ps]
         ppl = [r["ppl"] if math.isfinite(r["ppl"]) else float("nan") for r in part]
         ax.semilogx(bers, ppl, "o-", label="SmolLM2-135M")
-        for b, r in zip(bers, part):
-            if not math.isfinite(r["ppl"]):
-                ax.annotate("collapsed", (b, base["ppl"] * 1.1), ha="center", fontsize=7,
-                            color="C3")
+        ax.set_xlim(min(bers) / 2, max(bers) * 2)
+        lost = [b for b, r in zip(bers, part) if not math.isfinite(r["ppl"])]
+        if lost:            # an Inf or NaN reached the output: no perplexity to plot
+            top = max([p for p in ppl if math.isfinite(p)] + [base["ppl"] * 1.1])
+            ax.plot(lost, [top] * len(lost), "x", color="C3", ms=9, label="collapsed (NaN)")
         ax.axhline(base["ppl"] * (1 + SHIELD_THRESHOLD), color="C3", ls="--", lw=1,
                    label="3 % threshold")
         ax.axhline(base["ppl"], color="0.5", lw=0.8, label="error-free (BF16)")

@@ -10,7 +10,6 @@ agreement. :func:`default_text` is the text scored when none is given.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import sys
 import time
@@ -21,7 +20,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 __all__ = ["TextError", "Text", "default_text", "read_text", "log_probs", "metrics",
-           "DEFAULT_TOPICS", "score_point", "ScoreJob"]
+           "DEFAULT_TOPICS", "score_point", "ScoreJob", "share", "reference_log_probs", "model_file"]
 
 #: The default text: sections of the Python Language Reference as CPython ships them in
 #: ``pydoc_data.topics`` (PSF License 2.0), English prose: "Execution model", then "The standard
@@ -109,16 +108,35 @@ def metrics(lp: np.ndarray, ids, reference: np.ndarray | None = None) -> dict:
     return out
 
 
-@functools.lru_cache(maxsize=2)
-def _model_file(path: str | None):
-    from .loader import load
-    return load(path)
+#: Model files opened in this process, by path (None: the default model): a Dask worker opens
+#: each once; the CLI hands over the one it opened (:func:`share`).
+_FILES: dict = {}
 
 
-@functools.lru_cache(maxsize=2)
-def _reference(path: str | None, ids: tuple[int, ...]) -> np.ndarray:
+def share(mf) -> None:
+    """Let :func:`score_point` use the already opened model file ``mf`` for its path."""
+    _FILES[str(mf.path)] = mf
+
+
+def model_file(path: str | None):
+    """The model file at ``path`` (None: the default), opened once per process."""
+    if path not in _FILES:
+        from .loader import load
+        _FILES[path] = load(path)
+    return _FILES[path]
+
+
+#: The float reference's log-probabilities of the last text scored here, by (path, ids).
+_REFERENCE: dict = {}
+
+
+def reference_log_probs(path: str | None, ids: tuple[int, ...], progress=None) -> np.ndarray:
+    """The float reference's log-probabilities over ``ids`` (kept for the last text)."""
     from .model import Llama
-    return log_probs(Llama(_model_file(path)), ids)
+    if (path, ids) not in _REFERENCE:
+        _REFERENCE.clear()                      # one text at a time: (N, vocab) float32 each
+        _REFERENCE[path, ids] = log_probs(Llama(model_file(path)), ids, progress=progress)
+    return _REFERENCE[path, ids]
 
 
 class ScoreJob(NamedTuple):
@@ -135,8 +153,10 @@ class ScoreJob(NamedTuple):
         return f"{self.name}({opts})" if opts else self.name
 
 
-def score_point(point: ScoreJob) -> dict:
-    """Score one back-end (a :class:`ScoreJob`, or the same four values as a tuple).
+def score_point(point: ScoreJob, progress: Callable[[str, int, int], None] | None = None
+                ) -> dict:
+    """Score one back-end (a :class:`ScoreJob`, or the same four values as a tuple);
+    ``progress(what, done, total)`` hears of every chunk of tokens scored.
 
     A module-level function of picklable arguments, for :meth:`sim.reproduce.Context.map` and
     ``memwall model score`` on a Dask cluster: each worker process loads the model and scores
@@ -148,14 +168,17 @@ def score_point(point: ScoreJob) -> dict:
     from .model import Llama
     path, ids, name, options = point
     ids = tuple(int(i) for i in ids)
-    mf = _model_file(path)
+    mf = model_file(path)
+    def told(what):
+        return None if progress is None else (lambda done, n: progress(what, done, n))
     start = time.perf_counter()
     if name == "float" and not options:         # timed on its own, not read from the cache
-        lp = reference = log_probs(Llama(mf), ids)
+        lp = reference = log_probs(Llama(mf), ids, progress=told(name))
     else:
-        reference = _reference(path, ids)
+        reference = reference_log_probs(path, ids, told("float reference"))
         start = time.perf_counter()
-        lp = log_probs(Llama(mf, numerics(name, mf, **dict(options))), ids)
+        lp = log_probs(Llama(mf, numerics(name, mf, **dict(options))), ids,
+                       progress=told(name))
     seconds = round(time.perf_counter() - start, 2)
     row = metrics(lp, ids, reference)
     row["seconds"] = seconds
