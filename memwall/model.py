@@ -251,10 +251,13 @@ def cmd_trace(args) -> int:
     rows = trace(mf, backend, ids, layers)
     first = next((r["op"] for r in rows if r["over_budget"]), None)
     if args.json:
-        print(_dumps({"numerics": args.numerics, "tokens": len(ids), "rows": rows,
-                      "first_over_budget": first}))
+        print(_dumps({"numerics": args.numerics, "tokens": len(ids),
+                      "emulated": backend.emulated, "rows": rows, "first_over_budget": first}))
         return 0
-    print(f"{args.numerics}: error of each operation against float on the same input, "
+    print(f"{args.numerics}: what computes each operation")
+    for op, how in backend.emulated.items():
+        print(f"- {op}: {how}")
+    print(f"\n{args.numerics}: error of each operation against float on the same input, "
           f"{len(ids)} tokens")
     print("| op | error | budget | input max (the residual, for a norm's projections) | "
           "outlier channels (> 6x median) |")

@@ -191,7 +191,7 @@ def claim_section(paper: str, ctx, res, *, path=None, tokens: int | None = None)
     for p, r in zip(points[1:], rows[1:]):
         res.rows.append(Row(f"Accuracy, {p.label}: perplexity change against float32 (%)",
                             claim, r["delta_ppl_pct"], fmt="+.2f",
-                            note=f"SmolLM2-135M, {n} tokens; KL {r['kl_to_float']:.4f} nats, "
+                            note=f"SmolLM2-135M, {n} tokens; KL {r['kl_to_float']:.2g} nats, "
                                  f"top-1 agreement {100 * r['top1_agree_with_float']:.1f} %"))
     res.tables.append((f"Accuracy on SmolLM2-135M ({n} tokens, the default text of `memwall "
                        f"model score`)", accuracy_table(points, rows)))

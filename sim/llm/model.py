@@ -108,7 +108,7 @@ class Numerics:
 
     name = "float"
     #: One line per operation: what computes it on this back-end (shown by ``trace``, docs).
-    emulated: dict[str, str] = {}
+    emulated: dict[str, str] = {"every operation": "NumPy float32 (float64 on request)"}
     #: Relative error budget of each operation against float on the same input, keyed as
     #: :mod:`sim.llm.trace` names them (``attn_q`` ... ``ffn_down``, ``attn``, ``glu``,
     #: ``keep.q``, ``keep.o``); ``trace`` names the first operation past its budget.
