@@ -31,7 +31,8 @@ import numpy as np
 
 from .loader import PROJECTIONS, ModelFile
 
-__all__ = ["Numerics", "Llama", "KVCache", "rms_norm", "rope", "silu", "attention", "budgets",
+__all__ = ["Numerics", "Llama", "KVCache", "rms_norm", "rope", "rope_tables", "rotate", "silu",
+           "attention", "budgets",
            "UNIT", "SUM_FACTOR"]
 
 #: Unit roundoff of the formats on the back-ends' paths: half an ulp relative (fp16, bf16), and
@@ -61,19 +62,28 @@ def rms_norm(x: np.ndarray, gain: np.ndarray, eps: float) -> np.ndarray:
     return (x / np.sqrt(mean + x.dtype.type(eps))) * gain.astype(x.dtype)
 
 
-def rope(x: np.ndarray, positions: np.ndarray, base: float) -> np.ndarray:
-    """NORM RoPE of ``x`` ``(T, heads, head_dim)`` at ``positions`` ``(T,)``: pair ``(2i, 2i+1)``
-    turns by ``p * base^(-2i / head_dim)``."""
-    hd = x.shape[-1]
-    inv = base ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
-    angle = positions.astype(np.float64)[:, None] * inv[None, :]
-    cos = np.cos(angle).astype(x.dtype)[:, None, :]
-    sin = np.sin(angle).astype(x.dtype)[:, None, :]
+def rope_tables(positions: np.ndarray, base: float, head_dim: int, dtype) -> tuple:
+    """``cos`` and ``sin`` ``(T, 1, head_dim / 2)`` of NORM RoPE at ``positions``: pair
+    ``(2i, 2i + 1)`` turns by ``p * base^(-2i / head_dim)`` (float64, then ``dtype``)."""
+    inv = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    angle = np.asarray(positions, np.float64)[:, None] * inv[None, :]
+    return np.cos(angle).astype(dtype)[:, None, :], np.sin(angle).astype(dtype)[:, None, :]
+
+
+def rotate(x: np.ndarray, tables: tuple) -> np.ndarray:
+    """Apply :func:`rope_tables`' rotation to ``x`` ``(T, heads, head_dim)``."""
+    cos, sin = tables
     x0, x1 = x[..., 0::2], x[..., 1::2]
     out = np.empty_like(x)
     out[..., 0::2] = x0 * cos - x1 * sin
     out[..., 1::2] = x0 * sin + x1 * cos
     return out
+
+
+def rope(x: np.ndarray, positions: np.ndarray, base: float) -> np.ndarray:
+    """NORM RoPE of ``x`` ``(T, heads, head_dim)`` at ``positions`` ``(T,)``: pair ``(2i, 2i+1)``
+    turns by ``p * base^(-2i / head_dim)``."""
+    return rotate(x, rope_tables(positions, base, x.shape[-1], x.dtype))
 
 
 def silu(x: np.ndarray) -> np.ndarray:
@@ -135,10 +145,21 @@ class Numerics:
 
     def norm_project(self, layer: int, h: np.ndarray, norm: str, names) -> list[np.ndarray]:
         x = self.norm(h, layer, norm)
-        return [self.project(layer, name, x) for name in names]
+        if type(self).project is not Numerics.project:     # a back-end's own projections
+            return [self.project(layer, name, x) for name in names]
+        # The float projections that read one input are one matrix: one pass over the weights.
+        key = f"blk.{layer}." + "+".join(names)
+        if key not in self._weights:
+            self._weights[key] = np.concatenate([self.weight(layer, n) for n in names])
+        y = self._matmul(self._weights[key], x)
+        return np.split(y, np.cumsum([self.mf.shape(f"blk.{layer}.{n}.weight")[0]
+                                      for n in names])[:-1], axis=1)
 
     def project(self, layer: int, name: str, x: np.ndarray) -> np.ndarray:
-        w = self.weight(layer, name)
+        return self._matmul(self.weight(layer, name), x)
+
+    @staticmethod
+    def _matmul(w: np.ndarray, x: np.ndarray) -> np.ndarray:
         # One token: a matrix-vector product reads the weights once, twice as fast here.
         return (w @ x[0])[None, :] if x.shape[0] == 1 else x @ w.T
 
@@ -204,13 +225,17 @@ class Llama:
     def new_cache(self) -> KVCache:
         return KVCache(self.config.layers)
 
-    def layer(self, i: int, h: np.ndarray, cache: KVCache, positions: np.ndarray) -> np.ndarray:
-        """One decoder layer on the residual ``h`` ``(T, d_model)``."""
+    def layer(self, i: int, h: np.ndarray, cache: KVCache, positions: np.ndarray,
+              tables: tuple | None = None) -> np.ndarray:
+        """One decoder layer on the residual ``h`` ``(T, d_model)`` (``tables``: the positions'
+        :func:`rope_tables`, computed here when not given)."""
         c, nx = self.config, self.numerics
         t = h.shape[0]
+        if tables is None:
+            tables = rope_tables(positions, c.rope_base, c.head_dim, h.dtype)
         q, k, v = nx.norm_project(i, h, "attn_norm", ("attn_q", "attn_k", "attn_v"))
-        q = rope(q.reshape(t, c.heads, c.head_dim), positions, c.rope_base)
-        k = rope(k.reshape(t, c.kv_heads, c.head_dim), positions, c.rope_base)
+        q = rotate(q.reshape(t, c.heads, c.head_dim), tables)
+        k = rotate(k.reshape(t, c.kv_heads, c.head_dim), tables)
         v = v.reshape(t, c.kv_heads, c.head_dim)
         q = nx.keep(i, "q", q)
         ks, vs = cache.append(i, nx.keep(i, "k", k), nx.keep(i, "v", v))
@@ -226,8 +251,9 @@ class Llama:
         dtype = self.numerics.dtype
         h = self.mf.float32("token_embd.weight")[ids].astype(dtype)
         positions = np.arange(cache.length, cache.length + len(ids))
+        tables = rope_tables(positions, self.config.rope_base, self.config.head_dim, dtype)
         for i in range(self.depth):
-            h = self.layer(i, h, cache, positions)
+            h = self.layer(i, h, cache, positions, tables)
         cache.advance(len(ids))
         return self.numerics.norm(h, None, "output_norm")
 
