@@ -135,7 +135,7 @@ def test_few_tokens_close_to_float(mf, nx):
     ref = Llama(mf, layers=4).forward(ids)
     got = Llama(mf, nx, layers=4).forward(ids)
     # bf16 activations, weights and attention: logits within 5 % of their spread, same top-1
-    # on at least 7 of 8 tokens (measured: see build/notes/llm_flowkv.md).
+    # on at least 7 of 8 tokens (measured in docs/llm.md).
     spread = ref.max(axis=1) - ref.min(axis=1)
     assert np.all(np.abs(got - ref).max(axis=1) <= 0.05 * spread)
     assert (got.argmax(1) == ref.argmax(1)).sum() >= 7
@@ -149,5 +149,5 @@ def test_perplexity_256_tokens(mf, nx):
     ref = log_probs(Llama(mf), ids)
     m = metrics(log_probs(Llama(mf, nx), ids), ids, ref)
     delta_pct = 100 * (m["ppl"] / metrics(ref, ids)["ppl"] - 1)
-    # Measured: ppl 17.119, KL 0.0007, top-1 agreement 98.8 % (build/notes/llm_flowkv.md).
+    # Measured: ppl 17.119, KL 0.0007, top-1 agreement 98.8 % (docs/llm.md).
     assert abs(delta_pct) < 2.0 and m["top1_agree_with_float"] > 0.97

@@ -1,7 +1,7 @@
 """The rDXE back-end: every projection, RMSNorm and attention on the DXT's bit-exact golden models
 (:mod:`golden.rdxe`), SwiGLU and RoPE in float32 on the host.
 
-Quantization (measured and chosen in build/notes/llm_rdxe.md):
+Quantization (measured and chosen in docs/llm.md, "rDXE"):
 
 * **Weights**: per-output-channel symmetric INT8 of the float32 weights, ``s_w[o] = max|W[o]| /
   127``, codes ``RNE(W / s_w)``; the RMSNorm gain is folded into the weights of the projections

@@ -15,7 +15,7 @@ Two ways to choose the errors:
   ``min(residency, refresh interval)``, with the intervals from
   :func:`golden.edram.policy_intervals_us` and the segments of the paper (sign and exponent in
   ``std``, the mantissa in :func:`golden.edram.mantissa_segment` of the tensor's class: ``kv_mant``
-  for K and V, ``qo_mant`` for Q and O). Residencies (docs: build/notes/llm_shield.md):
+  for K and V, ``qo_mant`` for Q and O). Residencies (docs/llm.md, "SHIELD"):
   Q and O live ``qo_us`` = 1500 us (the paper's Fig. 1(b) bound on one layer's QO lifetime, where
   the golden model is calibrated to 0.04 %); a K or V entry lives from its write to its last read,
   ``kv_us`` = infinity by default (at sim/shield.py's 1 ms per decode step every entry but the
