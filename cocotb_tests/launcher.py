@@ -373,14 +373,17 @@ def case_id(block: str, preset: str, overrides: dict, *rest) -> str:
     return "-".join([block, preset, *(f"{k}={v}" for k, v in overrides.items())])
 
 
-def case_runs(cases, *, icarus_only=(), verilator_slow=(), icarus_slow=(), slow=()):
+def case_runs(cases, *, icarus_only=(), verilator_slow=(), icarus_slow=(), slow=(), tag=""):
     """pytest parameters ``(case, simulator)`` for launcher cases, each under both simulators but:
     the cases whose :func:`case_id` is in ``icarus_only`` under Icarus alone, those in
     ``verilator_slow`` under Verilator only with ``--slow`` (make test-all), those in
     ``icarus_slow`` under Icarus only with ``--slow``, and those in ``slow`` only with
-    ``--slow`` under either. Variants of a preset (other widths, other rates) are where
-    Verilator's C++ build costs a minute each, and their Icarus run checks the same RTL in make
-    test; a large block's preset whose Icarus run is the longer one keeps its Verilator run."""
+    ``--slow`` under either. The test id is ``CASE_ID`` + ``tag`` + ``-SIMULATOR``.
+
+    A case runs in make test under one simulator, the one whose cold run (the build included)
+    is the cheaper, and under the other with ``--slow``: the same testbench on the same Verilog
+    (docs/verification.md). Icarus for most; Verilator where the run is long enough for its
+    speed to repay the C++ build."""
     import pytest
 
     runs = []
@@ -392,5 +395,5 @@ def case_runs(cases, *, icarus_only=(), verilator_slow=(), icarus_slow=(), slow=
             slow_here = (name in slow or (sim != "icarus" and name in verilator_slow)
                          or (sim == "icarus" and name in icarus_slow))
             marks = [pytest.mark.slow] if slow_here else []
-            runs.append(pytest.param(case, sim, id=f"{name}-{sim}", marks=marks))
+            runs.append(pytest.param(case, sim, id=f"{name}{tag}-{sim}", marks=marks))
     return runs

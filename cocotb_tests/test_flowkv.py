@@ -21,6 +21,10 @@ CASES = [
 ]
 
 
+# With --slow: covered in make test by the generic Verilog's run (test_flowkv) and, at a smaller
+# size, by the ECP5 cases of the units whose multipliers it instantiates (FloatDot and
+# FloatMultiplier: test_arith_float_ecp5); 32 s of a cold make test.
+@pytest.mark.slow
 def test_flowkv_ecp5():
     """The pair's Verilog for the ECP5 (its multipliers on MULT18X18D blocks with their own
     registers, cocotb_tests/models/MULT18X18D.v), bit-exact and at the same cycles as the generic
@@ -29,9 +33,11 @@ def test_flowkv_ecp5():
               target="ecp5")
 
 
-#: The two variants and the array run under Verilator with --slow (70 to 130 s each in make test,
-#: mostly the C++ build; the array is flowkv-small's pair per head); under Icarus in make test.
-RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES[1:]},
+#: Every case runs under Verilator with --slow (42 s for flowkv-small's cold build and run in make
+#: test, 70 to 130 s for the variants and the array, against 14 to 21 s under Icarus), under
+#: Icarus in make test: the same testbench on the same Verilog (launcher.case_runs). The
+#: array with GQA (its pair per head is flowkv-small's) runs only with --slow.
+RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES},
                  slow={case_id(*CASES[4])})
 
 

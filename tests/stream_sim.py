@@ -7,17 +7,64 @@ order with a random idle chance per cycle; each output stream is read with a ran
 for a stream whose fields are given as ``None``). A ``watch`` hook, called every cycle, drives what
 the streams do not (a serial line, a stall window) and samples pulses; the handshakes counted are
 the ones on the signals after it, so it may also hold a ``valid`` or a ``ready`` low.
+
+:func:`simulate` runs a testbench on a component's simulation, built once per component object and
+reset for each later run: building a large block's simulation (elaborating it and compiling it to
+Python) takes as long as a test's run, so tests that share a component (a cached constructor)
+share the build.
 """
 
 from __future__ import annotations
 
+import functools
 import random
+import weakref
 from typing import Mapping, Sequence
 
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
-__all__ = ["run_streams"]
+__all__ = ["run_streams", "simulate", "shared"]
+
+#: component -> (its Simulator, the slot holding the testbench of the current run).
+_SIMULATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@functools.cache
+def shared(cls, *args, **kwargs):
+    """``cls(*args, **kwargs)``, one object per argument set: the tests of a module that build
+    their component through it share its simulation (:func:`simulate`); tests/conftest.py drops
+    them after each test module."""
+    return cls(*args, **kwargs)
+
+
+def simulate(component, bench, *, period: float = 1e-8) -> None:
+    """Run the async testbench ``bench(ctx)`` on ``component`` with a clock of ``period`` seconds
+    until it returns.
+
+    The first run of a component builds its simulation; later runs reset it (every signal and
+    memory to its initial value, the clock restarted: the state of a new simulation) and reuse
+    it. A run that raises drops the simulation, so that the next one starts from a new build.
+    """
+    entry = _SIMULATIONS.get(component)
+    if entry is None or entry[2] != period:
+        sim, slot = Simulator(component), {}
+
+        async def current(ctx):
+            await slot["bench"](ctx)
+
+        sim.add_clock(period)
+        sim.add_testbench(current)
+        entry = _SIMULATIONS[component] = (sim, slot, period)
+    else:
+        entry[0].reset()
+    sim, slot, _ = entry
+    slot["bench"] = bench
+    try:
+        sim.run()
+    except BaseException:
+        _SIMULATIONS.pop(component, None)
+        raise
 
 
 def _set(ctx, view, value):
@@ -102,8 +149,5 @@ def run_streams(component, inputs: Mapping[str, Sequence], outputs: Mapping[str,
         if finish is not None:
             await finish(ctx)
 
-    sim = Simulator(component)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(component, bench)
     return received, state["cycles"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from amaranth.sim import Simulator
 
 from cocotb_tests.inflash.kvstream import check_kv_write, kv_command, kv_words
 from cocotb_tests.inflash.plane import PlaneModel, kv_reads, read_bytes
@@ -34,7 +33,7 @@ from hdl.inflash.writer import KVWriter
 from memwall import registry
 from memwall.params import ParameterError
 
-from .stream_sim import _get, _set, run_streams
+from .stream_sim import _get, _set, run_streams, shared, simulate
 
 GEOMETRY = dict(page_bytes=64, transfer_bytes=4, fmacs=2, pages_per_block=8, blocks=8)
 MAX = dict(max_rows=64, max_cols=64, group_size=16)
@@ -42,8 +41,10 @@ _FMT = {"fp16": FP16, "bf16": BF16, "w4a16": FP16}
 
 
 def _pe(**overrides) -> InflashPE:
+    """The PE with ``overrides``, one per parameter set (its simulation built once)."""
     geo = {k: overrides.pop(k) for k in list(overrides) if k in GEOMETRY}
-    return InflashPE(geometry=FlashGeometry(**{**GEOMETRY, **geo}), **{**MAX, **overrides})
+    return shared(InflashPE, geometry=FlashGeometry(**{**GEOMETRY, **geo}),
+                  **{**MAX, **overrides})
 
 
 # --- parameters ----------------------------------------------------------------------------------
@@ -291,6 +292,15 @@ def test_gearbox_takes_a_word_and_gives_a_beat_every_cycle():
 
 # --- the PE --------------------------------------------------------------------------------
 
+#: Tests marked ``_COCOTB`` repeat, on the small preset's PE (64-byte pages, 4-byte words, F = 2:
+#: ``GEOMETRY``), what cocotb_tests/test_inflash.py's ``inflash-small`` case checks in make test
+#: (random_gemvs, refused, random_attention, attention_refusals, attention_pipeline: every mode
+#: and shape class, MHA and GQA in fp16, bf16 and int8 under both mappings, every refusal rule,
+#: the read-bound attention timing): they run with --slow, as a quick in-process check.
+_COCOTB = pytest.mark.slow
+
+
+@_COCOTB
 @pytest.mark.parametrize("mode", ["fp16", "bf16", "w8a8"])
 def test_pe_matches_golden(mode):
     pe = _pe()
@@ -303,7 +313,8 @@ def test_pe_matches_golden(mode):
     _run(pe, jobs, seed=Mode[mode.upper()])
 
 
-@pytest.mark.parametrize("fmacs, transfer", [(2, 4), (1, 1), (16, 8)])
+@pytest.mark.parametrize("fmacs, transfer", [pytest.param(2, 4, marks=_COCOTB), (1, 1),
+                                              (16, 8)])
 def test_pe_w4a16_matches_golden(fmacs, transfer):
     """Records of 12 bytes straddle pages; rows of 1 to 4 groups; x arrives with idle cycles
     while the group sums are computed; a w4a16 GEMV after a float and an integer one."""
@@ -475,6 +486,7 @@ def test_accumulator_loop_is_the_golden_one():
     assert _pe().acc_loop == golden.ACC_LOOP
 
 
+@_COCOTB
 @pytest.mark.parametrize("op", ["logit", "attend"])
 @pytest.mark.parametrize("G", [1, 2, 4])
 def test_attention_matches_golden(op, G):
@@ -491,6 +503,7 @@ def test_attention_matches_golden(op, G):
     _run(pe, jobs, seed=G)
 
 
+@_COCOTB
 @pytest.mark.parametrize("op", ["logit", "attend"])
 def test_attention_int8_odd_shapes_and_gathers(op):
     """int8 KV (exact int32), three query heads over F = 2 lanes, a head dimension F does not
@@ -507,6 +520,7 @@ def test_attention_int8_odd_shapes_and_gathers(op):
     _run(pe, jobs, seed=11)
 
 
+@_COCOTB
 def test_page_level_mapping_reads_fewer_pages():
     """The same Logit and Attend under both mappings, on a layout with one token of the head
     per naive page and one with four: the PE reads exactly kv_pages_read pages of each (checked
@@ -560,6 +574,7 @@ def test_attend_order_pins_and_signed_zeros():
     _run(pe, [job], seed=5)
 
 
+@_COCOTB
 def test_attention_between_gemvs_and_refusals():
     """Operations back to back on every path (results in command order: an Attend's results
     leave after the earlier rows, and later commands wait for them), and each attention
@@ -662,16 +677,15 @@ def _run_on_plane(dut, plane: PlaneModel, inputs: dict, outputs: dict, *, port="
         raise AssertionError(f"not done after {max_cycles} cycles: received "
                              + ", ".join(f"{n} {len(v)}" for n, v in received.items()))
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     return received
 
 
 @pytest.mark.parametrize("op, G, geo", [
-    ("logit", 1, {}), ("logit", 2, {}), ("logit", 4, {}),  # compute per page 16, 32, 64;
-    ("attend", 1, {}), ("attend", 4, {}),                   # 44 (the loop minimum), 64
+    # The small preset's plane: cocotb's attention_pipeline times these on the same PE.
+    *(pytest.param(op, G, {}, marks=_COCOTB) for op, G in [
+        ("logit", 1), ("logit", 2), ("logit", 4),           # compute per page 16, 32, 64;
+        ("attend", 1), ("attend", 4)]),                     # 44 (the loop minimum), 64
     ("attend", 2, {"fmacs": 1, "tR_us": 0.05}),             # compute-bound, F = 1
     # transfer-bound (64 words a page, a beat in 8 words): the page's compute trails its words
     ("logit", 1, {"fmacs": 4, "transfer_bytes": 1}),
@@ -697,7 +711,7 @@ def test_attention_timing(op, G, geo):
     op, _, fmt = op.partition("-")
     fmt = fmt or "fp16"
     geometry = FlashGeometry(**{**GEOMETRY, "tR_us": 0.1, "blocks": 16, **geo})
-    pe = InflashPE(geometry=geometry, **MAX)
+    pe = shared(InflashPE, geometry=geometry, **MAX)
     job = _Attention(pe.cfg, op, fmt, G, 40, np.random.default_rng(G), layer=1, head=0)
     plane = PlaneModel(geometry)
     plane.program(job.base, job.pages)
@@ -807,7 +821,7 @@ def test_writer_matches_golden(fmt):
     """Page-level (S = 8 streams in 8 buffer pages) and naive (one and two buffer pages),
     sequences that fill pages exactly and end on partial pages, entries of 8, 6 (straddling
     4-byte words) and 5 bytes, idle cycles and back-pressure on every stream."""
-    writer = KVWriter(geometry=_WRITER_GEOMETRY, slots=8)
+    writer = shared(KVWriter, geometry=_WRITER_GEOMETRY, slots=8)
     rng = np.random.default_rng(3)
     seqs = [_Sequence(_layout("page", fmt), 8, rng, page=0, pages=40),          # two groups
             _Sequence(_layout("page", fmt), 5, rng, page=40, pages=40),         # partial
@@ -816,13 +830,13 @@ def test_writer_matches_golden(fmt):
             _Sequence(_layout("naive", fmt, layers=1, kv_heads=1, head_dim=5), 9, rng,
                       page=120, pages=8)]
     _run_writer(writer, seqs, seed=len(fmt))
-    naive = KVWriter(geometry=_WRITER_GEOMETRY, slots=1)
+    naive = shared(KVWriter, geometry=_WRITER_GEOMETRY, slots=1)
     _run_writer(naive, [_Sequence(_layout("naive", fmt), 6, rng, page=3, pages=30)], seed=2)
 
 
 def test_writer_programs_in_page_order_with_one_word_per_cycle():
     """No idle, no back-pressure: each page's words leave one per cycle, pages in order."""
-    writer = KVWriter(geometry=_WRITER_GEOMETRY, slots=8)
+    writer = shared(KVWriter, geometry=_WRITER_GEOMETRY, slots=8)
     seq = _Sequence(_layout(), 4, np.random.default_rng(1), page=7, pages=8)
     _run_writer(writer, [seq], idle=0.0, stall=0.0)
 
