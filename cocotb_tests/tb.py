@@ -81,6 +81,7 @@ class BlockTB(abc.ABC):
         dut.rst.value = 1
         cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
         self.counter = CycleCounter(dut.clk)
+        self.records: dict[str, list] = {}
         self.codecs = {p: PayloadCodec(self.ports[f"{p}__payload"]) for p in (*inputs, *outputs)}
         self.axis = is_axis(dut, inputs, outputs)
         if self.axis:
@@ -143,7 +144,14 @@ class BlockTB(abc.ABC):
 
     def _on_output(self, stream, item, cycle):
         self.observe(stream, item, cycle)
+        if stream in self.records:
+            self.records[stream].append((cycle, item))
         self.scoreboards[stream].got(item, cycle)
+
+    def record(self, stream: str = "o") -> list:
+        """Keep every transfer the output monitor of ``stream`` sees from now on, as ``(cycle,
+        item)``; return the list (real-model runs read the RTL's outputs from it)."""
+        return self.records.setdefault(stream, [])
 
     def report(self, test: str, **figures):
         """Log measured figures and, when a benchmark asked for them, add them to its JSON file."""

@@ -1,5 +1,5 @@
 """`memwall model ...`: a real language model through each hardware family's numerics
-(``info``, ``generate``, ``score``, ``trace``; docs/llm.md). :mod:`memwall.cli` hooks the group
+(``info``, ``generate``, ``score``, ``trace``, ``layer``; docs/llm.md). :mod:`memwall.cli` hooks the group
 in with :func:`add_parser`.
 
 JSON goes to stdout with ``--json``, everything else (progress, speed) to stderr. Bad input (a
@@ -126,6 +126,19 @@ def cmd_info(args) -> int:
 
 # --- generate -------------------------------------------------------------------------------
 
+def _greedy(model, cache, logits, tokens: int, eos: int, on_token=None) -> list[int]:
+    """Greedy ids after ``logits`` (the last position's), each fed back through ``model``."""
+    ids = []
+    while True:
+        nxt = int(logits[-1].argmax())
+        ids.append(nxt)
+        if on_token is not None:
+            on_token(nxt)
+        if len(ids) == tokens or nxt == eos:
+            return ids
+        logits = model.forward([nxt], cache)
+
+
 def cmd_generate(args) -> int:
     from sim.llm.model import Llama
     mf = _load(args)
@@ -137,21 +150,16 @@ def cmd_generate(args) -> int:
     if len(prompt) + args.tokens > mf.config.context:
         raise _cli().UsageError(f"the prompt's {len(prompt)} tokens and --tokens {args.tokens} "
                                 f"exceed the model's context of {mf.config.context}")
+    if args.rtl:
+        return generate_rtl(args, mf, tok, prompt)
     model = Llama(mf, _numerics(args.numerics, mf))
     cache = model.new_cache()
     start = time.perf_counter()
     logits = model.forward(prompt, cache)
     prefill = time.perf_counter() - start
-    ids = []
     start = time.perf_counter()
-    while True:
-        nxt = int(logits[-1].argmax())
-        ids.append(nxt)
-        if not args.json:
-            print(tok.decode([nxt]), end="", flush=True)
-        if len(ids) == args.tokens or nxt == mf.config.eos_id:
-            break
-        logits = model.forward([nxt], cache)
+    show = None if args.json else (lambda t: print(tok.decode([t]), end="", flush=True))
+    ids = _greedy(model, cache, logits, args.tokens, mf.config.eos_id, show)
     decode = time.perf_counter() - start
     if args.json:
         print(json.dumps({"prompt_ids": prompt, "ids": ids, "text": tok.decode(ids)}))
@@ -160,6 +168,78 @@ def cmd_generate(args) -> int:
     _status(f"{args.numerics}: prefill {len(prompt)} tokens in {prefill:.2f} s; "
             f"{len(ids)} tokens in {decode:.2f} s ({len(ids) / decode:.1f} tokens/s)")
     return 0
+
+
+def _rtl_family(numerics: str) -> str:
+    """The family whose blocks compute ``numerics``' decode step (its case module swaps)."""
+    import importlib
+    from sim.llm.cases import FAMILIES
+    able = {}
+    for family, module in FAMILIES.items():
+        m = importlib.import_module(module)
+        if getattr(m, "SWAP_HOOKS", None):
+            able[m.NUMERICS] = family
+    if numerics not in able:
+        raise _cli().UsageError(f"--rtl runs the decode step of {', '.join(sorted(able))} "
+                                f"(whose blocks cover a layer's heavy operations), not "
+                                f"{numerics}")
+    return able[numerics]
+
+
+def generate_rtl(args, mf, tok, prompt) -> int:
+    """``generate --rtl``: the prompt but its last token prefilled on the back-end, then every
+    decode step (the last prompt token's first) with ``--layers`` on the Verilog; the same
+    generation on the back-end alone, and whether the tokens agree."""
+    from pathlib import Path
+    from sim.llm.model import Llama
+    from cocotb_tests.realdata.swap import RTLLayers, RTLMismatch, parse_layers
+    family = _rtl_family(args.numerics)
+    try:
+        layers = parse_layers(args.layers, mf.config.layers)
+    except ValueError as exc:
+        raise _cli().UsageError(str(exc)) from None
+    golden = Llama(mf, _numerics(args.numerics, mf))
+    cache = golden.new_cache()
+    want = _greedy(golden, cache, golden.forward(prompt, cache), args.tokens, mf.config.eos_id)
+    swap = RTLLayers(_numerics(args.numerics, mf), family, layers, args.sim,
+                     Path("build") / "llm" / "generate", progress=_status)
+    model = Llama(mf, swap)
+    cache = model.new_cache()
+    if len(prompt) > 1:
+        model.forward(prompt[:-1], cache)
+    swap.enabled = True
+
+    class _Stepper:           # the position of each decode step, for the runs' names
+        def forward(self, ids, c):
+            swap.position = c.length
+            return model.forward(ids, c)
+
+    start = time.perf_counter()
+    try:
+        swap.position = cache.length
+        ids = _greedy(_Stepper(), cache, model.forward(prompt[-1:], cache), args.tokens,
+                      mf.config.eos_id)
+    except RTLMismatch as exc:
+        _status(f"error: the RTL parted from the {args.numerics} back-end: {exc}")
+        return 1
+    seconds = time.perf_counter() - start
+    same = ids == want
+    out = {"prompt_ids": prompt, "ids": ids, "text": tok.decode(ids), "golden_ids": want,
+           "same_tokens_as_golden": same,
+           "rtl": {"family": family, "layers": layers, "simulator": args.sim,
+                   "steps": len(ids), "seconds": round(seconds, 1),
+                   "seconds_per_token": round(seconds / len(ids), 1),
+                   "cycles_per_token": sum(r["cycles"] for r in swap.runs) // len(ids),
+                   "runs": swap.runs}}
+    if args.json:
+        print(_dumps(out))
+    else:
+        print(tok.decode(ids))
+        _status(f"{args.numerics} with layers {args.layers} on the {family} Verilog "
+                f"({args.sim}): {len(ids)} tokens in {seconds:.0f} s ({seconds / len(ids):.0f} "
+                f"s per token, {len(swap.runs)} simulations); the same tokens as the back-end "
+                f"alone: {'yes' if same else 'no: ' + tok.decode(want)}")
+    return 0 if same else 1
 
 
 # --- score ----------------------------------------------------------------------------------
@@ -273,13 +353,85 @@ def cmd_trace(args) -> int:
     return 0
 
 
+# --- layer --rtl ----------------------------------------------------------------------------
+
+def _ops_subset(ops: list, text: str | None) -> list:
+    if text is None:
+        return ops
+    wanted = [n.strip() for n in text.split(",") if n.strip()]
+    names = [op.name for op in ops]
+    unknown = [n for n in wanted if n not in names]
+    if unknown or not wanted:
+        raise _cli().UsageError(f"unknown op {', '.join(unknown) or repr(text)}: this case has "
+                                f"{', '.join(names)}")
+    return [op for op in ops if op.name in wanted]
+
+
+def cmd_layer(args) -> int:
+    """One decoder layer's operations of a family through its generated Verilog."""
+    from pathlib import Path
+    from sim.llm.cases import CaseError, case, check_family, check_layer, prompt_ids
+    from cocotb_tests.launcher import SimulationError
+    from cocotb_tests.realdata import results_json, run_ops
+    mf = _load(args)
+    try:
+        check_family(args.rtl)
+        check_layer(mf, args.layer)
+        prompt_ids(mf, args.position)
+        start = time.perf_counter()
+        _status(f"{args.rtl}: building the case of layer {args.layer} at position "
+                f"{args.position} with the golden back-end")
+        ops, path = case(mf, args.rtl, args.layer, args.position)
+    except CaseError as exc:
+        raise _cli().UsageError(str(exc)) from None
+    ops = _ops_subset(ops, args.ops)
+    _status(f"{len(ops)} operations from {path} ({time.perf_counter() - start:.1f} s)")
+    log = Path(args.log) if args.log else path.with_suffix(f".{args.sim}.log")
+    try:
+        results = run_ops(args.rtl, ops, path, args.sim, log=log,
+                          progress=lambda m: _status(f"simulating {m}"))
+    except SimulationError as exc:
+        _status(f"error: {exc}")
+        return 2
+    out = results_json(args.rtl, args.layer, args.position, args.sim, results)
+    if args.json:
+        print(_dumps(out))
+    else:
+        print(layer_table(out))
+    return 0 if out["match"] else 1
+
+
+def layer_table(out: dict) -> str:
+    """``memwall model layer --rtl``'s table (one row per operation) and verdict."""
+    lines = [f"{out['family']}: layer {out['layer']} at position {out['position']}, generated "
+             f"Verilog under {out['simulator']}", "",
+             "| op | real shape | block | RTL | RTL cycles | model cycles | time (s) |",
+             "|---|---|---|---|---:|---:|---:|"]
+    for r in out["ops"]:
+        verdict = "bit-exact" if r["match"] else "**mismatch**"
+        lines.append(f"| {r['op']} | {r['shape']} | {r['block']} | {verdict} | "
+                     f"{'-' if r['cycles'] is None else r['cycles']} | "
+                     f"{'-' if r['model_cycles'] is None else r['model_cycles']} | "
+                     f"{r['seconds']:.1f} |")
+    bad = [r for r in out["ops"] if not r["match"]]
+    lines.append("")
+    lines += [f"first mismatch of {r['op']}: {r['mismatch']}" for r in bad] or \
+        [f"every operation bit-exact with the {out['family']} back-end"]
+    off = [r["op"] for r in out["ops"] if r["match"] and r["cycles"] != r["model_cycles"]]
+    if off:
+        lines.append(f"RTL cycles differ from the cycle model on: {', '.join(off)}")
+    lines.append("simulator output: " + ", ".join(sorted({r["log"] for r in out["ops"]
+                                                         if r.get("log")})))
+    return "\n".join(lines)
+
+
 # --- parser ---------------------------------------------------------------------------------
 
 def add_parser(sub, parser_class) -> None:
     """Add ``model`` and its sub-commands to the sub-parsers ``sub`` of :mod:`memwall.cli`."""
     from sim.llm.backends import names
     group = sub.add_parser("model", help="a real language model (SmolLM2-135M) through each "
-                                         "family's numerics: info, generate, score, trace")
+                                         "family's numerics: info, generate, score, trace, layer")
     msub = group.add_subparsers(dest="model_command", required=True, parser_class=parser_class,
                                 metavar="MODEL_COMMAND")
     choices = ", ".join(names())
@@ -298,6 +450,13 @@ def add_parser(sub, parser_class) -> None:
     p.add_argument("--tokens", type=int, default=32, metavar="N",
                    help="tokens to generate (default: 32; stops early at end-of-text)")
     p.add_argument("--numerics", default="float", metavar="NAME", help=f"{choices}")
+    p.add_argument("--rtl", action="store_true",
+                   help="run the decode steps' hardware operations of --layers on the family's "
+                        "generated Verilog (kvnand), and compare the tokens with the back-end's")
+    p.add_argument("--layers", default="0", metavar="A-B",
+                   help="the layers --rtl runs on the Verilog: 0-1, 3 or 0,2,5 (default: 0)")
+    p.add_argument("--sim", choices=("icarus", "verilator"), default="verilator",
+                   help="simulator for --rtl (default: verilator)")
     common(p)
     p.set_defaults(func=cmd_generate)
     p = msub.add_parser("score", help="perplexity, KL to float and top-1 agreement")
@@ -323,3 +482,19 @@ def add_parser(sub, parser_class) -> None:
                    help="prompt tokens traced (default: 32, from the default text)")
     common(p)
     p.set_defaults(func=cmd_trace)
+    p = msub.add_parser("layer", help="one decoder layer's operations through a family's "
+                                      "generated Verilog, bit for bit against its back-end")
+    p.add_argument("--rtl", required=True, metavar="FAMILY",
+                   help="the hardware family: inflash, flowkv, rdxe or edram")
+    p.add_argument("--layer", type=int, default=0, metavar="L", help="decoder layer (default: 0)")
+    p.add_argument("--position", type=int, default=64, metavar="T",
+                   help="decode position: the default text's tokens 0..T-1 are the prefill "
+                        "(golden back-end), token T the step run in RTL (default: 64)")
+    p.add_argument("--sim", choices=("icarus", "verilator"), default="verilator",
+                   help="simulator (default: verilator)")
+    p.add_argument("--ops", metavar="A,B,...", help="only these operations (default: all)")
+    p.add_argument("--log", metavar="FILE",
+                   help="the simulators' output, FILE.<test> per run (default: beside the "
+                        "case file)")
+    common(p)
+    p.set_defaults(func=cmd_layer)

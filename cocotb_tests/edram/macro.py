@@ -21,6 +21,14 @@ The model of a 3T gain-cell array (docs/edram.md, "Decay macro"):
   bits depend on their own retention draws only, so those errors are a sum of independent
   Bernoulli trials (the testbench's band check counts them, ``_Tally``).
 
+Scripted decay (real-model runs, :mod:`cocotb_tests.realdata.edram`): with ``script`` set (a
+dict ``(bank, row, col) -> bit mask``), no retention time is drawn. The next write of a listed
+word makes the cells of its mask lose their charge from that write on (retention time 0); every
+other cell keeps it (infinite retention). A restore latches what a lost cell holds, as with
+drawn retention times, and the script's losses happen once per write. So a read returns the word
+written XOR its mask, whatever refreshes came between: the error pattern a golden injection drew
+for that word, placed in the cells the controller wrote.
+
 The macro also checks the controller's contract, every cycle: at most one of ``we``, ``re``,
 ``refresh`` per bank; no live row older than the segment's interval when it is restored or
 released (ages only grow between those events, so this checks the age bound at every cycle); no
@@ -99,6 +107,9 @@ class DecayMacro:
         self.released = np.full((banks, rows), -10**9, np.int64)
         #: Longest allowed age (cycles) of a held row, or None (no bound: refresh-less).
         self.limit: int | None = None
+        #: Scripted decay (module notes): ``(bank, row, col) -> mask`` of the cells the next
+        #: write of that word loses; None draws retention times (``decay``) instead.
+        self.script: dict | None = None
         self.refreshes = 0
         self.max_age = 0
         #: One entry per read, in order: ``(bank, row, col, version, value, truth, p_bit)``.
@@ -114,7 +125,7 @@ class DecayMacro:
 
     def _flips(self, bank: int, row: int, now: int) -> np.ndarray:
         """Bit masks of the cells of a row that have lost their charge by edge ``now``."""
-        if not self.decay:
+        if not self.decay and self.script is None:
             return np.zeros(self.cols, np.int64)
         lost = self.retention[bank, row] <= now - self.restored[bank, row]
         return (lost * self._bits).sum(axis=1).astype(np.int64)
@@ -131,7 +142,9 @@ class DecayMacro:
         self.cells[bank, row] ^= self._flips(bank, row, now)
         self.parity[bank, row] *= 1.0 - 2.0 * float(self._ber(age))
         self.restored[bank, row] = now
-        if self.decay:
+        if self.script is not None:       # a scripted loss happens once; the restore latched it
+            self.retention[bank, row] = np.inf
+        elif self.decay:
             draws = self.rng.lognormal(golden.RETENTION.mu, golden.RETENTION.sigma,
                                        (self.cols, self.width))
             self.retention[bank, row] = draws * self.clk_mhz
@@ -223,6 +236,9 @@ class DecayMacro:
                     self.cells[bank, row, col] = self.truth[bank, row, col] = value
                     self.parity[bank, row, col] = 1.0
                     self.version[bank, row, col] += 1
+                    if self.script is not None:
+                        lost = self.script.pop((bank, row, col), 0) & self._bits
+                        self.retention[bank, row, col] = np.where(lost, 0.0, np.inf)
                     # Releases of this edge come after its writes (see release).
                     self.held[bank, row] = True
                 else:

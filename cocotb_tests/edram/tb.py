@@ -157,8 +157,7 @@ class EdramTB(BlockTB):
         # ---- ports
         self.status_codec = PayloadCodec(self.ports["status"])
         self.check = _ResponseCheck(self)
-        self.scoreboards["resp"] = self.check
-        self.output_monitors["resp"].callback = self.check.got
+        self.scoreboards["resp"] = self.check     # BlockTB._on_output hands it each response
         self.macros: dict[str, DecayMacro] = {}
         if hasattr(dut, "std__we"):
             for segment in SEGMENTS:

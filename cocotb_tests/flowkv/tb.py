@@ -213,7 +213,8 @@ class FlowKVTB(BlockTB):
                 for row in rows for b in range(self.cfg.beats)]
 
     def step(self, length, position, window=None, *, q=None, K=None, V=None, scale=1.0):
-        """Queue one decode step on every pair: random N(0, scale^2) operands unless given."""
+        """Queue one decode step on every pair: random N(0, scale^2) operands unless given
+        (``q``, ``K``, ``V``: one array for every pair, or a list of one array per pair)."""
         cfg = self.cfg
         self.send("cmd", [{"position": position, "length": length,
                            "window": window or 0, "sliding": int(window is not None)}])
@@ -221,9 +222,10 @@ class FlowKVTB(BlockTB):
         rows = [] if bad else stream_rows(cfg, length, position, window)
         for n, (qs, ks, vs, _) in enumerate(self.names):
             shape_q, shape_kv = (cfg.group, cfg.head_dim), (max(length, 1), cfg.head_dim)
-            q_n = q if q is not None else self.normal(shape_q, scale)
-            K_n = K if K is not None else self.normal(shape_kv, scale)
-            V_n = V if V is not None else self.normal(shape_kv, 1.0)
+            q_n, K_n, V_n = (x[n] if isinstance(x, list) else x for x in (q, K, V))
+            q_n = q_n if q_n is not None else self.normal(shape_q, scale)
+            K_n = K_n if K_n is not None else self.normal(shape_kv, scale)
+            V_n = V_n if V_n is not None else self.normal(shape_kv, 1.0)
             self.send(qs, self.beats(q_n))
             self.send(ks, self.beats(K_n[rows]))
             self.send(vs, self.beats(V_n[rows]))

@@ -277,23 +277,29 @@ class RDXE(Numerics):
             return stored
         return (stored * self.tables(layer)[kind]).astype(np.float32)
 
+    def score_codes(self, layer, q) -> tuple[np.ndarray, int, int, np.uint32]:
+        """One query token's operands of :func:`golden.rdxe.attention`: ``q`` ``(heads, d)`` as
+        INT8 (one scale over all heads), the score PPU's multiplier and shift (Q's and K's
+        scales and ``1/sqrt(d)`` over the layer's score step) and the log2 scale of one score
+        step."""
+        t, p = self.tables(layer), self.params
+        step = t["score_step"]
+        qq, s_q = quantize_rows(np.reshape(q, -1))
+        sm, ss = G.ppu_code(float(s_q) * float(t["k"].max()) / np.sqrt(q.shape[-1]) / step,
+                            p.mult_bits)
+        return qq.reshape(q.shape), sm, ss, G.log2_scale(step)
+
     def attention(self, layer, q, k, v, first):
         """Decode attention per query token on :func:`golden.rdxe.attention` (module notes)."""
-        t = self.tables(layer)
-        p, d = self.params, q.shape[-1]
-        step = t["score_step"]
-        scale = G.log2_scale(step)
+        t, p = self.tables(layer), self.params
         K = np.ascontiguousarray(k.transpose(1, 0, 2))              # (groups, S, d)
         V = np.ascontiguousarray(v.transpose(1, 0, 2))
         out = np.empty(q.shape, np.float32)
         s_v = np.repeat(t["v"], q.shape[1] // k.shape[1], axis=0)     # (heads, d)
         for i in range(q.shape[0]):
-            qq, s_q = quantize_rows(q[i].reshape(-1))
-            sm, ss = G.ppu_code(float(s_q) * float(t["k"].max()) / np.sqrt(d) / step,
-                                p.mult_bits)
+            qq, sm, ss, scale = self.score_codes(layer, q[i])
             n = first + i + 1
-            codes = G.attention(qq.reshape(q.shape[1:]), K[:, :n], V[:, :n], score_m=sm,
-                                score_shift=ss, scale=scale, m=1, shift=p.prob_frac,
-                                params=p, mode=self.vrc)
+            codes = G.attention(qq, K[:, :n], V[:, :n], score_m=sm, score_shift=ss,
+                                scale=scale, m=1, shift=p.prob_frac, params=p, mode=self.vrc)
             out[i] = codes * s_v
         return out
