@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from cocotb_tests.realdata import run_ops
-from sim.llm.cases import case
-from sim.llm.score import model_file
+from cocotb_tests.realdata import check_case
 
 from .launcher import SIMULATORS
 
@@ -21,22 +19,10 @@ SMALL = {"layer": 0, "position": 8, "policies": ["shield"]}
 FULL = {"layer": 2, "position": 64}
 
 
-def _check(spec: dict, simulator: str):
-    ops, path = case(model_file(None), "edram", **spec)
-    results = run_ops("edram", ops, path.resolve(), simulator)
-    assert [r.op for r in results] == [op.name for op in ops], "an op was not run"
-    for r in results:
-        assert r.match, f"{r.op} ({r.shape}) on {r.block} under {simulator}: {r.mismatch}"
-        assert r.cycles == r.model_cycles, (
-            f"{r.op} on {r.block} under {simulator}: {r.cycles} RTL cycles, the cycle model "
-            f"predicts {r.model_cycles}")
-    return results
-
-
 @pytest.mark.parametrize("simulator", SIMULATORS)
 def test_realdata_edram_small(simulator):
     """Layer 0, position 8, SHIELD: Q, K, V, O bit-exact with their drawn errors."""
-    _check(SMALL, simulator)
+    check_case("edram", SMALL, simulator)
 
 
 #: The full step under every policy (about 30k cycles); test_realdata_edram_small runs the same
@@ -45,4 +31,4 @@ def test_realdata_edram_small(simulator):
 @pytest.mark.parametrize("simulator", SIMULATORS)
 def test_realdata_edram_full(simulator):
     """Layer 2, position 64, every policy: 12 ops bit-exact, RTL cycles == model cycles."""
-    _check(FULL, simulator)
+    check_case("edram", FULL, simulator)
