@@ -20,6 +20,7 @@ CASES = [
     ("arith-fpmul", "default", {}, ["corners_and_random"]),
     ("flowkv", "small", {}, ["random_jobs"]),
     ("inflash", "small", {}, ["random_gemvs"]),
+    ("flowkv-dqp", "small", {}, ["random_jobs"]),
 ]
 #: Under Verilator every case runs with --slow (make test-all): a cold C++ build of 10 s (umdam,
 #: fpmul) to a minute or more (flowkv, inflash) each; their Icarus runs check the same wrapped

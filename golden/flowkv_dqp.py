@@ -45,6 +45,13 @@ n u)``, ``u = 2**-24``, ``G = K / 32`` groups: each product passes through at mo
 levels and ``G - 1`` accumulator adds (standard recursive-summation analysis), plus the float64
 reference's own rounding. Valid without overflow and with no subnormal intermediate.
 
+Stream layout (:func:`q4nx_records`, :func:`q4nx_from_records`): the FusedDQP engine reads a
+Q4NX matrix as *row records* of 20 bytes, one output row's group of 32: bytes 0 .. 15 the codes
+(element ``2 j`` in the low nibble of byte ``j``, ``2 j + 1`` in the high one: element order, not
+ggml's ``(j, j + 16)`` pairs), bytes 16 .. 17 ``d`` and 18 .. 19 ``m`` (bf16, little-endian), in
+the order the engine uses them: tiles of ``m`` rows, in each tile group by group, in each group
+row by row. 256 consecutive records are 5,120 bytes, the paper's Q4NX block (Sec. 3.1.1).
+
 Batched attention lives with the FlowKV golden: :func:`golden.flowkv.attend_many`.
 """
 
@@ -59,13 +66,16 @@ from hdl.arith.format import BF16, FP16, FP32
 from .arith.float import fadd, fconvert, fdot, fmul, ftz, int_to_float, to_float
 from .flowkv import _codes16
 
-__all__ = ["GROUP", "TREE_LEVELS", "Q4NX", "q4nx_from_q41", "dequantize", "dequantize_reference",
+__all__ = ["GROUP", "TREE_LEVELS", "RECORD_BYTES", "Q4NX", "q4nx_from_q41", "q4nx_records",
+           "q4nx_from_records", "dequantize", "dequantize_reference",
            "gemm", "gemv", "gemm_golden", "gemm_reference", "gemm_error_bound"]
 
 #: Inputs per Q4NX group (one bf16 scale and one bf16 minimum): ggml's ``QK4_1``.
 GROUP = 32
 #: Levels of the 32-lane pairwise tree.
 TREE_LEVELS = 5
+#: Bytes of a row record: 16 of codes, bf16 ``d`` and ``m`` (module notes).
+RECORD_BYTES = GROUP // 2 + 4
 _U = 2.0 ** -24
 _FAST_MIN = 2.0 ** -103              # least min|a| * min|w| of the fast path (module notes)
 _BLOCK = 1 << 25                     # products per block of the fast path (bounds memory)
@@ -117,6 +127,59 @@ def q4nx_from_q41(d, m, q) -> Q4NX:
     d = fconvert(_codes16(d, "d", groups), FP16, BF16)
     m = fconvert(_codes16(m, "m", groups), FP16, BF16)
     return Q4NX(d=d, m=m, q=q.astype(np.uint8))
+
+
+def _tiles(rows: int, cols: int, tile: int) -> tuple[int, int]:
+    if not isinstance(tile, (int, np.integer)) or isinstance(tile, bool) or tile < 1 \
+            or rows % tile:
+        raise ValueError(f"tile must be a positive integer dividing the {rows} rows, not {tile!r}")
+    return rows // tile, cols // GROUP
+
+
+def q4nx_records(w: Q4NX, tile: int) -> np.ndarray:
+    """Return ``w``'s row records in stream order (module notes): ``np.uint8`` of shape
+    ``(rows * cols / 32, 20)``, tiles of ``tile`` rows, then groups, then rows.
+
+    Raises
+    ------
+    ValueError
+        ``tile`` not a positive divisor of the row count.
+    """
+    rows, cols = w.shape
+    tiles, groups = _tiles(rows, cols, tile)
+    q = w.q.reshape(tiles, tile, groups, GROUP // 2, 2).astype(np.uint8)
+    codes = q[..., 0] | (q[..., 1] << 4)                              # (T, m, G, 16)
+    scale = w.d.astype("<u2").reshape(tiles, tile, groups, 1).view(np.uint8)   # little-endian
+    minimum = w.m.astype("<u2").reshape(tiles, tile, groups, 1).view(np.uint8)
+    rec = np.concatenate([codes, scale.reshape(tiles, tile, groups, 2),
+                          minimum.reshape(tiles, tile, groups, 2)], axis=-1)
+    return np.ascontiguousarray(rec.transpose(0, 2, 1, 3)).reshape(-1, RECORD_BYTES)
+
+
+def q4nx_from_records(records, rows: int, cols: int, tile: int) -> Q4NX:
+    """Return the ``rows x cols`` :class:`Q4NX` matrix whose stream is ``records``
+    (:func:`q4nx_records`'s inverse; ``records`` bytes, any shape of ``rows cols / 32 * 20``).
+
+    Raises
+    ------
+    ValueError
+        A byte count other than ``rows * cols / 32 * 20``, ``cols`` not a multiple of 32, or a
+        ``tile`` that does not divide ``rows``.
+    """
+    if not rows or not cols or cols % GROUP:
+        raise ValueError(f"cols must be a positive multiple of {GROUP} and rows positive, not "
+                         f"{rows} x {cols}")
+    tiles, groups = _tiles(rows, cols, tile)
+    rec = np.asarray(records, np.uint8).reshape(-1)
+    if rec.size != rows * groups * RECORD_BYTES:
+        raise ValueError(f"records must hold {rows * groups * RECORD_BYTES} bytes for {rows} x "
+                         f"{cols}, not {rec.size}")
+    rec = rec.reshape(tiles, groups, tile, RECORD_BYTES).transpose(0, 2, 1, 3)  # (T, m, G, 20)
+    codes = rec[..., :GROUP // 2]
+    q = np.stack([codes & 0xF, codes >> 4], axis=-1).reshape(rows, cols)
+    halves = np.ascontiguousarray(rec[..., GROUP // 2:]).view("<u2").astype(np.uint16)
+    return Q4NX(d=halves[..., 0].reshape(rows, groups), m=halves[..., 1].reshape(rows, groups),
+                q=q.astype(np.uint8))
 
 
 def dequantize(w: Q4NX) -> np.ndarray:

@@ -24,7 +24,7 @@ SLOW = {("flowkv", "paper"), ("flowkv-array", "paper"), ("flowkv-array", "defaul
         ("rdxe-dxt", "paper"), ("inflash", "paper"), ("inflash-unit", "paper"),
         ("edram", "paper"), ("edram-fpga", "paper"),
         ("flowkv", "small"), ("rdxe-dxt", "small"), ("inflash", "default"),
-        ("inflash-unit", "small")}
+        ("inflash-unit", "small"), ("flowkv-dqp", "default"), ("flowkv-dqp", "paper")}
 
 CASES = [pytest.param(b.name, p, id=f"{b.name}-{p}",
                       marks=[pytest.mark.slow] if (b.name, p) in SLOW else [])

@@ -56,12 +56,14 @@ OFF_PRESET = {
     "flowkv": [("small", {"lanes": "4", "chunk": "32"}),
                ("small", {"group": "3", "head_dim": "32"})],
     "flowkv-array": [("small", {"pairs": "3", "lanes": "4"})],
+    "flowkv-dqp": [("small", {"lanes": "16"}),
+                   ("small", {"tile": "40", "max_inputs": "1024", "max_outputs": "80"})],
 }
 
 
 #: Blocks whose off-preset netlists take 10 to 25 s each (2 cores, loaded): ``make test`` builds
 #: the first case of each (none of flowkv-array's), ``--slow`` the rest.
-_LARGE = {"inflash", "inflash-unit", "rdxe-dxt", "flowkv", "flowkv-array"}
+_LARGE = {"inflash", "inflash-unit", "rdxe-dxt", "flowkv", "flowkv-array", "flowkv-dqp"}
 
 
 def _off_preset_cases():

@@ -133,6 +133,11 @@ CONTRACTS = {
     "flowkv-array": _checks(lambda b, p, d: [Answers("cmd", f"o{n}", effect_when=_last)
                                              for n in range(p.pairs)],
                             handshake_slow=_LARGE_SLOW),
+    "flowkv-dqp": _checks(lambda b, p, d: [
+        Answers("cmd", "y", cause_when=lambda c: ~c.dequant, effect_when=_last),
+        Answers("cmd", "w", cause_when=lambda c: c.dequant, effect_when=_last)],
+        handshake_slow="29 s; the eDRAM and VAC handshake proofs in make test cover the "
+                       "harness on blocks with queues"),
     "inflash": _bounded_only(lambda b, p, d: [Answers("cmd", "y", effect_when=_last)],
                              _PE_NOTE),
     "inflash-unit": _bounded_only(lambda b, p, d: [Answers("cmd", "y", effect_when=_last),
