@@ -37,8 +37,11 @@ ECP5_CASES = [
     ("arith-fpmul", "paper", BLOCKS),
     ("arith-fdot", "small", BLOCKS),
 ]
+#: bf16 x bf16 (one block) runs with --slow: fp32 x fp32 places the same pieces on four blocks,
+#: and the bf16 dot product's lanes each on one, in make test.
 ECP5_RUNS = case_runs(ECP5_CASES, icarus_only={case_id(*c) for c in ECP5_CASES[1:]},
-                      verilator_slow={case_id(*ECP5_CASES[0])}, tag="-ecp5")
+                      verilator_slow={case_id(*ECP5_CASES[0])},
+                      slow={case_id(*ECP5_CASES[1])}, tag="-ecp5")
 
 
 @pytest.mark.parametrize("case, simulator", RUNS)

@@ -35,10 +35,12 @@ def test_flowkv_ecp5():
 
 #: Every case runs under Verilator with --slow (42 s for flowkv-small's cold build and run in make
 #: test, 70 to 130 s for the variants and the array, against 14 to 21 s under Icarus), under
-#: Icarus in make test: the same testbench on the same Verilog (launcher.case_runs). The
-#: array with GQA (its pair per head is flowkv-small's) runs only with --slow.
+#: Icarus in make test: the same testbench on the same Verilog (launcher.case_runs). Only with
+#: --slow: the array with GQA (its pair per head is flowkv-small's), and the MHA pair with one
+#: lane and fp32 output (21 s), whose results tests/test_flowkv_hdl.py checks in make test on a
+#: pair with one lane, fp32 output and another chunk length, flowkv-array-small on MHA pairs.
 RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES},
-                 slow={case_id(*CASES[4])})
+                 slow={case_id(*CASES[1]), case_id(*CASES[4])})
 
 
 @pytest.mark.parametrize("case, simulator", RUNS)

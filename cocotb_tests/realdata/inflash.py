@@ -66,8 +66,6 @@ WHY = ("Table I's plane (4 KB pages, 4-byte transfers, 400 MHz) with F = 8, the 
        "max_cols = 2048 (largest projection 1536 x 576), tR 0.5 us (the RTL does not count tR; "
        "200 cycles cover the longest x); Logit and Attend take a KV group's 3 query heads as "
        "G = 3")
-#: The testbench's random stimulus in the second pass (InflashTB's defaults).
-IDLE, BACKPRESSURE, GAPS = 0.3, 0.3, 0.2
 #: Ops whose model cycles are at most this also run under the random stimulus (module notes).
 STALLED_CYCLES = 20_000
 
@@ -170,12 +168,24 @@ async def _run(tb: InflashTB, op, seen: list) -> tuple[dict, int]:
         first_read] + 1
 
 
+def _stimulus(tb: InflashTB, idle: dict, backpressure: float, gaps: float) -> tuple:
+    """Set the idle probability of each input driver, the back-pressure on ``y`` and the page
+    gaps of the plane; return the previous ones (the same three)."""
+    before = ({p: d.idle for p, d in tb.drivers.items()}, tb.sinks["y"].backpressure,
+              tb.plane.gaps)
+    for port, driver in tb.drivers.items():
+        driver.idle = idle[port]
+    tb.sinks["y"].backpressure, tb.plane.gaps = backpressure, gaps
+    return before
+
+
 @cocotb.test()
 async def realdata(dut):
     """The case's ops at full rate (cycles), then those of at most :data:`STALLED_CYCLES`
     under the testbench's random stimulus; every result checked by the PE's scoreboard against
     golden.inflash, both passes' outputs equal (module notes)."""
-    tb = InflashTB(dut, idle=0.0, backpressure=0.0, gaps=0.0)
+    tb = InflashTB(dut)
+    random = _stimulus(tb, dict.fromkeys(tb.drivers, 0.0), 0.0, 0.0)
     await tb.reset()
     await ClockCycles(tb.clk, 2)
     seen = tb.record("y")
@@ -184,10 +194,7 @@ async def realdata(dut):
     for op in ops:
         results[op.name], cycles[op.name] = await _run(tb, op, seen)
         tb.log.info("%s (%s): %d cycles at full rate", op.name, op.shape, cycles[op.name])
-    for driver in tb.drivers.values():
-        driver.idle = IDLE
-    tb.sinks["y"].backpressure = BACKPRESSURE
-    tb.plane.gaps = GAPS
+    _stimulus(tb, *random)
     for op in ops:
         if _predict(tb.geometry, tb.component.pe_latency, op) > STALLED_CYCLES:
             continue
