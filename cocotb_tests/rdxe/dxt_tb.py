@@ -277,7 +277,9 @@ class DxtTB(BlockTB):
         self.row = self.entry = 0
         self._identity = None
 
-    def _place(self, rows: int, entries: int) -> tuple[int, int]:
+    def place(self, rows: int, entries: int) -> tuple[int, int]:
+        """Reserve ``rows`` WMEM rows and ``entries`` PPU entries for this phase (cleared by
+        :meth:`settle`); return the first of each."""
         cfg = self.cfg
         if self.row + rows > cfg.wmem_depth or self.entry + entries > cfg.ppu_depth:
             raise ValueError("phase too large for the WMEM or the PPU tables")
@@ -292,7 +294,7 @@ class DxtTB(BlockTB):
         cfg, N, L = self.cfg, self.cfg.vacs, self.cfg.lanes
         M, K = W.shape
         C, P = -(-K // L), -(-M // N)
-        row, entry = self._place(P * C, P)
+        row, entry = self.place(P * C, P)
         image = golden.wmem_image(W, self.cfg)
         rows = [{"vac": v, "addr": row + r,
                  **{f"data.{k}": to_unsigned(image[v, r, k], 8) for k in range(L)}}
@@ -380,12 +382,12 @@ class DxtTB(BlockTB):
     def attention_ops(self, T, head, modes=("fused",)):
         """Q.K^T and P.V (in each of ``modes``) of ``head`` over ``T`` tokens, entries loaded."""
         d, N = self.cfg.head_dim, self.cfg.vacs
-        qk_entry = self._place(0, 1)[1]
+        qk_entry = self.place(0, 1)[1]
         self.load_entries(qk_entry, 1, 1 << 30, 36, N)      # every VAC: the score scale
         ops = []
         for mode in modes:
             passes = -(-d // N)
-            entry = self._place(0, passes)[1]
+            entry = self.place(0, passes)[1]
             self.load_entries(entry, passes, *self.scales(d, 1 / 100), d)
             ops.append({"kind": "qk", "entry": qk_entry, "head": head, "T": T,
                         "q": self.rng_np.integers(-128, 128, d)})

@@ -240,11 +240,11 @@ async def _attention(cmds: _Commands, qk, pv) -> None:
     await _write_kv(tb, g, {"key": qk.inputs["k"]} | ({} if pv is None else
                                                       {"value": pv.inputs["v"]}))
     N, d = tb.cfg.vacs, tb.cfg.head_dim
-    qk_entry = tb._place(0, 1)[1]
+    qk_entry = tb.place(0, 1)[1]
     tb.load_entries(qk_entry, 1, int(qk.inputs["m"]), int(qk.inputs["shift"]), N)
     if pv is not None:
         passes = -(-d // N)
-        pv_entry = tb._place(0, passes)[1]
+        pv_entry = tb.place(0, passes)[1]
         tb.load_entries(pv_entry, passes, pv.inputs["m"], pv.inputs["shift"], d)
     sends = []
     for j, q in enumerate(qk.inputs["q"]):
