@@ -125,7 +125,7 @@ class KVNAND(Numerics):
 
     # --- conversions ----------------------------------------------------------------------------
 
-    def _codes(self, x: np.ndarray, fmt, kind: str) -> np.ndarray:
+    def codes(self, x: np.ndarray, fmt, kind: str) -> np.ndarray:
         """float32 ``x`` -> 16-bit codes of ``fmt`` (RNE, subnormals flushed); fp16 saturates at
         +-65504 first, counting the values past it under ``kind``."""
         x = np.asarray(x, np.float32)
@@ -152,11 +152,11 @@ class KVNAND(Numerics):
 
     def norm_project(self, layer: int, h: np.ndarray, norm: str, names) -> list[np.ndarray]:
         # One fp16 conversion of the normalized input serves every projection reading it.
-        x = self._codes(self.norm(h, layer, norm), FP16, norm)
+        x = self.codes(self.norm(h, layer, norm), FP16, norm)
         return [self._gemv(layer, name, x) for name in names]
 
     def project(self, layer: int, name: str, x: np.ndarray) -> np.ndarray:
-        return self._gemv(layer, name, self._codes(x, FP16, name))
+        return self._gemv(layer, name, self.codes(x, FP16, name))
 
     def _gemv(self, layer: int, name: str, codes: np.ndarray) -> np.ndarray:
         """fp16 activation codes ``(T, in)`` -> float32 ``(T, out)`` through the PE's GEMV."""
@@ -165,7 +165,7 @@ class KVNAND(Numerics):
     def keep(self, layer: int, kind: str, x: np.ndarray) -> np.ndarray:
         if kind == "o":
             return x
-        return self._codes(x, self._fmt, kind)
+        return self.codes(x, self._fmt, kind)
 
     def restore(self, layer: int, kind: str, stored) -> np.ndarray:
         return stored if kind == "o" else to_float(stored, self._fmt).astype(np.float32)

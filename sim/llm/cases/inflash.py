@@ -7,7 +7,7 @@ Operations (:func:`ops`), in the layer's order:
   (``codes`` 0..15, fp16 ``scales`` ``d`` and ``offsets`` ``m``, group 32) on the fp16 codes
   ``x`` of the activation; expected ``y``, the fp32 codes the back-end's GEMV returned (the
   captured ``norm_project`` / ``project`` results). ``x`` is the back-end's own conversion
-  (:meth:`KVNAND._codes <sim.llm.backends.kvnand.KVNAND>`: saturation at +-65504, RNE,
+  (:meth:`KVNAND.codes <sim.llm.backends.kvnand.KVNAND.codes>`: saturation at +-65504, RNE,
   subnormals flushed) of the captured float input: the RMSNorm output (``attn_q/k/v``,
   ``ffn_gate/up``), the attention output (``attn_output``), the SwiGLU output (``ffn_down``).
 * per KV group ``g`` (SmolLM2: 3, each serving 3 query heads), ``logit.g<g>``: the group's 3
@@ -97,7 +97,7 @@ def _activation(cap, name: str) -> tuple[np.ndarray, np.ndarray, str]:
         result = call.result[list(call.args[2]).index(name)]
         key = source
     # The back-end's own conversion (saturation, RNE, flush): one rule, in the back-end.
-    codes = cap.numerics._codes(x, FP16, key)
+    codes = cap.numerics.codes(x, FP16, key)
     return np.asarray(x, np.float32)[0], codes[0], result
 
 
