@@ -52,6 +52,9 @@ CASES = [
     # array; the array's build is about 40 s).
     ("umdam-composer", COUNT, (pytest.mark.slow,)),
     ("flowkv-array", 2, (pytest.mark.slow,)),
+    # Covered by flowkv (the harness path with several input streams) and by FusedDQP's own
+    # cocotb cases; 4 commands (GEMVs in fp32 and bf16, dequantizations) with two outputs.
+    ("flowkv-dqp", 4, (pytest.mark.slow,)),
     # Weights loaded by a setup run, then 8 GEMVs (about 40 chunks) with credits and RC factors.
     ("rdxe-vac", 8, ()),
     # Covered by rdxe-vac (the setup run, the VACs and their ring) and by the tile's own cocotb

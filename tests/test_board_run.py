@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from golden import flowkv as flowkv_golden
+from golden import flowkv_dqp as dqp_golden
 from golden import inflash as inflash_golden
 from golden import rdxe as rdxe_golden
 from golden import umdam as umdam_golden
@@ -30,7 +31,7 @@ from golden.arith import float as float_golden
 from golden.arith import func as func_golden
 from golden.arith import idot as idot_golden
 from golden.arith import requant as requant_golden
-from hdl.arith.format import float_format
+from hdl.arith.format import BF16, FP32, float_format
 from hdl.board import Harness, Status
 from hdl.edram import Op
 from hdl.flowkv import FlowKVConfig
@@ -302,8 +303,45 @@ def dxt_again(params, block, v):
     return words + [resp] * len(v.stimulus["cmd"])
 
 
+def dqp_again(params, block, v):
+    """Each command's Q4NX records rebuilt from the ``q`` bytes and its activation per tile from
+    the ``a`` beats; a dequantization's weights record by record, a GEMV's results tile by
+    tile (:func:`golden.flowkv_dqp.gemm` of the tile's dequantized rows)."""
+    cfg = params.config()
+    size, lanes, m = cfg.beat_bits // 8, cfg.lanes, cfg.tile
+    raw = b"".join(int(b["data"]).to_bytes(size, "little")
+                   for b in decoded(block, "q", v.stimulus["q"]))
+    records = iter(np.frombuffer(raw, np.uint8).reshape(-1, dqp_golden.RECORD_BYTES))
+    inputs = iter(int(x) for b in decoded(block, "a", v.stimulus["a"]) for x in b["data"])
+    y_out, w_out = [], []
+    for cmd in decoded(block, "cmd", v.stimulus["cmd"]):
+        groups, tiles = int(cmd["groups"]) + 1, int(cmd["tiles"]) + 1
+        K = groups * dqp_golden.GROUP
+        if cmd["dequant"]:
+            count = tiles * groups * m
+            for n in range(count):
+                w = dqp_golden.dequantize(dqp_golden.q4nx_from_records(next(records), 1, 32, 1))
+                w_out += [{"data": [int(x) for x in w[0, b:b + lanes]],
+                           "last": int(n == count - 1 and b + lanes == 32)}
+                          for b in range(0, 32, lanes)]
+            continue
+        for t in range(tiles):
+            part = np.stack([next(records) for _ in range(groups * m)])
+            W = dqp_golden.dequantize(dqp_golden.q4nx_from_records(part, m, K, m))
+            a = np.array([next(inputs) for _ in range(K)], np.uint16)
+            y = dqp_golden.gemm(W, a[None])[0]
+            if cmd["bf16"]:
+                y = float_golden.fconvert(y, FP32, BF16)
+            y_out += [{"data": int(x), "last": int(t == tiles - 1 and r == m - 1)}
+                      for r, x in enumerate(y)]
+    assert next(records, None) is None and next(inputs, None) is None
+    return ([pack(block.y.payload.shape(), o) for o in y_out]
+            + [pack(block.w.payload.shape(), o) for o in w_out])
+
+
 OTHERS = {"flowkv": flowkv_again, "flowkv-array": flowkv_again, "edram-fpga": edram_again,
-          "inflash": inflash_again, "rdxe-vac": vac_again, "rdxe-dxt": dxt_again}
+          "inflash": inflash_again, "rdxe-vac": vac_again, "rdxe-dxt": dxt_again,
+          "flowkv-dqp": dqp_again}
 
 
 @pytest.mark.parametrize("name", covered())

@@ -20,6 +20,7 @@ import numpy as np
 
 from golden import edram as edram_golden
 from golden import flowkv as flowkv_golden
+from golden.flowkv_dqp import dequantize, gemm
 from golden import inflash as inflash_golden
 from golden import rdxe as rdxe_golden
 from golden import umdam as umdam_golden
@@ -266,6 +267,8 @@ def _function(name: str, argument: str):
 
 #: Longest sequence of a drawn FlowKV decode step: a few chunks, a few hundred beats per step.
 _FLOWKV_TOKENS = 24
+#: The largest K and N of a FusedDQP board command: a few hundred cycles each at 8 lanes.
+_DQP_INPUTS, _DQP_OUTPUTS = 256, 64
 
 
 def _flowkv(params, block, rng: random.Random, count: int) -> Vectors:
@@ -309,6 +312,49 @@ def _flowkv(params, block, rng: random.Random, count: int) -> Vectors:
                                 "head": h, "beat": b, "error": 0,
                                 "last": int(h == cfg.group - 1 and b == cfg.beats - 1)})
                 for h in range(cfg.group) for b in range(cfg.beats))
+    return out
+
+
+def _dqp(params, block, rng: random.Random, count: int) -> Vectors:
+    """``count`` FusedDQP commands of random shape (``K`` a multiple of 32, ``N`` of the tile,
+    both within the limits and at most 256 x 64), a third of them dequantizations and a third of
+    the GEMVs with bf16 results, on random Q4NX weights and N(0, 1) bf16 activations (the same
+    activation for every tile): ``y`` from :func:`golden.flowkv_dqp.gemm`, ``w`` from
+    :func:`golden.flowkv_dqp.dequantize`."""
+    from cocotb_tests.flowkv.dqp_streams import job_streams, random_q4nx
+
+    cfg = params.config()
+    layouts = dict(zip(("cmd", "q", "a", "y", "w"), _layouts(block, "cmd", "q", "a", "y", "w")))
+    np_rng = _np_rng(rng)
+    out = Vectors({"cmd": [], "q": [], "a": []}, {"y": [], "w": []})
+    for _ in range(count):
+        K = 32 * rng.randint(1, min(cfg.max_inputs, _DQP_INPUTS) // 32)
+        N = cfg.tile * rng.randint(1, max(1, min(cfg.max_outputs, _DQP_OUTPUTS) // cfg.tile))
+        w = random_q4nx(np_rng, N, K)
+        kind = rng.randrange(3)
+        a = None if kind == 0 else float_golden.from_float(np_rng.standard_normal(K), BF16)
+        bf16 = kind == 2
+        streams = job_streams(cfg, w, a, bf16=bf16)
+        # The testbench's items name array elements as "data.i"; pack takes the array.
+        streams["a"] = [{"data": [item[f"data.{i}"] for i in range(cfg.lanes)]}
+                        for item in streams["a"]]
+        for name, items in streams.items():
+            out.stimulus[name].extend(pack(layouts[name], item) for item in items)
+        weights = dequantize(w)
+        if a is None:
+            # The weights leave in the records' order: tile, group, row of the tile.
+            beats = weights.reshape(N // cfg.tile, cfg.tile, K // 32, 32).transpose(
+                0, 2, 1, 3).reshape(-1, cfg.lanes)
+            out.expected["w"].extend(
+                pack(layouts["w"], {"data": [int(x) for x in beat],
+                                    "last": int(i == len(beats) - 1)})
+                for i, beat in enumerate(beats))
+            continue
+        y = gemm(weights, a[None])[0]
+        if bf16:
+            y = float_golden.fconvert(y, FP32, BF16)
+        out.expected["y"].extend(pack(layouts["y"], {"data": int(v), "last": int(i == N - 1)})
+                                 for i, v in enumerate(y))
     return out
 
 
@@ -658,6 +704,7 @@ GENERATORS: dict[str, Callable[[BlockParams, object, random.Random, int], Vector
     "arith-rsqrt": _function("rsqrt", "iterations"),
     "flowkv": _flowkv,
     "flowkv-array": _flowkv,
+    "flowkv-dqp": _dqp,
     "edram-fpga": _edram,
     "inflash": _inflash,
     "rdxe-vac": _vac,
