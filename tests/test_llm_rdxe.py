@@ -1,6 +1,6 @@
 """The rDXE back-end (sim/llm/backends/rdxe.py) on SmolLM2's real tensors: each operation against
-the golden function called directly, bit for bit; the whole model close to float on a few tokens;
-the 256-token perplexity under ``--slow``."""
+the golden function called directly, bit for bit (SwiGLU on the VE, ``glu="ve"``, too); the whole
+model close to float on a few tokens; the 256-token perplexity under ``--slow``."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from golden.rdxe import model as G
+from golden.rdxe.act import act
 from golden.rdxe.kv import kv_image
 
 from sim.llm.backends.rdxe import RDXE, quantize_rows
-from sim.llm.model import Llama, Numerics
+from sim.llm.model import Llama, Numerics, silu
 from sim.llm.score import default_text, log_probs, metrics
 from sim.llm.tokenizer import tokenizer
 
@@ -144,3 +145,46 @@ def test_perplexity_256_tokens(mf, ids):
     seq = metrics(log_probs(Llama(mf, numerics("rdxe-seq", mf)), ids), ids, ref)
     assert fused["ppl"] < 1.25 * f["ppl"] and fused["top1_agree_with_float"] > 0.7, fused
     assert seq["kl_to_float"] > 2 * fused["kl_to_float"], (seq, fused)
+
+
+# --- glu="ve": SwiGLU on the VE's activation (golden.rdxe.act) ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def ve(mf, text_ids):
+    """Fused VRC with SwiGLU on the VE, calibrated on 24 tokens (as ``backends``)."""
+    return RDXE(mf, calibration=text_ids[4096:4120], glu="ve")
+
+
+def test_glu_option_message(mf):
+    with pytest.raises(ValueError, match="glu must be one of host, ve, not 'vpu'"):
+        RDXE(mf, glu="vpu")
+
+
+def test_glu_hook_is_golden_act(ve, residual):
+    """ffn_norm's INT8 gate and up codes through golden act: the hook's output is the codes
+    times ``M / 127``, and ffn_down's per-token quantizer gives the same codes and step."""
+    wq, m, shift, s_out, sizes = ve.tables(2)["ffn_norm"]
+    xq, s_x = quantize_rows(residual)
+    codes = ve.rmsnorm_codes(wq, xq, s_x, m, shift)
+    gate, up = ve.norm_project(2, residual, "ffn_norm", ("ffn_gate", "ffn_up"))
+    s_gate, s_up, a, c = ve.tables(2)["glu"]
+    assert np.array_equal(s_gate, s_out[:sizes[0]]) and np.array_equal(s_up, s_out[sizes[0]:])
+    want = act(codes[:, :sizes[0]], codes[:, sizes[0]:], a, c)
+    got = ve.glu(2, gate, up)
+    assert np.array_equal(got, (want.codes * want.scale[:, None]).astype(np.float32))
+    again, step = quantize_rows(got)
+    assert np.array_equal(again, want.codes)
+    assert np.allclose(step, want.scale, rtol=2 ** -22, atol=0)
+    # Close to float SwiGLU on the same inputs: within 2 INT8 steps of the token's maximum.
+    ref = silu(gate.astype(np.float64)) * up
+    assert np.all(np.abs(got - ref) <= 2 * want.scale[:, None])
+
+
+def test_glu_backend_names_and_default(backends, ve, residual):
+    from sim.llm.backends import NUMERICS
+    assert ve.name == "rdxe-ve" and "golden.rdxe.act" in ve.emulated["glu"]
+    assert NUMERICS["rdxe-ve"] == ("sim.llm.backends.rdxe", "RDXE", {"vrc": "fused", "glu": "ve"})
+    host = backends["fused"]
+    gate, up = residual[:, :8], residual[:, 8:16]
+    assert host.glu_mode == "host" and np.array_equal(host.glu(2, gate, up), silu(gate) * up)

@@ -37,13 +37,17 @@ bounds. ``python -m golden.rdxe`` measures the worst cases and prints the cycle 
 Every model takes the hardware's own parameters, checked once on construction: a tile's
 ``hdl.rdxe.DxtConfig``, one VAC's ``hdl.rdxe.VacConfig`` for a VAC's own steps (both re-exported
 here). The package holds one job per module: :mod:`~golden.rdxe.params` (the constants and
-argument checks), :mod:`~golden.rdxe.model` (the bit-exact model), :mod:`~golden.rdxe.kv` (the KV
+argument checks), :mod:`~golden.rdxe.model` (the bit-exact model), :mod:`~golden.rdxe.act` (the
+VE's activations: SwiGLU's SiLU and GELU), :mod:`~golden.rdxe.kv` (the KV
 cache layouts), :mod:`~golden.rdxe.reference` (the float64 references and error bounds),
 :mod:`~golden.rdxe.cycles` (the cycle model) and :mod:`~golden.rdxe.survey` (the measurement).
 This module re-exports their public names.
 """
 
 from ..arith.func import EXP2_ERROR, RECIP_ERROR, RSQRT_ERROR
+from .act import (ACT_CODE_ERROR, BETA_GELU, BETA_SILU, GELU_FORM_GAP, ActTrace, act, act_codes,
+                  act_constants, act_reference, act_reference_codes, act_scale, act_value_bound,
+                  act_values, gelu, gelu_form_gap, silu_glu)
 from .cycles import (Cycles, Latency, ReadCycles, gemv_cycles, kv_read_cycles, kv_write_cycles,
                      layout_cycles, qk_cycles, rmsnorm_gemv_cycles, softmax_pv_cycles)
 from .kv import KVImage, kv_address, kv_capacity, kv_groups, kv_image, kv_read
@@ -70,4 +74,7 @@ __all__ = [
     "rmsnorm_error_bound", "softmax_error_bound", "mode_gap_bound",
     "gemv_cycles", "rmsnorm_gemv_cycles", "qk_cycles", "softmax_pv_cycles", "kv_read_cycles",
     "kv_write_cycles", "layout_cycles",
+    "BETA_SILU", "BETA_GELU", "ACT_CODE_ERROR", "GELU_FORM_GAP", "ActTrace", "act_constants",
+    "act_values", "act_scale", "act_codes", "act", "silu_glu", "gelu", "act_reference",
+    "act_reference_codes", "act_value_bound", "gelu_form_gap",
 ]

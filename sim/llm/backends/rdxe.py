@@ -1,5 +1,6 @@
 """The rDXE back-end: every projection, RMSNorm and attention on the DXT's bit-exact golden models
-(:mod:`golden.rdxe`), SwiGLU and RoPE in float32 on the host.
+(:mod:`golden.rdxe`), SwiGLU and RoPE in float32 on the host (SwiGLU on the VE's activation
+with ``glu="ve"``).
 
 Quantization (measured and chosen in docs/llm.md, "rDXE"):
 
@@ -18,6 +19,10 @@ Quantization (measured and chosen in docs/llm.md, "rDXE"):
 * **KV cache**: INT8 codes; K with one static scale per layer (Q.K^T's PPU takes one scale),
   V with a static scale per (KV head, channel) (P.V's output channel keeps V's scale). Q:
   per-token INT8 over all heads (the score PPU takes one multiplier per call).
+* **SwiGLU** (``glu``): ``"host"`` (the default) in float32 on the host, ffn_down's input then
+  quantized per token by the host; ``"ve"`` on the VE's activation (:func:`golden.rdxe.act.act`:
+  ``silu(gate) * up`` from ffn_norm's INT8 codes and PPU scales, INT8 codes with one scale per
+  token out), whose codes ffn_down's quantizer finds again exactly (the largest is +-127).
 * **Scores**: INT8 with a static step per layer (``max |q.k| / sqrt(d) / 127`` calibrated); the
   softmax-P.V output is INT8 in V's scale (PPU ``m = 1``, ``shift = prob_frac``).
 
@@ -37,15 +42,19 @@ import numpy as np
 
 from golden.arith.requant import requantize
 from golden.rdxe import model as G
+from golden.rdxe.act import act, act_constants
 from golden.rdxe.params import DxtConfig
 
-from ..model import Llama, Numerics, attention as float_attention, budgets, causal_mask
+from ..model import (SUM_FACTOR, UNIT, Llama, Numerics, attention as float_attention, budgets,
+                     causal_mask)
 from ..score import default_text
 
-__all__ = ["RDXE", "paper_params", "quantize_weights", "quantize_rows", "Calibration"]
+__all__ = ["RDXE", "paper_params", "quantize_weights", "quantize_rows", "Calibration", "GLU_MODES"]
 
 #: VRC modes, as the golden model names them.
 VRC_MODES = ("fused", "sequential")
+#: Where SwiGLU runs: float32 on the host, or the VE's activation unit (golden.rdxe.act).
+GLU_MODES = ("host", "ve")
 #: The paper's DXT (memwall's ``rdxe-dxt`` "paper" preset): 16 VACs of 16 lanes, 1024 WMEM rows.
 PAPER = dict(lanes=16, wmem_depth=1024, ppu_depth=1024, mult_bits=32, clamp="symmetric",
              rc_bits=25, kv_rows=1024, queue_depth=32, operand_stages=4, vacs=16, head_dim=64,
@@ -53,6 +62,8 @@ PAPER = dict(lanes=16, wmem_depth=1024, ppu_depth=1024, mult_bits=32, clamp="sym
 #: Default calibration tokens: default_text()'s tokens 4096 .. 4351, disjoint from the scored
 #: start of the text.
 CALIBRATION = (4096, 4352)
+GLU_VE = ("golden.rdxe.act.act: silu(gate) * up of ffn_norm's INT8 codes with its per-channel "
+          "PPU scales, INT8 out with one scale per token (two passes over the codes)")
 _NORMED = {"attn_norm": ("attn_q", "attn_k", "attn_v"), "ffn_norm": ("ffn_gate", "ffn_up")}
 
 
@@ -148,6 +159,9 @@ class RDXE(Numerics):
         Token ids of the calibration run (default: :data:`CALIBRATION` of ``default_text()``).
     headroom : float
         Factor (>= 1) on every calibrated maximum: room for values past the calibration's.
+    glu : str
+        ``"host"`` (SwiGLU in float32 on the host) or ``"ve"`` (the VE's activation on the INT8
+        codes, :meth:`glu`).
     """
 
     name = "rdxe"
@@ -164,14 +178,16 @@ class RDXE(Numerics):
         "attention": "golden.rdxe.attention (qk_scores, softmax_pv_trace with the VRC mode) per "
                      "query token, all 9 heads over 3 KV groups; Q INT8 per token; output INT8 "
                      "in V's scale, dequantized by the host",
-        "glu": "float32 on the host (the golden models have no SiLU)",
+        "glu": "float32 on the host (glu='ve': golden.rdxe.act)",
         "rope": "float32 on the host",
     }
 
     def __init__(self, mf, vrc: str = "fused", dtype=np.float32, *, params: DxtConfig | None = None,
-                 calibration=None, headroom: float = 2.0):
+                 calibration=None, headroom: float = 2.0, glu: str = "host"):
         if vrc not in VRC_MODES:
             raise ValueError(f"vrc must be one of {', '.join(VRC_MODES)}, not {vrc!r}")
+        if glu not in GLU_MODES:
+            raise ValueError(f"glu must be one of {', '.join(GLU_MODES)}, not {glu!r}")
         if np.dtype(dtype) != np.float32:
             raise ValueError(f"dtype must be float32 (the host's float steps), not "
                              f"{np.dtype(dtype)}")
@@ -182,7 +198,13 @@ class RDXE(Numerics):
                              f"{type(params).__name__}")
         super().__init__(mf, dtype)
         self.vrc = vrc
-        self.name = "rdxe" if vrc == "fused" else "rdxe-seq"
+        self.name = ("rdxe" if vrc == "fused" else "rdxe-seq") + ("-ve" if glu == "ve" else "")
+        self.glu_mode = glu
+        if glu == "ve":
+            self.emulated = {**self.emulated, "glu": GLU_VE}
+            # INT8 with a per-token step, like a GEMV's input: relative to the norm its error
+            # grows with the token's max / rms, so the projections' allowance.
+            self.budgets = {**self.budgets, "glu": SUM_FACTOR * UNIT["int8"]}
         self.params = paper_params(mf.config) if params is None else params
         self.headroom = float(headroom)
         if calibration is None:
@@ -230,6 +252,9 @@ class RDXE(Numerics):
             mx = cal.kv_max[(layer, kind)] * hr / 127.0          # (kv_heads, head_dim)
             t[kind] = np.full_like(mx, mx.max()) if kind == "k" else np.where(mx > 0, mx, 1.0)
         t["score_step"] = cal.score_max[layer] * hr / 127.0
+        s_out, sizes = t["ffn_norm"][3], t["ffn_norm"][4]
+        t["glu"] = (s_out[:sizes[0]], s_out[sizes[0]:],
+                    *act_constants(s_out[:sizes[0]], s_out[sizes[0]:]))
         self._layers[layer] = t
         return t
 
@@ -265,6 +290,18 @@ class RDXE(Numerics):
         xq, s_x = quantize_rows(x)
         codes = G.ppu(self.accumulate(wq, xq), m, shift, self.params)
         return (codes * k[None, :] * s_x[:, None]).astype(np.float32)
+
+    def glu(self, layer, gate, up):
+        """SwiGLU: float32 on the host (``glu="host"``) or the VE's activation
+        (:func:`golden.rdxe.act.act`) on the INT8 codes behind ``gate`` and ``up`` (ffn_norm's
+        outputs, ``code * s_out`` in float32: dividing by ``s_out`` gives each code back within
+        ``2**-23`` of it), returned as ``code * M / 127`` in float32."""
+        if self.glu_mode == "host":
+            return super().glu(layer, gate, up)
+        s_gate, s_up, a, c = self.tables(layer)["glu"]
+        trace = act(np.rint(gate / s_gate).astype(np.int64), np.rint(up / s_up).astype(np.int64),
+                    a, c)
+        return (trace.codes * trace.scale[..., None]).astype(np.float32)
 
     def keep(self, layer, kind, x):
         if kind not in ("k", "v"):

@@ -1,0 +1,234 @@
+"""The VE's activation unit: SiLU with SwiGLU's gate, and GELU, on INT8 codes with per-channel
+scales, bit-exact to :mod:`golden.rdxe.act` (the numerics and their error bounds are there and in
+docs/rdxe.md, "VE activations").
+
+Per lane, from the shared units of :mod:`hdl.arith` (each with its golden twin)::
+
+    e = exp2(fmul(bf16(x), a))                   IntToFloat, FloatMultiplier, Exp2
+    r = reciprocal(fadd(e, 1.0))                 FloatAdder, Reciprocal
+    v = fmul(fmul(fp32(x * y), r), c)            IntToFloat, FloatMultiplier (twice)
+    code = RNE(127 * fmul(v, k))                 FloatMultiplier, Requantizer
+
+``x`` converts to bf16 exactly (8 bits), and a bf16 x fp32 product rounded to fp32 is the
+golden's fp32 x fp32 product: one rounding of the same exact product. The unit also keeps the
+running maximum of ``|v|`` over a vector's beats, which is the per-token scale's ``M``: a token
+runs through the unit twice, first for ``M`` (any ``k``; the codes are dropped), then with ``k
+= reciprocal(M)`` (:func:`golden.rdxe.act.act_scale`, one reciprocal per token for the DXE's
+controller to compute) for the codes.
+
+The unit takes a stream with back-pressure: the core is an always-ready pipeline behind a
+:class:`~hdl.pipeline.ResultQueue` whose credits gate the input, so a consumer that is not
+ready (ffn_down's GEMV takes its input at its own pace) stalls the producer instead of losing
+results.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..arith.convert import IntToFloat
+from ..arith.exp2 import Exp2
+from ..arith.format import BF16, FP32
+from ..arith.fpadd import FloatAdder
+from ..arith.fpmul import FloatMultiplier
+from ..arith.recip import Reciprocal
+from ..arith.requant import SHIFT_BITS, Requantizer
+from ..latency import unit_latency
+from ..pipeline import ResultQueue, delay
+from ..validate import power_of_two
+from .spec import CODE_BITS
+from .ve import P_ONE
+
+__all__ = ["GatedActivation", "act_in_layout", "act_out_layout"]
+
+#: Register between ``fmul(v, k)``'s split into a significand and a shift and the requantizer.
+_SPLIT = 1
+#: Register behind the tree of a beat's largest ``|v|`` (hidden in the requantizer's cycles).
+_MAX_TREE = 1
+#: Magnitude bits of an fp32 code (its order is the value's order for non-negative values).
+_MAG_BITS = 31
+
+_UNITS = {
+    "to_bf16": partial(IntToFloat, CODE_BITS, BF16),
+    "arg": partial(FloatMultiplier, BF16, FP32, FP32),
+    "exp2": partial(Exp2),
+    "add": partial(FloatAdder, FP32),
+    "recip": partial(Reciprocal),
+    "to_fp32": partial(IntToFloat, 2 * CODE_BITS, FP32),
+    "mul": partial(FloatMultiplier, FP32, FP32, FP32),
+    "quant": partial(Requantizer, FP32.precision + 1, CODE_BITS, clamp="symmetric",
+                     mult_bits=CODE_BITS),
+}
+
+
+def _lanes(lanes) -> int:
+    power_of_two(lanes, "Activation lane count", 1, 64)
+    return lanes
+
+
+def act_in_layout(lanes: int) -> data.StructLayout:
+    """Payload of a beat: ``lanes`` INT8 gate codes ``x`` and up codes ``y`` (1 for GELU), their
+    channels' fp32 constants ``a`` and ``c`` (``golden.rdxe.act.act_constants``), the token's
+    fp32 factor ``k``, and ``first``, the token's first beat (the running maximum restarts)."""
+    lanes = _lanes(lanes)
+    return data.StructLayout({"x": data.ArrayLayout(signed(CODE_BITS), lanes),
+                              "y": data.ArrayLayout(signed(CODE_BITS), lanes),
+                              "a": data.ArrayLayout(32, lanes), "c": data.ArrayLayout(32, lanes),
+                              "k": 32, "first": 1})
+
+
+def act_out_layout(lanes: int) -> data.StructLayout:
+    """Payload of a result: ``lanes`` INT8 ``codes`` and ``max``, the fp32 code of the largest
+    ``|v|`` of the token's beats so far (this one included)."""
+    return data.StructLayout({"codes": data.ArrayLayout(signed(CODE_BITS), _lanes(lanes)),
+                              "max": 32})
+
+
+class GatedActivation(wiring.Component):
+    """Compute ``lanes`` activations ``x sigmoid(beta x) y`` a beat, as INT8 codes of one
+    token's scale (module notes; ``beta`` and the scales are in the constants ``a``, ``c``).
+
+    Parameters
+    ----------
+    lanes : int
+        Elements per beat, a power of two from 1 to 64.
+
+    Members
+    -------
+    i : In(stream.Signature(act_in_layout(lanes)))
+        Beats, taken while the result queue has a place for them (``ready`` is a register).
+    o : Out(stream.Signature(act_out_layout(lanes)))
+        One result per beat, in order: ``golden.rdxe.act`` bit for bit (``act_codes`` of
+        ``act_values`` with the beat's ``k``; ``max`` is ``act_scale``'s ``M`` at a token's last
+        beat).
+
+    Latency :meth:`latency_of` cycles from a beat taken to its result written into the queue
+    (defaults: ``to_bf16 3 + arg 5 + exp2 7 + add 6 + recip 12 + mul 5 + mul 5 + mul 5 + split
+    1 + quant 4 = 53``), then two to ``o.valid`` in an empty queue; one beat per cycle while
+    ``o`` is ready. Bad ``lanes`` raise ``TypeError``/``ValueError`` naming it.
+    """
+
+    def __init__(self, lanes: int):
+        self.lanes = _lanes(lanes)
+        super().__init__({"i": In(stream.Signature(act_in_layout(lanes))),
+                          "o": Out(stream.Signature(act_out_layout(lanes)))})
+
+    @staticmethod
+    def latencies() -> dict:
+        """Return the latency of each shared unit of a lane, by its name in the module's unit
+        table (``to_bf16``, ``arg``, ``exp2``, ``add``, ``recip``, ``to_fp32``, ``mul``,
+        ``quant``)."""
+        return {name: unit_latency(unit) for name, unit in _UNITS.items()}
+
+    @classmethod
+    def latency_of(cls, lanes: int) -> int:
+        """Return the cycles from a beat taken to its result at the queue, without building the
+        unit (``lanes`` does not change it; checked)."""
+        _lanes(lanes)
+        lat = cls.latencies()
+        return (lat["to_bf16"] + lat["arg"] + lat["exp2"] + lat["add"] + lat["recip"]
+                + 3 * lat["mul"] + _SPLIT + lat["quant"])
+
+    @property
+    def latency(self) -> int:
+        return self.latency_of(self.lanes)
+
+    def elaborate(self, platform):
+        m = Module()
+        lat = self.latencies()
+        m.submodules.queue = queue = ResultQueue(act_out_layout(self.lanes), self.latency + 2)
+        wiring.connect(m, queue.o, wiring.flipped(self.o))
+        go = self.i.valid & queue.can_issue
+        m.d.comb += [self.i.ready.eq(queue.can_issue), queue.issue.eq(go)]
+        beat = self.i.payload
+        t_r = lat["to_bf16"] + lat["arg"] + lat["exp2"] + lat["add"] + lat["recip"]
+        t_v = t_r + 2 * lat["mul"]
+        k = delay(m, beat.k, t_v, name="k")
+        mags, quants = [], []
+        for n in range(self.lanes):
+            v_valid, v = self._value(m, n, go, beat, lat, t_r)
+            mags.append(v[:_MAG_BITS])
+            m.submodules[f"mul_w{n}"] = mul_w = _UNITS["mul"]()
+            m.d.comb += [mul_w.i.valid.eq(v_valid), mul_w.i.payload.a.eq(v),
+                         mul_w.i.payload.b.eq(k)]
+            quants.append(self._quantize(m, n, mul_w))
+        # Running maximum of |v|: the beat's by a tree, registered so that the tree's log2(lanes)
+        # comparisons and the running value's one do not share a cycle, then the token's.
+        while len(mags) > 1:
+            mags = [Mux(p > q, p, q) for p, q in zip(mags[::2], mags[1::2])]
+        beat_max = delay(m, mags[0], _MAX_TREE, name="beat_max")
+        running, now = Signal(_MAG_BITS), Signal(_MAG_BITS)
+        first = delay(m, beat.first, t_v + _MAX_TREE, name="first")
+        v_go = delay(m, go, t_v + _MAX_TREE, name="v_go", reset=True)
+        m.d.comb += now.eq(Mux(first | (beat_max > running), beat_max, running))
+        with m.If(v_go):
+            m.d.sync += running.eq(now)
+        m.d.comb += [queue.w.valid.eq(quants[0].o.valid),
+                     queue.w.payload.max.eq(delay(m, now, self.latency - t_v - _MAX_TREE,
+                                                  name="max"))]
+        for n, quant in enumerate(quants):
+            m.d.comb += queue.w.payload.codes[n].eq(quant.o.payload.y)
+        return m
+
+    @staticmethod
+    def _value(m: Module, n: int, go, beat, lat: dict, t_r: int):
+        """Lane ``n``'s ``v`` (valid, fp32 code), ``t_r + 2 mul`` cycles after the beat (``t_r``:
+        the sigmoid's)."""
+        to_bf16, arg, exp2, add, recip, to_fp32, mul_q, mul_v = (
+            _UNITS[name]() for name in ("to_bf16", "arg", "exp2", "add", "recip", "to_fp32",
+                                        "mul", "mul"))
+        for name, unit in (("to_bf16", to_bf16), ("arg", arg), ("exp2", exp2), ("add", add),
+                           ("recip", recip), ("to_fp32", to_fp32), ("mul_q", mul_q),
+                           ("mul_v", mul_v)):
+            m.submodules[f"{name}{n}"] = unit
+        one = Const(FP32.pack(0, FP32.bias, 0), 32)
+        # The INT16 product waits for the sigmoid in a register chain; its conversion is exact.
+        product = Signal(signed(2 * CODE_BITS), name=f"product{n}")
+        m.d.comb += product.eq(beat.x[n] * beat.y[n])
+        wait = t_r - lat["to_fp32"]
+        m.d.comb += [
+            to_bf16.i.valid.eq(go), to_bf16.i.payload.x.eq(beat.x[n]),
+            arg.i.valid.eq(to_bf16.o.valid), arg.i.payload.a.eq(to_bf16.o.payload.y),
+            arg.i.payload.b.eq(delay(m, beat.a[n], lat["to_bf16"], name=f"a{n}")),
+            exp2.i.valid.eq(arg.o.valid), exp2.i.payload.x.eq(arg.o.payload.y),
+            add.i.valid.eq(exp2.o.valid), add.i.payload.a.eq(exp2.o.payload.y),
+            add.i.payload.b.eq(one),
+            recip.i.valid.eq(add.o.valid), recip.i.payload.x.eq(add.o.payload.y),
+            to_fp32.i.valid.eq(delay(m, go, wait, name=f"product_go{n}", reset=True)),
+            to_fp32.i.payload.x.eq(delay(m, product, wait, name=f"product_d{n}")),
+            mul_q.i.valid.eq(recip.o.valid), mul_q.i.payload.a.eq(to_fp32.o.payload.y),
+            mul_q.i.payload.b.eq(recip.o.payload.y),
+            mul_v.i.valid.eq(mul_q.o.valid), mul_v.i.payload.a.eq(mul_q.o.payload.y),
+            mul_v.i.payload.b.eq(delay(m, beat.c[n], t_r + lat["mul"], name=f"c{n}")),
+        ]
+        return mul_v.o.valid, mul_v.o.payload.y
+
+    @staticmethod
+    def _quantize(m: Module, n: int, mul_w) -> Requantizer:
+        """``RNE(127 w)`` of lane ``n``'s ``w`` in a requantizer: the signed significand (0 for
+        a zero, subnormal or NaN; ``2**23`` for an infinity, which saturates) and the shift
+        ``150 - field`` held between 0 and 63."""
+        w = mul_w.o.payload.y
+        frac = w[:FP32.man_bits]
+        field = w[FP32.man_bits:FP32.man_bits + FP32.exp_bits]
+        nan = (field == FP32.exp_max_field) & (frac != 0)
+        mag = Signal(FP32.precision, name=f"w_mag{n}")
+        m.d.comb += mag.eq(Mux((field == 0) | nan, 0, Cat(frac, Const(1, 1))))
+        sig = Signal(signed(FP32.precision + 1), name=f"w_sig{n}")
+        m.d.comb += sig.eq(Mux(w[31], -mag, mag))
+        top = FP32.bias + FP32.man_bits                          # shift 0 at this field
+        shift_max = (1 << SHIFT_BITS) - 1
+        shift = Signal(SHIFT_BITS, name=f"w_shift{n}")
+        m.d.comb += shift.eq(Mux(field >= top, 0, Mux(field < top - shift_max, shift_max,
+                                                         (top - field)[:SHIFT_BITS])))
+        m.submodules[f"quant{n}"] = quant = _UNITS["quant"]()
+        m.d.comb += [
+            quant.i.valid.eq(delay(m, mul_w.o.valid, _SPLIT, name=f"split_go{n}", reset=True)),
+            quant.i.payload.x.eq(delay(m, sig, _SPLIT, name=f"split_sig{n}")),
+            quant.i.payload.m.eq(P_ONE),
+            quant.i.payload.shift.eq(delay(m, shift, _SPLIT, name=f"split_shift{n}"))]
+        return quant
