@@ -242,7 +242,8 @@ def _corner_matrix(tb: DQPTB, K: int) -> tuple[Q4NX, np.ndarray]:
 
 @cocotb.test()
 async def corner_cases(dut):
-    """Special scales, minimums and inputs; flushed products; bf16 ties and overflow."""
+    """Special scales, minimums and inputs; flushed products; bf16 ties and overflow; one group
+    over two tiles."""
     tb = _tb(dut)
     await tb.reset()
     N, K = tb.shape(2, 1)
@@ -259,6 +260,12 @@ async def corner_cases(dut):
     w_plain = random_q4nx(tb.np_rng(), N, K)
     tb.job(w_plain, a_special)
     tb.job(w_plain, from_float(np.full(K, 2.0 ** -120), BF16))
+    # NaN scales and infinite minimums of both signs, on one group and two tiles.
+    N1, K1 = tb.shape(1, 2)
+    w_inf = random_q4nx(tb.np_rng(), N1, K1)
+    w_inf.d[0], w_inf.m[1], w_inf.m[N1 - 1] = 0x7FC0, 0xFF80, 0x7F80
+    tb.job(w_inf, tb.normal(K1))
+    tb.job(w_inf)
     # bf16 rounding of y: 1 + 2**-8 (a tie, to even: 1), 1 + 3 * 2**-8 (a tie, up: 1 + 2**-6),
     # 1 + 2**-8 + 2**-20 (above the tie: up), and fp32 results above the bf16 range.
     ones = Q4NX(d=np.full((N, K // GROUP), 0x3F80, np.uint16),
