@@ -452,7 +452,8 @@ def add_parser(sub, parser_class) -> None:
     p.add_argument("--numerics", default="float", metavar="NAME", help=f"{choices}")
     p.add_argument("--rtl", action="store_true",
                    help="run the decode steps' hardware operations of --layers on the family's "
-                        "generated Verilog (kvnand), and compare the tokens with the back-end's")
+                        "generated Verilog (kvnand: the in-flash PE; flowkv: FusedDQP and the "
+                        "FlowKV array), and compare the tokens with the back-end's")
     p.add_argument("--layers", default="0", metavar="A-B",
                    help="the layers --rtl runs on the Verilog: 0-1, 3 or 0,2,5 (default: 0)")
     p.add_argument("--sim", choices=("icarus", "verilator"), default="verilator",

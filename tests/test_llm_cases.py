@@ -134,29 +134,40 @@ def test_cli_layer_bad_input_is_one_line(capsys, tmp_path, argv, words):
     assert words in err and err.count("\n") == 1
 
 
+def _generate_on_stand_in(capsys, tmp_path, monkeypatch, numerics: str, layers: str,
+                          cycles: int) -> tuple[list, dict]:
+    """`generate --rtl` on the tiny file, 2 tokens, with the simulator replaced by a stand-in
+    that returns each op's expected arrays and ``cycles`` per op: the op names of each run and
+    the command's JSON."""
+    from cocotb_tests.realdata import OpResult
+    from cocotb_tests.realdata import family_module, swap
+    seen = []
+
+    def fake_run_ops(family, ops, path, simulator, **kwargs):
+        seen.append([op.name for op in ops])
+        blocks = {name: run.block for run in family_module(family).runs(ops) for name in run.ops}
+        return [OpResult(op.name, op.shape, blocks[op.name], True, None, cycles, cycles, 0.0,
+                         {}, dict(op.expected)) for op in ops]
+
+    monkeypatch.setattr(swap, "run_ops", fake_run_ops)
+    monkeypatch.chdir(tmp_path)
+    path = str(write_tiny(tmp_path / "gen.gguf"))
+    assert main(["model", "generate", "the the in", "--tokens", "2", "--numerics", numerics,
+                 "--rtl", "--layers", layers, "--gguf", path, "--json"]) == 0
+    out = __import__("json").loads(capsys.readouterr().out)
+    assert out["same_tokens_as_golden"] and out["ids"] == out["golden_ids"]
+    assert out["rtl"]["steps"] == 2
+    return seen, out
+
+
 def test_generate_rtl_swaps_the_layers_hooks_and_keeps_the_tokens(capsys, tmp_path, monkeypatch):
     """`generate --rtl` on the tiny file with the simulator replaced by a stand-in that returns
     each op's expected arrays: the prompt's last token and every later one are decode steps whose
     layer-0 projections and attention come from the runs, assembled into the hooks' results; the
     tokens equal the back-end's alone. (The runs themselves are the RTL's in
     cocotb_tests/test_realdata_inflash.py.)"""
-    from cocotb_tests.realdata import OpResult
-    from cocotb_tests.realdata import swap
-    seen = []
-
-    def fake_run_ops(family, ops, path, simulator, **kwargs):
-        seen.append([op.name for op in ops])
-        return [OpResult(op.name, op.shape, "inflash", True, None, 7, 7, 0.0, {},
-                         dict(op.expected)) for op in ops]
-
-    monkeypatch.setattr(swap, "run_ops", fake_run_ops)
-    monkeypatch.chdir(tmp_path)
-    path = str(write_tiny(tmp_path / "gen.gguf"))
-    assert main(["model", "generate", "the the in", "--tokens", "2", "--numerics", "kvnand",
-                 "--rtl", "--layers", "0", "--gguf", path, "--json"]) == 0
-    out = __import__("json").loads(capsys.readouterr().out)
-    assert out["same_tokens_as_golden"] and out["ids"] == out["golden_ids"]
-    assert out["rtl"]["steps"] == 2 and out["rtl"]["layers"] == [0]
+    seen, out = _generate_on_stand_in(capsys, tmp_path, monkeypatch, "kvnand", "0", 7)
+    assert out["rtl"]["layers"] == [0]
     # Per step: Q, K, V; Logit and Attend of both KV groups; the output projection; gate and up;
     # down. Two steps.
     assert seen[:5] == [["attn_q", "attn_k", "attn_v"],
@@ -165,8 +176,23 @@ def test_generate_rtl_swaps_the_layers_hooks_and_keeps_the_tokens(capsys, tmp_pa
     assert len(seen) == 10 and out["rtl"]["cycles_per_token"] == 7 * 11
 
 
+def test_generate_rtl_on_flowkv_runs_projections_on_fuseddqp_and_attention_on_the_array(
+        capsys, tmp_path, monkeypatch):
+    """`generate --numerics flowkv --rtl` with the stand-in simulator: per decode step and
+    swapped layer, Q, K and V on FusedDQP, the whole step's attention on the array, the output
+    projection, gate and up, down; the hooks' results assembled from the runs' outputs give the
+    back-end's tokens. (The runs on the RTL: cocotb_tests/test_realdata_flowkv.py.)"""
+    seen, out = _generate_on_stand_in(capsys, tmp_path, monkeypatch, "flowkv", "0-1", 5)
+    assert out["rtl"]["family"] == "flowkv" and out["rtl"]["layers"] == [0, 1]
+    step = [["attn_q", "attn_k", "attn_v"], ["attention"], ["attn_output"],
+            ["ffn_gate", "ffn_up"], ["ffn_down"]]
+    assert seen == step * 4                                  # two layers, two steps
+    assert [r["layer"] for r in out["rtl"]["runs"][:10]] == [0] * 5 + [1] * 5
+    assert out["rtl"]["cycles_per_token"] == 5 * 8 * 2
+
+
 @pytest.mark.parametrize("argv, words", [
-    (["--numerics", "rdxe"], "--rtl runs the decode step of kvnand"),
+    (["--numerics", "rdxe"], "--rtl runs the decode step of flowkv, kvnand"),
     (["--numerics", "kvnand", "--layers", "0-5"], "--layers must name layers from 0 to 1"),
     (["--numerics", "kvnand", "--layers", "x"], "--layers must be like 0-1, 3 or 0,2,5"),
 ])

@@ -1,11 +1,14 @@
-"""Real-model runs of the FlowKV family (:mod:`sim.llm.cases.flowkv`): the attention of one
-SmolLM2 decode step on the tile pair and on the array of pairs.
-
-These are the attention steps only: the back-end's projections are FusedDQP on Q4NX weights,
-which no block of this family computes.
+"""Real-model runs of the FlowKV family (:mod:`sim.llm.cases.flowkv`): one SmolLM2 decode
+step's projections on FusedDQP and its attention on the tile pair and on the array of pairs.
 
 Which block runs what (:func:`runs`):
 
+* ``flowkv-dqp`` takes the projection ops (``attn_q`` ... ``ffn_down``), one GEMV command each,
+  in one simulation: the ``paper`` preset (32 lanes, one Q4NX group of one row a cycle; tile
+  ``m`` 32, the case's :data:`sim.llm.cases.flowkv.TILE`, which divides every SmolLM2
+  projection's rows) with ``max_inputs`` 2048 and ``max_outputs`` 1536
+  (:data:`DQP_OVERRIDES`: SmolLM2's largest ``K`` and ``N`` are 1536; the preset's Gemma3 limits
+  only widen the command's counters), raised to fit a larger op.
 * ``flowkv`` takes the ``attention.kv<g>`` ops, one decode step per KV head in turn on one pair:
   the ``default`` preset (``d`` 64, ``P`` 4 lanes, ``L_c`` 16, as SmolLM2's head dimension and
   the back-end's chunk) with ``group`` 3 (SmolLM2's GQA); ``max_tokens`` 4096 unless the step
@@ -18,18 +21,21 @@ Which block runs what (:func:`runs`):
 The case's ``head_dim``, ``group`` and ``chunk`` (the back-end's) are always the run's; a
 parameter that differs from the preset is an override, named in the run's ``why``.
 
-In the simulator each op runs twice through the block's own testbench
-(:class:`cocotb_tests.flowkv.tb.FlowKVTB`, whose scoreboard checks every output beat against
-:func:`golden.flowkv.attend` fed by the input monitors): first with no idle cycles and no
+In the simulator each op runs through the block's own testbench (:class:`cocotb_tests.flowkv.
+tb.FlowKVTB`, whose scoreboard checks every output beat against :func:`golden.flowkv.attend`
+fed by the input monitors; :class:`cocotb_tests.flowkv.dqp_tb.DQPTB`, checking every ``y``
+against :func:`golden.flowkv_dqp.gemm` likewise): first with no idle cycles and no
 back-pressure, which gives the op's cycles, then with the testbench's random idle cycles and
-back-pressure, whose outputs are written as the op's result after the test checked that both
-passes gave the same bits. Each pass drains before the next op starts.
+back-pressure (a projection only when its model cycles are at most :data:`STALLED_CYCLES`),
+whose outputs must equal the first pass's. Each pass drains before the next op starts.
 
-Cycles (:func:`model_cycles`): from the cycle the block takes the step's command to the cycle it
-hands out the step's last output beat (of every pair), both included, in the pass without idle
-cycles or back-pressure: what :func:`sim.flowkv.step_cycles` counts (``total``), with the
-latencies of the pair's tiles (:func:`cocotb_tests.flowkv.bench.pair_timing`). The array's pairs
-take one command and run side by side, so its step takes one pair's cycles.
+Cycles (:func:`model_cycles`): a projection's from its first weight beat's transfer to its last
+``y`` transfer, both included, at full rate: :func:`hdl.flowkv.dqp_spec.command_cycles`
+(``total``). An attention step's from the cycle the block takes the step's command to the cycle
+it hands out the step's last output beat (of every pair), both included: what
+:func:`sim.flowkv.step_cycles` counts (``total``), with the latencies of the pair's tiles
+(:func:`cocotb_tests.flowkv.bench.pair_timing`). The array's pairs take one command and run side
+by side, so its step takes one pair's cycles.
 """
 
 from __future__ import annotations
@@ -37,22 +43,36 @@ from __future__ import annotations
 import cocotb
 import numpy as np
 
+from golden.flowkv_dqp import q4nx_from_records
 from hdl.flowkv import FlowKVConfig
+from hdl.flowkv.dqp_spec import command_cycles
 from memwall import registry
 from sim.flowkv import step_cycles
+from sim.llm.cases.flowkv import TILE
+from sim.llm.loader import PROJECTIONS
 
 from ..flowkv.bench import pair_timing
+from ..flowkv.dqp_tb import DQPTB
 from ..flowkv.tb import FlowKVTB
 from . import Run, case_ops, write_result
 
-__all__ = ["PAIR", "ARRAY", "PRESET", "runs", "model_cycles", "pair_steps", "array_steps"]
+__all__ = ["PAIR", "ARRAY", "DQP", "PRESET", "DQP_PRESET", "DQP_OVERRIDES", "STALLED_CYCLES",
+           "runs", "model_cycles", "pair_steps", "array_steps", "projections"]
 
-#: The blocks: one pair (``attention.kv<g>`` ops) and one pair per KV head (``attention``).
-PAIR, ARRAY = "flowkv", "flowkv-array"
-#: The preset both runs start from.
+#: The blocks: one pair (``attention.kv<g>`` ops), one pair per KV head (``attention``) and
+#: FusedDQP (the projections).
+PAIR, ARRAY, DQP = "flowkv", "flowkv-array", "flowkv-dqp"
+#: The preset both attention runs start from.
 PRESET = "default"
+#: FusedDQP's preset and its overrides for SmolLM2 (module notes).
+DQP_PRESET = "paper"
+DQP_OVERRIDES = {"max_inputs": 2048, "max_outputs": 1536}
+#: Projections whose model cycles are at most this also run under the random stimulus: the
+#: make-test case's slices; a whole layer's 110,592 weight beats stay at full rate (the block's
+#: own regression covers its handshakes).
+STALLED_CYCLES = 4_000
 #: The cocotb test of each block's run.
-_TESTCASE = {PAIR: "pair_steps", ARRAY: "array_steps"}
+_TESTCASE = {PAIR: "pair_steps", ARRAY: "array_steps", DQP: "projections"}
 
 
 def _params(block: str, meta: dict) -> tuple[object, dict]:
@@ -72,10 +92,36 @@ def _key(op) -> tuple:
     return tuple(op.meta.get(k) for k in ("head_dim", "group", "chunk", "length", "kv_heads"))
 
 
+def _dqp_params(ops) -> tuple[object, dict]:
+    """FusedDQP's :data:`DQP_PRESET` with :data:`DQP_OVERRIDES`, raised to fit ``ops``."""
+    preset = registry.get(DQP).presets[DQP_PRESET]
+    cols = max(op.meta["cols"] for op in ops)
+    rows = max(op.meta["rows"] for op in ops)
+    # The records' tile is the case's; the preset's is the same, so no override shows.
+    want = {"tile": TILE,
+            "max_inputs": max(DQP_OVERRIDES["max_inputs"], 1 << (cols - 1).bit_length()),
+            "max_outputs": max(DQP_OVERRIDES["max_outputs"], -(-rows // TILE) * TILE)}
+    overrides = {k: str(v) for k, v in want.items() if getattr(preset, k) != v}
+    return registry.get(DQP).parameters(DQP_PRESET, overrides), overrides
+
+
+def _dqp_run(ops) -> list[Run]:
+    """One ``flowkv-dqp`` run for the projection ops (module notes)."""
+    ours = [op for op in ops if op.name in PROJECTIONS]
+    if not ours:
+        return []
+    params, overrides = _dqp_params(ours)
+    return [Run(DQP, params, _TESTCASE[DQP], tuple(op.name for op in ours),
+                f"one GEMV command per projection; preset {DQP_PRESET} (32 lanes, tile {TILE}) "
+                f"with " + ", ".join(f"{k}={v}" for k, v in overrides.items())
+                + " (SmolLM2's K and N up to 1536)")]
+
+
 def runs(ops) -> list[Run]:
-    """One ``flowkv`` run for the ``attention.kv<g>`` ops and one ``flowkv-array`` run for the
-    ``attention`` ops of each step shape (module notes); a case has one shape."""
-    out = []
+    """One ``flowkv-dqp`` run for the projections, one ``flowkv`` run for the
+    ``attention.kv<g>`` ops and one ``flowkv-array`` run for the ``attention`` ops of each step
+    shape (module notes); a case has one shape."""
+    out = _dqp_run(ops)
     for block, ours in ((PAIR, [op for op in ops if "kv_head" in op.meta]),
                         (ARRAY, [op for op in ops if "kv_heads" in op.meta])):
         shapes: dict[tuple, list] = {}
@@ -94,7 +140,12 @@ def runs(ops) -> list[Run]:
 
 
 def model_cycles(run: Run, op) -> int:
-    """:func:`sim.flowkv.step_cycles` (``total``) of the step on the run's pair (module notes)."""
+    """:func:`hdl.flowkv.dqp_spec.command_cycles` (``total``) of a projection on the run's
+    engine, :func:`sim.flowkv.step_cycles` (``total``) of an attention step on the run's pair
+    (module notes)."""
+    if run.block == DQP:
+        return command_cycles(run.params.config(), inputs=op.meta["cols"],
+                              outputs=op.meta["rows"])["total"]
     cfg = FlowKVConfig(**run.params.pair_args())
     return step_cycles(pair_timing(cfg), op.meta["length"], op.meta["position"])["total"]
 
@@ -173,3 +224,57 @@ async def pair_steps(dut):
 async def array_steps(dut):
     """The ``attention`` op on the array, one pair per KV head (module notes)."""
     await _steps(dut)
+
+
+# --- FusedDQP ---------------------------------------------------------------------------------
+
+def _set_rates(tb: DQPTB, rates: dict | None) -> None:
+    for name, driver in tb.drivers.items():
+        driver.idle = rates[name] if rates else 0.0
+    for name, sink in tb.sinks.items():
+        sink.backpressure = rates[name] if rates else 0.0
+
+
+async def _gemv(tb: DQPTB, op, seen: list) -> tuple[np.ndarray, int]:
+    """Run projection ``op`` alone (the engine idle before and after): ``y`` and its cycles from
+    the first weight beat's transfer to the last ``y`` transfer, both included."""
+    m = op.meta
+    w = q4nx_from_records(op.inputs["records"], m["rows"], m["cols"], m["tile"])
+    q_monitor = tb.input_monitors["q"]
+    q_monitor.first_cycle = None                       # this command's first weight beat
+    first = len(seen)
+    tb.job(w, op.inputs["a"])
+    await tb.drain()
+    got = seen[first:]
+    if len(got) != m["rows"]:
+        raise AssertionError(f"{op.name}: {len(got)} results, not {m['rows']}")
+    y = np.array([item["data"] for _, item in got], np.uint32)
+    return y, got[-1][0] - q_monitor.first_cycle + 1
+
+
+@cocotb.test()
+async def projections(dut):
+    """The projection ops on FusedDQP, one GEMV each: at full rate (the cycles), then those of
+    at most :data:`STALLED_CYCLES` model cycles under the testbench's random idle cycles and
+    back-pressure; both passes' ``y`` equal (module notes)."""
+    tb = DQPTB(dut)
+    rates = {**{n: d.idle for n, d in tb.drivers.items()},
+             **{n: s.backpressure for n, s in tb.sinks.items()}}
+    _set_rates(tb, None)
+    await tb.reset()
+    seen = tb.record("y")
+    for op in case_ops():
+        _set_rates(tb, None)
+        y, cycles = await _gemv(tb, op, seen)
+        tb.log.info("%s (%s): %d cycles at full rate", op.name, op.shape, cycles)
+        model = command_cycles(tb.cfg, inputs=op.meta["cols"], outputs=op.meta["rows"])
+        if model["total"] <= STALLED_CYCLES:
+            _set_rates(tb, rates)
+            again, stalled = await _gemv(tb, op, seen)
+            tb.log.info("%s: %d cycles under random stimulus", op.name, stalled)
+            if not np.array_equal(y, again):
+                bad = int(np.argwhere(y != again)[0][0])
+                raise AssertionError(f"{op.name}: y[{bad}] is {int(y[bad]):#010x} at full rate, "
+                                     f"{int(again[bad]):#010x} with idle cycles and "
+                                     "back-pressure")
+        write_result(op.name, {"y": y}, cycles)

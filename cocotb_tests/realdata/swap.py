@@ -3,15 +3,16 @@
 
 :class:`RTLLayers` wraps a back-end (:mod:`sim.llm.backends`). While :attr:`RTLLayers.enabled`,
 every hook call of a named layer that the family's blocks compute (the family module's
-``SWAP_HOOKS``: for KVNAND the projections and the attention) becomes that hook's ops: the
+``SWAP_HOOKS``: for KVNAND the projections and the attention on the in-flash PE; for FlowKV the
+projections on FusedDQP and the attention on the array of pairs) becomes that hook's ops: the
 family's case builder (``ops(capture, ops=...)``, :mod:`sim.llm.cases`) is given a one-call
 capture, the ops run in the simulator (:func:`cocotb_tests.realdata.run_ops`), and the hook
 returns what the RTL produced, put back in the hook's shape by the family's ``assemble(hook,
 args, outputs)``. The back-end's own result for the call is computed too: it is each op's
 expected array, and a run whose outputs differ from it in any bit stops the generation with
 :class:`RTLMismatch` (one line: op, element, expected, got), so every value that flows on came
-from the RTL and equals the golden's. Host steps (RMSNorm, RoPE, softmax, SwiGLU, residuals,
-the head) stay the back-end's.
+from the RTL and equals the golden's. Host steps (RMSNorm, RoPE, KVNAND's softmax, SwiGLU,
+residuals, the embedding and the head) stay the back-end's.
 """
 
 from __future__ import annotations

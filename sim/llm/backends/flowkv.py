@@ -25,7 +25,7 @@ import numpy as np
 
 from golden.arith.float import from_float, to_float
 from golden.flowkv import attend_many
-from golden.flowkv_dqp import dequantize, gemm, q4nx_from_q41
+from golden.flowkv_dqp import Q4NX, dequantize, gemm, q4nx_from_q41
 from hdl.arith.format import BF16, FP32
 from hdl.flowkv.spec import MAX_CHUNK
 from hdl.validate import power_of_two
@@ -87,17 +87,25 @@ class FlowKV(Numerics):
         self.chunk = int(chunk)
         self._weights: dict[tuple[int, str], np.ndarray] = {}
 
+    def q4nx(self, layer: int, name: str) -> Q4NX:
+        """The Q4NX weights of ``blk.layer.name`` (the file's Q4_1 blocks, ``d``, ``m`` in bf16)."""
+        q = self.mf.q41(f"blk.{layer}.{name}.weight")
+        return q4nx_from_q41(q.d, q.m, q.q)
+
     def bf16_weight(self, layer: int, name: str) -> np.ndarray:
         """The dequantized Q4NX weight codes ``(out, in)`` of ``blk.layer.name`` (cached)."""
         key = (layer, name)
         if key not in self._weights:
-            q = self.mf.q41(f"blk.{layer}.{name}.weight")
-            self._weights[key] = dequantize(q4nx_from_q41(q.d, q.m, q.q))
+            self._weights[key] = dequantize(self.q4nx(layer, name))
         return self._weights[key]
 
+    @staticmethod
+    def activation(x: np.ndarray) -> np.ndarray:
+        """The bf16 codes (RNE) of the float activation ``x`` that FusedDQP multiplies."""
+        return from_float(np.asarray(x, np.float64), BF16)
+
     def project(self, layer: int, name: str, x: np.ndarray) -> np.ndarray:
-        a = from_float(np.asarray(x, np.float64), BF16)
-        y = to_float(gemm(self.bf16_weight(layer, name), a), FP32)
+        y = to_float(gemm(self.bf16_weight(layer, name), self.activation(x)), FP32)
         return y.astype(self.dtype)
 
     budgets = budgets("bf16", "bf16", keep_q="bf16")
