@@ -1,18 +1,20 @@
 """The rDXE back-end (sim/llm/backends/rdxe.py) on SmolLM2's real tensors: each operation against
-the golden function called directly, bit for bit (SwiGLU on the VE, ``glu="ve"``, too); the whole
-model close to float on a few tokens; the 256-token perplexity under ``--slow``."""
+the golden function called directly, bit for bit (SwiGLU on the VE, ``glu="ve"``, and the steps
+between the GEMVs on the DXE's units, ``host="dxe"``, too); the whole model close to float on a few
+tokens; the 256-token perplexity under ``--slow``."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from golden.rdxe import dxe as D
 from golden.rdxe import model as G
 from golden.rdxe.act import act
 from golden.rdxe.kv import kv_image
 
 from sim.llm.backends.rdxe import RDXE, quantize_rows
-from sim.llm.model import Llama, Numerics, silu
+from sim.llm.model import Llama, Numerics, rope_tables, silu
 from sim.llm.score import default_text, log_probs, metrics
 from sim.llm.tokenizer import tokenizer
 
@@ -188,3 +190,121 @@ def test_glu_backend_names_and_default(backends, ve, residual):
     host = backends["fused"]
     gate, up = residual[:, :8], residual[:, 8:16]
     assert host.glu_mode == "host" and np.array_equal(host.glu(2, gate, up), silu(gate) * up)
+
+
+# --- host="dxe": the steps between the GEMVs on the DXE's units (golden.rdxe.dxe) -------------
+
+
+@pytest.fixture(scope="module")
+def dxe(mf, text_ids):
+    """``rdxe-dxe``: fused VRC, SwiGLU on the VE, the host steps on the DXE's units, calibrated on
+    24 tokens (as ``backends``)."""
+    return RDXE(mf, calibration=text_ids[4096:4120], glu="ve", host="dxe")
+
+
+def test_host_option_messages(mf):
+    with pytest.raises(ValueError, match="host must be one of host, dxe, not 'cpu'"):
+        RDXE(mf, host="cpu")
+    with pytest.raises(ValueError, match=r"host='dxe' needs glu='ve' \(a DXE runs SwiGLU on its "
+                                         r"VE\), not glu='host'"):
+        RDXE(mf, host="dxe")
+
+
+def test_dxe_name_and_registry(dxe, ve):
+    from sim.llm.backends import NUMERICS
+    assert dxe.name == "rdxe-dxe" and ve.name == "rdxe-ve" and not ve.dxe
+    assert NUMERICS["rdxe-dxe"][2] == {"vrc": "fused", "glu": "ve", "host": "dxe"}
+    assert "golden.rdxe.dxe.rope" in dxe.emulated["rope"]
+    assert "golden.rdxe.dxe.residual_add" in dxe.emulated["dxe.residual"]
+    assert "by the GPPU" in dxe.emulated["attention"] and "by the host" in ve.emulated["attention"]
+
+
+def test_dxe_norm_project_is_its_definition(dxe, residual):
+    """Per-token INT8 on the VE, RMSNorm's epsilon from the token's maximum, golden
+    rmsnorm_gemv per token and per WMEM load, fp32 dequantization by the static scales."""
+    wq, m, shift, s_out, sizes = dxe.tables(2)["attn_norm"]
+    xq = D.quantize(D.codes_of(residual))
+    eps = D.rms_eps(xq.k, dxe.config.rms_eps)
+    step = dxe.split(wq.shape[1])
+    y = np.concatenate(dxe.norm_project(2, residual, "attn_norm", ("attn_q", "attn_k", "attn_v")),
+                       axis=1)
+    for t in range(2):
+        codes = np.concatenate([
+            G.rmsnorm_gemv(wq[a:a + step], xq.codes[t], m[a:a + step], shift[a:a + step],
+                           eps[t], dxe.params) for a in range(0, wq.shape[0], step)])
+        assert np.array_equal(y[t], D.values_of(D.dequantize(codes, D.fp32(s_out))))
+
+
+def test_dxe_project_is_its_definition(dxe, residual):
+    x = residual[:2, :576]
+    wq, m, shift, k = dxe.tables(2)["attn_output"]
+    xq = D.quantize(D.codes_of(x))
+    step = dxe.split(wq.shape[1])
+    codes = np.stack([np.concatenate([G.gemv(wq[a:a + step], xq.codes[t], m[a:a + step],
+                                             shift[a:a + step], dxe.params)
+                                      for a in range(0, wq.shape[0], step)]) for t in range(2)])
+    want = D.dequantize_token(codes, D.fp32(k / 127), xq.top)
+    assert np.array_equal(dxe.project(2, "attn_output", x), D.values_of(want))
+
+
+def test_dxe_rope_and_residual_hooks(mf, dxe, residual):
+    """RoPE with the float32 table Llama passes (float64 rounded once: rope_codes) and the fp32
+    residual add; the float back-ends keep NumPy's."""
+    c = mf.config
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((4, c.heads, c.head_dim)).astype(np.float32)
+    pos = np.arange(300, 304)
+    tables = rope_tables(pos, c.rope_base, c.head_dim, np.float32)
+    want = D.rope(D.codes_of(q), *D.rope_codes(*rope_tables(pos, c.rope_base, c.head_dim,
+                                                            np.float64)))
+    assert np.array_equal(dxe.rope(2, q, tables), D.values_of(want))
+    y = residual[::-1].copy()
+    assert np.array_equal(dxe.residual(2, residual, y),
+                          D.values_of(D.residual_add(D.codes_of(residual), D.codes_of(y))))
+    assert np.array_equal(Numerics(mf).residual(2, residual, y), residual + y)
+
+
+def test_dxe_keep_and_attention_are_their_definitions(mf, dxe):
+    """K and V INT8 by static factors; Q INT8 per token and the score PPU from its maximum;
+    attention's INT8 output dequantized by V's fp32 scales."""
+    c, t = mf.config, dxe.tables(5)
+    rng = np.random.default_rng(1)
+    T = 12
+    q = rng.standard_normal((1, c.heads, c.head_dim)).astype(np.float32)
+    kf = rng.standard_normal((T, c.kv_heads, c.head_dim)).astype(np.float32)
+    vf = rng.standard_normal((T, c.kv_heads, c.head_dim)).astype(np.float32)
+    k, v = dxe.keep(5, "k", kf), dxe.keep(5, "v", vf)
+    assert np.array_equal(k, D.quantize_static(D.codes_of(kf), D.static_inverse(t["k"])))
+    assert np.array_equal(v, D.quantize_static(D.codes_of(vf), D.static_inverse(t["v"])))
+    qz = D.quantize(D.codes_of(q[0].reshape(-1)))
+    d = float(c.head_dim)
+    rc = D.score_factor(qz.top, D.fp32(t["k"].max() / (127 * np.sqrt(d) * t["score_step"])),
+                        dxe.params)
+    qq, sm, ss, scale = dxe.score_codes(5, q[0])
+    assert np.array_equal(qq.ravel(), qz.codes) and (sm, ss) == (int(rc.m), int(rc.shift))
+    codes = G.attention(qq, k.transpose(1, 0, 2), v.transpose(1, 0, 2), score_m=sm,
+                        score_shift=ss, scale=scale, m=1, shift=dxe.params.prob_frac,
+                        params=dxe.params)
+    want = D.dequantize(codes, np.repeat(D.fp32(t["v"]), c.group, axis=0))
+    assert np.array_equal(dxe.attention(5, q, k, v, T - 1)[0], D.values_of(want))
+
+
+def test_dxe_glu_output_is_act_codes_exactly(dxe, residual):
+    """The VE's SwiGLU codes and maximum reach ffn_down unchanged: its per-token quantizer finds
+    them again from the hook's values, bit for bit."""
+    wq, m, shift, _, sizes = dxe.tables(2)["ffn_norm"]
+    xq = D.quantize(D.codes_of(residual))
+    codes = dxe.rmsnorm_codes(wq, xq.codes, None, m, shift,
+                              eps_q=D.rms_eps(xq.k, dxe.config.rms_eps))
+    _, _, a, c = dxe.tables(2)["glu"]
+    want = act(codes[:, :sizes[0]], codes[:, sizes[0]:], a, c)
+    gate, up = dxe.norm_project(2, residual, "ffn_norm", ("ffn_gate", "ffn_up"))
+    again = D.quantize(D.codes_of(dxe.glu(2, gate, up)))
+    assert np.array_equal(again.codes, want.codes) and np.array_equal(again.top, want.max)
+
+
+def test_dxe_close_to_float_on_three_tokens(mf, ids, dxe):
+    """As test_close_to_float_on_three_tokens, every step of the 4 layers on the DXE's units."""
+    ref = log_probs(Llama(mf, Numerics(mf), layers=4), ids[:4])
+    lp = log_probs(Llama(mf, dxe, layers=4), ids[:4])
+    assert metrics(lp, ids[:4], ref)["kl_to_float"] < 0.5

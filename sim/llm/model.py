@@ -10,7 +10,8 @@ same logits as recomputing everything (a test checks it). The operations of a la
 
 * ``norm_project(layer, h, norm, names)``: RMSNorm of the residual ``h`` with the gain ``norm``,
   then the projections ``names`` (rDXE fuses the two: VRC);
-* ``rope`` in float on every back-end (a host step: none of the blocks rotates);
+* ``rope(layer, x, tables)`` and ``residual(layer, h, y)``: RoPE and the residual add, float
+  on every back-end but ``rdxe-dxe`` (the DXE's GPPU, :mod:`golden.rdxe.dxe`);
 * ``keep(layer, kind, x)``: what storage does to ``q``, ``k``, ``v`` (the KV cache) and ``o``
   (the attention output) before they are used: a KV page format, INT8, or eDRAM bit errors;
 * ``attention(layer, q, k, v, first)``: GQA decode/prefill attention of the new queries over
@@ -176,6 +177,12 @@ class Numerics:
     def glu(self, layer: int, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
         return silu(gate) * up
 
+    def rope(self, layer: int, x: np.ndarray, tables: tuple) -> np.ndarray:
+        return rotate(x, tables)
+
+    def residual(self, layer: int, h: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return h + y
+
 
 class KVCache:
     """Keys and values of every layer, ``(tokens, kv_heads, head_dim)`` each, in whatever dtype
@@ -234,16 +241,16 @@ class Llama:
         if tables is None:
             tables = rope_tables(positions, c.rope_base, c.head_dim, h.dtype)
         q, k, v = nx.norm_project(i, h, "attn_norm", ("attn_q", "attn_k", "attn_v"))
-        q = rotate(q.reshape(t, c.heads, c.head_dim), tables)
-        k = rotate(k.reshape(t, c.kv_heads, c.head_dim), tables)
+        q = nx.rope(i, q.reshape(t, c.heads, c.head_dim), tables)
+        k = nx.rope(i, k.reshape(t, c.kv_heads, c.head_dim), tables)
         v = v.reshape(t, c.kv_heads, c.head_dim)
         q = nx.keep(i, "q", q)
         ks, vs = cache.append(i, nx.keep(i, "k", k), nx.keep(i, "v", v))
         o = nx.attention(i, q, ks, vs, int(positions[0]))
         o = nx.keep(i, "o", o.reshape(t, c.heads * c.head_dim))
-        h = h + nx.project(i, "attn_output", o)
+        h = nx.residual(i, h, nx.project(i, "attn_output", o))
         gate, up = nx.norm_project(i, h, "ffn_norm", ("ffn_gate", "ffn_up"))
-        return h + nx.project(i, "ffn_down", nx.glu(i, gate, up))
+        return nx.residual(i, h, nx.project(i, "ffn_down", nx.glu(i, gate, up)))
 
     def hidden(self, ids, cache: KVCache) -> np.ndarray:
         """The final hidden states (after ``output_norm``) of the new tokens ``ids``."""

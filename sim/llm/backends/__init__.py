@@ -19,6 +19,7 @@ NUMERICS: dict[str, tuple[str, str, dict]] = {
     "rdxe": ("sim.llm.backends.rdxe", "RDXE", {"vrc": "fused"}),
     "rdxe-seq": ("sim.llm.backends.rdxe", "RDXE", {"vrc": "sequential"}),
     "rdxe-ve": ("sim.llm.backends.rdxe", "RDXE", {"vrc": "fused", "glu": "ve"}),
+    "rdxe-dxe": ("sim.llm.backends.rdxe", "RDXE", {"vrc": "fused", "glu": "ve", "host": "dxe"}),
     "kvnand": ("sim.llm.backends.kvnand", "KVNAND", {"kv_format": "fp16"}),
     "kvnand-bf16": ("sim.llm.backends.kvnand", "KVNAND", {"kv_format": "bf16"}),
     "flowkv": ("sim.llm.backends.flowkv", "FlowKV", {}),

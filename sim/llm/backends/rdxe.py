@@ -25,6 +25,13 @@ Quantization (measured and chosen in docs/llm.md, "rDXE"):
   token out), whose codes ffn_down's quantizer finds again exactly (the largest is +-127).
 * **Scores**: INT8 with a static step per layer (``max |q.k| / sqrt(d) / 127`` calibrated); the
   softmax-P.V output is INT8 in V's scale (PPU ``m = 1``, ``shift = prob_frac``).
+* **Host steps** (``host``): ``"host"`` (the default) quantizes the GEMV inputs, dequantizes the
+  PPU codes, adds the residual and rotates Q and K (RoPE) in float32 / float64 NumPy;
+  ``"dxe"`` (needs ``glu="ve"``) computes each of them as the DXE does, on the shared units'
+  golden twins (:mod:`golden.rdxe.dxe`: fp32 residual on the GPPU, per-token INT8 on the VE, the
+  score PPU's multiplier from Q's maximum), with the same scales and tables: a layer is then what
+  a DXE computes bit for bit. The hooks carry the DXE's fp32 values as float32 arrays
+  (:func:`golden.rdxe.dxe.codes_of` reads them back exactly).
 
 A GEMV whose weights exceed one WMEM load (576 x 576 at the paper preset: 448 outputs per load)
 is split along its outputs; every output's accumulator, RC factor and PPU entry are its own, so
@@ -41,6 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 from golden.arith.requant import requantize
+from golden.rdxe import dxe as D
 from golden.rdxe import model as G
 from golden.rdxe.act import act, act_constants
 from golden.rdxe.params import DxtConfig
@@ -49,12 +57,15 @@ from ..model import (SUM_FACTOR, UNIT, Llama, Numerics, attention as float_atten
                      causal_mask)
 from ..score import default_text
 
-__all__ = ["RDXE", "paper_params", "quantize_weights", "quantize_rows", "Calibration", "GLU_MODES"]
+__all__ = ["RDXE", "paper_params", "quantize_weights", "quantize_rows", "Calibration", "GLU_MODES",
+           "HOST_MODES"]
 
 #: VRC modes, as the golden model names them.
 VRC_MODES = ("fused", "sequential")
 #: Where SwiGLU runs: float32 on the host, or the VE's activation unit (golden.rdxe.act).
 GLU_MODES = ("host", "ve")
+#: Where the steps between the GEMVs run: NumPy on the host, or the DXE's units (golden.rdxe.dxe).
+HOST_MODES = ("host", "dxe")
 #: The paper's DXT (memwall's ``rdxe-dxt`` "paper" preset): 16 VACs of 16 lanes, 1024 WMEM rows.
 PAPER = dict(lanes=16, wmem_depth=1024, ppu_depth=1024, mult_bits=32, clamp="symmetric",
              rc_bits=25, kv_rows=1024, queue_depth=32, operand_stages=4, vacs=16, head_dim=64,
@@ -64,6 +75,15 @@ PAPER = dict(lanes=16, wmem_depth=1024, ppu_depth=1024, mult_bits=32, clamp="sym
 CALIBRATION = (4096, 4352)
 GLU_VE = ("golden.rdxe.act.act: silu(gate) * up of ffn_norm's INT8 codes with its per-channel "
           "PPU scales, INT8 out with one scale per token (two passes over the codes)")
+HOST_DXE = {
+    "quantize": "golden.rdxe.dxe.quantize: max |x| per token, reciprocal, requantizer (VE)",
+    "dequantize": "golden.rdxe.dxe.dequantize / dequantize_token: fp32 fmul by the static scale "
+                  "(and the token's max) (GPPU)",
+    "residual": "golden.rdxe.dxe.residual_add: fp32 fadd (GPPU)",
+    "rope": "golden.rdxe.dxe.rope: fp32 fmul/fadd with the host's fp32 cos/sin table (GPPU)",
+    "keep": "golden.rdxe.dxe.quantize_static: K, V INT8 by the requantizer with static factors",
+    "scores": "golden.rdxe.dxe.score_factor: Q INT8 per token, the score PPU from fmul(M_q, c)",
+}
 _NORMED = {"attn_norm": ("attn_q", "attn_k", "attn_v"), "ffn_norm": ("ffn_gate", "ffn_up")}
 
 
@@ -162,6 +182,9 @@ class RDXE(Numerics):
     glu : str
         ``"host"`` (SwiGLU in float32 on the host) or ``"ve"`` (the VE's activation on the INT8
         codes, :meth:`glu`).
+    host : str
+        ``"host"`` (the steps between the GEMVs in NumPy on the host) or ``"dxe"`` (on the DXE's
+        units, :mod:`golden.rdxe.dxe`; needs ``glu="ve"``).
     """
 
     name = "rdxe"
@@ -183,11 +206,16 @@ class RDXE(Numerics):
     }
 
     def __init__(self, mf, vrc: str = "fused", dtype=np.float32, *, params: DxtConfig | None = None,
-                 calibration=None, headroom: float = 2.0, glu: str = "host"):
+                 calibration=None, headroom: float = 2.0, glu: str = "host", host: str = "host"):
         if vrc not in VRC_MODES:
             raise ValueError(f"vrc must be one of {', '.join(VRC_MODES)}, not {vrc!r}")
         if glu not in GLU_MODES:
             raise ValueError(f"glu must be one of {', '.join(GLU_MODES)}, not {glu!r}")
+        if host not in HOST_MODES:
+            raise ValueError(f"host must be one of {', '.join(HOST_MODES)}, not {host!r}")
+        if host == "dxe" and glu != "ve":
+            raise ValueError(f"host='dxe' needs glu='ve' (a DXE runs SwiGLU on its VE), not "
+                             f"glu={glu!r}")
         if np.dtype(dtype) != np.float32:
             raise ValueError(f"dtype must be float32 (the host's float steps), not "
                              f"{np.dtype(dtype)}")
@@ -198,13 +226,22 @@ class RDXE(Numerics):
                              f"{type(params).__name__}")
         super().__init__(mf, dtype)
         self.vrc = vrc
-        self.name = ("rdxe" if vrc == "fused" else "rdxe-seq") + ("-ve" if glu == "ve" else "")
+        self.name = ("rdxe" if vrc == "fused" else "rdxe-seq") + \
+            ("-dxe" if host == "dxe" else "-ve" if glu == "ve" else "")
         self.glu_mode = glu
+        self.dxe = host == "dxe"
         if glu == "ve":
             self.emulated = {**self.emulated, "glu": GLU_VE}
             # INT8 with a per-token step, like a GEMV's input: relative to the norm its error
             # grows with the token's max / rms, so the projections' allowance.
             self.budgets = {**self.budgets, "glu": SUM_FACTOR * UNIT["int8"]}
+        if self.dxe:
+            self.emulated = {**self.emulated, "rope": HOST_DXE["rope"],
+                             "keep": HOST_DXE["keep"] + "; q, o unchanged (fp32)",
+                             "attention": self.emulated["attention"].replace(
+                                 "by the host", "by the GPPU (fp32)"),
+                             **{f"dxe.{k}": v for k, v in HOST_DXE.items()
+                                if k not in ("rope", "keep")}}
         self.params = paper_params(mf.config) if params is None else params
         self.headroom = float(headroom)
         if calibration is None:
@@ -255,8 +292,22 @@ class RDXE(Numerics):
         s_out, sizes = t["ffn_norm"][3], t["ffn_norm"][4]
         t["glu"] = (s_out[:sizes[0]], s_out[sizes[0]:],
                     *act_constants(s_out[:sizes[0]], s_out[sizes[0]:]))
+        if self.dxe:
+            t["dxe"] = self._dxe_constants(t)
         self._layers[layer] = t
         return t
+
+    def _dxe_constants(self, t: dict) -> dict:
+        """The fp32 constants of the DXE's steps (:mod:`golden.rdxe.dxe`), rounded once from the
+        layer's static scales: PPU output scales (normed projections), ``k / 127`` (plain
+        projections), the KV cache's ``1 / (127 s)`` and V's scale, the score constant."""
+        d = self.config.head_dim
+        out = {norm: D.fp32(t[norm][3]) for norm in _NORMED}
+        out.update({name: D.fp32(t[name][3] / 127.0) for name in ("attn_output", "ffn_down")})
+        out.update({kind: D.static_inverse(t[kind]) for kind in ("k", "v")})
+        out["v_scale"] = D.fp32(t["v"])
+        out["score"] = D.fp32(float(t["k"].max()) / (127.0 * np.sqrt(d) * t["score_step"]))
+        return out
 
     # --- operations ------------------------------------------------------------------------------
 
@@ -265,11 +316,14 @@ class RDXE(Numerics):
         outputs side by side): :func:`golden.rdxe.accumulate` of all tokens at once."""
         return G.accumulate(wq, xq)
 
-    def rmsnorm_codes(self, wq, xq, s_x, m, shift) -> np.ndarray:
+    def rmsnorm_codes(self, wq, xq, s_x, m, shift, eps_q=None) -> np.ndarray:
         """INT8 outputs ``(T, M)`` of the RMSNorm-GEMV of INT8 ``xq`` ``(T, K)`` (input steps
-        ``s_x``): :func:`golden.rdxe.rmsnorm_gemv_trace`'s steps, batched over tokens."""
+        ``s_x``; or the epsilon's fp32 codes per token, ``eps_q``, as the DXE computes them):
+        :func:`golden.rdxe.rmsnorm_gemv_trace`'s steps, batched over tokens."""
         p = self.params
-        rc = [G.rms_rc(x, G.eps_code(self.config.rms_eps, s), p)[3] for x, s in zip(xq, s_x)]
+        if eps_q is None:
+            eps_q = [G.eps_code(self.config.rms_eps, s) for s in s_x]
+        rc = [G.rms_rc(x, e, p)[3] for x, e in zip(xq, eps_q)]
         rc = G.RCFactor(np.array([r.m for r in rc], np.int64)[:, None],
                         np.array([r.shift for r in rc], np.int64)[:, None])
         if self.vrc == "fused":
@@ -280,16 +334,41 @@ class RDXE(Numerics):
     def norm_project(self, layer, h, norm, names):
         if norm not in _NORMED or tuple(names) != _NORMED[norm]:
             return super().norm_project(layer, h, norm, names)
-        wq, m, shift, s_out, sizes = self.tables(layer)[norm]
-        xq, s_x = quantize_rows(h)
-        y = (self.rmsnorm_codes(wq, xq, s_x, m, shift) * s_out).astype(np.float32)
+        t = self.tables(layer)
+        wq, m, shift, s_out, sizes = t[norm]
+        if self.dxe:
+            xq = D.quantize(D.codes_of(h))
+            eps = D.rms_eps(xq.k, self.config.rms_eps)
+            codes = self.rmsnorm_codes(wq, xq.codes, None, m, shift, eps_q=eps)
+            y = D.values_of(D.dequantize(codes, t["dxe"][norm]))
+        else:
+            xq, s_x = quantize_rows(h)
+            y = (self.rmsnorm_codes(wq, xq, s_x, m, shift) * s_out).astype(np.float32)
         return np.split(y, np.cumsum(sizes)[:-1], axis=1)
 
     def project(self, layer, name, x):
-        wq, m, shift, k = self.tables(layer)[name]
+        t = self.tables(layer)
+        wq, m, shift, k = t[name]
+        if self.dxe:
+            xq = D.quantize(D.codes_of(x))
+            codes = G.ppu(self.accumulate(wq, xq.codes), m, shift, self.params)
+            return D.values_of(D.dequantize_token(codes, t["dxe"][name], xq.top))
         xq, s_x = quantize_rows(x)
         codes = G.ppu(self.accumulate(wq, xq), m, shift, self.params)
         return (codes * k[None, :] * s_x[:, None]).astype(np.float32)
+
+    def rope(self, layer, x, tables):
+        """RoPE: float32 (``host="host"``) or the GPPU's (:func:`golden.rdxe.dxe.rope`) with the
+        host's table, ``tables`` (float32 values of the float64 cos and sin, rounded once)."""
+        if not self.dxe:
+            return super().rope(layer, x, tables)
+        return D.values_of(D.rope(D.codes_of(x), *(D.codes_of(c) for c in tables)))
+
+    def residual(self, layer, h, y):
+        """The residual add: float32, or the GPPU's fp32 adder (``host="dxe"``)."""
+        if not self.dxe:
+            return super().residual(layer, h, y)
+        return D.values_of(D.residual_add(D.codes_of(h), D.codes_of(y)))
 
     def glu(self, layer, gate, up):
         """SwiGLU: float32 on the host (``glu="host"``) or the VE's activation
@@ -306,8 +385,10 @@ class RDXE(Numerics):
     def keep(self, layer, kind, x):
         if kind not in ("k", "v"):
             return x
-        scale = self.tables(layer)[kind]
-        return np.clip(np.rint(x / scale), -127, 127).astype(np.int8)
+        t = self.tables(layer)
+        if self.dxe:
+            return D.quantize_static(D.codes_of(x), t["dxe"][kind]).astype(np.int8)
+        return np.clip(np.rint(x / t[kind]), -127, 127).astype(np.int8)
 
     def restore(self, layer, kind, stored):
         if kind not in ("k", "v"):
@@ -321,6 +402,10 @@ class RDXE(Numerics):
         step."""
         t, p = self.tables(layer), self.params
         step = t["score_step"]
+        if self.dxe:
+            qz = D.quantize(D.codes_of(np.reshape(q, -1)))
+            rc = D.score_factor(qz.top, t["dxe"]["score"], p)
+            return qz.codes.reshape(q.shape), int(rc.m), int(rc.shift), G.log2_scale(step)
         qq, s_q = quantize_rows(np.reshape(q, -1))
         sm, ss = G.ppu_code(float(s_q) * float(t["k"].max()) / np.sqrt(q.shape[-1]) / step,
                             p.mult_bits)
@@ -332,11 +417,12 @@ class RDXE(Numerics):
         K = np.ascontiguousarray(k.transpose(1, 0, 2))              # (groups, S, d)
         V = np.ascontiguousarray(v.transpose(1, 0, 2))
         out = np.empty(q.shape, np.float32)
-        s_v = np.repeat(t["v"], q.shape[1] // k.shape[1], axis=0)     # (heads, d)
+        g = q.shape[1] // k.shape[1]
+        s_v = np.repeat(t["dxe"]["v_scale"] if self.dxe else t["v"], g, axis=0)   # (heads, d)
         for i in range(q.shape[0]):
             qq, sm, ss, scale = self.score_codes(layer, q[i])
             n = first + i + 1
             codes = G.attention(qq, K[:, :n], V[:, :n], score_m=sm, score_shift=ss,
                                 scale=scale, m=1, shift=p.prob_frac, params=p, mode=self.vrc)
-            out[i] = codes * s_v
+            out[i] = D.values_of(D.dequantize(codes, s_v)) if self.dxe else codes * s_v
         return out
