@@ -373,6 +373,18 @@ def case_id(block: str, preset: str, overrides: dict, *rest) -> str:
     return "-".join([block, preset, *(f"{k}={v}" for k, v in overrides.items())])
 
 
+def simulator_runs(slow: str = "verilator"):
+    """pytest parameters of ``simulator`` for a test that is not a launcher case: every simulator,
+    the one named ``slow`` only with ``--slow`` (make test-all). The rule of :func:`case_runs`:
+    one simulator in make test, the same testbench on the same Verilog under the other with
+    ``--slow``."""
+    import pytest
+
+    if slow not in SIMULATORS:
+        raise ValueError(f"slow simulator must be one of {', '.join(SIMULATORS)}, not {slow!r}")
+    return [pytest.param(s, marks=[pytest.mark.slow] if s == slow else []) for s in SIMULATORS]
+
+
 def case_runs(cases, *, icarus_only=(), verilator_slow=(), icarus_slow=(), slow=(), tag=""):
     """pytest parameters ``(case, simulator)`` for launcher cases, each under both simulators but:
     the cases whose :func:`case_id` is in ``icarus_only`` under Icarus alone, those in

@@ -4,7 +4,7 @@ import pytest
 
 from memwall import registry
 
-from .launcher import case_id, case_runs, run_block, run_case
+from .launcher import case_id, case_runs, run_block, run_case, simulator_runs
 
 #: (block, preset, overrides, cocotb tests). The bare controller with the behavioural macros at the
 #: small geometry and at one bank with the smallest slack (every pending refresh forced as soon as
@@ -35,8 +35,7 @@ def test_edram(case, simulator):
 
 #: A long run (59 s under Icarus, 28 s under Verilator on a loaded machine): Verilator in make
 #: test, Icarus with --slow; the same RTL is checked under Icarus by test_edram's cases.
-@pytest.mark.parametrize("simulator", [pytest.param("icarus", marks=pytest.mark.slow),
-                                       "verilator"])
+@pytest.mark.parametrize("simulator", simulator_runs("icarus"))
 def test_edram_decay(simulator):
     """Retention decay under SHIELD: std clean, mantissa errors as the model predicts."""
     params = registry.get("edram").parameters("small", DECAY)

@@ -9,7 +9,7 @@ import pytest
 
 from cocotb_tests.realdata import check_case
 
-from .launcher import SIMULATORS
+from .launcher import SIMULATORS, simulator_runs
 
 #: make test: layer 0 at position 8 under SHIELD alone, the four tensors (1536 words, the
 #: seeded injection drew 2 bit errors in Q and 2 in O): one edram run.
@@ -19,7 +19,9 @@ SMALL = {"layer": 0, "position": 8, "policies": ["shield"]}
 FULL = {"layer": 2, "position": 64}
 
 
-@pytest.mark.parametrize("simulator", SIMULATORS)
+#: Verilator with --slow (the rule of launcher.case_runs): the Icarus run checks the same Verilog
+#: with the same testbench in make test.
+@pytest.mark.parametrize("simulator", simulator_runs())
 def test_realdata_edram_small(simulator):
     """Layer 0, position 8, SHIELD: Q, K, V, O bit-exact with their drawn errors."""
     check_case("edram", SMALL, simulator)

@@ -12,7 +12,7 @@ import pytest
 from cocotb_tests.realdata import check_case
 from sim.llm.loader import PROJECTIONS
 
-from .launcher import SIMULATORS
+from .launcher import SIMULATORS, simulator_runs
 
 #: make test: layer 3's KV head 0 at position 16 on the pair (17 rows: a whole chunk and one row;
 #: 98 % of the weight on position 0, the attention sink SmolLM2 has from layer 3 on). Layer 3
@@ -36,8 +36,7 @@ PROJECTIONS_FULL = {"layer": 0, "position": 64, "ops": list(PROJECTIONS)}
 
 #: Verilator with --slow: the pair at d = 64, G = 3 is a C++ build of its own (no other make-test
 #: case has that size); test_realdata_flowkv_small under Icarus runs the same Verilog in make test.
-@pytest.mark.parametrize("simulator", [
-    pytest.param(s, marks=[pytest.mark.slow] if s == "verilator" else []) for s in SIMULATORS])
+@pytest.mark.parametrize("simulator", simulator_runs())
 def test_realdata_flowkv_small(simulator):
     """Layer 3, position 16, KV head 0 on the pair: bit-exact, RTL cycles == model cycles."""
     check_case("flowkv", SMALL, simulator)

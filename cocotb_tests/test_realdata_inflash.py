@@ -10,7 +10,7 @@ import pytest
 
 from cocotb_tests.realdata import check_case
 
-from .launcher import SIMULATORS
+from .launcher import SIMULATORS, simulator_runs
 
 #: make test: layer 0 at position 4 (5 tokens in the cache, a KV page partly filled), attn_q
 #: row 0 (18 Q4_1 records, one page) and KV group 0's Logit and Attend: about 1,450 cycles at
@@ -25,8 +25,7 @@ FULL = {"layer": 0, "position": 64, "ops": ["attn_q", "logit", "attend"], "kv_gr
 #: Verilator with --slow: the PE at F = 8 with 2048 columns is a C++ build of its own (about
 #: two minutes of CPU; no other make-test case builds it); the Icarus run checks the same
 #: Verilog in make test.
-@pytest.mark.parametrize("simulator", [
-    pytest.param(s, marks=[pytest.mark.slow] if s == "verilator" else []) for s in SIMULATORS])
+@pytest.mark.parametrize("simulator", simulator_runs())
 def test_realdata_inflash_small(simulator):
     """Layer 0, position 4: attn_q row 0, KV group 0's Logit and Attend: bit-exact, RTL cycles
     == model cycles."""

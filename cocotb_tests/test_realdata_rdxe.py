@@ -12,7 +12,7 @@ from cocotb_tests.realdata import check_case
 from sim.llm.cases import case
 from sim.llm.score import model_file
 
-from .launcher import SIMULATORS
+from .launcher import SIMULATORS, simulator_runs
 
 #: make test: layer 1 at position 4 (5 tokens in the cache: each token's key and value costs an
 #: identity GEMV of 256 cycles on the preset), the first 8 outputs of attn_norm (attn_q rows 0-7,
@@ -31,8 +31,7 @@ CLAMP = {"layer": 0, "position": 1, "kinds": ["attn_output"], "rows": 112}
 #: Verilator with --slow: the tile at d = 64 with three KV groups is a C++ build of its own (about
 #: two minutes; no other make-test case has that size); the Icarus run checks the same Verilog in
 #: make test.
-@pytest.mark.parametrize("simulator", [
-    pytest.param(s, marks=[pytest.mark.slow] if s == "verilator" else []) for s in SIMULATORS])
+@pytest.mark.parametrize("simulator", simulator_runs())
 def test_realdata_rdxe_small(simulator):
     """Layer 1, position 4: 8 outputs of attn_norm, KV group 0's attention: bit-exact, RTL
     cycles == model cycles."""

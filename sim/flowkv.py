@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hdl.flowkv.dqp_spec import GROUP, RECORD_BYTES, DQPConfig, check_config, command_cycles
+from hdl.flowkv.dqp_spec import (GROUP, PAPER, RECORD_BYTES, DQPConfig, check_config,
+                                  command_cycles)
 from hdl.validate import integer, positive
 
 from .models import ModelShape
@@ -146,9 +147,9 @@ PAPER_TPS = {
 #: the paper's 5,120-byte block: 0.625 bytes a weight.
 Q4NX_BYTES_PER_WEIGHT = RECORD_BYTES / GROUP
 
-#: FusedDQP in the decode model: the ``paper`` preset's 32 lanes and decode tile m = 32 (Sec.
-#: 3.2.1), K up to 16,384 (Gemma3's largest is 10,240), N up to 2**18 rows a command.
-DECODE_DQP = DQPConfig(lanes=32, tile=32, max_inputs=16384, max_outputs=262144)
+#: FusedDQP in the decode model: the paper's engine, the ``paper`` preset (32 lanes, decode tile
+#: m = 32, K up to 16,384, N up to 2**18 rows a command).
+DECODE_DQP = PAPER
 #: The paper's read-bandwidth demand of its decode kernels, FusedDQP on 16 tiles among them:
 #: "exceeds 60 GB/s at 1.8 GHz" (Sec. 5).
 PAPER_U_MEM_RD_GBS = 60.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cocotb_tests.flowkv.dqp_streams import job_streams, random_q4nx
+from golden.flowkv_dqp_streams import job_streams, random_q4nx
 from golden.arith.float import fconvert, from_float, to_float
 from golden.flowkv_dqp import (GROUP, Q4NX, dequantize, dequantize_reference, gemm,
                                q4nx_from_q41, q4nx_from_records, q4nx_records)

@@ -26,6 +26,7 @@ from cocotb.triggers import ClockCycles
 
 from golden.arith.float import fconvert, from_float, to_float
 from golden.flowkv_dqp import GROUP, RECORD_BYTES, Q4NX, dequantize, gemm, q4nx_from_records
+from golden.flowkv_dqp_streams import job_streams, random_q4nx
 from hdl.arith.format import BF16, FP32
 from hdl.flowkv import DQPConfig
 from hdl.flowkv.dqp_spec import command_cycles
@@ -33,7 +34,6 @@ from hdl.flowkv.dqp_spec import command_cycles
 from ..arith_float_tb import CLASSES, float_class
 from ..functional import sampler
 from ..tb import BlockTB, block_params
-from .dqp_streams import job_streams, random_q4nx
 
 #: Environment variables of the ``full_rate`` shape (benchmarks may set them).
 ENV_INPUTS, ENV_OUTPUTS = "MEMWALL_DQP_INPUTS", "MEMWALL_DQP_OUTPUTS"

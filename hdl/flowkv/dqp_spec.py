@@ -31,7 +31,7 @@ from ..arith.tree import tree_levels
 from ..validate import index_bits, integer, one_of, power_of_two
 
 __all__ = ["GROUP", "CODE_BITS", "RECORD_BITS", "RECORD_BYTES", "BLOCK_ROWS", "LANES", "MAX_TILE",
-           "MAX_INPUTS", "MAX_OUTPUTS", "DQPConfig", "check_lanes", "check_config",
+           "MAX_INPUTS", "MAX_OUTPUTS", "DQPConfig", "PAPER", "check_lanes", "check_config",
            "record_layout", "command_layout", "weight_layout", "activation_layout",
            "result_layout", "dequantized_layout", "command_cycles"]
 
@@ -220,6 +220,12 @@ class DQPConfig:
         """Places of the ``w`` queue: the credits a beat is away for at full rate."""
         return self.w_latency + _CREDIT_RETURN
 
+
+#: The paper's decode engine (Sec. 3.2.1): 32 lanes (one Q4NX group a cycle) and m = 32 rows a
+#: tile, so a tile's 8 groups (k = 256) are one Q4NX block; K up to 16,384 (Gemma3's largest is
+#: 10,240) and N up to 2**18 (the 262,144-row LM head). The ``paper`` preset and the decode model
+#: (``sim.flowkv``) both use it.
+PAPER = DQPConfig(lanes=32, tile=32, max_inputs=16384, max_outputs=262144)
 
 def check_config(cfg) -> DQPConfig:
     """Return ``cfg`` if it is a :class:`DQPConfig` (what FusedDQP's parts take)."""

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from hdl.arith.tree import tree_levels
 from hdl.flowkv import DQPConfig, FusedDQP
-from hdl.flowkv.dqp_spec import BLOCK_ROWS, dequantized_layout, result_layout
+from hdl.flowkv.dqp_spec import BLOCK_ROWS, PAPER, dequantized_layout, result_layout
 
 from ..params import BlockParams
 from ..registry import Block, Size, StreamTiming, register
@@ -37,9 +38,8 @@ _PRESETS = {
     # One group of one row a cycle; a tile's group is one Q4NX block (256 records, 5,120
     # bytes). K up to 16K, N up to 64K (SmolLM2's 49,152-row LM head).
     "default": FlowKVDQPParams(),
-    # The paper's decode tile (Sec. 3.2.1): m = 32 rows, so a tile's 8 groups (k = 256) are one
-    # Q4NX block; Gemma3's K (up to 10,240) and N (the 262,144-row LM head).
-    "paper": FlowKVDQPParams(lanes=32, tile=32, max_inputs=16384, max_outputs=262144),
+    # The paper's decode engine (hdl.flowkv.dqp_spec.PAPER).
+    "paper": FlowKVDQPParams(**dataclasses.asdict(PAPER)),
 }
 
 #: Netlist cells of a FloatConvert(FP32, BF16) (its own netlist, read off once).

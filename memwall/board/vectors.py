@@ -21,6 +21,7 @@ import numpy as np
 from golden import edram as edram_golden
 from golden import flowkv as flowkv_golden
 from golden.flowkv_dqp import dequantize, gemm
+from golden.flowkv_dqp_streams import job_streams, random_q4nx
 from golden import inflash as inflash_golden
 from golden import rdxe as rdxe_golden
 from golden import umdam as umdam_golden
@@ -321,8 +322,6 @@ def _dqp(params, block, rng: random.Random, count: int) -> Vectors:
     the GEMVs with bf16 results, on random Q4NX weights and N(0, 1) bf16 activations (the same
     activation for every tile): ``y`` from :func:`golden.flowkv_dqp.gemm`, ``w`` from
     :func:`golden.flowkv_dqp.dequantize`."""
-    from cocotb_tests.flowkv.dqp_streams import job_streams, random_q4nx
-
     cfg = params.config()
     layouts = dict(zip(("cmd", "q", "a", "y", "w"), _layouts(block, "cmd", "q", "a", "y", "w")))
     np_rng = _np_rng(rng)

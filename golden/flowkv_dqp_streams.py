@@ -1,16 +1,18 @@
-"""FusedDQP's stream items, from and to NumPy: the Q4NX record stream cut into weight beats, the
-activation cut into beats, commands, and random Q4NX matrices. Shared by the cocotb testbench
-(cocotb_tests/flowkv/dqp_tb.py) and the Amaranth-simulator tests (tests/test_flowkv_dqp.py);
-no expected value is computed here."""
+"""FusedDQP's stream items, from and to NumPy: the Q4NX record stream (:func:`golden.flowkv_dqp.
+q4nx_records`) cut into the ``q`` port's weight beats, the activation cut into ``a`` beats,
+commands, and random Q4NX matrices. Shared by the cocotb testbench (cocotb_tests/flowkv/dqp_tb.py),
+the board vectors (memwall/board/vectors.py) and the Amaranth-simulator tests
+(tests/test_flowkv_dqp.py); no expected value is computed here."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from golden.arith.float import from_float
-from golden.flowkv_dqp import GROUP, RECORD_BYTES, Q4NX, q4nx_records
 from hdl.arith.format import BF16
 from hdl.flowkv import DQPConfig
+
+from .arith.float import from_float
+from .flowkv_dqp import GROUP, RECORD_BYTES, Q4NX, q4nx_records
 
 __all__ = ["command", "weight_beats", "record_bytes", "activation_beats", "job_streams",
            "random_q4nx"]
