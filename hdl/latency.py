@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from functools import partial
 
-__all__ = ["unit_latency"]
+__all__ = ["unit_latency", "unit_latencies"]
 
 
 def unit_latency(unit: partial) -> int:
     """Return the latency of the unit ``unit()`` builds, without building it."""
     return unit.func.latency_of(*unit.args, **unit.keywords)
+
+
+def unit_latencies(units: dict[str, partial]) -> dict[str, int]:
+    """Return the latency of each unit of a table of named units, by its name."""
+    return {name: unit_latency(unit) for name, unit in units.items()}

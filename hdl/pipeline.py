@@ -33,7 +33,8 @@ from amaranth.lib.wiring import In, Out
 from .validate import integer
 
 __all__ = ["delay", "shared", "next_values", "distinct_copies", "Pipeline", "cut_order",
-           "stream_stage", "ResultQueue", "SkidBuffer", "DelayLine", "HeadQueue"]
+           "stream_stage", "ResultQueue", "queued_pipeline", "SkidBuffer", "DelayLine",
+           "HeadQueue"]
 
 
 def delay(m: Module, value: Value, cycles: int, *, name: str = "delay", reset: bool = False) \
@@ -267,9 +268,11 @@ class ResultQueue(wiring.Component):
     A pipelined unit (:mod:`hdl.arith`) cannot stall, so an item may enter it only if its result
     will have a place to land. The queue keeps a credit count: ``depth`` free places less the
     items already in flight or queued. Drive ``issue`` when an item enters the pipeline (only
-    while ``can_issue``), and ``w`` when its result comes out. With ``depth`` at least the
-    pipeline latency plus 2 the queue never limits a full-rate producer whose consumer is always
-    ready.
+    while ``can_issue``), and ``w`` when its result comes out. With ``depth`` at least
+    :meth:`full_rate_depth` of the pipeline's latency (the latency plus 3: two cycles from ``w``
+    to ``o.valid``, one for a returned credit to reach the ``can_issue`` register) the queue
+    never limits a full-rate producer whose consumer is always ready; one place fewer loses a
+    cycle in every ``depth + 1``.
 
     Parameters
     ----------
@@ -303,11 +306,19 @@ class ResultQueue(wiring.Component):
     A bad ``depth`` raises ``TypeError``/``ValueError`` naming it.
     """
 
+    #: Places a full-rate producer needs beyond its pipeline's latency: a place's round trip.
+    CREDIT_LOOP = 3
+
     def __init__(self, shape, depth: int):
         self.depth = integer(depth, "Result queue depth", 3, 4096)
         super().__init__({"can_issue": Out(1, init=1), "issue": In(1), "cancel": In(1),
                           "w": In(stream.Signature(shape, always_ready=True)),
                           "o": Out(stream.Signature(shape))})
+
+    @classmethod
+    def full_rate_depth(cls, latency: int) -> int:
+        """The fewest places that keep a pipeline of ``latency`` cycles at one item a cycle."""
+        return latency + cls.CREDIT_LOOP
 
     def elaborate(self, platform):
         m = Module()
@@ -326,6 +337,22 @@ class ResultQueue(wiring.Component):
         m.d.comb += [fifo.w_en.eq(self.w.valid), fifo.w_data.eq(self.w.payload),
                      o.valid.eq(fifo.r_rdy), o.payload.eq(fifo.r_data), fifo.r_en.eq(o.ready)]
         return m
+
+
+def queued_pipeline(m: Module, i, o, shape, latency: int, *, name: str = "queue"):
+    """Gate stream ``i`` into an always-ready pipeline of ``latency`` cycles whose results leave
+    on stream ``o`` through a :class:`ResultQueue` of :meth:`~ResultQueue.full_rate_depth`
+    places (a component's own ``i`` and ``o`` members, from inside its ``elaborate``).
+
+    ``i.ready`` is the queue's ``can_issue`` register. Returns ``(go, queue)``: ``go`` is high
+    in the cycle a beat of ``i`` enters the pipeline; the pipeline's results go into
+    ``queue.w``, ``latency`` cycles later."""
+    m.submodules[name] = queue = ResultQueue(shape, ResultQueue.full_rate_depth(latency))
+    wiring.connect(m, queue.o, wiring.flipped(o))
+    go = Signal(name=f"{name}_go")
+    m.d.comb += [go.eq(i.valid & queue.can_issue), i.ready.eq(queue.can_issue),
+                 queue.issue.eq(go)]
+    return go, queue
 
 
 class SkidBuffer(wiring.Component):

@@ -93,10 +93,12 @@ def test_every_corner_pair():
 
 def test_full_rate_latency():
     """Without idle beats or back-pressure: one beat a cycle, the last result ``latency`` plus
-    the queue's two cycles after the last beat."""
+    the queue's two cycles after the last beat; more beats than the queue has places, so a
+    credit that came back a cycle late would show."""
     rng = np.random.default_rng(5)
-    x = rng.integers(-128, 128, (4, 2 * LANES))
-    y = rng.integers(-128, 128, (4, 2 * LANES))
+    tokens = (GatedActivation.latency_of(LANES) + 8) // 2          # 2 beats a token
+    x = rng.integers(-128, 128, (tokens, 2 * LANES))
+    y = rng.integers(-128, 128, (tokens, 2 * LANES))
     a, c = act_constants(np.full(2 * LANES, 0.05), np.full(2 * LANES, 0.02))
     cycles = _run(x, y, a, c, _second_pass_k(x, y, a, c), seed=4, idle=0.0, stall=0.0)
     beats = x.size // LANES

@@ -7,11 +7,13 @@ Per lane, from the shared units of :mod:`hdl.arith` (each with its golden twin):
     e = exp2(fmul(bf16(x), a))                   IntToFloat, FloatMultiplier, Exp2
     r = reciprocal(fadd(e, 1.0))                 FloatAdder, Reciprocal
     v = fmul(fmul(fp32(x * y), r), c)            IntToFloat, FloatMultiplier (twice)
-    code = RNE(127 * fmul(v, k))                 FloatMultiplier, Requantizer
+    code = RNE(127 * fmul(v, k))                 QuantCore (hdl/rdxe/quant.py)
 
 ``x`` converts to bf16 exactly (8 bits), and a bf16 x fp32 product rounded to fp32 is the
-golden's fp32 x fp32 product: one rounding of the same exact product. The unit also keeps the
-running maximum of ``|v|`` over a vector's beats, which is the per-token scale's ``M``: a token
+golden's fp32 x fp32 product: one rounding of the same exact product. The tail is the VE's
+quantizer's core (:class:`~hdl.rdxe.quant.QuantCore`, one quantizer for the VE): it quantizes
+``v`` with the beat's ``k`` in every lane and keeps the running maximum of ``|v|`` over a
+vector's beats, which is the per-token scale's ``M``: a token
 runs through the unit twice, first for ``M`` (any ``k``; the codes are dropped), then with ``k
 = reciprocal(M)`` (:func:`golden.rdxe.act.act_scale`, one reciprocal per token for the DXE's
 controller to compute) for the codes.
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from amaranth import Cat, Const, Module, Mux, Signal, signed
+from amaranth import Const, Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,21 +38,14 @@ from ..arith.format import BF16, FP32
 from ..arith.fpadd import FloatAdder
 from ..arith.fpmul import FloatMultiplier
 from ..arith.recip import Reciprocal
-from ..arith.requant import SHIFT_BITS, Requantizer
-from ..latency import unit_latency
-from ..pipeline import ResultQueue, delay
+from ..latency import unit_latencies
+from ..pipeline import delay, queued_pipeline
 from ..validate import power_of_two
+from .quant import UNITS as QUANT_UNITS
+from .quant import QuantCore, quant_out_layout
 from .spec import CODE_BITS
-from .ve import P_ONE
 
 __all__ = ["GatedActivation", "act_in_layout", "act_out_layout"]
-
-#: Register between ``fmul(v, k)``'s split into a significand and a shift and the requantizer.
-_SPLIT = 1
-#: Register behind the tree of a beat's largest ``|v|`` (hidden in the requantizer's cycles).
-_MAX_TREE = 1
-#: Magnitude bits of an fp32 code (its order is the value's order for non-negative values).
-_MAG_BITS = 31
 
 _UNITS = {
     "to_bf16": partial(IntToFloat, CODE_BITS, BF16),
@@ -59,9 +54,7 @@ _UNITS = {
     "add": partial(FloatAdder, FP32),
     "recip": partial(Reciprocal),
     "to_fp32": partial(IntToFloat, 2 * CODE_BITS, FP32),
-    "mul": partial(FloatMultiplier, FP32, FP32, FP32),
-    "quant": partial(Requantizer, FP32.precision + 1, CODE_BITS, clamp="symmetric",
-                     mult_bits=CODE_BITS),
+    **QUANT_UNITS,                                     # "mul" and the tail's "quant"
 }
 
 
@@ -83,9 +76,9 @@ def act_in_layout(lanes: int) -> data.StructLayout:
 
 def act_out_layout(lanes: int) -> data.StructLayout:
     """Payload of a result: ``lanes`` INT8 ``codes`` and ``max``, the fp32 code of the largest
-    ``|v|`` of the token's beats so far (this one included)."""
-    return data.StructLayout({"codes": data.ArrayLayout(signed(CODE_BITS), _lanes(lanes)),
-                              "max": 32})
+    ``|v|`` of the token's beats so far (this one included): the quantizer's
+    (:func:`~hdl.rdxe.quant.quant_out_layout`)."""
+    return quant_out_layout(_lanes(lanes))
 
 
 class GatedActivation(wiring.Component):
@@ -108,8 +101,9 @@ class GatedActivation(wiring.Component):
 
     Latency :meth:`latency_of` cycles from a beat taken to its result written into the queue
     (defaults: ``to_bf16 3 + arg 5 + exp2 7 + add 6 + recip 12 + mul 5 + mul 5 + mul 5 + split
-    1 + quant 4 = 53``), then two to ``o.valid`` in an empty queue; one beat per cycle while
-    ``o`` is ready. Bad ``lanes`` raise ``TypeError``/``ValueError`` naming it.
+    1 + quant 4 = 53``, the last three :class:`~hdl.rdxe.quant.QuantCore`'s), then two to
+    ``o.valid`` in an empty queue; one beat per cycle while ``o`` is ready. Bad ``lanes`` raise
+    ``TypeError``/``ValueError`` naming it.
     """
 
     def __init__(self, lanes: int):
@@ -122,7 +116,7 @@ class GatedActivation(wiring.Component):
         """Return the latency of each shared unit of a lane, by its name in the module's unit
         table (``to_bf16``, ``arg``, ``exp2``, ``add``, ``recip``, ``to_fp32``, ``mul``,
         ``quant``)."""
-        return {name: unit_latency(unit) for name, unit in _UNITS.items()}
+        return unit_latencies(_UNITS)
 
     @classmethod
     def latency_of(cls, lanes: int) -> int:
@@ -130,8 +124,12 @@ class GatedActivation(wiring.Component):
         unit (``lanes`` does not change it; checked)."""
         _lanes(lanes)
         lat = cls.latencies()
-        return (lat["to_bf16"] + lat["arg"] + lat["exp2"] + lat["add"] + lat["recip"]
-                + 3 * lat["mul"] + _SPLIT + lat["quant"])
+        return cls._sigmoid_latency(lat) + 2 * lat["mul"] + QuantCore.latency_of(lanes)
+
+    @staticmethod
+    def _sigmoid_latency(lat: dict) -> int:
+        """Cycles from a beat to its sigmoid ``r``, of the unit latencies ``lat``."""
+        return lat["to_bf16"] + lat["arg"] + lat["exp2"] + lat["add"] + lat["recip"]
 
     @property
     def latency(self) -> int:
@@ -140,38 +138,19 @@ class GatedActivation(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lat = self.latencies()
-        m.submodules.queue = queue = ResultQueue(act_out_layout(self.lanes), self.latency + 2)
-        wiring.connect(m, queue.o, wiring.flipped(self.o))
-        go = self.i.valid & queue.can_issue
-        m.d.comb += [self.i.ready.eq(queue.can_issue), queue.issue.eq(go)]
+        go, queue = queued_pipeline(m, self.i, self.o, act_out_layout(self.lanes), self.latency)
         beat = self.i.payload
-        t_r = lat["to_bf16"] + lat["arg"] + lat["exp2"] + lat["add"] + lat["recip"]
+        t_r = self._sigmoid_latency(lat)
         t_v = t_r + 2 * lat["mul"]
+        # The quantizer's core takes each lane's v with the beat's k, delayed to meet it.
+        m.submodules.tail = tail = QuantCore(self.lanes)
+        wiring.connect(m, tail.o, queue.w)
         k = delay(m, beat.k, t_v, name="k")
-        mags, quants = [], []
+        m.d.comb += tail.i.payload.first.eq(delay(m, beat.first, t_v, name="first"))
         for n in range(self.lanes):
             v_valid, v = self._value(m, n, go, beat, lat, t_r)
-            mags.append(v[:_MAG_BITS])
-            m.submodules[f"mul_w{n}"] = mul_w = _UNITS["mul"]()
-            m.d.comb += [mul_w.i.valid.eq(v_valid), mul_w.i.payload.a.eq(v),
-                         mul_w.i.payload.b.eq(k)]
-            quants.append(self._quantize(m, n, mul_w))
-        # Running maximum of |v|: the beat's by a tree, registered so that the tree's log2(lanes)
-        # comparisons and the running value's one do not share a cycle, then the token's.
-        while len(mags) > 1:
-            mags = [Mux(p > q, p, q) for p, q in zip(mags[::2], mags[1::2])]
-        beat_max = delay(m, mags[0], _MAX_TREE, name="beat_max")
-        running, now = Signal(_MAG_BITS), Signal(_MAG_BITS)
-        first = delay(m, beat.first, t_v + _MAX_TREE, name="first")
-        v_go = delay(m, go, t_v + _MAX_TREE, name="v_go", reset=True)
-        m.d.comb += now.eq(Mux(first | (beat_max > running), beat_max, running))
-        with m.If(v_go):
-            m.d.sync += running.eq(now)
-        m.d.comb += [queue.w.valid.eq(quants[0].o.valid),
-                     queue.w.payload.max.eq(delay(m, now, self.latency - t_v - _MAX_TREE,
-                                                  name="max"))]
-        for n, quant in enumerate(quants):
-            m.d.comb += queue.w.payload.codes[n].eq(quant.o.payload.y)
+            m.d.comb += [tail.i.payload.x[n].eq(v), tail.i.payload.k[n].eq(k)]
+        m.d.comb += tail.i.valid.eq(v_valid)
         return m
 
     @staticmethod
@@ -206,29 +185,3 @@ class GatedActivation(wiring.Component):
             mul_v.i.payload.b.eq(delay(m, beat.c[n], t_r + lat["mul"], name=f"c{n}")),
         ]
         return mul_v.o.valid, mul_v.o.payload.y
-
-    @staticmethod
-    def _quantize(m: Module, n: int, mul_w) -> Requantizer:
-        """``RNE(127 w)`` of lane ``n``'s ``w`` in a requantizer: the signed significand (0 for
-        a zero, subnormal or NaN; ``2**23`` for an infinity, which saturates) and the shift
-        ``150 - field`` held between 0 and 63."""
-        w = mul_w.o.payload.y
-        frac = w[:FP32.man_bits]
-        field = w[FP32.man_bits:FP32.man_bits + FP32.exp_bits]
-        nan = (field == FP32.exp_max_field) & (frac != 0)
-        mag = Signal(FP32.precision, name=f"w_mag{n}")
-        m.d.comb += mag.eq(Mux((field == 0) | nan, 0, Cat(frac, Const(1, 1))))
-        sig = Signal(signed(FP32.precision + 1), name=f"w_sig{n}")
-        m.d.comb += sig.eq(Mux(w[31], -mag, mag))
-        top = FP32.bias + FP32.man_bits                          # shift 0 at this field
-        shift_max = (1 << SHIFT_BITS) - 1
-        shift = Signal(SHIFT_BITS, name=f"w_shift{n}")
-        m.d.comb += shift.eq(Mux(field >= top, 0, Mux(field < top - shift_max, shift_max,
-                                                         (top - field)[:SHIFT_BITS])))
-        m.submodules[f"quant{n}"] = quant = _UNITS["quant"]()
-        m.d.comb += [
-            quant.i.valid.eq(delay(m, mul_w.o.valid, _SPLIT, name=f"split_go{n}", reset=True)),
-            quant.i.payload.x.eq(delay(m, sig, _SPLIT, name=f"split_sig{n}")),
-            quant.i.payload.m.eq(P_ONE),
-            quant.i.payload.shift.eq(delay(m, shift, _SPLIT, name=f"split_shift{n}"))]
-        return quant
