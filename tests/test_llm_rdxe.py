@@ -10,6 +10,7 @@ import pytest
 
 from golden.rdxe import dxe as D
 from golden.rdxe import model as G
+from golden.rdxe import program as P
 from golden.rdxe.act import act
 from golden.rdxe.kv import kv_image
 
@@ -308,3 +309,26 @@ def test_dxe_close_to_float_on_three_tokens(mf, ids, dxe):
     ref = log_probs(Llama(mf, Numerics(mf), layers=4), ids[:4])
     lp = log_probs(Llama(mf, dxe, layers=4), ids[:4])
     assert metrics(lp, ids[:4], ref)["kl_to_float"] < 0.5
+
+
+def test_dxe_program_is_the_back_ends_layer(mf, ids, dxe):
+    """golden.rdxe.program.llama_layer, run token by token on a DXE's storage from the back-end's
+    tables, gives each token's residual out of layer 2 and the layer's INT8 KV cache as the
+    back-end's batched layer does, bit for bit (five decode positions, the cache growing)."""
+    c, layer, T = mf.config, 2, 5
+    model = Llama(mf, dxe)
+    cache = model.new_cache()
+    h = mf.float32("token_embd.weight")[np.asarray(ids[:T])]
+    for i in range(layer):
+        h = model.layer(i, h, cache, np.arange(T))
+    want = model.layer(layer, h, cache, np.arange(T))
+    cos, sin = rope_tables(np.arange(T), c.rope_base, c.head_dim, np.float32)
+    tables = dxe.dxe_tables(layer)
+    program = P.llama_layer(c.heads, c.kv_heads, c.head_dim)
+    state = P.DxeState()
+    for t in range(T):
+        state.tb.update(h=D.codes_of(h[t]), cos=D.codes_of(cos[t, 0]), sin=D.codes_of(sin[t, 0]))
+        P.run(program, state, tables)
+        assert np.array_equal(state.tb["h"], D.codes_of(want[t])), f"token {t}"
+    assert np.array_equal(np.stack(state.keys), cache.k[layer][:T])
+    assert np.array_equal(np.stack(state.values), cache.v[layer][:T])

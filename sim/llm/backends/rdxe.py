@@ -52,6 +52,7 @@ from golden.rdxe import dxe as D
 from golden.rdxe import model as G
 from golden.rdxe.act import act, act_constants
 from golden.rdxe.params import DxtConfig
+from golden.rdxe.program import LayerTables, wmem_outputs
 
 from ..model import (SUM_FACTOR, UNIT, Llama, Numerics, attention as float_attention, budgets,
                      causal_mask)
@@ -254,10 +255,9 @@ class RDXE(Numerics):
     # --- static tables ---------------------------------------------------------------------------
 
     def split(self, inputs: int) -> int:
-        """Outputs per WMEM load of a GEMV with ``inputs`` inputs: ``vacs * (wmem_depth //
-        ceil(inputs / lanes))``."""
-        p = self.params
-        return p.vacs * (p.wmem_depth // -(-inputs // p.lanes))
+        """Outputs per WMEM load of a GEMV with ``inputs`` inputs
+        (:func:`golden.rdxe.program.wmem_outputs`)."""
+        return wmem_outputs(inputs, self.params)
 
     def _check_fits(self, wq: np.ndarray) -> None:
         """Each output slice of one WMEM load must fit (``wmem_image`` raises otherwise)."""
@@ -308,6 +308,22 @@ class RDXE(Numerics):
         out["v_scale"] = D.fp32(t["v"])
         out["score"] = D.fp32(float(t["k"].max()) / (127.0 * np.sqrt(d) * t["score_step"]))
         return out
+
+    def dxe_tables(self, layer: int) -> LayerTables:
+        """What a DXE holds for ``layer`` (``host="dxe"``): the layer's GEMVs and the fp32
+        constants of :meth:`_dxe_constants`, named as :func:`golden.rdxe.program.llama_layer`
+        reads them."""
+        if not self.dxe:
+            raise ValueError(f"dxe_tables needs host='dxe' numerics, not {self.name}")
+        t = self.tables(layer)
+        dx = t["dxe"]
+        gemvs = {name: t[name][:3] for name in (*_NORMED, "attn_output", "ffn_down")}
+        vectors = {name: dx[name] for name in ("attn_norm", "attn_output", "ffn_down")}
+        vectors.update({"k_inv": dx["k"].reshape(-1), "v_inv": dx["v"].reshape(-1),
+                        "v_scale": np.repeat(dx["v_scale"], self.config.group, axis=0).ravel(),
+                        "glu_a": t["glu"][2], "glu_c": t["glu"][3]})
+        return LayerTables(gemvs, vectors, {"score": dx["score"]}, G.log2_scale(t["score_step"]),
+                           self.config.rms_eps, self.params, self.vrc)
 
     # --- operations ------------------------------------------------------------------------------
 
