@@ -8,6 +8,7 @@ from .dxt import Dxt
 from .gbus import Gatherer, KvWriter
 from .gppu import Gppu, GppuOp
 from .quant import Quantizer
+from .scalar import ScalarOp, ScalarUnit
 from .sequencer import Sequencer
 from .spec import (DESTS, GBUS_BYTES, OPS, DxtConfig, KVGeometry, VacConfig, VeConfig,
                    command_layout, hlink_layout, kv_layout, ppu_layout, rc_layout,
@@ -17,7 +18,8 @@ from .ve import Activations, Normalizer, RcUnit
 
 __all__ = ["VacConfig", "VeConfig", "DxtConfig", "KVGeometry", "Vac", "HlinkSource", "VacRing",
            "RcUnit", "Activations", "Normalizer", "Dxt", "Sequencer", "TokenBuffer", "ChunkFeed",
-           "Gatherer", "KvWriter", "Gppu", "GppuOp", "Quantizer", "MAX_VACS", "GBUS_BYTES",
+           "Gatherer", "KvWriter", "Gppu", "GppuOp", "Quantizer", "ScalarUnit", "ScalarOp",
+           "MAX_VACS", "GBUS_BYTES",
            "OPS", "DESTS",
            "hlink_layout", "rc_layout", "wmem_layout", "ppu_layout", "kv_layout",
            "result_layout", "command_layout", "word_layout", "response_layout"]

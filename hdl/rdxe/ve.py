@@ -44,7 +44,7 @@ from .spec import (ACC_BITS, CODE_BITS, GBUS_BYTES, VeConfig, check_config, chun
                    ve_rc_layout, ve_tap_layout)
 from .vac import dot_accumulator
 
-__all__ = ["RcUnit", "Activations", "Normalizer", "P_ONE"]
+__all__ = ["RcUnit", "Activations", "Normalizer", "ToRc", "P_ONE"]
 
 #: INT8 activation of exp(0) = 1 (``golden.rdxe.P_ONE``).
 P_ONE = 127
@@ -88,22 +88,46 @@ def _fp32_fields(m: Module, bits, name: str):
     return sig, field, field == FP32.exp_max_field
 
 
-class _ToRc:
-    """The RC conversion ``golden.rdxe.to_rc`` of an fp32 code ``r >= 0`` with ``frac`` fraction
-    bits kept: the significand rounded half to even to ``b = rc_bits - 6`` bits in a shared
-    Requantizer (``requantize(sig, 1, 24 - b)``), then, at its output and without a register,
-    the carry renormalization, the shift ``(b - 1) - e - frac`` and the saturation and flush.
+class ToRc:
+    """Build into ``m`` the RC conversion ``golden.rdxe.to_rc`` of an fp32 code ``r >= 0`` with
+    ``frac`` fraction bits kept: the significand rounded half to even to ``b = rc_bits - 6`` bits
+    in a shared Requantizer (``requantize(sig, 1, 24 - b)``), then, at its output and without a
+    register, the carry renormalization, the shift ``(b - 1) - e - frac`` and the saturation and
+    flush. One place for the conversion: :class:`RcUnit` and the DXE controller's
+    :class:`~hdl.rdxe.scalar.ScalarUnit` build it (one per module: its Requantizer is the
+    submodule ``to_rc``). The sign bit is not read, and a NaN saturates as +inf does (the golden
+    refuses both: no VE factor is negative or NaN).
+
+    Parameters
+    ----------
+    m : Module
+    cfg : VeConfig
+        Its ``rc_mant_bits`` is ``b``.
+    valid, bits, frac : Value
+        The input's valid bit, its fp32 code and the fraction bits kept (a constant or a Value).
+    tags : dict of Value
+        Signals carried beside the conversion.
 
     Members (Signals): ``valid``, ``m``, ``shift`` and every ``tags`` entry, ``latency``
-    (the Requantizer's) cycles after the input.
+    (the Requantizer's, :meth:`latency_of`) cycles after the input.
     """
+
+    @staticmethod
+    def unit(cfg: VeConfig) -> partial:
+        """Return the conversion's Requantizer (a significand and a carry bit wide) as a unit."""
+        b = cfg.rc_mant_bits
+        return partial(Requantizer, max(FP32.precision + 1, b + 2), b + 2, clamp="full",
+                       mult_bits=2)
+
+    @classmethod
+    def latency_of(cls, cfg: VeConfig) -> int:
+        """Return the conversion's latency for configuration ``cfg``, without building it."""
+        return unit_latency(cls.unit(cfg))
 
     def __init__(self, m: Module, cfg: VeConfig, valid, bits, frac, tags: dict):
         b = cfg.rc_mant_bits
-        self.latency = 0
         sig, field, inf = _fp32_fields(m, bits, "to_rc")
-        width = max(FP32.precision + 1, b + 2)
-        m.submodules.to_rc = rq = Requantizer(width, b + 2, clamp="full", mult_bits=2)
+        m.submodules.to_rc = rq = self.unit(cfg)()
         m.d.comb += [rq.i.valid.eq(valid), rq.i.payload.x.eq(sig), rq.i.payload.m.eq(1),
                      rq.i.payload.shift.eq(FP32.precision - b)]
         self.latency = rq.latency
@@ -182,9 +206,7 @@ class RcUnit(wiring.Component):
                 "int_to_float": unit_latency(_TO_FLOAT_UNIT),
                 "fmac": unit_latency(_FMAC_UNIT), "rsqrt": unit_latency(_RSQRT_UNIT),
                 "reciprocal": unit_latency(_RECIPROCAL_UNIT),
-                "requant": Requantizer.latency_of(max(FP32.precision + 1, cfg.rc_mant_bits + 2),
-                                                  cfg.rc_mant_bits + 2, clamp="full",
-                                                  mult_bits=2)}
+                "requant": ToRc.latency_of(cfg)}
 
     @property
     def latencies(self) -> dict:
@@ -247,8 +269,8 @@ class RcUnit(wiring.Component):
         r = Signal(32)
         m.d.comb += r.eq(Mux(sm_valid, sm_value, rsqrt.o.payload.y))
         frac = Mux(sm_valid, cfg.prob_frac, cfg.norm_frac)
-        conv = _ToRc(m, cfg, rsqrt.o.valid | sm_valid, r, frac,
-                     {"seq": Mux(sm_valid, sm_seq, rms_seq)})
+        conv = ToRc(m, cfg, rsqrt.o.valid | sm_valid, r, frac,
+                    {"seq": Mux(sm_valid, sm_seq, rms_seq)})
         # Registered: the factor fans out to every VAC's factor queue across the tile.
         m.d.comb += [
             self.rc.valid.eq(delay(m, conv.valid, _RC_OUT, name="rc_valid", reset=True)),
