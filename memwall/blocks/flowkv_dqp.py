@@ -10,7 +10,7 @@ from hdl.flowkv import DQPConfig, FusedDQP
 from hdl.flowkv.dqp_spec import BLOCK_ROWS, PAPER, dequantized_layout, result_layout
 
 from ..params import BlockParams
-from ..registry import Block, Size, StreamTiming, register
+from ..registry import Block, Size, StreamTiming, SynthSettings, register
 from . import units
 
 
@@ -93,4 +93,5 @@ register(Block(
     testbench="cocotb_tests.flowkv.dqp_tb",
     timing=_timing,
     size=_size,
+    synth=SynthSettings(timing_weight=60),
 ))
