@@ -4,6 +4,12 @@ Timing discipline (the same under Icarus and Verilator): drivers and sinks write
 write phase right after a rising edge; monitors look at ``valid`` and ``ready`` in the read-only
 phase of the same time step, when everything has settled, so a handshake seen there is the transfer
 that the next rising edge performs. Cycle numbers count rising edges since the clock started.
+
+One :class:`ClockService` per clock runs all of them: a coroutine that awaits the rising edge,
+calls every member's write step, awaits the read-only phase and calls every member's read step.
+A coroutine per driver, sink and monitor, each awaiting its own triggers, cost about a dozen
+task resumes in Python per clock cycle; the service costs two (and the edge counter one), with
+the same cycle behaviour.
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ from typing import Any, Callable, Iterable
 
 import cocotb
 import numpy as np
+from cocotb.simtime import get_sim_time
 from cocotb.triggers import Event, ReadOnly, RisingEdge
 
 __all__ = ["stream_port", "PayloadCodec", "StreamDriver", "StreamSink", "StreamMonitor",
-           "Scoreboard", "CycleCounter", "to_signed", "to_unsigned"]
+           "Scoreboard", "ClockService", "CycleCounter", "to_signed", "to_unsigned"]
 
 
 def to_signed(value, bits: int):
@@ -98,18 +105,122 @@ def _ready(dut, prefix: str):
     return stream_port(dut, prefix, "ready", optional=True)
 
 
-class CycleCounter:
-    """Count rising edges of ``clk`` so every message can name its cycle."""
+class ClockService:
+    """The per-cycle work of every testbench member on one clock, in one coroutine.
+
+    After each rising edge the service calls the write steps (:meth:`on_edge`) in the order they
+    joined, then, in the read-only phase of the same time step, the read steps
+    (:meth:`on_read`). A step joins from the next rising edge on, as a coroutine started then
+    would have first awaited it. The edges are counted by a coroutine of their own, started
+    first: it resumes before any other coroutine awaiting the edge, so every one of them reads
+    the new :attr:`cycle`.
+
+    Use :meth:`of` to get a clock's service: it is made on first use in a test, and again in
+    the next test (cocotb ends a test's coroutines with it).
+
+    Parameters
+    ----------
+    clk : cocotb handle of the clock.
+    """
+
+    _services: dict = {}
 
     def __init__(self, clk):
         self.clk = clk
         self.cycle = 0
+        self._edge_steps: list[Callable[[], Any]] = []
+        self._read_steps: list[Callable[[], Any]] = []
+        self._joining: list[tuple[int, list, Callable[[], Any]]] = []
+        self._resets: dict[int, bool] = {}
+        self._edge_time: int | None = None
+        self._counter = cocotb.start_soon(self._count())
         cocotb.start_soon(self._run())
 
-    async def _run(self):
+    @classmethod
+    def of(cls, clk) -> "ClockService":
+        """The service of ``clk`` in the running test, started if there is none yet."""
+        service = cls._services.get(id(clk))
+        if service is None or service.clk is not clk or service._counter.done():
+            service = cls._services[id(clk)] = cls(clk)
+        return service
+
+    def on_edge(self, step: Callable[[], Any]):
+        """Call ``step()`` in the write phase after every rising edge, from the next one on."""
+        self._joining.append((get_sim_time(), self._edge_steps, step))
+
+    def on_read(self, step: Callable[[], Any]):
+        """Call ``step()`` in the read-only phase after every rising edge, from the next one
+        on."""
+        self._joining.append((get_sim_time(), self._read_steps, step))
+
+    @property
+    def edge_time(self) -> int:
+        """The simulation time (in steps) of the last rising edge."""
+        if self._edge_time is None:
+            self._edge_time = get_sim_time()
+        return self._edge_time
+
+    def in_reset(self, reset) -> bool:
+        """Whether ``reset`` is anything but 0 in this read-only phase (read once a cycle for
+        all the members that ask)."""
+        key = id(reset)
+        if key not in self._resets:
+            self._resets[key] = str(reset.value) != "0"
+        return self._resets[key]
+
+    async def _count(self):
+        """Count the edges, first of the coroutines that await them."""
+        edge = RisingEdge(self.clk)
         while True:
-            await RisingEdge(self.clk)
+            await edge
             self.cycle += 1
+
+    async def _run(self):
+        """Each cycle: the write steps after the edge, the read steps in read-only."""
+        edge, read_only = RisingEdge(self.clk), ReadOnly()
+        while True:
+            await edge
+            self._edge_time = None
+            if self._joining:
+                self._join()
+            for step in self._edge_steps:
+                step()
+            await read_only
+            self._resets.clear()
+            for step in self._read_steps:
+                step()
+
+    def _join(self):
+        """Add the steps that joined before this edge (one that joined at this edge's time, by a
+        coroutine resumed before the service, starts at the next edge)."""
+        now = self.edge_time
+        waiting = []
+        for joined, steps, step in self._joining:
+            if joined < now:
+                steps.append(step)
+            else:
+                waiting.append((joined, steps, step))
+        self._joining = waiting
+
+
+class CycleCounter:
+    """Count rising edges of ``clk`` so every message can name its cycle: the edges since this
+    counter was made (its clock's :class:`ClockService` counts them)."""
+
+    def __init__(self, clk):
+        self.clk = clk
+        self._service = ClockService.of(clk)
+        self._start = self._service.cycle
+
+    @property
+    def cycle(self) -> int:
+        """The rising edges since this counter was made."""
+        return self._service.cycle - self._start
+
+
+#: What a driver's loop waits for: the next write phase, with an item queued (idle), the next
+#: write phase, or the read-only phase of this step.
+_IDLE, _EDGE, _READ = "idle", "edge", "read"
 
 
 class StreamDriver:
@@ -118,7 +229,8 @@ class StreamDriver:
     Items go in the order queued. A gate (:meth:`gate`) holds the items queued after it until its
     predicate is true. A subclass that needs more (credits, a callback when an item is taken)
     queues a ``meta`` value with each item (:meth:`_enqueue`) and overrides :meth:`_turn` and
-    :meth:`_taken`; the loop is this one.
+    :meth:`_taken`; the loop is this one (:meth:`_loop`, stepped by the clock's
+    :class:`ClockService`).
 
     Parameters
     ----------
@@ -144,12 +256,16 @@ class StreamDriver:
         self.payload = _port(dut, prefix, "payload")
         self.clk, self.codec, self.rng, self.idle = clk, codec, rng, idle
         self._queue: collections.deque = collections.deque()
-        self._wake = Event()
         self._idle_event = Event()
         self._idle_event.set()
-        self.valid.value = 0
+        self._kicked_at = -1            # when an item was queued to the idle driver
+        self.valid.value = self._valid = 0
         self.sent = self.queued = 0
-        cocotb.start_soon(self._run())
+        self._service = ClockService.of(clk)
+        self._steps = self._loop()
+        self._waiting = next(self._steps)
+        self._service.on_edge(self._on_edge)
+        self._service.on_read(self._on_read)
 
     def send(self, item: dict[str, int]) -> int:
         """Queue one item (a dict of payload fields); return its sequence number (the items
@@ -182,45 +298,69 @@ class StreamDriver:
         return self.queued - 1
 
     def _kick(self):
-        self._idle_event.clear()
-        self._wake.set()
+        if self._idle_event.is_set():   # the idle driver starts at the first edge after this
+            self._kicked_at = get_sim_time()
+            self._idle_event.clear()
 
-    async def _turn(self, meta):
-        """Wait, after the idle cycles, until the item may be driven (in the write phase)."""
+    def _turn(self, meta) -> bool:
+        """Whether the item may be driven in this cycle, after its idle cycles: asked in the
+        write phase, once a cycle (``valid`` low meanwhile) until it says yes."""
+        return True
 
     def _taken(self, meta):
         """The item was accepted: called on the rising edge that took it."""
 
-    async def _run(self):
+    def _drive_valid(self, value: int):
+        """Set ``valid``, writing only a change."""
+        if value != self._valid:        # an unchanged value needs no write
+            self.valid.value = self._valid = value
+
+    def _on_edge(self):
+        """Write step: run the loop on if it waits for this phase (an idle driver, for an item
+        queued before this edge)."""
+        if self._waiting is _IDLE and not (self._queue
+                                           and self._kicked_at < self._service.edge_time):
+            return
+        if self._waiting is not _READ:
+            self._waiting = next(self._steps)
+
+    def _on_read(self):
+        """Read step: run the loop on if it waits to see ``ready``."""
+        if self._waiting is _READ:
+            self._waiting = next(self._steps)
+
+    def _loop(self):
+        """The driver, one item after another: a generator that yields what it waits for
+        (``_IDLE``, ``_EDGE``, ``_READ``); each resumption runs in that phase."""
         while True:
             if not self._queue:
                 self._idle_event.set()
-                self._wake.clear()
-                await self._wake.wait()
-                await RisingEdge(self.clk)      # start driving on a clean cycle boundary
+                yield _IDLE                     # start driving on a clean cycle boundary
             word, meta = self._queue.popleft()
             if word is None:                    # a gate: `meta` is its predicate
                 while not meta():
-                    self.valid.value = 0
-                    await RisingEdge(self.clk)
+                    self._drive_valid(0)
+                    yield _EDGE
                 continue
             while self.idle and self.rng.random() < self.idle:
-                self.valid.value = 0
-                await RisingEdge(self.clk)
-            await self._turn(meta)
+                self._drive_valid(0)
+                yield _EDGE
+            while not self._turn(meta):
+                self._drive_valid(0)
+                yield _EDGE
             self.payload.value = word
-            self.valid.value = 1
+            self._drive_valid(1)
             if self.taken_when_driven:
-                await RisingEdge(self.clk)      # the design takes it on this edge
+                yield _EDGE                     # the design takes it on this edge
             else:
                 while True:
-                    await ReadOnly()
+                    yield _READ
                     accepted = self.ready is None or bool(self.ready.value)
-                    await RisingEdge(self.clk)
+                    yield _EDGE
                     if accepted:
                         break
             self.sent += 1
-            self.valid.value = 0
+            self._drive_valid(0)
             self._taken(meta)
 
 
@@ -240,13 +380,15 @@ class StreamSink:
         self.clk, self.rng, self.backpressure = clk, rng, backpressure
         if self.ready is None:
             return                      # an always-ready stream cannot be back-pressured
-        self.ready.value = 0
-        cocotb.start_soon(self._run())
+        self._ready = None
+        self._on_edge()                 # from the start, as after every edge
+        ClockService.of(clk).on_edge(self._on_edge)
 
-    async def _run(self):
-        while True:
-            self.ready.value = int(self.rng.random() >= self.backpressure)
-            await RisingEdge(self.clk)
+    def _on_edge(self):
+        """Write step: ``ready`` for this cycle."""
+        ready = int(self.rng.random() >= self.backpressure)
+        if ready != self._ready:        # an unchanged value needs no write
+            self.ready.value = self._ready = ready
 
 
 class StreamMonitor:
@@ -267,26 +409,25 @@ class StreamMonitor:
         self.transfers = self.stalls = self.bubbles = 0
         self.first_cycle: int | None = None
         self.last_cycle: int | None = None
-        cocotb.start_soon(self._run())
+        self._service = ClockService.of(clk)
+        self._service.on_read(self._on_read)
 
-    async def _run(self):
-        while True:
-            await RisingEdge(self.clk)
-            await ReadOnly()
-            if self.reset is not None and str(self.reset.value) != "0":
-                continue
-            valid = self._bit(self.valid)
-            ready = True if self.ready is None else self._bit(self.ready)
-            if valid and ready:
-                self.transfers += 1
-                cycle = self.counter.cycle
-                self.first_cycle = cycle if self.first_cycle is None else self.first_cycle
-                self.last_cycle = cycle
-                self.callback(self.codec.unpack(int(self.payload.value)), cycle)
-            elif valid:
-                self.stalls += 1
-            elif ready:
-                self.bubbles += 1
+    def _on_read(self):
+        """Read step: the transfer, stall or bubble of this cycle."""
+        if self.reset is not None and self._service.in_reset(self.reset):
+            return
+        valid = self._bit(self.valid)
+        ready = True if self.ready is None else self._bit(self.ready)
+        if valid and ready:
+            self.transfers += 1
+            cycle = self.counter.cycle
+            self.first_cycle = cycle if self.first_cycle is None else self.first_cycle
+            self.last_cycle = cycle
+            self.callback(self.codec.unpack(int(self.payload.value)), cycle)
+        elif valid:
+            self.stalls += 1
+        elif ready:
+            self.bubbles += 1
 
     def _bit(self, handle) -> bool:
         value = handle.value

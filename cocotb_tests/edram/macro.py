@@ -40,11 +40,11 @@ from __future__ import annotations
 import collections
 import math
 
-import cocotb
 import numpy as np
-from cocotb.triggers import ReadOnly, RisingEdge
 
 from golden import edram as golden
+
+from ..streams import ClockService
 
 __all__ = ["DecayMacro"]
 
@@ -117,7 +117,10 @@ class DecayMacro:
         self._events: list[tuple] = []      # (edge, action, arguments), in request order
         self._rdata = 0
         self._bits = 1 << np.arange(width)
-        cocotb.start_soon(self._run())
+        self._pending: list[tuple[int, int]] = []       # reads to show after the next edge
+        service = ClockService.of(self.clk)
+        service.on_edge(self._on_edge)
+        service.on_read(self._on_read)
 
     # ---- the retention model -------------------------------------------------------------------
     def _ber(self, age_cycles) -> np.ndarray:
@@ -187,24 +190,24 @@ class DecayMacro:
                                  f"{self.limit}")
 
     # ---- the port ------------------------------------------------------------------------------
-    async def _run(self):
-        pending: list[tuple[int, int]] = []
-        while True:
-            await RisingEdge(self.clk)
-            if pending:
-                rdata = self._rdata
-                for bank, value in pending:
-                    shift = bank * self.width
-                    rdata = (rdata & ~(self.data_field.mask << shift)) | (value << shift)
-                self._rdata = rdata
-                self.rdata.value = rdata
-                pending = []
-            await ReadOnly()
-            now = self.counter.cycle + 1
-            self._act(now, pending)
-            while self._events and self._events[0][0] <= now:
-                _, action, args = self._events.pop(0)
-                action(*args)
+    def _on_edge(self):
+        """Write step: the reads of the last cycle show on ``rdata``."""
+        if self._pending:
+            rdata = self._rdata
+            for bank, value in self._pending:
+                shift = bank * self.width
+                rdata = (rdata & ~(self.data_field.mask << shift)) | (value << shift)
+            self._rdata = rdata
+            self.rdata.value = rdata
+            self._pending = []
+
+    def _on_read(self):
+        """Read step: act on what the port shows in this cycle."""
+        now = self.counter.cycle + 1
+        self._act(now, self._pending)
+        while self._events and self._events[0][0] <= now:
+            _, action, args = self._events.pop(0)
+            action(*args)
 
     def _act(self, now: int, pending: list):
         """What the port shows in this cycle, done by the macro at edge ``now``."""

@@ -36,14 +36,12 @@ from __future__ import annotations
 
 import random
 
-import cocotb
 import numpy as np
-from cocotb.triggers import ReadOnly, RisingEdge
 
 from golden.inflash import ERASED, KVLayout, kv_address, kv_page_sequence
 from hdl.inflash.spec import FlashGeometry
 
-from ..streams import CycleCounter, PayloadCodec, stream_port
+from ..streams import ClockService, CycleCounter, PayloadCodec, stream_port
 
 __all__ = ["read_bytes", "read_words", "kv_reads", "PlaneModel", "FlashPlane"]
 
@@ -281,44 +279,51 @@ class FlashPlane(PlaneModel):
         self.data_valid.value = 0
         if program_codec is not None:
             dut.pg_data__ready.value = 0
-        cocotb.start_soon(self._run())
+        self._taken = (None, False, None)     # the last cycle's command, word taken, program word
+        self._serving: tuple | None = None     # this cycle's ready, data word, program ready
+        service = ClockService.of(dut.clk)
+        service.on_edge(self._on_edge)
+        service.on_read(self._on_read)
 
-    async def _run(self):
-        read = None
-        word_taken = False
-        program_word = None
-        W = self.geometry.transfer_bytes
-        while True:
-            await RisingEdge(self.dut.clk)
-            if str(self.dut.rst.value) != "0":
-                read, word_taken, program_word = None, False, None
-                self.now += 1
-                self.cmd_ready.value = 0
-                self.data_valid.value = 0
-                if self.program_codec is not None:
-                    self.dut.pg_data__ready.value = 0
-                await ReadOnly()
-                continue
-            # The handshakes of the last cycle take effect.
-            self.tick(read, word_taken, program_word)
-            ready, word = self.outputs()
-            self.cmd_ready.value = int(ready)
-            self.data_valid.value = int(word is not None)
-            if word is not None:
-                self.data_payload.value = self.data_codec.pack(word)
-                if self.data_last is not None:
-                    self.data_last.value = word.get("last", 0)
-            loading = self.program_codec is not None and self.program_ready
+    def _on_edge(self):
+        """Write step: the handshakes of the last cycle take effect; drive this cycle's
+        ``ready``, data word and program ``ready``."""
+        taken, self._taken = self._taken, (None, False, None)
+        self._serving = None
+        if str(self.dut.rst.value) != "0":
+            self.now += 1
+            self.cmd_ready.value = 0
+            self.data_valid.value = 0
             if self.program_codec is not None:
-                self.dut.pg_data__ready.value = int(loading)
-            await ReadOnly()
-            assert self.counter.cycle == self.now, \
-                f"plane cycle {self.now} is out of step with the counter ({self.counter.cycle})"
-            read, word_taken, program_word = None, False, None
-            if ready and self.cmd_valid.value.is_resolvable and int(self.cmd_valid.value):
-                read = self.cmd_codec.unpack(int(self.cmd_payload.value))
-            if word is not None and int(self.data_ready.value):
-                word_taken = True
-            if loading and int(self.dut.pg_data__valid.value):
-                item = self.program_codec.unpack(int(self.dut.pg_data__payload.value))
-                program_word = [item[f"data.{j}"] for j in range(W)]
+                self.dut.pg_data__ready.value = 0
+            return
+        self.tick(*taken)
+        ready, word = self.outputs()
+        self.cmd_ready.value = int(ready)
+        self.data_valid.value = int(word is not None)
+        if word is not None:
+            self.data_payload.value = self.data_codec.pack(word)
+            if self.data_last is not None:
+                self.data_last.value = word.get("last", 0)
+        loading = self.program_codec is not None and self.program_ready
+        if self.program_codec is not None:
+            self.dut.pg_data__ready.value = int(loading)
+        self._serving = (ready, word, loading)
+
+    def _on_read(self):
+        """Read step: what the design handed over in this cycle (a command, the taking of the
+        data word, a program word), for the next edge."""
+        if self._serving is None:           # in reset
+            return
+        ready, word, loading = self._serving
+        assert self.counter.cycle == self.now, \
+            f"plane cycle {self.now} is out of step with the counter ({self.counter.cycle})"
+        read, word_taken, program_word = None, False, None
+        if ready and self.cmd_valid.value.is_resolvable and int(self.cmd_valid.value):
+            read = self.cmd_codec.unpack(int(self.cmd_payload.value))
+        if word is not None and int(self.data_ready.value):
+            word_taken = True
+        if loading and int(self.dut.pg_data__valid.value):
+            item = self.program_codec.unpack(int(self.dut.pg_data__payload.value))
+            program_word = [item[f"data.{j}"] for j in range(self.geometry.transfer_bytes)]
+        self._taken = (read, word_taken, program_word)

@@ -43,13 +43,14 @@ from typing import Callable
 
 import cocotb
 import numpy as np
-from cocotb.triggers import Event, ReadOnly, RisingEdge
+from cocotb.triggers import Event, RisingEdge
 
 from golden import rdxe as golden
 from golden.arith.float import from_float
 from hdl.arith.format import FP32
 
-from ..streams import PayloadCodec, StreamDriver, StreamMonitor, to_signed, to_unsigned
+from ..streams import (ClockService, PayloadCodec, StreamDriver, StreamMonitor, to_signed,
+                       to_unsigned)
 from ..functional import sampler
 from ..tb import BlockTB, select_tb
 
@@ -191,7 +192,7 @@ class CreditSource(StreamDriver):
         self.max_owed = 0               # most results the VAC owed at once
         self._cycle = 0                 # the cycle the chunk being driven is taken in
         self.payload.value = 0
-        cocotb.start_soon(self._count())
+        self._service.on_read(self._count)
 
     @property
     def credits(self) -> int:
@@ -201,25 +202,23 @@ class CreditSource(StreamDriver):
         """Queue one chunk; return its sequence number (chunks queued before it)."""
         return self._enqueue(self.codec.pack(item), (bool(item.get("first")), after))
 
-    async def _count(self):
-        while True:
-            await RisingEdge(self.clk)
-            await ReadOnly()
-            if str(self.rst.value) == "0" and str(self.credit.value) == "1":
-                self.returned += 1
+    def _count(self):
+        """Read step, once a cycle: a credit returned."""
+        if not self._service.in_reset(self.rst) and str(self.credit.value) == "1":
+            self.returned += 1
 
-    async def _turn(self, meta):
+    def _turn(self, meta) -> bool:
         first, _ = meta
-        while first and self.credits == 0:
-            self.valid.value = 0
+        if first and self.credits == 0:
             self.stalls += 1
-            await RisingEdge(self.clk)
+            return False
         if first:
             self.started += 1
             owed = self.started - self.returned
             assert owed <= self.capacity, f"cycle {self.counter.cycle}: {owed} owed"
             self.max_owed = max(self.max_owed, owed)
         self._cycle = self.counter.cycle
+        return True
 
     def _taken(self, meta):
         _, after = meta
@@ -281,7 +280,10 @@ class VacTB(BlockTB):
         self.forwarded = 0
         dut.hlink_o__ready.value = 0
         cocotb.start_soon(self._feed_factors())
-        cocotb.start_soon(self._watch())
+        self._before = (0, 0)       # hlink_i's valid and payload in the last cycle
+        self._clock = ClockService.of(self.clk)
+        self._clock.on_edge(self._watch_edge)
+        self._clock.on_read(self._watch)
 
         self._owed = 0                              # outputs started, results not yet out
         block = self.block.name
@@ -328,46 +330,47 @@ class VacTB(BlockTB):
         self._expect()
         self.scoreboards["o"].got(item, cycle)
 
-    async def _watch(self):
-        """Per cycle: HLINK forwarding, the credit pulse, ready inputs, no overrun."""
+    def _watch_edge(self):
+        """Write step, once a cycle: a random ``hlink_o__ready``."""
+        self.dut.hlink_o__ready.value = int(self.rng.random() < 0.5)     # ignored by the VAC
+
+    def _watch(self):
+        """Read step, once a cycle: HLINK forwarding, the credit pulse, ready inputs, no
+        overrun."""
         dut = self.dut
-        before = (0, 0)
-        while True:
-            await RisingEdge(self.clk)
-            dut.hlink_o__ready.value = int(self.rng.random() < 0.5)      # ignored by the VAC
-            await ReadOnly()
-            cycle = self.counter.cycle
-            if str(dut.rst.value) != "0":
-                before = (0, 0)
-                continue
-            bits = {name: self._bit(name) for name in (
-                "hlink_i__valid", "hlink_o__valid", "hlink_i__ready", "wmem__ready",
-                "ppu__ready", "kv__ready", "rc__ready", "o__valid", "o__ready", "credit", "overrun")}
-            valid_o = bits["hlink_o__valid"]
-            if valid_o != before[0]:
-                raise AssertionError(f"cycle {cycle}: hlink_o__valid is {valid_o}, hlink_i__valid "
-                                     f"was {before[0]} the cycle before")
-            if valid_o:
-                got = int(dut.hlink_o__payload.value)
-                if got != before[1]:
-                    raise AssertionError(
-                        f"cycle {cycle}: hlink_o__payload expected {before[1]:#x} (hlink_i the "
-                        f"cycle before), got {got:#x}")
-                self.forwarded += 1
-            before = (bits["hlink_i__valid"], int(dut.hlink_i__payload.value)
-                      if bits["hlink_i__valid"] else 0)
-            for name in ("hlink_i__ready", "wmem__ready", "kv__ready", "ppu__ready",
-                         "rc__ready"):
-                if not bits[name]:
-                    raise AssertionError(f"cycle {cycle}: {name} is 0; the VAC is always ready")
-            taken = bits["o__valid"] & bits["o__ready"]
-            if bits["credit"] != taken:
-                raise AssertionError(f"cycle {cycle}: credit expected {taken} (o__valid & "
-                                     f"o__ready), got {bits['credit']}")
-            if bits["overrun"]:
-                raise AssertionError(f"cycle {cycle}: overrun is 1 with a source that keeps its "
-                                     f"credits")
-            self._expect()
+        cycle = self.counter.cycle
+        if self._clock.in_reset(dut.rst):
+            self._before = (0, 0)
+            return
+        before = self._before
+        bits = {name: self._bit(name) for name in (
+            "hlink_i__valid", "hlink_o__valid", "hlink_i__ready", "wmem__ready",
+            "ppu__ready", "kv__ready", "rc__ready", "o__valid", "o__ready", "credit", "overrun")}
+        valid_o = bits["hlink_o__valid"]
+        if valid_o != before[0]:
+            raise AssertionError(f"cycle {cycle}: hlink_o__valid is {valid_o}, hlink_i__valid "
+                                 f"was {before[0]} the cycle before")
+        if valid_o:
+            got = int(dut.hlink_o__payload.value)
+            if got != before[1]:
+                raise AssertionError(
+                    f"cycle {cycle}: hlink_o__payload expected {before[1]:#x} (hlink_i the "
+                    f"cycle before), got {got:#x}")
+            self.forwarded += 1
+        self._before = (bits["hlink_i__valid"], int(dut.hlink_i__payload.value)
+                        if bits["hlink_i__valid"] else 0)
+        for name in ("hlink_i__ready", "wmem__ready", "kv__ready", "ppu__ready",
+                     "rc__ready"):
+            if not bits[name]:
+                raise AssertionError(f"cycle {cycle}: {name} is 0; the VAC is always ready")
+        taken = bits["o__valid"] & bits["o__ready"]
+        if bits["credit"] != taken:
+            raise AssertionError(f"cycle {cycle}: credit expected {taken} (o__valid & "
+                                 f"o__ready), got {bits['credit']}")
+        if bits["overrun"]:
+            raise AssertionError(f"cycle {cycle}: overrun is 1 with a source that keeps its "
+                                 f"credits")
+        self._expect()
 
     def _bit(self, name: str) -> int:
         value = getattr(self.dut, name).value
