@@ -157,3 +157,15 @@ def test_rms_eps_and_score_factor_bounds(layer_inputs):
     rc = D.score_factor(qq.top, D.fp32(const), PARAMS)
     ref = val(qq.top) * const
     assert np.all(np.abs(rc.value - ref) <= D.score_factor_bound(PARAMS) * ref)
+
+
+def test_program_operation_messages():
+    """A quantization names exactly one factor; a region read before it is written is named."""
+    from golden.rdxe import program as P
+    with pytest.raises(ValueError, match="Quant needs one factor, a register k or a table, not "
+                                         "k=None and table=None"):
+        P.Quant("h", "x")
+    with pytest.raises(ValueError, match="not k='k' and table='t'"):
+        P.Quant("h", "x", k="k", table="t")
+    with pytest.raises(KeyError, match="region 'h' is not written yet; regions are"):
+        P.Max("h", "M").run(P.DxeState(), None)

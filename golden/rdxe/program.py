@@ -131,6 +131,11 @@ class Quant:
     table: str | None = None
     part: tuple[int, int] | None = None
 
+    def __post_init__(self):
+        if (self.k is None) == (self.table is None):
+            raise ValueError(f"Quant needs one factor, a register k or a table, not k={self.k!r} "
+                             f"and table={self.table!r}")
+
     def run(self, s: DxeState, t: LayerTables) -> None:
         x = _region(s.tb, self.src, self.part)
         k = (np.broadcast_to(np.asarray(s.reg[self.k], np.uint32), x.shape) if self.table is None
