@@ -18,8 +18,8 @@ from pathlib import Path
 import cocotb
 from cocotb_coverage.coverage import CoverCross, CoverPoint, coverage_db
 
-__all__ = ["ENV_FILE", "sampling", "sampler", "exclude", "value_class", "value_classes", "bins", "save",
-           "merge"]
+__all__ = ["ENV_FILE", "sampling", "sampler", "exclude", "value_class", "value_classes", "bins",
+           "save", "merge"]
 
 #: The file a run writes its functional coverage to (set by the launcher with coverage on).
 ENV_FILE = "MEMWALL_FUNCTIONAL"

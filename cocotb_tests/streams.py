@@ -395,8 +395,9 @@ class StreamMonitor:
     """Watch a stream and call ``callback(item, cycle)`` for every transfer.
 
     Cycles in which ``reset`` is high are ignored; outside reset an unknown (X/Z) ``valid`` or
-    ``ready`` fails the test, naming the signal and cycle. Also counts what the stream did each cycle, for utilization figures: ``transfers``,
-    ``stalls`` (valid without ready) and ``bubbles`` (ready without valid).
+    ``ready`` fails the test, naming the signal and cycle. Also counts what the stream did each
+    cycle, for utilization figures: ``transfers``, ``stalls`` (valid without ready) and
+    ``bubbles`` (ready without valid).
     """
 
     def __init__(self, dut, prefix: str, clk, codec: PayloadCodec, counter: CycleCounter,

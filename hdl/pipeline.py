@@ -306,8 +306,12 @@ class ResultQueue(wiring.Component):
     A bad ``depth`` raises ``TypeError``/``ValueError`` naming it.
     """
 
-    #: Places a full-rate producer needs beyond its pipeline's latency: a place's round trip.
-    CREDIT_LOOP = 3
+    #: Cycles from a result written on ``w`` into an empty queue to ``o.valid``
+    #: (``SyncFIFOBuffered``'s output register).
+    LATENCY = 2
+    #: Places a full-rate producer needs beyond its pipeline's latency: a place's round trip,
+    #: the queue's :attr:`LATENCY` and one cycle for a returned credit to reach ``can_issue``.
+    CREDIT_LOOP = LATENCY + 1
 
     def __init__(self, shape, depth: int):
         self.depth = integer(depth, "Result queue depth", 3, 4096)

@@ -21,6 +21,27 @@ def smol():
     return model
 
 
+@pytest.fixture(scope="session")
+def layer_inputs(smol):
+    """A real residual entering SmolLM2's layer 2 (8 tokens of the default text after the float
+    layers 0 and 1), that layer's float Q and K before RoPE, and the model's configuration:
+    ``(h, q, k, config)``, ``q`` and ``k`` as ``(tokens, heads, head_dim)``. Read-only."""
+    import numpy as np
+
+    from sim.llm.model import Llama
+    from sim.llm.score import default_text
+    from sim.llm.tokenizer import tokenizer
+    ids = tokenizer(smol).encode(default_text().text)[:8]
+    model = Llama(smol)
+    cache = model.new_cache()
+    h = smol.float32("token_embd.weight")[np.asarray(ids)]
+    for i in range(2):
+        h = model.layer(i, h, cache, np.arange(8))
+    q, k, _ = model.numerics.norm_project(2, h, "attn_norm", ("attn_q", "attn_k", "attn_v"))
+    c = smol.config
+    return h, q.reshape(8, c.heads, c.head_dim), k.reshape(8, c.kv_heads, c.head_dim), c
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_shared_components():
     """Drop the components built through stream_sim.shared, and so their simulations, after each

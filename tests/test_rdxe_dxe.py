@@ -12,7 +12,7 @@ from golden.rdxe import dxe as D
 from golden.rdxe.params import DxtConfig
 from hdl.arith.format import FP32
 from sim.llm.backends.rdxe import PAPER
-from sim.llm.model import Llama, rope_tables
+from sim.llm.model import rope_tables
 
 U = 2.0 ** -24
 PARAMS = DxtConfig(**PAPER)
@@ -83,22 +83,6 @@ def test_codes_of_round_trip_and_flush():
 
 
 # --- float64 references and bounds on real tensors -----------------------------------------
-
-
-@pytest.fixture(scope="module")
-def layer_inputs(smol):
-    """A real residual entering layer 2 (8 tokens) and that layer's float Q and K before RoPE."""
-    from sim.llm.tokenizer import tokenizer
-    from sim.llm.score import default_text
-    ids = tokenizer(smol).encode(default_text().text)[:8]
-    model = Llama(smol)
-    cache = model.new_cache()
-    h = smol.float32("token_embd.weight")[np.asarray(ids)]
-    for i in range(2):
-        h = model.layer(i, h, cache, np.arange(8))
-    q, k, _ = model.numerics.norm_project(2, h, "attn_norm", ("attn_q", "attn_k", "attn_v"))
-    c = smol.config
-    return h, q.reshape(8, c.heads, c.head_dim), k.reshape(8, c.kv_heads, c.head_dim), c
 
 
 def test_quantize_bound_on_real_residual(layer_inputs):

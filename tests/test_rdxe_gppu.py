@@ -193,23 +193,14 @@ def test_lane_count_messages():
 
 
 @pytest.fixture(scope="module")
-def layer_tensors(smol):
-    """One token's residual entering layer 2, that layer's contribution to it, and its float Q
-    and K before RoPE (the model's first two layers in float; the token at position 1)."""
+def layer_tensors(smol, layer_inputs):
+    """One token's residual entering layer 2 (the shared ``layer_inputs``, the token at position
+    1), that layer's float contribution to it, and its float Q and K before RoPE."""
     from sim.llm.model import Llama
-    from sim.llm.score import default_text
-    from sim.llm.tokenizer import tokenizer
-    ids = np.asarray(tokenizer(smol).encode(default_text().text)[:2])
+    h, q, k, c = layer_inputs
     model = Llama(smol)
-    cache = model.new_cache()
-    h = smol.float32("token_embd.weight")[ids]
-    for i in range(2):
-        h = model.layer(i, h, cache, np.arange(2))
-    q, k, _ = model.numerics.norm_project(2, h, "attn_norm", ("attn_q", "attn_k", "attn_v"))
-    out = model.layer(2, h, cache, np.arange(2))
-    c = smol.config
-    return (h[1:], (out - h)[1:], q[1:].reshape(1, c.heads, c.head_dim),
-            k[1:].reshape(1, c.kv_heads, c.head_dim), c)
+    out = model.layer(2, h, model.new_cache(), np.arange(h.shape[0]))
+    return h[1:2], (out - h)[1:2], q[1:2], k[1:2], c
 
 
 def test_ops_on_real_layer(layer_tensors):

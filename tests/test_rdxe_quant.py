@@ -18,7 +18,6 @@ from hdl.rdxe.quant import QuantCore, Quantizer
 from tests.pipeline_sim import run_pipeline
 from tests.stream_sim import run_streams, shared
 
-from .test_rdxe_dxe import layer_inputs  # noqa: F401  (fixture: layer 2's real residual)
 
 LANES = 4
 _SIGN = np.uint32(1 << 31)
@@ -143,7 +142,7 @@ def test_full_rate_latency():
     assert Quantizer.latency_of(LANES) == QuantCore.latency_of(LANES) == 10
 
 
-def test_real_residual(layer_inputs):  # noqa: F811
+def test_real_residual(layer_inputs):
     """Three tokens of the residual entering SmolLM2's layer 2 (576 channels), 16 lanes."""
     h = D.codes_of(layer_inputs[0][:3])
     q = _check_quantize(h, seed=5, lanes=16)

@@ -18,7 +18,6 @@ from hdl.rdxe.scalar import ScalarOp, ScalarUnit
 from hdl.rdxe.spec import VeConfig, rc_layout
 from tests.stream_sim import run_streams, shared
 
-from .test_rdxe_dxe import layer_inputs  # noqa: F401  (fixture: layer 2's residual and Q)
 
 CFG = VeConfig()
 _SIGN = np.uint32(1 << 31)
@@ -219,7 +218,7 @@ def layer_constants(smol):
     return back.tables(2)["dxe"]["score"], back.params, smol.config.rms_eps
 
 
-def test_real_layer(layer_inputs, layer_constants):  # noqa: F811
+def test_real_layer(layer_inputs, layer_constants):
     """Layer 2 of SmolLM2 on 8 tokens: ``k = reciprocal(M)`` of each token's residual, RMSNorm's
     epsilon from that ``k`` and the model's ``rms_eps``, and the score PPU's factor from ``M_q``
     of the token's Q after RoPE (all heads, as ``score_codes``) and the back-end's constant;

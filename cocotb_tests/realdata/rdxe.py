@@ -46,6 +46,7 @@ import dataclasses
 import cocotb
 import numpy as np
 
+from golden.rdxe.program import wmem_outputs
 from hdl.rdxe import DESTS
 from memwall import registry
 from sim.llm.cases import CaseError
@@ -91,7 +92,7 @@ def slices(cfg, outputs: int, inputs: int) -> list[tuple[int, int]]:
         raise ValueError(f"GEMV input length must be at most {most * cfg.lanes} ({most} chunks "
                          f"of {cfg.lanes}: the WMEM depth and the token buffer) on this tile, "
                          f"not {inputs}")
-    step = cfg.vacs * min(cfg.wmem_depth // chunks, cfg.ppu_depth)
+    step = wmem_outputs(inputs, cfg)
     return [(a, min(a + step, outputs)) for a in range(0, outputs, step)]
 
 

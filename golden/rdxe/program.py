@@ -38,9 +38,10 @@ __all__ = ["LayerTables", "DxeState", "Max", "Recip", "Eps", "Quant", "Gemv", "D
 
 
 def wmem_outputs(inputs: int, params: DxtConfig) -> int:
-    """Outputs of a GEMV with ``inputs`` inputs that one WMEM load holds: ``vacs * (wmem_depth //
-    ceil(inputs / lanes))`` (a larger GEMV runs as several loads)."""
-    return params.vacs * (params.wmem_depth // -(-inputs // params.lanes))
+    """Outputs of a GEMV with ``inputs`` inputs that one load of the WMEM and PPU tables holds:
+    ``vacs * min(wmem_depth // ceil(inputs / lanes), ppu_depth)`` (a larger GEMV runs as several
+    loads)."""
+    return params.vacs * min(params.wmem_depth // -(-inputs // params.lanes), params.ppu_depth)
 
 
 @dataclass
@@ -170,17 +171,16 @@ class Gemv:
 
 @dataclass(frozen=True)
 class Dequant:
-    """GPPU: ``tb[dst] = fmul(fp32(rr[src][part]), table)``, or with ``top`` (a register)
+    """GPPU: ``tb[dst] = fmul(fp32(rr[src]), table)``, or with ``top`` (a register)
     ``fmul(fmul(fp32(code), table), M)`` (the plain projections' per-token step)."""
 
     src: str
     dst: str
     table: str
-    part: tuple[int, int] | None = None
     top: str | None = None
 
     def run(self, s: DxeState, t: LayerTables) -> None:
-        codes, scale = _region(s.rr, self.src, self.part), t.vectors[self.table]
+        codes, scale = _region(s.rr, self.src), t.vectors[self.table]
         s.tb[self.dst] = (D.dequantize(codes, scale) if self.top is None else
                           D.dequantize_token(codes, scale, np.asarray(s.reg[self.top], np.uint32)))
 

@@ -28,6 +28,7 @@ from ..arith.format import BF16, FP32
 from ..arith.fpadd import FloatAdder
 from ..arith.fpmac import FloatMAC
 from ..arith.tree import tree_levels
+from ..pipeline import ResultQueue
 from ..validate import index_bits, integer, one_of, power_of_two
 
 __all__ = ["GROUP", "CODE_BITS", "RECORD_BITS", "RECORD_BYTES", "BLOCK_ROWS", "LANES", "MAX_TILE",
@@ -51,11 +52,8 @@ LANES = (8, 16, 32)
 MAX_TILE = 4096
 MAX_INPUTS = 1 << 16
 MAX_OUTPUTS = 1 << 24
-#: Cycles from a queue's write to its ``valid`` (``SyncFIFOBuffered``; :class:`ResultQueue`).
-_QUEUE_LATENCY = 2
-#: Cycles from a result's transfer out of a queue to its credit being usable again (the
-#: credit count, then :class:`ResultQueue`'s ``can_issue`` register); measured at full rate.
-_CREDIT_RETURN = 1
+#: Cycles from a queue's write to its ``valid`` (:class:`~hdl.pipeline.ResultQueue`).
+_QUEUE_LATENCY = ResultQueue.LATENCY
 
 
 def check_lanes(lanes) -> int:
@@ -213,12 +211,12 @@ class DQPConfig:
     @property
     def y_depth(self) -> int:
         """Places of the ``y`` queue: the credits a result is away for at full rate."""
-        return self.y_latency + _CREDIT_RETURN
+        return ResultQueue.full_rate_depth(self.y_latency - _QUEUE_LATENCY)
 
     @property
     def w_depth(self) -> int:
         """Places of the ``w`` queue: the credits a beat is away for at full rate."""
-        return self.w_latency + _CREDIT_RETURN
+        return ResultQueue.full_rate_depth(self.w_latency - _QUEUE_LATENCY)
 
 
 #: The paper's decode engine (Sec. 3.2.1): 32 lanes (one Q4NX group a cycle) and m = 32 rows a

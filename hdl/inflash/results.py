@@ -54,8 +54,8 @@ class ResultPath(wiring.Component):
     Latency: a result written is on ``y`` 2 cycles later (:attr:`latency`).
     """
 
-    #: Cycles from a result written into the queue to ``y.valid`` (``SyncFIFOBuffered``).
-    latency = 2
+    #: Cycles from a result written into the queue to ``y.valid``.
+    latency = ResultQueue.LATENCY
 
     def __init__(self, cfg: PEConfig, *, depth: int):
         self.cfg = pe_config(cfg, "Result path")

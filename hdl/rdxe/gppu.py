@@ -140,7 +140,8 @@ class Gppu(wiring.Component):
     queue; one beat per cycle of any mix of ops while ``o`` is ready (the queue has
     :meth:`~hdl.pipeline.ResultQueue.full_rate_depth` places: a place's round trip). Hardware
     per lane: one IntToFloat (INT8), two FloatMultipliers in series, one FloatAdder, and
-    registers holding the operands until their unit's turn. Bad ``lanes`` raise ``TypeError``/``ValueError`` naming it.
+    registers holding the operands until their unit's turn. Bad ``lanes`` raise
+    ``TypeError``/``ValueError`` naming it.
     """
 
     def __init__(self, lanes: int):

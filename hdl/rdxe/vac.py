@@ -21,8 +21,6 @@ __all__ = ["Vac", "HlinkSource", "VacRing", "MAX_VACS"]
 
 #: Largest VAC count an :class:`HlinkSource` keeps credits for (``DxtConfig.vacs`` for a tile).
 MAX_VACS = 64
-#: Cycles from a result written into the result queue to ``o.valid`` (``SyncFIFOBuffered``).
-_QUEUE_LATENCY = 2
 #: The register in front of the PPU: the choice between the RCU's result and the hold queue's
 #: head does not share a cycle with the route to the PPU's multiplier blocks, whose input
 #: registers need 3.5 ns of setup (docs/rdxe.md section 9.1, step 17).
@@ -234,7 +232,7 @@ class Vac(wiring.Component):
     @property
     def queue_latency(self) -> int:
         """Cycles from a result leaving the PPU to ``o.valid`` (the result queue)."""
-        return _QUEUE_LATENCY
+        return ResultQueue.LATENCY
 
     @property
     def latency(self) -> int:

@@ -255,7 +255,7 @@ class RDXE(Numerics):
     # --- static tables ---------------------------------------------------------------------------
 
     def split(self, inputs: int) -> int:
-        """Outputs per WMEM load of a GEMV with ``inputs`` inputs
+        """Outputs per WMEM and PPU load of a GEMV with ``inputs`` inputs
         (:func:`golden.rdxe.program.wmem_outputs`)."""
         return wmem_outputs(inputs, self.params)
 
