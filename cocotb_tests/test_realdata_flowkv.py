@@ -22,7 +22,7 @@ SMALL = {"layer": 3, "position": 16, "ops": ["attention.kv"], "kv_heads": [0]}
 #: 3e-8 of head 8's weight on position 0), the whole step (65 rows, five chunks): every KV head on
 #: the pair, then all nine heads on the array of three pairs.
 FULL = {"layer": 18, "position": 64, "ops": ["attention.kv", "attention"]}
-#: --slow: layer 0's attn_q at position 16, its first 64 rows (two tiles of FusedDQP, 1,213
+#: --slow: layer 0's attn_q at position 16, its first 64 rows (two tiles of FusedDQP, 1,214
 #: cycles), at full rate and under random idle cycles and back-pressure. Not in make test: at
 #: 32 lanes Icarus runs FusedDQP at about 13 cycles a second here (210 to 254 s for this case);
 #: in make test, tests/test_flowkv_dqp.py::test_real_weights_bit_exact runs attn_q's first 8 rows

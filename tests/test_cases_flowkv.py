@@ -209,7 +209,7 @@ def test_model_cycles_of_a_projection_are_fuseddqps_command(everything):
         assert want["issue"] == op.meta["cols"] * op.meta["rows"] // 32
         assert realdata.model_cycles(dqp, op) == want["total"] == 1 + want["issue"] \
             + cfg.y_latency
-    assert realdata.model_cycles(dqp, everything[0]) == 10_429             # attn_q, 576 x 576
+    assert realdata.model_cycles(dqp, everything[0]) == 10_430             # attn_q, 576 x 576
 
 
 def test_model_cycles_are_the_step_model(ops):

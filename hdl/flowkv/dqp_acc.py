@@ -29,8 +29,9 @@ class GroupAccumulators(wiring.Component):
     """Accumulate each row's group sums in order, ``y = ((s_0 + s_1) + s_2) + ...``, in fp32.
 
     One fp32 accumulator per row of the tile, in a memory of ``m`` words read when a group sum
-    arrives and written :attr:`DQPConfig.acc_loop` cycles later (the read port is transparent
-    to that write): a row's next sum may come that many cycles after the last. A tile's first
+    arrives (the read data registered once more behind the memory) and written
+    :attr:`DQPConfig.acc_loop` cycles later (the read port is transparent to that write): a
+    row's next sum may come that many cycles after the last. A tile's first
     group adds ``-0`` in place of the accumulator; its last group's sums leave on ``o`` instead
     of being written, in fp32 or rounded to bf16 (:class:`~hdl.arith.convert.FloatConvert`,
     round to nearest even) in bits 0 to 15. It never stalls.
@@ -65,12 +66,15 @@ class GroupAccumulators(wiring.Component):
         write = sums.write_port()
         read = sums.read_port(transparent_for=(write,))
         m.d.comb += read.addr.eq(i.payload.row)
-        # The sum waits a cycle beside the registered read of its accumulator.
-        held = data.View(_sum_layout(self.cfg), delay(m, i.payload.as_value(), 1, name="held"))
-        held_valid = delay(m, i.valid, 1, name="held_valid", reset=True)
+        # A register right behind the read port, its enable left alone: the block RAM's
+        # clock-to-data ends at a flip-flop instead of in the adder's first stage.
+        acc = delay(m, read.data, 1, name="acc")
+        # The sum waits beside the registered read and that register.
+        held = data.View(_sum_layout(self.cfg), delay(m, i.payload.as_value(), 2, name="held"))
+        held_valid = delay(m, i.valid, 2, name="held_valid", reset=True)
         m.submodules.add = add = FloatAdder(FP32)
         m.d.comb += [add.i.valid.eq(held_valid),
-                     add.i.payload.a.eq(Mux(held.first, NEG_ZERO32, read.data)),
+                     add.i.payload.a.eq(Mux(held.first, NEG_ZERO32, acc)),
                      add.i.payload.b.eq(held.value)]
         done = data.View(_sum_layout(self.cfg),
                          delay(m, held.as_value(), add.latency, name="added"))

@@ -145,8 +145,9 @@ class DQPConfig:
     @classmethod
     def acc_loop_of(cls) -> int:
         """Cycles from reading an accumulator to its update being readable: the memory's
-        registered read and the :class:`FloatAdder`."""
-        return 1 + FloatAdder.latency_of(FP32)
+        registered read, the register behind it (so that the block RAM's clock-to-data does not
+        reach into the adder) and the :class:`FloatAdder`."""
+        return 2 + FloatAdder.latency_of(FP32)
 
     @classmethod
     def act_hold_of(cls) -> int:
@@ -192,8 +193,8 @@ class DQPConfig:
     @property
     def accumulate_latency(self) -> int:
         """Cycles from a group sum to its row's result in the result format: the accumulator
-        read, the :class:`FloatAdder`, the :class:`FloatConvert` to bf16 (fp32 is delayed
-        alike)."""
+        read and its register, the :class:`FloatAdder` (:attr:`acc_loop`), the
+        :class:`FloatConvert` to bf16 (fp32 is delayed alike)."""
         return self.acc_loop + FloatConvert.latency_of(FP32, BF16)
 
     @property
