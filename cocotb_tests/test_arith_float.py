@@ -5,8 +5,9 @@ import pytest
 from .launcher import case_id, case_runs, run_case
 
 #: (block, preset, overrides). Every block at one parameter set under both simulators, the other
-#: sets (formats, depths) under Icarus only; every stage count and format pair is also simulated
-#: in-process (tests/test_arith_float_hdl.py).
+#: sets (formats, depths) under Icarus only and with --slow (make test-all): every stage count,
+#: format pair and lane count is simulated in-process in make test (tests/test_arith_float_hdl.py),
+#: and each block's first set here runs its testbench on its Verilog.
 CASES = [
     ("arith-fpmul", "default", {}),
     ("arith-fpmul", "paper", {"stages": "1"}),
@@ -26,7 +27,8 @@ CASES = [
 #: Verilator with --slow (make test-all): a cold C++ build of 8 to 13 s each in make test, and
 #: its Icarus run there is the same testbench on the same Verilog (launcher.case_runs).
 BOTH = {case_id(*next(c for c in CASES if c[0] == block)) for block, *_ in CASES}
-RUNS = case_runs(CASES, icarus_only={case_id(*c) for c in CASES} - BOTH, verilator_slow=BOTH)
+OTHERS = {case_id(*c) for c in CASES} - BOTH
+RUNS = case_runs(CASES, icarus_only=OTHERS, verilator_slow=BOTH, slow=OTHERS)
 #: The same testbenches on the Verilog written for the ECP5 with ``block_registers``, where the
 #: multipliers' pieces are MULT18X18D blocks with their own registers (hdl/arith/dsp.py),
 #: simulated by cocotb_tests/models/MULT18X18D.v: fp32 x fp32 (four blocks), bf16 x bf16 (one),

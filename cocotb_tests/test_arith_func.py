@@ -30,8 +30,11 @@ ECP5_CASES = [
 
 #: Under Verilator every case runs with --slow (make test-all): each is a cold C++ build of 9 to
 #: 17 s in make test, and its Icarus run there is the same testbench on the same Verilog
-#: (launcher.case_runs).
-RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES})
+#: (launcher.case_runs). Under Icarus the small exp2 and the 3-step rsqrt run with --slow too:
+#: every table size, depth and iteration count runs in Amaranth's simulator in make test
+#: (tests/test_arith_func_hdl.py), and the 3-step rsqrt's Verilog in its ECP5 case below.
+SLOW = {case_id(*CASES[1]), case_id(*CASES[4])}
+RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES}, slow=SLOW)
 
 
 @pytest.mark.parametrize("case, simulator", RUNS)
@@ -39,6 +42,10 @@ def test_arith_func(case, simulator):
     run_case(case, simulator)
 
 
-@pytest.mark.parametrize("case", ECP5_CASES, ids=[f"{case_id(*c)}-ecp5" for c in ECP5_CASES])
+#: The reciprocal's runs with --slow: the rsqrt's places the same Newton-Raphson partial
+#: products (hdl/arith/recip.py, one mapping for both units) on the blocks in make test.
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"{case_id(*c)}-ecp5",
+                                               marks=[pytest.mark.slow] if c is ECP5_CASES[1]
+                                               else []) for c in ECP5_CASES])
 def test_arith_func_ecp5(case):
     run_case(case, "icarus", target="ecp5")

@@ -22,8 +22,12 @@ CASES = [
 
 #: Under Verilator every case runs with --slow (make test-all): each is a cold C++ build of 8 to
 #: 17 s in make test, and its Icarus run there is the same testbench on the same Verilog
-#: (launcher.case_runs).
-RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES})
+#: (launcher.case_runs). Under Icarus the default requantizer and the default and 64-lane dot
+#: products run with --slow too: the unsigned requantizer has the same 32 x 32 partial products
+#: (and the small one the symmetric clamp), the small dot product the same lane and tree logic,
+#: in make test; every width, depth, lane count and register spacing runs in-process there.
+SLOW = {case_id(*CASES[1]), case_id(*CASES[4]), case_id(*CASES[5])}
+RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES}, slow=SLOW)
 
 
 @pytest.mark.parametrize("case, simulator", RUNS)
@@ -45,9 +49,12 @@ ECP5_CASES = [
 
 
 #: The unsigned 3-stage requantizer runs with --slow: the 6-stage one (the VAC's RCU,
-#: hdl/rdxe/vac.py) places the same unsigned pieces on the same blocks in make test.
+#: hdl/rdxe/vac.py) places the same unsigned pieces on the same blocks in make test. The signed
+#: default too: the 6-stage one runs the same mapping (x's signed top slice on SIGNEDA), and
+#: signed x signed products run on the blocks in the dot product's case.
 @pytest.mark.parametrize("case", [pytest.param(c, id=f"{case_id(*c)}-ecp5",
-                                               marks=[pytest.mark.slow] if c is ECP5_CASES[1]
-                                               else []) for c in ECP5_CASES])
+                                               marks=[pytest.mark.slow] if c is not ECP5_CASES[2]
+                                               and c is not ECP5_CASES[3] else [])
+                                  for c in ECP5_CASES])
 def test_arith_int_ecp5(case):
     run_case(case, "icarus", target="ecp5")

@@ -22,6 +22,10 @@ def test_flowkv_dqp(case, simulator):
     run_case(case, simulator)
 
 
+# With --slow: covered in make test by the generic Verilog's run (test_flowkv_dqp) and, at a
+# smaller size, by the ECP5 cases of the units whose multipliers it instantiates (FloatMultiplier,
+# FloatDot: test_arith_float_ecp5); 24 s of a cold make test.
+@pytest.mark.slow
 def test_flowkv_dqp_ecp5():
     """The engine's Verilog for the ECP5 (the dequantizer's and the dot product's multipliers on
     MULT18X18D blocks with their own registers, cocotb_tests/models/MULT18X18D.v): bit-exact,

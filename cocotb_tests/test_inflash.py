@@ -43,6 +43,10 @@ RUNS = case_runs(CASES, icarus_only={case_id(*CASES[3])},
                  slow={case_id(*c) for c in CASES[1:4]})
 
 
+# With --slow: covered in make test by the generic Verilog's run (test_inflash) and, at a smaller
+# size, by the ECP5 cases of the units whose multipliers it instantiates (test_arith_*_ecp5);
+# 26 s of a cold make test.
+@pytest.mark.slow
 def test_inflash_ecp5():
     """The PE's Verilog for the ECP5 (the set-up's multiplier pieces on MULT18X18D blocks with
     their own registers, cocotb_tests/models/MULT18X18D.v): bit-exact, the same page reads and

@@ -42,6 +42,13 @@ def layer_inputs(smol):
     return h, q.reshape(8, c.heads, c.head_dim), k.reshape(8, c.kv_heads, c.head_dim), c
 
 
+@pytest.fixture(scope="session")
+def slow_run(request):
+    """True with ``--slow`` (make test-all): a long test runs its full size then, and in make test
+    a smaller one that still reaches its bug class (conftest.py's rule for slow tests)."""
+    return request.config.getoption("--slow")
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_shared_components():
     """Drop the components built through stream_sim.shared, and so their simulations, after each

@@ -4,6 +4,8 @@
 and several format pairs, with bubbles in the valid stream; latency formulas; pinned parameter
 messages."""
 
+import itertools
+
 import numpy as np
 import pytest
 from amaranth import Module, Signal
@@ -43,12 +45,49 @@ def check(component, items, want):
     assert (delay == component.latency).all(), f"latency {set(delay)} != {component.latency}"
 
 
+def covering(axes, keep):
+    """pytest parameters of every combination of ``axes``, those outside make test's covering
+    subset marked slow (make test-all: conftest.py).
+
+    ``axes``: one list per axis of ``(id, args)``, ``args`` the tuple of that axis's argument
+    values; a combination's test id is its ids joined by ``-``, as the stacked ``parametrize``
+    decorators these replace wrote them (ids stay stable). ``keep(*indices)`` says whether the
+    combination of those value indices runs in make test. Raises ``ValueError`` when the kept
+    combinations leave out a value of an axis (every value must run in make test).
+    """
+    params, kept = [], []
+    for combo in itertools.product(*(list(enumerate(axis)) for axis in axes)):
+        index = [i for i, _ in combo]
+        runs = bool(keep(*index))
+        kept += [index] if runs else []
+        params.append(pytest.param(*(v for _, (_, args) in combo for v in args),
+                                   id="-".join(str(name) for _, (name, _) in combo),
+                                   marks=[] if runs else [pytest.mark.slow]))
+    for n, axis in enumerate(axes):
+        missing = [name for i, (name, _) in enumerate(axis) if all(k[n] != i for k in kept)]
+        if missing:
+            raise ValueError(f"make test's subset must run every value of axis {n}; it leaves "
+                             f"out {missing}")
+    return params
+
+
+def axis(values, ids=str):
+    """One axis of :func:`covering`: each value as a one-argument ``(id, (value,))``."""
+    return [(ids(v), (v,)) for v in values]
+
+
 MUL_FORMATS = [(FP32, FP32, FP32), (BF16, BF16, FP32), (FP16, FP16, FP32), (BF16, BF16, BF16),
                (FP16, FP16, FP16), (FP32, FP32, BF16), (FP16, BF16, FP16)]
 
 
-@pytest.mark.parametrize("stages", range(1, 7))
-@pytest.mark.parametrize("fmts", MUL_FORMATS, ids=lambda f: "x".join(map(str, f)))
+def _fmts_id(fmts):
+    return "x".join(map(str, fmts))
+
+
+# --slow: each format pair at one stage count and each stage count once in make test (fp32 x
+# fp32 at the default 5); the cuts place the same registers whatever the widths.
+@pytest.mark.parametrize("fmts, stages", covering(
+    [axis(MUL_FORMATS, _fmts_id), axis(range(1, 7))], lambda f, s: s == (f + 4) % 6))
 def test_multiplier(fmts, stages):
     a, b = operand_pairs(np.random.default_rng(SEED + stages), fmts[0], fmts[1],
                          _randoms(800, stages, FloatMultiplier().stages))
@@ -58,11 +97,11 @@ def test_multiplier(fmts, stages):
 
 # The DSP-placement options (pieces of at most 18 bits, a private operand copy per piece) change
 # no result bit; stages 4 and up register the copies (the second operand copy inverts their
-# power-on values).
-@pytest.mark.parametrize("copy", [0, 1])
-@pytest.mark.parametrize("stages", [3, 4, 6])
-@pytest.mark.parametrize("fmts", [(FP32, FP32, FP32), (FP32, BF16, FP32), (BF16, BF16, FP32)],
-                         ids=lambda f: "x".join(map(str, f)))
+# power-on values). --slow: every stage count with each copy in make test, the format pairs
+# taking turns (each runs twice).
+@pytest.mark.parametrize("fmts, stages, copy", covering(
+    [axis([(FP32, FP32, FP32), (FP32, BF16, FP32), (BF16, BF16, FP32)], _fmts_id),
+     axis([3, 4, 6]), axis([0, 1])], lambda f, s, c: f == (s + c) % 3))
 def test_multiplier_split_private(fmts, stages, copy):
     a, b = operand_pairs(np.random.default_rng(SEED + 10 + stages), fmts[0], fmts[1], 800)
     check(FloatMultiplier(*fmts, stages=stages, split="wide", private_operands=True,
@@ -70,8 +109,10 @@ def test_multiplier_split_private(fmts, stages, copy):
           [{"a": x, "b": y} for x, y in zip(a, b)], fmul(a, b, *fmts))
 
 
-@pytest.mark.parametrize("stages", range(1, 10))
-@pytest.mark.parametrize("fmt", [FP32, BF16, FP16], ids=str)
+# --slow: each stage count once in make test, the formats taking turns (fp32 at the default 6);
+# the cuts fall in the same logic whatever the width.
+@pytest.mark.parametrize("fmt, stages", covering(
+    [axis([FP32, BF16, FP16]), axis(range(1, 10))], lambda f, s: f == (s + 1) % 3))
 def test_adder(fmt, stages):
     a, b = operand_pairs(np.random.default_rng(SEED + stages), fmt, fmt,
                          _randoms(1200, stages, FloatAdder().stages), add=True)
@@ -80,9 +121,11 @@ def test_adder(fmt, stages):
 
 
 # Shallower alignment and normalization logic, and cut points chosen explicitly: same results.
-@pytest.mark.parametrize("stages, cuts", [(1, None), (3, (2, 5)), (8, (0, 1, 3, 4, 5, 6, 7)),
-                                          (9, None)])
-@pytest.mark.parametrize("fmt", [FP32, BF16, FP16], ids=str)
+# --slow: each depth and cut list once in make test, the formats taking turns.
+@pytest.mark.parametrize("fmt, stages, cuts", covering(
+    [axis([FP32, BF16, FP16]),
+     [("1-None", (1, None)), ("3-cuts1", (3, (2, 5))), ("8-cuts2", (8, (0, 1, 3, 4, 5, 6, 7))),
+      ("9-None", (9, None))]], lambda f, s: f == s % 3))
 def test_adder_balanced(fmt, stages, cuts):
     a, b = operand_pairs(np.random.default_rng(SEED + 20 + stages), fmt, fmt, 1200, add=True)
     check(FloatAdder(fmt, stages=stages, cuts=cuts, balanced=True),
@@ -134,10 +177,10 @@ def test_mac(in_fmt, acc_fmt, kwargs, latency):
           fmac(a, b, c, in_fmt, acc_fmt))
 
 
-@pytest.mark.parametrize("stages", [1, 2])
-@pytest.mark.parametrize("in_fmt, out_fmt", [(FP32, BF16), (FP32, FP16), (BF16, FP32),
-                                             (FP16, FP32), (FP16, BF16)],
-                         ids=lambda f: str(f))
+# --slow: each format pair at one stage count in make test, both counts run.
+@pytest.mark.parametrize("in_fmt, out_fmt, stages", covering(
+    [[(f"{i}-{o}", (i, o)) for i, o in [(FP32, BF16), (FP32, FP16), (BF16, FP32), (FP16, FP32),
+                                        (FP16, BF16)]], axis([1, 2])], lambda f, s: s == f % 2))
 def test_convert(in_fmt, out_fmt, stages):
     rng = np.random.default_rng(SEED)
     x = np.concatenate([random_codes(rng, in_fmt, 1000),
@@ -146,9 +189,11 @@ def test_convert(in_fmt, out_fmt, stages):
           fconvert(x, in_fmt, out_fmt))
 
 
-@pytest.mark.parametrize("stages", range(1, 5))
-@pytest.mark.parametrize("bits, fmt", [(32, FP32), (16, BF16), (32, FP16), (8, FP32), (2, FP16)],
-                         ids=lambda v: str(v))
+# --slow: each width and format at one stage count in make test, every count run (the shifter
+# and the rounding are the same logic at each depth).
+@pytest.mark.parametrize("bits, fmt, stages", covering(
+    [[(f"{b}-{f}", (b, f)) for b, f in [(32, FP32), (16, BF16), (32, FP16), (8, FP32),
+                                        (2, FP16)]], axis(range(1, 5))], lambda f, s: s == f % 4))
 def test_int_to_float(bits, fmt, stages):
     rng = np.random.default_rng(SEED)
     mask = (1 << bits) - 1
@@ -160,8 +205,9 @@ def test_int_to_float(bits, fmt, stages):
           int_to_float(x, bits, fmt))
 
 
-@pytest.mark.parametrize("lanes", [1, 2, 4, 16])
-@pytest.mark.parametrize("in_fmt", [BF16, FP16], ids=str)
+# --slow: each lane count once in make test, the formats taking turns.
+@pytest.mark.parametrize("in_fmt, lanes", covering(
+    [axis([BF16, FP16]), axis([1, 2, 4, 16])], lambda f, n: f == n % 2))
 def test_dot(in_fmt, lanes):
     rng = np.random.default_rng(SEED + lanes)
     rows = 150
@@ -175,6 +221,16 @@ def test_dot(in_fmt, lanes):
     items = [{**{f"a.{k}": r[k] for k in range(lanes)}, **{f"b.{k}": s[k] for k in range(lanes)}}
              for r, s in zip(a, b)]
     check(unit, items, fdot(a, b, in_fmt))
+
+
+def test_covering_keeps_every_value():
+    params = covering([axis([1, 2]), axis("abc")], lambda i, j: j % 2 == i)
+    assert [p.id for p in params if not p.marks] == ["1-a", "1-c", "2-b"]
+    assert {p.id: p.values for p in params}["2-c"] == (2, "c")
+    assert [p.id for p in params if [m.name for m in p.marks] == ["slow"]] == ["1-b", "2-a", "2-c"]
+    with pytest.raises(ValueError, match=r"^make test's subset must run every value of axis 1; "
+                                         r"it leaves out \['c'\]$"):
+        covering([axis([1, 2]), axis("abc")], lambda i, j: j == i)
 
 
 def test_default_latencies():

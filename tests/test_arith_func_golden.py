@@ -181,6 +181,7 @@ def test_exp2_bound_every_bf16_code_and_random():
         assert err <= EXP2_BOUND
 
 
+@pytest.mark.slow   # 2**25 codes; make test: every bf16 code and 2e6 random ones, just above
 def test_exp2_bound_every_fraction():
     """Every x = k * 2**-24 in [-1, 1) (every fixed-point fraction the table sees)."""
     k = np.arange(-(1 << 24), 1 << 24, dtype=np.int64)
@@ -239,6 +240,9 @@ def test_rsqrt_bound(iterations):
         assert err <= NR_BOUND[iterations]
 
 
+# --slow: 3 x 2**23 codes; make test checks the same bound at 2 steps on every bf16 code and 1e6
+# random ones (test_reciprocal_bound[2], test_rsqrt_bound[2]).
+@pytest.mark.slow
 def test_newton_every_significand_at_default():
     """All 2**23 significands (x in [1, 2), and [2, 4) for rsqrt): the default meets 2**-20."""
     sig = np.arange(1 << 23, 1 << 24, dtype=np.uint32)

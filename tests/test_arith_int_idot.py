@@ -53,7 +53,8 @@ def test_accumulator_bound(lanes, a_bits, b_bits, need):
 
 @pytest.mark.parametrize("lanes, a_bits, b_bits, register_every, latency", [
     (1, 8, 8, 1, 1), (2, 8, 4, 1, 2), (4, 8, 4, 1, 3), (16, 8, 8, 1, 5), (16, 8, 8, 3, 3),
-    (64, 8, 8, 1, 7), (64, 8, 4, 2, 4), (8, 16, 16, 6, 2),
+    # --slow: 64 lanes run in make test with register_every 2, 8 x 8 with 16 lanes.
+    pytest.param(64, 8, 8, 1, 7, marks=pytest.mark.slow), (64, 8, 4, 2, 4), (8, 16, 16, 6, 2),
 ])
 def test_rtl_matches_golden(lanes, a_bits, b_bits, register_every, latency):
     need = accumulator_bits(lanes, a_bits, b_bits)

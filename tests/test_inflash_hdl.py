@@ -313,8 +313,11 @@ def test_pe_matches_golden(mode):
     _run(pe, jobs, seed=Mode[mode.upper()])
 
 
+# --slow: 16-8 runs the w4a16 issuer, group sums and epilogue of 1-1 at F = 16, a PE that
+# test_pe_other_widths[16-4] runs in make test (and the gearbox's w4a16 beats at F = 16:
+# test_gearbox_beats_match_the_layout[16-1-w4a16-3-16]).
 @pytest.mark.parametrize("fmacs, transfer", [pytest.param(2, 4, marks=_COCOTB), (1, 1),
-                                              (16, 8)])
+                                              pytest.param(16, 8, marks=pytest.mark.slow)])
 def test_pe_w4a16_matches_golden(fmacs, transfer):
     """Records of 12 bytes straddle pages; rows of 1 to 4 groups; x arrives with idle cycles
     while the group sums are computed; a w4a16 GEMV after a float and an integer one."""
@@ -335,6 +338,9 @@ def test_int4_codes_convert_like_golden():
     assert _INT4_FP16 == [int(c) for c in int_to_float(np.arange(16), 5, FP16)]
 
 
+# --slow: cocotb's corner_cases (modes back to back), random_gemvs and refused (every refusal rule,
+# in order between GEMVs) on inflash-small (_COCOTB) run the same PE in make test.
+@_COCOTB
 def test_pe_mixes_modes_and_refuses_bad_commands():
     """Modes alternate between the float and integer paths (results stay in order); refused
     commands answer one error word after everything before them."""
@@ -689,15 +695,21 @@ def _run_on_plane(dut, plane: PlaneModel, inputs: dict, outputs: dict, *, port="
     ("attend", 2, {"fmacs": 1, "tR_us": 0.05}),             # compute-bound, F = 1
     # transfer-bound (64 words a page, a beat in 8 words): the page's compute trails its words
     ("logit", 1, {"fmacs": 4, "transfer_bytes": 1}),
-    ("logit", 4, {"fmacs": 4, "transfer_bytes": 1}),
+    # --slow: logit-1-geo6 is the same transfer-bound plane, logit-4-geo9 the same G
+    pytest.param("logit", 4, {"fmacs": 4, "transfer_bytes": 1}, marks=pytest.mark.slow),
     # a beat in two words (F = 4, W = 4): head 0 of a page's first token waits for each beat
     # as it streams, one cycle a beat (pe_latency's stall)
-    ("logit", 4, {"fmacs": 4}),
+    # --slow: logit-4-geo9 takes the same per-beat stall, over four beats
+    pytest.param("logit", 4, {"fmacs": 4}, marks=pytest.mark.slow),
     ("logit", 4, {"fmacs": 2, "transfer_bytes": 2}),        # the same, 3 cycles (4 beats)
-    ("attend", 2, {"fmacs": 4, "transfer_bytes": 1}),
+    # --slow: attend-2-geo5 is Attend with G = 2, logit-1-geo6 the same transfer-bound plane
+    pytest.param("attend", 2, {"fmacs": 4, "transfer_bytes": 1}, marks=pytest.mark.slow),
     # read-bound with F = 16 (a beat in 2 words), 128-byte pages of 8 entries
     ("logit", 2, {"fmacs": 16, "transfer_bytes": 16, "page_bytes": 128}),
-    ("attend", 1, {"fmacs": 16, "transfer_bytes": 16, "page_bytes": 128}),
+    # --slow: attend-int8-1-geo13 and -3-geo14 run Attend on the same plane and PE, and
+    # attend-2-geo5 float Attend
+    pytest.param("attend", 1, {"fmacs": 16, "transfer_bytes": 16, "page_bytes": 128},
+                 marks=pytest.mark.slow),
     # int8 Attend with one issue per token: every token updates the same accumulators in
     # consecutive cycles (the forwarded sum), and with three (the transparent port)
     ("attend-int8", 1, {"fmacs": 16, "transfer_bytes": 16, "page_bytes": 128}),
@@ -878,10 +890,12 @@ def _unit_geometry() -> FlashGeometry:
     return FlashGeometry(**{**GEOMETRY, "tR_us": 0.1, "tP_us": 0.5, "blocks": 16})
 
 
-#: fp16 with GQA takes 44 s (loaded machine) and runs with --slow; int8 here, and the cocotb
-#: kv_write_read (fp16 and bf16, MHA and GQA, both simulators), keep the unit covered.
+#: Both run with --slow (fp16 with GQA 44 s, int8 14 s, loaded machine): cocotb's kv_write_read
+#: on inflash-unit-small (make test, Icarus) writes fp16, bf16 and int8 sequences through the same
+#: unit under both mappings and reads them back by Logit and Attend, MHA and GQA, the pages,
+#: mapping table, statuses and block read counts checked against the same golden functions.
 @pytest.mark.parametrize("fmt, G", [pytest.param("fp16", 2, marks=pytest.mark.slow),
-                                    ("int8", 1)])
+                                    pytest.param("int8", 1, marks=pytest.mark.slow)])
 def test_unit_reads_back_what_the_writer_wrote(fmt, G):
     """Sequences written through the writer under both mappings (programs with tP busy on the
     plane's shared port), then Logit and Attend on them, MHA and GQA: every result is the

@@ -520,7 +520,12 @@ def _attention_case(cfg, op, G, d, T, seed):
 
 
 @pytest.mark.parametrize("op, G, d, F, x_rate", [
-    ("logit", 3, 5, 2, 0), ("attend", 3, 5, 2, 0), ("logit", 1, 8, 4, 0), ("attend", 5, 3, 4, 0),
+    ("logit", 3, 5, 2, 0),
+    # --slow: attend-5-3-4-0 walks Attend's order with more heads than lanes, a partial beat too
+    pytest.param("attend", 3, 5, 2, 0, marks=pytest.mark.slow),
+    # --slow: logit-2-6-2-5 has whole beats only, logit-3-5-2-0 several heads of Logit's order
+    pytest.param("logit", 1, 8, 4, 0, marks=pytest.mark.slow),
+    ("attend", 5, 3, 4, 0),
     ("logit", 2, 6, 2, 5)])                     # the query words arrive one every 5 cycles
 def test_issuer_orders_attention_issues(op, G, d, F, x_rate):
     """Logit: token by token, head by head, ``ceil(d / F)`` beats each (``k = h nb + b``, the
@@ -571,8 +576,9 @@ def test_issuer_orders_attention_issues(op, G, d, F, x_rate):
     assert rec["rows"] == (T * G if op == "logit" else 0) and not rec["busy"]
 
 
-@pytest.mark.parametrize("G, d, fmt", [(1, 2, Mode.FP16), (3, 4, Mode.BF16), (2, 4, Mode.W8A8),
-                                       (6, 4, Mode.FP16)])
+# --slow: 1-2-0 (fp16) waits for the loop (n < acc_loop) as 3-4-1 (bf16) does; 6-4-0 is fp16.
+@pytest.mark.parametrize("G, d, fmt", [pytest.param(1, 2, Mode.FP16, marks=pytest.mark.slow),
+                                       (3, 4, Mode.BF16), (2, 4, Mode.W8A8), (6, 4, Mode.FP16)])
 def test_issuer_keeps_the_accumulator_loop(G, d, fmt):
     """Float Attend: with everything else ready, a token's ``n = G ceil(d / F)`` issues go
     back to back and each accumulator's next issue comes ``acc_loop`` cycles after its last
