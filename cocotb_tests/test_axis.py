@@ -28,7 +28,10 @@ CASES = [
 #: The in-flash PE's wrapped run (24 s under Icarus) runs only with --slow: the wrapper's code is
 #: the same for every block (memwall/axis.py) and flowkv's run, in make test, takes it through
 #: several input streams and an output stream at a smaller cost (13 s).
-RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES}, slow={"inflash-small"})
+#: FlowKV's pair (13 s) also runs only with --slow: FusedDQP's wrapped run, in make test, takes
+#: the wrapper through several input streams and two output streams.
+RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES},
+                 slow={"inflash-small", "flowkv-small"})
 
 
 @pytest.mark.parametrize("case, simulator", RUNS)

@@ -30,11 +30,13 @@ CASES = [
 #: The tile generator's default preset (the LPDDR5 geometry, 22 s under Icarus) runs only with
 #: --slow: its small preset and the three variants above check the same RTL at smaller sizes.
 #: Also only with --slow: the hashed mappings without ranks (the variant with ranks and bank
-#: groups runs hashed mappings in make test) and the tile generator with ranks and bank groups
-#: (its mapper is umdam's, run with them in make test; the tile walk is tilegen-small's).
+#: groups runs hashed mappings in make test), the tile generator with ranks and bank groups
+#: (its mapper is umdam's, run with them in make test; the tile walk is tilegen-small's), and
+#: the paper presets of the mapper and the composer (the small presets run umdam, robaracoch and
+#: ianus at narrower widths; a hashed mapping runs in the mapper's variant with ranks).
 RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES},
                  slow={case_id("umdam-tilegen", "default", {}), case_id(*CASES[1]),
-                       case_id(*CASES[8])})
+                       case_id(*CASES[2]), case_id(*CASES[5]), case_id(*CASES[8])})
 
 
 @pytest.mark.parametrize("case, simulator", RUNS)
