@@ -308,6 +308,22 @@ def test_version_and_every_command_in_the_top_level_help():
         assert name in helped.stdout.split("\n\n")[1], name      # and in the description
 
 
+def test_every_command_prints_its_help():
+    """Each command's and subcommand's --help expands (argparse formats help strings with %: a
+    bare % in one made `memwall board build --help` a traceback)."""
+    import argparse
+
+    from memwall.cli import _parser
+
+    def walk(parser, path):
+        assert parser.format_help().startswith("usage: "), path
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, path + [name])
+    walk(_parser(), ["memwall"])
+
+
 def test_synth_places_on_the_device_named(capsys, tmp_path):
     code, out, _ = run(capsys, "synth", "umdam", "--device", "LFE5U-85F", "--json",
                        "-o", str(tmp_path))

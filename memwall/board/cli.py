@@ -165,7 +165,8 @@ def add_parser(sub, design_args, parser_class) -> None:
     p.add_argument("--board", required=True, help=f"one of {', '.join(BOARDS)}")
     p.add_argument("--clock", metavar="MHZ",
                    help=f"the block's clock (default: the highest a PLL makes at or below "
-                        f"{MARGIN:.0%} of the Fmax of a first placement at the oscillator's)")
+                        f"{MARGIN * 100:.0f} %% of the Fmax of a first placement at the "
+                        f"oscillator's)")
     p.add_argument("--baud", type=_baud, default=BAUD,
                    help=f"host link bit rate (default: {BAUD})")
     p.add_argument("--depth", type=_depth, default=DEPTH, help=depth_help)
