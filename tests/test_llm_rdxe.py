@@ -8,12 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from golden.rdxe import assemble as A
 from golden.rdxe import dxe as D
 from golden.rdxe import model as G
 from golden.rdxe import program as P
 from golden.rdxe.act import act
 from golden.rdxe.kv import kv_image
 
+from hdl.rdxe.isa import ProgramSpace
 from sim.llm.backends.rdxe import RDXE, quantize_rows
 from sim.llm.model import Llama, Numerics, rope_tables, silu
 from sim.llm.score import default_text, log_probs, metrics
@@ -307,10 +309,16 @@ def test_dxe_close_to_float_on_three_tokens(mf, ids, dxe):
     assert metrics(lp, ids[:4], ref)["kl_to_float"] < 0.5
 
 
+#: The storage SmolLM2's layer program is assembled into (docs/rdxe.md 14.1: it uses 2,368 TB
+#: words, 5,184 rr-SRAM bytes, 2 registers and 6,145 constant words).
+SMOL_SPACE = ProgramSpace(tb_words=4096, rr_bytes=8192, registers=16, const_words=8192, gemvs=4)
+
+
 def test_dxe_program_is_the_back_ends_layer(mf, ids, dxe):
     """golden.rdxe.program.llama_layer, run token by token on a DXE's storage from the back-end's
     tables, gives each token's residual out of layer 2 and the layer's INT8 KV cache as the
-    back-end's batched layer does, bit for bit (five decode positions, the cache growing)."""
+    back-end's batched layer does, bit for bit (five decode positions, the cache growing); and so
+    does the program assembled into instruction words, run on flat memories."""
     c, layer, T = mf.config, 2, 5
     model = Llama(mf, dxe)
     cache = model.new_cache()
@@ -322,9 +330,19 @@ def test_dxe_program_is_the_back_ends_layer(mf, ids, dxe):
     tables = dxe.dxe_tables(layer)
     program = P.llama_layer(c.heads, c.kv_heads, c.head_dim)
     state = P.DxeState()
+    # The same program as instruction words on flat memories (golden.rdxe.assemble).
+    asm = A.assemble(program, tables, {"h": c.d_model, "cos": c.head_dim // 2,
+                                       "sin": c.head_dim // 2}, ["h"], SMOL_SPACE, c.head_dim)
+    words, flat = A.new_state(asm), A.flat_tables(tables, asm)
     for t in range(T):
-        state.tb.update(h=D.codes_of(h[t]), cos=D.codes_of(cos[t, 0]), sin=D.codes_of(sin[t, 0]))
+        inputs = {"h": D.codes_of(h[t]), "cos": D.codes_of(cos[t, 0]), "sin": D.codes_of(sin[t, 0])}
+        state.tb.update(inputs)
         P.run(program, state, tables)
+        for name, value in inputs.items():
+            words.tb[(asm.inputs[name], len(value))] = value
+        A.run_words(asm, words, flat)
         assert np.array_equal(state.tb["h"], D.codes_of(want[t])), f"token {t}"
-    assert np.array_equal(np.stack(state.keys), cache.k[layer][:T])
-    assert np.array_equal(np.stack(state.values), cache.v[layer][:T])
+        assert np.array_equal(words.tb[(asm.outputs["h"], c.d_model)], state.tb["h"]), f"token {t}"
+    for run in (state, words):
+        assert np.array_equal(np.stack(run.keys), cache.k[layer][:T])
+        assert np.array_equal(np.stack(run.values), cache.v[layer][:T])

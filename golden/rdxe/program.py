@@ -188,16 +188,18 @@ class Dequant:
 @dataclass(frozen=True)
 class Rope:
     """GPPU: NORM RoPE of ``tb[src][part]`` (heads of ``head_dim``) with the token's
-    ``tb["cos"]``, ``tb["sin"]``."""
+    ``tb[cos]``, ``tb[sin]``."""
 
     src: str
     dst: str
     head_dim: int
     part: tuple[int, int] | None = None
+    cos: str = "cos"
+    sin: str = "sin"
 
     def run(self, s: DxeState, t: LayerTables) -> None:
         x = _region(s.tb, self.src, self.part).reshape(-1, self.head_dim)
-        s.tb[self.dst] = D.rope(x, s.tb["cos"], s.tb["sin"]).reshape(-1)
+        s.tb[self.dst] = D.rope(x, _region(s.tb, self.cos), _region(s.tb, self.sin)).reshape(-1)
 
 
 @dataclass(frozen=True)
@@ -229,15 +231,16 @@ class KvAppend:
 @dataclass(frozen=True)
 class Score:
     """Controller's scalar path: the score PPU's RC factor of the query's ``M`` (``reg[top]``),
-    ``score_factor`` with the layer's constant, into ``reg[dst]`` (written to the DXTs' PPU
-    tables before Q.K^T)."""
+    ``score_factor`` with the layer's constant ``scalars[const]``, into ``reg[dst]`` (written to
+    the DXTs' PPU tables before Q.K^T)."""
 
     top: str
     dst: str
+    const: str = "score"
 
     def run(self, s: DxeState, t: LayerTables) -> None:
         s.reg[self.dst] = D.score_factor(np.asarray(s.reg[self.top], np.uint32),
-                                         t.scalars["score"], t.params)
+                                         t.scalars[self.const], t.params)
 
 
 @dataclass(frozen=True)
@@ -265,32 +268,36 @@ class Attend:
 @dataclass(frozen=True)
 class ActMax:
     """VE activation, first pass: ``reg[dst]`` = ``M`` of ``silu(gate) up`` over the token, the
-    gate and up codes ``rr[src]``'s two halves, SwiGLU's constants ``a``, ``c``."""
+    gate and up codes ``rr[src]``'s two halves, SwiGLU's constants the tables ``a``, ``c``."""
 
     src: str
     dst: str
+    a: str = "glu_a"
+    c: str = "glu_c"
 
     def run(self, s: DxeState, t: LayerTables) -> None:
-        s.reg[self.dst] = act_scale(_act_values(s, t, self.src))[0]
+        s.reg[self.dst] = act_scale(_act_values(s, t, self.src, self.a, self.c))[0]
 
 
 @dataclass(frozen=True)
 class Act:
     """VE activation, second pass: ``rr[dst] = RNE(127 fmul(v, reg[k]))`` of ``v = silu(gate)
-    up``."""
+    up`` (the tables ``a``, ``c`` as :class:`ActMax`'s)."""
 
     src: str
     k: str
     dst: str
+    a: str = "glu_a"
+    c: str = "glu_c"
 
     def run(self, s: DxeState, t: LayerTables) -> None:
-        s.rr[self.dst] = act_codes(_act_values(s, t, self.src), np.asarray(s.reg[self.k],
-                                                                          np.uint32))
+        s.rr[self.dst] = act_codes(_act_values(s, t, self.src, self.a, self.c),
+                                   np.asarray(s.reg[self.k], np.uint32))
 
 
-def _act_values(s: DxeState, t: LayerTables, src: str) -> np.ndarray:
+def _act_values(s: DxeState, t: LayerTables, src: str, a: str, c: str) -> np.ndarray:
     gate, up = np.split(_region(s.rr, src), 2)
-    return act_values(gate, up, t.vectors["glu_a"], t.vectors["glu_c"])[2]
+    return act_values(gate, up, t.vectors[a], t.vectors[c])[2]
 
 
 def run(program, state: DxeState, tables: LayerTables) -> DxeState:

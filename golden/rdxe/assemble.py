@@ -1,0 +1,381 @@
+"""Assemble a DXE layer program into instruction words, and run the words (docs/rdxe.md, 14.1).
+
+:func:`assemble` turns a program of :mod:`golden.rdxe.program` (operations on named regions)
+into the controller's instruction words (:mod:`hdl.rdxe.isa`): every region becomes an address in
+the token buffer (TB) or the rr-SRAM, every scalar a register, every table a constant-memory
+address or a GEMV table index. Storage is reused: a region's value lives from the operation that
+writes it to the last one that reads it, and values whose lives overlap never share a place (an
+operation's result never overlaps its operands, so any pipeline may read ahead of its writes).
+
+:func:`run_words` decodes each word back into the operation it stands for, on flat memories
+(:class:`Flat`: a region is an ``(address, count)`` pair), and runs it with the same golden step as
+the named program. That the two runs agree bit for bit (tests/test_rdxe_assemble.py, and on a real
+SmolLM2 layer tests/test_llm_rdxe.py) is what shows the words hold the whole program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from hdl.rdxe.isa import OPCODES, ProgramSpace, instruction_layout
+
+from . import program as P
+
+__all__ = ["Flat", "Assembled", "assemble", "decode", "flat_tables", "new_state", "run_words"]
+
+
+class Flat:
+    """A flat memory seen as regions: ``m[(address, count)]`` is a copy of the ``count`` elements
+    from ``address`` (a value, as a named region's is); assigning to it writes them (the count
+    must match)."""
+
+    def __init__(self, words: np.ndarray):
+        self.words = words
+
+    def __contains__(self, key) -> bool:
+        a, n = key
+        return 0 <= a and a + n <= len(self.words)
+
+    def __getitem__(self, key) -> np.ndarray:
+        if key not in self:
+            raise KeyError(f"region {key} is outside a memory of {len(self.words)} elements")
+        a, n = key
+        return self.words[a:a + n].copy()
+
+    def __setitem__(self, key, value) -> None:
+        value = np.asarray(value)
+        if key not in self or value.shape != (key[1],):
+            raise ValueError(f"region {key} of a memory of {len(self.words)} elements cannot take "
+                             f"shape {value.shape}")
+        self.words[key[0]:key[0] + key[1]] = value
+
+
+# --- what each operation reads and writes ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Access:
+    """One operation's storage: region reads ``(store, name, part)``, the write ``(store, name,
+    count)``, registers read and written, constant tables read (adjacent, in order)."""
+
+    reads: tuple = ()
+    write: tuple | None = None
+    regs_in: tuple = ()
+    reg_out: str | None = None
+    consts: tuple = ()
+
+
+def _access(op, length) -> _Access:
+    """The storage of ``op``; ``length(store, name, part)`` gives a read's element count."""
+    if isinstance(op, P.Max):
+        return _Access(reads=(("tb", op.src, None),), reg_out=op.dst)
+    if isinstance(op, P.Recip):
+        return _Access(regs_in=(op.src,), reg_out=op.dst)
+    if isinstance(op, P.Eps):
+        return _Access(regs_in=(op.k,), reg_out=op.dst)
+    if isinstance(op, P.Score):
+        return _Access(regs_in=(op.top,), reg_out=op.dst, consts=(op.const,))
+    if isinstance(op, P.Quant):
+        n = length("tb", op.src, op.part)
+        return _Access(reads=(("tb", op.src, op.part),), write=("rr", op.dst, n),
+                       regs_in=() if op.k is None else (op.k,),
+                       consts=() if op.table is None else (op.table,))
+    if isinstance(op, P.Gemv):
+        return _Access(reads=(("rr", op.src, None),), write=("rr", op.dst, None),
+                       regs_in=() if op.eps is None else (op.eps,), consts=())
+    if isinstance(op, P.Dequant):
+        return _Access(reads=(("rr", op.src, None),), write=("tb", op.dst, length("rr", op.src)),
+                       regs_in=() if op.top is None else (op.top,), consts=(op.table,))
+    if isinstance(op, P.Rope):
+        return _Access(reads=(("tb", op.src, op.part), ("tb", op.cos, None), ("tb", op.sin, None)),
+                       write=("tb", op.dst, length("tb", op.src, op.part)))
+    if isinstance(op, P.Add):
+        return _Access(reads=(("tb", op.a, None), ("tb", op.b, None)),
+                       write=("tb", op.dst, length("tb", op.a)))
+    if isinstance(op, P.KvAppend):
+        return _Access(reads=(("rr", op.keys, None), ("rr", op.values, None)))
+    if isinstance(op, P.Attend):
+        return _Access(reads=(("rr", op.q, None),), write=("rr", op.dst, length("rr", op.q)),
+                       regs_in=(op.score,))
+    if isinstance(op, P.ActMax):
+        return _Access(reads=(("rr", op.src, None),), reg_out=op.dst, consts=(op.a, op.c))
+    if isinstance(op, P.Act):
+        return _Access(reads=(("rr", op.src, None),),
+                       write=("rr", op.dst, length("rr", op.src) // 2), regs_in=(op.k,),
+                       consts=(op.a, op.c))
+    raise TypeError(f"not a program operation: {op!r}")
+
+
+# --- allocation ---------------------------------------------------------------------------------
+
+
+def _first_fit(values: list) -> dict:
+    """Addresses for ``values`` (``(key, first, last, count)``, live from operation ``first`` to
+    ``last``): the lowest free place, never shared with a value live at the same time."""
+    placed, where = [], {}
+    for key, first, last, count in sorted(values, key=lambda v: (v[1], -v[3])):
+        busy = sorted((a, a + n) for (f, l, a, n) in placed if f <= last and first <= l)
+        address = 0
+        for a, b in busy:
+            if address + count <= a:
+                break
+            address = max(address, b)
+        where[key] = address
+        placed.append((first, last, address, count))
+    return where
+
+
+@dataclass
+class _Lives:
+    """Each value's life (store, name, version) -> [first, last, count] and the version each
+    operation reads."""
+
+    lives: dict
+    current: dict
+
+    def read(self, store: str, name: str, i: int):
+        key = self.current.get((store, name))
+        if key is None:
+            held = sorted(n for s, n in self.current if s == store)
+            raise ValueError(f"operation {i} reads {store} region {name!r} before anything writes "
+                             f"it; {store} holds {held}")
+        self.lives[key][1] = max(self.lives[key][1], i)
+        return key
+
+    def write(self, store: str, name: str, i: int, count: int):
+        key = (store, name, i)
+        self.lives[key] = [i, i, count]
+        self.current[(store, name)] = key
+        return key
+
+
+def _liveness(program, inputs: dict, gemv_shapes: dict) -> tuple[_Lives, list]:
+    """Walk ``program``: every value's life and, per operation, its access and the values it
+    reads and writes."""
+    lives = _Lives({}, {})
+    for name, count in inputs.items():
+        lives.write("tb", name, -1, count)
+
+    def length(store, name, part=None):
+        count = lives.lives[lives.current[(store, name)]][2] if (store, name) in lives.current \
+            else 0
+        return count if part is None else part[1] - part[0]
+    steps = []
+    for i, op in enumerate(program):
+        acc = _access(op, length)
+        read = [lives.read(s, n, i) for s, n, _ in acc.reads]
+        regs = [lives.read("reg", r, i) for r in acc.regs_in]
+        wrote = None
+        if acc.write is not None:
+            store, name, count = acc.write
+            if isinstance(op, P.Gemv):
+                count, k = gemv_shapes[op.name]
+                if length("rr", op.src) != k:
+                    raise ValueError(f"operation {i}: GEMV {op.name!r} takes {k} inputs, region "
+                                     f"{op.src!r} holds {length('rr', op.src)}")
+            wrote = lives.write(store, name, i, count)
+        reg = None if acc.reg_out is None else lives.write("reg", acc.reg_out, i, 1)
+        steps.append((acc, read, regs, wrote, reg))
+    return lives, steps
+
+
+# --- the assembled program ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """An assembled program: ``words`` (one instruction each), the ``space`` they address, the
+    TB addresses of the ``inputs`` and ``outputs``, the constant memory's layout (``consts``:
+    table name -> address) and GEMV table indices (``gemvs``), ``head_dim``, and the storage used
+    (``used``: TB words, rr-SRAM bytes, registers, constant words)."""
+
+    words: tuple
+    space: ProgramSpace
+    inputs: dict
+    outputs: dict
+    consts: dict
+    gemvs: dict
+    head_dim: int
+    used: dict
+
+
+def _pack(space: ProgramSpace, **fields) -> int:
+    layout = instruction_layout(space)
+    word = {name: 0 for name, _ in layout}
+    word.update(fields)
+    return layout.const(word).as_value().value
+
+
+def _fields(op, acc: _Access, step, where: dict, regs: dict, consts: dict, gemvs: dict) -> dict:
+    """The instruction fields of ``op`` from its values' places (module notes of hdl.rdxe.isa)."""
+    _, read, reg_in, wrote, reg_out = step
+    f = {"r_in": regs[reg_in[0]] if reg_in else 0,
+         "r_out": 0 if reg_out is None else regs[reg_out]}
+    if read:
+        part = acc.reads[0][2]
+        f["a"] = where[read[0]] + (0 if part is None else part[0])
+    if len(read) > 1:
+        f["b"] = where[read[1]]
+    if wrote is not None:
+        f["dst"] = where[wrote]
+    if acc.consts:
+        f["table"] = consts[acc.consts[0]]
+    name = type(op).__name__
+    opcode = {"Quant": "quant" if getattr(op, "k", None) is not None else "quant_table",
+              "Gemv": "gemv" if getattr(op, "eps", None) is None else "gemv_norm",
+              "Dequant": "dequant" if getattr(op, "top", None) is None else "dequant_token",
+              "KvAppend": "kv_append", "ActMax": "act_max"}.get(name, name.lower())
+    if name == "Gemv":
+        f["table"] = gemvs[op.name]
+    return {"op": OPCODES.index(opcode), **f}
+
+
+def _counts(op, acc: _Access, step, lives: _Lives) -> int:
+    """The instruction's ``n``: the result's count, or what it reads when it writes no region
+    (the gate's count for the activation)."""
+    _, read, _, wrote, _ = step
+    if wrote is not None:
+        return lives.lives[wrote][2]
+    if not read:
+        return 0
+    part = acc.reads[0][2]
+    n = lives.lives[read[0]][2] if part is None else part[1] - part[0]
+    return n // 2 if isinstance(op, P.ActMax) else n
+
+
+def _check_adjacent(program, steps, where, consts, tables) -> None:
+    """The pairs an instruction addresses as one: RoPE's sin right after its cos in the TB, the
+    activation's ``c`` right after its ``a`` in the constant memory."""
+    for op, (acc, read, *_rest) in zip(program, steps):
+        if isinstance(op, P.Rope) and where[read[2]] != where[read[1]] + op.head_dim // 2:
+            raise ValueError(f"RoPE needs {op.sin!r} right after {op.cos!r} in the token buffer; "
+                             f"give them as adjacent inputs")
+        if isinstance(op, (P.ActMax, P.Act)) and \
+                consts[op.c] != consts[op.a] + len(tables.vectors[op.a]):
+            raise ValueError(f"the activation needs table {op.c!r} right after {op.a!r}; a program "
+                             f"reads {op.a!r} alone before")
+
+
+def _const_layout(program, tables: P.LayerTables) -> tuple[dict, int]:
+    """Constant-memory addresses of the tables ``program`` reads, in order of first use (an
+    operation's tables adjacent)."""
+    consts, top = {}, 0
+    for op in program:
+        for name in _access(op, lambda *a: 0).consts:
+            if name not in consts:
+                consts[name] = top
+                top += 1 if name in tables.scalars else len(tables.vectors[name])
+    return consts, top
+
+
+def assemble(program, tables: P.LayerTables, inputs: dict, outputs, space: ProgramSpace,
+             head_dim: int) -> Assembled:
+    """Assemble ``program`` for ``space``. ``inputs``: the token buffer regions the host writes
+    (name -> count), placed first, in order; ``outputs``: the TB regions read after the last
+    operation. ``tables`` gives the GEMVs' shapes and the constants' sizes. Raises ValueError
+    naming what does not fit."""
+    gemv_names = list(dict.fromkeys(op.name for op in program if isinstance(op, P.Gemv)))
+    gemvs = {name: i for i, name in enumerate(gemv_names)}
+    lives, steps = _liveness(program, inputs,
+                             {name: tables.gemvs[name][0].shape for name in gemv_names})
+    end = len(program)
+    for name in outputs:
+        lives.read("tb", name, end)
+    where = {}
+    for store in ("tb", "rr", "reg"):
+        values = [(k, f, l, n) for k, (f, l, n) in lives.lives.items() if k[0] == store]
+        if store == "tb":      # the inputs first, in order, as the host writes them
+            values = [(k, -1 - len(inputs) + j, l, n) if f == -1 else (k, f, l, n)
+                      for j, (k, f, l, n) in enumerate(values)]
+        where.update(_first_fit(values))
+    regs = {k: a for k, a in where.items() if k[0] == "reg"}
+    consts, const_words = _const_layout(program, tables)
+    used = {"tb_words": _top(lives, where, "tb"), "rr_bytes": _top(lives, where, "rr"),
+            "registers": _top(lives, where, "reg"), "const_words": const_words}
+    room = {"tb_words": space.tb_words, "rr_bytes": space.rr_bytes,
+            "registers": space.registers, "const_words": space.const_words}
+    for what, need in used.items():
+        if need > room[what]:
+            raise ValueError(f"the program needs {need:,} {what.replace('_', ' ')}; the space has "
+                             f"{room[what]:,}")
+    if len(gemvs) > space.gemvs:
+        raise ValueError(f"the program uses {len(gemvs)} GEMV tables; the space has {space.gemvs}")
+    _check_adjacent(program, steps, where, consts, tables)
+    words = tuple(_pack(space, n=_counts(op, step[0], step, lives),
+                        **_fields(op, step[0], step, where, regs, consts, gemvs))
+                  for op, step in zip(program, steps))
+    return Assembled(words, space, {name: where[("tb", name, -1)] for name in inputs},
+                     {name: where[lives.current[("tb", name)]] for name in outputs},
+                     consts, gemvs, head_dim, used)
+
+
+def _top(lives: _Lives, where: dict, store: str) -> int:
+    return max((where[k] + n for k, (_, _, n) in lives.lives.items() if k[0] == store), default=0)
+
+
+# --- running the words --------------------------------------------------------------------------
+
+
+def decode(word: int, asm: Assembled, gemv_shapes: dict):
+    """The operation instruction ``word`` stands for, on flat memories: regions are ``(address,
+    count)``, registers their index, GEMVs their table index (``gemv_shapes``: index -> (M,
+    K))."""
+    f = instruction_layout(asm.space).from_bits(word)
+    op, a, b, dst, n, table = (OPCODES[f.op], f.a, f.b, f.dst, f.n, f.table)
+    r_in, r_out, d = f.r_in, f.r_out, asm.head_dim
+    if op in ("gemv", "gemv_norm"):
+        return P.Gemv(table, (a, gemv_shapes[table][1]), (dst, n),
+                      eps=r_in if op == "gemv_norm" else None)
+    return {
+        "max": lambda: P.Max((a, n), r_out),
+        "recip": lambda: P.Recip(r_in, r_out),
+        "eps": lambda: P.Eps(r_in, r_out),
+        "score": lambda: P.Score(r_in, r_out, const=(table, 1)),
+        "quant": lambda: P.Quant((a, n), (dst, n), k=r_in),
+        "quant_table": lambda: P.Quant((a, n), (dst, n), table=(table, n)),
+        "dequant": lambda: P.Dequant((a, n), (dst, n), (table, n)),
+        "dequant_token": lambda: P.Dequant((a, n), (dst, n), (table, n), top=r_in),
+        "rope": lambda: P.Rope((a, n), (dst, n), d, cos=(b, d // 2), sin=(b + d // 2, d // 2)),
+        "add": lambda: P.Add((a, n), (b, n), (dst, n)),
+        "kv_append": lambda: P.KvAppend((a, n), (b, n), d),
+        "attend": lambda: P.Attend((a, n), r_in, (dst, n), d),
+        "act_max": lambda: P.ActMax((a, 2 * n), r_out, a=(table, n), c=(table + n, n)),
+        "act": lambda: P.Act((a, 2 * n), r_in, (dst, n), a=(table, n), c=(table + n, n)),
+    }[op]()
+
+
+class _Scalars:
+    """The constant memory's scalars: ``s[(address, 1)]`` is the word at ``address``."""
+
+    def __init__(self, words: np.ndarray):
+        self.words = words
+
+    def __getitem__(self, key) -> np.uint32:
+        return self.words[key[0]]
+
+
+def flat_tables(tables: P.LayerTables, asm: Assembled) -> P.LayerTables:
+    """``tables`` as the assembled program sees them: GEMVs by table index, the constants in one
+    fp32 memory laid out as ``asm.consts`` says."""
+    const = np.zeros(asm.space.const_words, np.uint32)
+    for name, address in asm.consts.items():
+        value = np.atleast_1d(np.asarray(tables.scalars[name] if name in tables.scalars
+                                         else tables.vectors[name], np.uint32))
+        const[address:address + len(value)] = value
+    return replace(tables, gemvs={i: tables.gemvs[name] for name, i in asm.gemvs.items()},
+                   vectors=Flat(const), scalars=_Scalars(const))
+
+
+def new_state(asm: Assembled) -> P.DxeState:
+    """A DXE's empty storage for ``asm``: the TB and rr-SRAM as flat memories."""
+    return P.DxeState(tb=Flat(np.zeros(asm.space.tb_words, np.uint32)),
+                      rr=Flat(np.zeros(asm.space.rr_bytes, np.int8)))
+
+
+def run_words(asm: Assembled, state: P.DxeState, tables: P.LayerTables) -> P.DxeState:
+    """Run ``asm``'s words on ``state`` (:func:`new_state`) with ``tables`` as
+    :func:`flat_tables` gives them."""
+    shapes = {i: w.shape for i, (w, _, _) in tables.gemvs.items()}
+    return P.run([decode(word, asm, shapes) for word in asm.words], state, tables)

@@ -1,0 +1,165 @@
+"""The DXE's instruction words (hdl/rdxe/isa.py) and the assembler (golden/rdxe/assemble.py): a
+reduced Llama layer's program, assembled and run on flat memories, equals the named program bit
+for bit; storage is reused without overlap; what does not fit is one clear message. (On a real
+SmolLM2 layer: tests/test_llm_rdxe.py::test_dxe_program_is_the_back_ends_layer.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from golden.rdxe import assemble as A
+from golden.rdxe import program as P
+from hdl.rdxe.isa import OPCODES, ProgramSpace, instruction_layout
+from hdl.rdxe.spec import DxtConfig
+
+HIDDEN, FFN, HEADS, KV_HEADS, HEAD_DIM = 16, 32, 2, 1, 8
+SPACE = ProgramSpace(tb_words=256, rr_bytes=256, registers=4, const_words=256, gemvs=4)
+INPUTS = {"h": HIDDEN, "cos": HEAD_DIM // 2, "sin": HEAD_DIM // 2}
+
+
+def _codes(rng, n, low, high):
+    return rng.uniform(low, high, n).astype(np.float32).view(np.uint32)
+
+
+def _gemv(rng, m, k):
+    return (rng.integers(-127, 128, (m, k)).astype(np.int8),
+            rng.integers(8000, 30000, m), rng.integers(16, 19, m))
+
+
+@pytest.fixture(scope="module")
+def tables():
+    """Random tables of a reduced Llama layer (2 heads, one KV group of 8, FFN 32) on a small
+    DXT: INT8 weights, PPU factors near unity, positive fp32 constants."""
+    rng = np.random.default_rng(7)
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    params = DxtConfig(lanes=8, vacs=4, head_dim=HEAD_DIM, group_size=2, kv_groups=1,
+                       wmem_depth=64, ppu_depth=16, kv_rows=64, max_inputs=64)
+    gemvs = {"attn_norm": _gemv(rng, q + 2 * kv, HIDDEN), "attn_output": _gemv(rng, HIDDEN, q),
+             "ffn_norm": _gemv(rng, 2 * FFN, HIDDEN), "ffn_down": _gemv(rng, HIDDEN, FFN)}
+    sizes = {"attn_norm": q + 2 * kv, "attn_output": HIDDEN, "ffn_down": HIDDEN, "k_inv": kv,
+             "v_inv": kv, "v_scale": q, "glu_a": FFN, "glu_c": FFN}
+    vectors = {name: _codes(rng, n, 0.002, 0.03) for name, n in sizes.items()}
+    vectors.update(k_inv=_codes(rng, kv, 0.1, 0.3), v_inv=_codes(rng, kv, 0.1, 0.3),
+                   glu_a=(-vectors["glu_a"].view(np.float32)).view(np.uint32))
+    return P.LayerTables(gemvs, vectors, {"score": _codes(rng, 1, 0.05, 0.2)[0]},
+                         _codes(rng, 1, 0.02, 0.05)[0], 1e-5, params)
+
+
+def _tokens(count):
+    rng = np.random.default_rng(11)
+    return [{"h": _codes(rng, HIDDEN, -2.0, 2.0), "cos": _codes(rng, HEAD_DIM // 2, -1.0, 1.0),
+             "sin": _codes(rng, HEAD_DIM // 2, -1.0, 1.0)} for _ in range(count)]
+
+
+def _both(tables, asm, tokens):
+    """The named program's and the words' outputs and KV caches, token by token."""
+    program = P.llama_layer(HEADS, KV_HEADS, HEAD_DIM)
+    named, words, flat = P.DxeState(), A.new_state(asm), A.flat_tables(tables, asm)
+    got = []
+    for inputs in tokens:
+        named.tb.update(inputs)
+        P.run(program, named, tables)
+        for name, value in inputs.items():
+            words.tb[(asm.inputs[name], len(value))] = value
+        A.run_words(asm, words, flat)
+        got.append((named.tb["h"], words.tb[(asm.outputs["h"], HIDDEN)]))
+    return got, named, words
+
+
+def _assembled(tables, space=SPACE, inputs=INPUTS):
+    return A.assemble(P.llama_layer(HEADS, KV_HEADS, HEAD_DIM), tables, inputs, ["h"], space,
+                      HEAD_DIM)
+
+
+def test_the_words_run_the_program_bit_for_bit(tables):
+    asm = _assembled(tables)
+    got, named, words = _both(tables, asm, _tokens(3))
+    for t, (want, have) in enumerate(got):
+        assert np.array_equal(want, have), f"token {t}"
+    assert np.array_equal(np.stack(named.keys), np.stack(words.keys))
+    assert np.array_equal(np.stack(named.values), np.stack(words.values))
+    # The run is not trivial: the residual moves and the cache holds distinct codes.
+    assert not np.array_equal(got[0][0], _tokens(1)[0]["h"])
+    assert len(np.unique(np.stack(named.keys))) > 8
+
+
+def test_a_wrong_placement_is_seen(tables, monkeypatch):
+    """Every value but the inputs at one address (operands overlapping results) changes the
+    result: the comparison above can fail."""
+    first_fit = A._first_fit
+
+    def overlapping(values):
+        if values[0][0][0] == "reg":
+            return first_fit(values)
+        return {**{v[0]: HIDDEN + HEAD_DIM for v in values},
+                **first_fit([v for v in values if v[1] < 0])}
+    monkeypatch.setattr(A, "_first_fit", overlapping)
+    asm = _assembled(tables)
+    got, _, _ = _both(tables, asm, _tokens(1))
+    assert not np.array_equal(*got[0])
+
+
+def test_storage_is_reused_without_overlap(tables):
+    """Values live at once never share a place; the layer fits far less than one place each."""
+    program = P.llama_layer(HEADS, KV_HEADS, HEAD_DIM)
+    lives, _ = A._liveness(program, INPUTS, {n: g[0].shape for n, g in tables.gemvs.items()})
+    asm = _assembled(tables)
+    values = [(k, *v) for k, v in lives.lives.items() if k[0] in ("tb", "rr")]
+    where = {}
+    for store in ("tb", "rr"):
+        where.update(A._first_fit([v for v in values if v[0][0] == store]))
+    for i, (k1, f1, l1, n1) in enumerate(values):
+        for k2, f2, l2, n2 in values[i + 1:]:
+            if k1[0] == k2[0] and f1 <= l2 and f2 <= l1:
+                a, b = where[k1], where[k2]
+                assert a + n1 <= b or b + n2 <= a, (k1, k2)
+    alone = sum(n for k, f, l, n in values if k[0] == "tb")
+    assert asm.used["tb_words"] < alone and asm.used["registers"] == 2
+    assert [asm.inputs[n] for n in INPUTS] == [0, HIDDEN, HIDDEN + HEAD_DIM // 2]
+
+
+def test_the_word_layout():
+    layout = instruction_layout(SPACE)
+    assert dict(layout)["op"].width == 4 and len(OPCODES) == 16
+    assert layout.size == 4 + 3 * 8 + 9 + 8 + 2 * 2
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"tb_words": 64}, "the program needs {tb_words} tb words; the space has 64"),
+    ({"rr_bytes": 64}, "the program needs {rr_bytes} rr bytes; the space has 64"),
+    ({"registers": 1}, "the program needs 2 registers; the space has 1"),
+    ({"const_words": 100}, "the program needs {const_words} const words; the space has 100"),
+    ({"gemvs": 3}, "the program uses 4 GEMV tables; the space has 3"),
+])
+def test_what_does_not_fit_is_named(tables, change, message):
+    used = _assembled(tables).used
+    # Every constant the layer has, once: the vectors and the score.
+    assert used["const_words"] == sum(len(v) for v in tables.vectors.values()) + 1
+    space = ProgramSpace(**{**SPACE.__dict__, **change})
+    with pytest.raises(ValueError, match=f"^{message.format(**used)}$"):
+        _assembled(tables, space)
+
+
+def test_program_mistakes_are_named(tables):
+    with pytest.raises(ValueError, match="^RoPE needs 'sin' right after 'cos' in the token "
+                                         "buffer; give them as adjacent inputs$"):
+        _assembled(tables, inputs={"cos": 4, "h": HIDDEN, "sin": 4})
+    with pytest.raises(ValueError, match=r"^operation 0 reads tb region 'h' before anything "
+                                         r"writes it; tb holds \['cos', 'sin'\]$"):
+        _assembled(tables, inputs={"cos": 4, "sin": 4})
+    with pytest.raises(ValueError, match="^operation 4: GEMV 'attn_norm' takes 16 inputs, "
+                                         "region 'x' holds 12$"):
+        _assembled(tables, inputs={"h": 12, "cos": 4, "sin": 4})
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("tb_words", 0, "Token buffer words must be between 1 and 1048576, not 0"),
+    ("registers", 65, "Scalar registers must be between 1 and 64, not 65"),
+    ("gemvs", "4", "GEMV tables must be an integer between 1 and 64, not '4'"),
+])
+def test_space_parameters_are_checked(field, value, message):
+    with pytest.raises((ValueError, TypeError), match=f"^{message}$"):
+        ProgramSpace(**{**SPACE.__dict__, field: value})
+    with pytest.raises(TypeError, match="^Program space must be a ProgramSpace, not 3$"):
+        instruction_layout(3)
