@@ -3,8 +3,6 @@ and real bitstreams (docs/boards.md)."""
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -372,19 +370,36 @@ def _built(capsys, tmp_path, block, board_name, *extra):
     return record, bitstream
 
 
-def test_umdam_bitstream_for_icebreaker(capsys, tmp_path):
-    """The whole flow, default clock: a placement at 12 MHz, then the PLL at 90 % of its Fmax."""
-    record, bitstream = _built(capsys, tmp_path, "umdam", "icebreaker")
-    # An iCE40UP5K image: the preamble 0x7EAA997E after the comment, 104,090 bytes.
+def _is_ice40_bitstream(record, bitstream):
+    """An iCE40UP5K image (the preamble 0x7EAA997E after the comment, 104,090 bytes) of a design
+    behind the PLL, its UART divided from the PLL's clock."""
     data = bitstream.read_bytes()
     assert b"\x7e\xaa\x99\x7e" in data[:64] and len(data) == 104_090
     assert record["pll"]["primitive"] == "SB_PLL40_PAD"
-    assert record["clock_mhz"] <= 0.9 * record["probe_fmax_mhz"] + 1e-9
     assert record["uart_divisor"] == round(record["clock_mhz"] * 1e6 / 115_200)
     assert record["luts"] > 0 and record["ffs"] > 0 and record["brams"] >= 4
 
 
-@pytest.mark.slow       # ~50 s; test_umdam_bitstream_for_icebreaker covers the flow on iCE40
+def test_umdam_bitstream_for_icebreaker_at_a_given_clock(capsys, tmp_path):
+    """The whole flow at a given clock: one placement, behind the PLL."""
+    record, bitstream = _built(capsys, tmp_path, "umdam", "icebreaker", "--clock", "24")
+    _is_ice40_bitstream(record, bitstream)
+    assert record["clock_mhz"] == 24 and record["probe_fmax_mhz"] is None
+    assert record["placements"] == 1
+
+
+# With --slow (a second placement, 30 s): the first placement's Fmax choosing the clock is
+# checked in make test with the placements stubbed (test_default_clock_* above), and the flow
+# itself by the given clock's build.
+@pytest.mark.slow
+def test_umdam_bitstream_for_icebreaker(capsys, tmp_path):
+    """The whole flow, default clock: a placement at 12 MHz, then the PLL at 90 % of its Fmax."""
+    record, bitstream = _built(capsys, tmp_path, "umdam", "icebreaker")
+    _is_ice40_bitstream(record, bitstream)
+    assert record["clock_mhz"] <= 0.9 * record["probe_fmax_mhz"] + 1e-9
+
+
+@pytest.mark.slow       # ~50 s; the icebreaker bitstreams cover the flow on iCE40
 @pytest.mark.parametrize("board_name", ["ulx3s-25f", "ulx3s-85f"])
 def test_umdam_bitstream_for_ulx3s(capsys, tmp_path, board_name):
     record, bitstream = _built(capsys, tmp_path, "umdam", board_name)
@@ -399,7 +414,7 @@ def _is_ecp5_bitstream(bitstream, device):
     assert b"\xff\xff\xbd\xb3" in head
 
 
-@pytest.mark.slow       # ~60 s; test_umdam_bitstream_for_icebreaker covers the flow on iCE40
+@pytest.mark.slow       # ~60 s; the icebreaker bitstreams cover the flow on iCE40
 def test_requant_bitstream_for_ecpix5_at_a_given_clock(capsys, tmp_path):
     record, bitstream = _built(capsys, tmp_path, "arith-requant", "ecpix5-85", "--clock", "50")
     _is_ecp5_bitstream(bitstream, "LFE5UM5G-85F")

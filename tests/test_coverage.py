@@ -86,6 +86,9 @@ def test_coverage_is_verilator_only_and_on_request(monkeypatch):
     assert coverage_requested("verilator") and not coverage_requested("icarus")
 
 
+# With --slow (27 s, a Verilator build with coverage): `make coverage` runs it on every case; the
+# reading of coverage files is checked in make test on recorded ones (the tests above).
+@pytest.mark.slow
 def test_a_verilator_run_writes_its_points(monkeypatch):
     """One real run: the smallest block under Verilator with coverage leaves a coverage file in
     its own build folder, and every kind has points."""

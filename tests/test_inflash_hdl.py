@@ -704,8 +704,10 @@ def _run_on_plane(dut, plane: PlaneModel, inputs: dict, outputs: dict, *, port="
     ("logit", 4, {"fmacs": 2, "transfer_bytes": 2}),        # the same, 3 cycles (4 beats)
     # --slow: attend-2-geo5 is Attend with G = 2, logit-1-geo6 the same transfer-bound plane
     pytest.param("attend", 2, {"fmacs": 4, "transfer_bytes": 1}, marks=pytest.mark.slow),
-    # read-bound with F = 16 (a beat in 2 words), 128-byte pages of 8 entries
-    ("logit", 2, {"fmacs": 16, "transfer_bytes": 16, "page_bytes": 128}),
+    # read-bound with F = 16 (a beat in 2 words), 128-byte pages of 8 entries; --slow:
+    # attend-int8-1-geo13 and -3-geo14 time the same plane and PE, logit-1-geo6 Logit's order
+    pytest.param("logit", 2, {"fmacs": 16, "transfer_bytes": 16, "page_bytes": 128},
+                 marks=pytest.mark.slow),
     # --slow: attend-int8-1-geo13 and -3-geo14 run Attend on the same plane and PE, and
     # attend-2-geo5 float Attend
     pytest.param("attend", 1, {"fmacs": 16, "transfer_bytes": 16, "page_bytes": 128},
