@@ -29,9 +29,6 @@ SLOW = {("flowkv", "paper"), ("flowkv-array", "paper"), ("flowkv-array", "defaul
 #: and whose wider form is the same generator at other widths (4 to 10 s each, 20 s in all).
 SLOW |= {("arith-fdot", "default"), ("arith-fdot", "paper"), ("edram", "default"),
          ("edram-fpga", "default"), ("rdxe-vac", "default"), ("rdxe-vac", "paper")}
-#: And the FlowKV pair at default (13 s): flowkv-array's small preset, linted in make test, is
-#: pairs of the same generator.
-SLOW |= {("flowkv", "default")}
 
 CASES = [pytest.param(b.name, p, id=f"{b.name}-{p}",
                       marks=[pytest.mark.slow] if (b.name, p) in SLOW else [])
