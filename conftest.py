@@ -5,8 +5,6 @@ and says so in its summary. Mark a test slow only when a cheaper test in the def
 the same code at a smaller size, and say which in the marking's comment.
 """
 
-import gc
-
 import pytest
 
 
@@ -17,16 +15,6 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long; runs only with --slow (make test-all)")
-
-
-def pytest_collection_finish(session):
-    """Keep the cyclic collector off what collection imported (Amaranth, NumPy, the golden
-    models, every test module) and let it run less often: elaboration and Amaranth's simulator
-    allocate many short-lived objects, and each full pass walked the imports again (about 9 %
-    of an Amaranth-simulator test module's time; docs/verification.md)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 100)
 
 
 def pytest_collection_modifyitems(config, items):
