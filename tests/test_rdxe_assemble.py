@@ -131,7 +131,7 @@ def test_the_word_layout():
     ({"registers": 1}, "the program needs 2 registers; the space has 1"),
     ({"const_words": 100}, "the program needs {const_words} const words; the space has 100"),
     ({"gemvs": 3}, "the program uses 4 GEMV tables; the space has 3"),
-])
+], ids=["tb", "rr", "registers", "const", "gemvs"])
 def test_what_does_not_fit_is_named(tables, change, message):
     used = _assembled(tables).used
     # Every constant the layer has, once: the vectors and the score.
@@ -157,7 +157,7 @@ def test_program_mistakes_are_named(tables):
     ("tb_words", 0, "Token buffer words must be between 1 and 1048576, not 0"),
     ("registers", 65, "Scalar registers must be between 1 and 64, not 65"),
     ("gemvs", "4", "GEMV tables must be an integer between 1 and 64, not '4'"),
-])
+], ids=["tb_words", "registers", "gemvs"])
 def test_space_parameters_are_checked(field, value, message):
     with pytest.raises((ValueError, TypeError), match=f"^{message}$"):
         ProgramSpace(**{**SPACE.__dict__, field: value})
