@@ -310,7 +310,7 @@ def test_dxe_close_to_float_on_three_tokens(mf, ids, dxe):
 
 
 #: The storage SmolLM2's layer program is assembled into (docs/rdxe.md 14.1: it uses 2,368 TB
-#: words, 5,184 rr-SRAM bytes, 2 registers and 6,145 constant words).
+#: words, 4,608 rr-SRAM bytes, 2 registers and 6,145 constant words).
 SMOL_SPACE = ProgramSpace(tb_words=4096, rr_bytes=8192, registers=16, const_words=8192, gemvs=4)
 
 

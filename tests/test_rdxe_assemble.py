@@ -116,6 +116,11 @@ def test_storage_is_reused_without_overlap(tables):
                 assert a + n1 <= b or b + n2 <= a, (k1, k2)
     alone = sum(n for k, f, l, n in values if k[0] == "tb")
     assert asm.used["tb_words"] < alone and asm.used["registers"] == 2
+    # First-fit decreasing reaches the lower bound here: the most elements live at once.
+    for store in ("tb", "rr"):
+        peak = max(sum(n for k, f, l, n in values if k[0] == store and f <= i <= l)
+                   for i in range(-1, len(program) + 1))
+        assert asm.used[f"{store}_words" if store == "tb" else "rr_bytes"] == peak, store
     assert [asm.inputs[n] for n in INPUTS] == [0, HIDDEN, HIDDEN + HEAD_DIM // 2]
 
 

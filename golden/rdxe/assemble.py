@@ -113,9 +113,12 @@ def _access(op, length) -> _Access:
 
 def _first_fit(values: list) -> dict:
     """Addresses for ``values`` (``(key, first, last, count)``, live from operation ``first`` to
-    ``last``): the lowest free place, never shared with a value live at the same time."""
+    ``last``): the lowest free place, never shared with a value live at the same time. The
+    inputs (``first < 0``) go first, in order; then the largest values first (first-fit
+    decreasing: a large value placed late finds no gap and goes on top)."""
     placed, where = [], {}
-    for key, first, last, count in sorted(values, key=lambda v: (v[1], -v[3])):
+    order = sorted(values, key=lambda v: (0, v[1], 0) if v[1] < 0 else (1, -v[3], v[1]))
+    for key, first, last, count in order:
         busy = sorted((a, a + n) for (f, l, a, n) in placed if f <= last and first <= l)
         address = 0
         for a, b in busy:
