@@ -255,8 +255,8 @@ def test_pair_matches_golden(kwargs):
     assert [o["data"] for o in got["o"]] == expect
 
 
-# --slow: cocotb's random_jobs, corner_cases and refused on flowkv-array-small (two MHA pairs;
-# SMALL's pair, G = 2, is flowkv-small's) run the broadcast and each pair's answers in make test.
+# --slow: cocotb's random_jobs on flowkv-array-small (two MHA pairs; SMALL's pair, G = 2, is
+# flowkv-small's) runs the broadcast and each pair's answers in make test.
 @pytest.mark.slow
 def test_array_broadcasts_the_step():
     """Two pairs take one command together and each answers for its own KV head."""
