@@ -211,9 +211,10 @@ def _pack(space: ProgramSpace, **fields) -> int:
     return layout.const(word).as_value().value
 
 
-def _fields(op, acc: _Access, step, where: dict, regs: dict, consts: dict, gemvs: dict) -> dict:
-    """The instruction fields of ``op`` from its values' places (module notes of hdl.rdxe.isa)."""
-    _, read, reg_in, wrote, reg_out = step
+def _fields(op, step, where: dict, regs: dict, consts: dict, gemvs: dict) -> dict:
+    """The instruction fields of ``op`` from its values' places (module notes of hdl.rdxe.isa);
+    ``step`` is its access and values from :func:`_liveness`."""
+    acc, read, reg_in, wrote, reg_out = step
     f = {"r_in": regs[reg_in[0]] if reg_in else 0,
          "r_out": 0 if reg_out is None else regs[reg_out]}
     if read:
@@ -235,10 +236,10 @@ def _fields(op, acc: _Access, step, where: dict, regs: dict, consts: dict, gemvs
     return {"op": OPCODES.index(opcode), **f}
 
 
-def _counts(op, acc: _Access, step, lives: _Lives) -> int:
+def _counts(op, step, lives: _Lives) -> int:
     """The instruction's ``n``: the result's count, or what it reads when it writes no region
     (the gate's count for the activation)."""
-    _, read, _, wrote, _ = step
+    acc, read, _, wrote, _ = step
     if wrote is not None:
         return lives.lives[wrote][2]
     if not read:
@@ -306,8 +307,8 @@ def assemble(program, tables: P.LayerTables, inputs: dict, outputs, space: Progr
     if len(gemvs) > space.gemvs:
         raise ValueError(f"the program uses {len(gemvs)} GEMV tables; the space has {space.gemvs}")
     _check_adjacent(program, steps, where, consts, tables)
-    words = tuple(_pack(space, n=_counts(op, step[0], step, lives),
-                        **_fields(op, step[0], step, where, regs, consts, gemvs))
+    words = tuple(_pack(space, n=_counts(op, step, lives),
+                        **_fields(op, step, where, regs, consts, gemvs))
                   for op, step in zip(program, steps))
     return Assembled(words, space, {name: where[("tb", name, -1)] for name in inputs},
                      {name: where[lives.current[("tb", name)]] for name in outputs},
