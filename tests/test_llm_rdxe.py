@@ -314,12 +314,11 @@ def test_dxe_close_to_float_on_three_tokens(mf, ids, dxe):
 SMOL_SPACE = ProgramSpace(tb_words=4096, rr_bytes=8192, registers=16, const_words=8192, gemvs=4)
 
 
-def test_dxe_program_is_the_back_ends_layer(mf, ids, dxe):
-    """golden.rdxe.program.llama_layer, run token by token on a DXE's storage from the back-end's
-    tables, gives each token's residual out of layer 2 and the layer's INT8 KV cache as the
-    back-end's batched layer does, bit for bit (five decode positions, the cache growing); and so
-    does the program assembled into instruction words, run on flat memories."""
-    c, layer, T = mf.config, 2, 5
+def _layer_case(mf, ids, dxe, layer: int, T: int):
+    """The back-end's residuals out of ``layer`` for the first ``T`` tokens (batched, the
+    layers before it on the back-end), each token's program inputs (its residual into the layer
+    and its RoPE table, fp32 codes) and the back-end's KV cache."""
+    c = mf.config
     model = Llama(mf, dxe)
     cache = model.new_cache()
     h = mf.float32("token_embd.weight")[np.asarray(ids[:T])]
@@ -327,6 +326,18 @@ def test_dxe_program_is_the_back_ends_layer(mf, ids, dxe):
         h = model.layer(i, h, cache, np.arange(T))
     want = model.layer(layer, h, cache, np.arange(T))
     cos, sin = rope_tables(np.arange(T), c.rope_base, c.head_dim, np.float32)
+    inputs = [{"h": D.codes_of(h[t]), "cos": D.codes_of(cos[t, 0]), "sin": D.codes_of(sin[t, 0])}
+              for t in range(T)]
+    return want, inputs, cache
+
+
+def test_dxe_program_is_the_back_ends_layer(mf, ids, dxe):
+    """golden.rdxe.program.llama_layer, run token by token on a DXE's storage from the back-end's
+    tables, gives each token's residual out of layer 2 and the layer's INT8 KV cache as the
+    back-end's batched layer does, bit for bit (five decode positions, the cache growing); and so
+    does the program assembled into instruction words, run on flat memories."""
+    c, layer, T = mf.config, 2, 5
+    want, inputs, cache = _layer_case(mf, ids, dxe, layer, T)
     tables = dxe.dxe_tables(layer)
     program = P.llama_layer(c.heads, c.kv_heads, c.head_dim)
     state = P.DxeState()
@@ -335,10 +346,9 @@ def test_dxe_program_is_the_back_ends_layer(mf, ids, dxe):
                                        "sin": c.head_dim // 2}, ["h"], SMOL_SPACE, c.head_dim)
     words, flat = A.new_state(asm), A.flat_tables(tables, asm)
     for t in range(T):
-        inputs = {"h": D.codes_of(h[t]), "cos": D.codes_of(cos[t, 0]), "sin": D.codes_of(sin[t, 0])}
-        state.tb.update(inputs)
+        state.tb.update(inputs[t])
         P.run(program, state, tables)
-        for name, value in inputs.items():
+        for name, value in inputs[t].items():
             words.tb[(asm.inputs[name], len(value))] = value
         A.run_words(asm, words, flat)
         assert np.array_equal(state.tb["h"], D.codes_of(want[t])), f"token {t}"
@@ -346,3 +356,50 @@ def test_dxe_program_is_the_back_ends_layer(mf, ids, dxe):
     for run in (state, words):
         assert np.array_equal(np.stack(run.keys), cache.k[layer][:T])
         assert np.array_equal(np.stack(run.values), cache.v[layer][:T])
+
+
+#: The controller's space for the real layer: SMOL_SPACE in rows of 4 (docs/rdxe.md 14.2).
+CTRL_SPACE = ProgramSpace(tb_words=4096, rr_bytes=8192, registers=16, const_words=8192, gemvs=4,
+                          align=4)
+
+
+#: Minutes in Amaranth's simulator (docs/rdxe.md 14.2); the reduced layer runs the same
+#: controller in make test (tests/test_rdxe_ctrl.py).
+@pytest.mark.slow
+def test_dxe_controller_runs_the_real_layer(mf, ids, dxe):
+    """The controller's RTL (hdl/rdxe/ctrl.py) runs SmolLM2's layer 2 program for two tokens, the
+    DXT ops by their golden step on its rr-SRAM (tests/dxe_bench.py): each token's residual out
+    equals the back-end's batched layer, the whole TB and rr-SRAM equal run_words', and the run's
+    cycles equal the controller's cycle model."""
+    import random
+
+    from hdl.rdxe.ctrl import CtrlConfig, DxeController, Store, run_cycles
+    from tests.dxe_bench import DxeBench, golden_images
+    from tests.stream_sim import simulate
+
+    c, layer, T = mf.config, 2, 2
+    want, inputs, _ = _layer_case(mf, ids, dxe, layer, T)
+    tables = dxe.dxe_tables(layer)
+    asm = A.assemble(P.llama_layer(c.heads, c.kv_heads, c.head_dim), tables,
+                     {"h": c.d_model, "cos": c.head_dim // 2, "sin": c.head_dim // 2}, ["h"],
+                     CTRL_SPACE, c.head_dim)
+    flat = A.flat_tables(tables, asm)
+    images = golden_images(asm, flat, inputs)
+    cfg = CtrlConfig(CTRL_SPACE, lanes=4, head_dim=c.head_dim, program_words=64)
+    dut = DxeController(cfg)
+    got = []
+
+    async def bench(ctx):
+        b = DxeBench(ctx, dut, asm, flat, random.Random(3))
+        await b.load()
+        for token in inputs:
+            assert await b.token(token) == (len(asm.words), 0)
+            got.append((await b.image(Store.TB, CTRL_SPACE.tb_words, 32),
+                        await b.image(Store.RR, CTRL_SPACE.rr_bytes, 8), b.runs[-1]))
+    simulate(dut, bench)
+    out = asm.outputs["h"]
+    for t, ((tb, rr, (cycles, dxt)), (want_tb, want_rr)) in enumerate(zip(got, images)):
+        assert np.array_equal(tb[out:out + c.d_model], D.codes_of(want[t])), f"token {t}"
+        assert np.array_equal(tb, want_tb) and np.array_equal(rr, want_rr), f"token {t}"
+        assert cycles == run_cycles(cfg, asm.words, dxt)
+        print(f"token {t}: {cycles} cycles, {sum(dxt)} of them the DXT side's")

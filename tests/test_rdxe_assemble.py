@@ -11,45 +11,18 @@ import pytest
 from golden.rdxe import assemble as A
 from golden.rdxe import program as P
 from hdl.rdxe.isa import OPCODES, ProgramSpace, instruction_layout
-from hdl.rdxe.spec import DxtConfig
+from tests.rdxe_layer import HEAD_DIM, HEADS, HIDDEN, INPUTS, KV_HEADS, layer_tables, tokens
 
-HIDDEN, FFN, HEADS, KV_HEADS, HEAD_DIM = 16, 32, 2, 1, 8
 SPACE = ProgramSpace(tb_words=256, rr_bytes=256, registers=4, const_words=256, gemvs=4)
-INPUTS = {"h": HIDDEN, "cos": HEAD_DIM // 2, "sin": HEAD_DIM // 2}
-
-
-def _codes(rng, n, low, high):
-    return rng.uniform(low, high, n).astype(np.float32).view(np.uint32)
-
-
-def _gemv(rng, m, k):
-    return (rng.integers(-127, 128, (m, k)).astype(np.int8),
-            rng.integers(8000, 30000, m), rng.integers(16, 19, m))
 
 
 @pytest.fixture(scope="module")
 def tables():
-    """Random tables of a reduced Llama layer (2 heads, one KV group of 8, FFN 32) on a small
-    DXT: INT8 weights, PPU factors near unity, positive fp32 constants."""
-    rng = np.random.default_rng(7)
-    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
-    params = DxtConfig(lanes=8, vacs=4, head_dim=HEAD_DIM, group_size=2, kv_groups=1,
-                       wmem_depth=64, ppu_depth=16, kv_rows=64, max_inputs=64)
-    gemvs = {"attn_norm": _gemv(rng, q + 2 * kv, HIDDEN), "attn_output": _gemv(rng, HIDDEN, q),
-             "ffn_norm": _gemv(rng, 2 * FFN, HIDDEN), "ffn_down": _gemv(rng, HIDDEN, FFN)}
-    sizes = {"attn_norm": q + 2 * kv, "attn_output": HIDDEN, "ffn_down": HIDDEN, "k_inv": kv,
-             "v_inv": kv, "v_scale": q, "glu_a": FFN, "glu_c": FFN}
-    vectors = {name: _codes(rng, n, 0.002, 0.03) for name, n in sizes.items()}
-    vectors.update(k_inv=_codes(rng, kv, 0.1, 0.3), v_inv=_codes(rng, kv, 0.1, 0.3),
-                   glu_a=(-vectors["glu_a"].view(np.float32)).view(np.uint32))
-    return P.LayerTables(gemvs, vectors, {"score": _codes(rng, 1, 0.05, 0.2)[0]},
-                         _codes(rng, 1, 0.02, 0.05)[0], 1e-5, params)
+    return layer_tables()
 
 
 def _tokens(count):
-    rng = np.random.default_rng(11)
-    return [{"h": _codes(rng, HIDDEN, -2.0, 2.0), "cos": _codes(rng, HEAD_DIM // 2, -1.0, 1.0),
-             "sin": _codes(rng, HEAD_DIM // 2, -1.0, 1.0)} for _ in range(count)]
+    return tokens(count)
 
 
 def _both(tables, asm, tokens):
@@ -89,7 +62,7 @@ def test_a_wrong_placement_is_seen(tables, monkeypatch):
     result: the comparison above can fail."""
     first_fit = A._first_fit
 
-    def overlapping(values):
+    def overlapping(values, align=1):
         if values[0][0][0] == "reg":
             return first_fit(values)
         return {**{v[0]: HIDDEN + HEAD_DIM for v in values},
@@ -122,6 +95,32 @@ def test_storage_is_reused_without_overlap(tables):
                    for i in range(-1, len(program) + 1))
         assert asm.used[f"{store}_words" if store == "tb" else "rr_bytes"] == peak, store
     assert [asm.inputs[n] for n in INPUTS] == [0, HIDDEN, HIDDEN + HEAD_DIM // 2]
+
+
+def test_rows_of_lanes(tables):
+    """With rows of 4 elements every region and constant table starts on a row, the words still
+    run the program bit for bit, and a part or a region off the rows is named."""
+    space = ProgramSpace(**{**SPACE.__dict__, "align": 4})
+    asm = _assembled(tables, space)
+    fields = [instruction_layout(space).from_bits(w) for w in asm.words]
+    for f in fields:
+        assert f.a % 4 == f.b % 4 == f.dst % 4 == 0 and f.n % 4 == 0
+        if OPCODES[f.op] not in ("gemv", "gemv_norm"):
+            assert f.table % 4 == 0
+    got, _, _ = _both(tables, asm, _tokens(2))
+    for want, have in got:
+        assert np.array_equal(want, have)
+    assert asm.used["const_words"] == sum(len(v) for v in tables.vectors.values()) + 4
+    with pytest.raises(ValueError, match="^tb region 'h' holds 18 elements, not a whole number "
+                                         "of rows of 4$"):
+        A.assemble([P.Max("h", "M")], tables, {"h": 18}, [], space, HEAD_DIM)
+    odd = [P.Quant("h", "x", table="k_inv", part=(2, 10))]
+    with pytest.raises(ValueError, match="^Quant of 'h' reads elements 2 to 10, not whole rows "
+                                         "of 4$"):
+        A.assemble(odd, tables, INPUTS, [], space, HEAD_DIM)
+    with pytest.raises(ValueError, match=r"^Row of the program's memories \(align, elements\) "
+                                         r"must be a power of two between 1 and 64, not 3$"):
+        ProgramSpace(**{**SPACE.__dict__, "align": 3})
 
 
 def test_the_word_layout():

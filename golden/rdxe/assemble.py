@@ -111,10 +111,10 @@ def _access(op, length) -> _Access:
 # --- allocation ---------------------------------------------------------------------------------
 
 
-def _first_fit(values: list) -> dict:
+def _first_fit(values: list, align: int = 1) -> dict:
     """Addresses for ``values`` (``(key, first, last, count)``, live from operation ``first`` to
-    ``last``): the lowest free place, never shared with a value live at the same time. The
-    inputs (``first < 0``) go first, in order; then the largest values first (first-fit
+    ``last``): the lowest free multiple of ``align``, never shared with a value live at the same
+    time. The inputs (``first < 0``) go first, in order; then the largest values first (first-fit
     decreasing: a large value placed late finds no gap and goes on top)."""
     placed, where = [], {}
     order = sorted(values, key=lambda v: (0, v[1], 0) if v[1] < 0 else (1, -v[3], v[1]))
@@ -124,7 +124,7 @@ def _first_fit(values: list) -> dict:
         for a, b in busy:
             if address + count <= a:
                 break
-            address = max(address, b)
+            address = max(address, -(-b // align) * align)
         where[key] = address
         placed.append((first, last, address, count))
     return where
@@ -262,16 +262,34 @@ def _check_adjacent(program, steps, where, consts, tables) -> None:
                              f"reads {op.a!r} alone before")
 
 
-def _const_layout(program, tables: P.LayerTables) -> tuple[dict, int]:
+def _const_layout(program, tables: P.LayerTables, align: int = 1) -> tuple[dict, int]:
     """Constant-memory addresses of the tables ``program`` reads, in order of first use (an
-    operation's tables adjacent)."""
+    operation's tables adjacent), each at a multiple of ``align`` (a scalar takes a row)."""
     consts, top = {}, 0
     for op in program:
         for name in _access(op, lambda *a: 0).consts:
             if name not in consts:
                 consts[name] = top
-                top += 1 if name in tables.scalars else len(tables.vectors[name])
+                top += -(-(1 if name in tables.scalars else len(tables.vectors[name])) // align) \
+                    * align
     return consts, top
+
+
+def _check_rows(values: list, align: int, store: str) -> None:
+    """Every value of ``store`` (but a register) a whole number of rows of ``align``."""
+    for (_, name, _), _, _, count in values:
+        if store != "reg" and count % align:
+            raise ValueError(f"{store} region {name!r} holds {count} elements, not a whole number "
+                             f"of rows of {align}")
+
+
+def _check_parts(program, align: int) -> None:
+    """Every part an operation reads starts and ends on a row."""
+    for op in program:
+        part = getattr(op, "part", None)
+        if part is not None and (part[0] % align or part[1] % align):
+            raise ValueError(f"{type(op).__name__} of {op.src!r} reads elements {part[0]} to "
+                             f"{part[1]}, not whole rows of {align}")
 
 
 def assemble(program, tables: P.LayerTables, inputs: dict, outputs, space: ProgramSpace,
@@ -293,9 +311,11 @@ def assemble(program, tables: P.LayerTables, inputs: dict, outputs, space: Progr
         if store == "tb":      # the inputs first, in order, as the host writes them
             values = [(k, -1 - len(inputs) + j, l, n) if f == -1 else (k, f, l, n)
                       for j, (k, f, l, n) in enumerate(values)]
-        where.update(_first_fit(values))
+        _check_rows(values, space.align, store)
+        where.update(_first_fit(values, space.align if store != "reg" else 1))
     regs = {k: a for k, a in where.items() if k[0] == "reg"}
-    consts, const_words = _const_layout(program, tables)
+    _check_parts(program, space.align)
+    consts, const_words = _const_layout(program, tables, space.align)
     used = {"tb_words": _top(lives, where, "tb"), "rr_bytes": _top(lives, where, "rr"),
             "registers": _top(lives, where, "reg"), "const_words": const_words}
     room = {"tb_words": space.tb_words, "rr_bytes": space.rr_bytes,

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from amaranth import unsigned
 from amaranth.lib import data
 
-from ..validate import index_bits, integer
+from ..validate import index_bits, integer, power_of_two
 
 __all__ = ["OPCODES", "ProgramSpace", "instruction_layout", "MAX_WORDS", "MAX_REGISTERS",
            "MAX_TABLES"]
@@ -58,13 +58,16 @@ MAX_TABLES = 64
 class ProgramSpace:
     """The storage a program is assembled into: ``tb_words`` fp32 words of token buffer,
     ``rr_bytes`` of rr-SRAM, ``registers`` scalar registers, ``const_words`` fp32 words of
-    constants and ``gemvs`` GEMV tables."""
+    constants and ``gemvs`` GEMV tables. ``align``: the memories' row of elements (the
+    controller's lanes): every region and constant table starts at a multiple of it and holds a
+    whole number of rows, so that a beat is one row."""
 
     tb_words: int
     rr_bytes: int
     registers: int
     const_words: int
     gemvs: int
+    align: int = 1
 
     def __post_init__(self):
         integer(self.tb_words, "Token buffer words", 1, MAX_WORDS)
@@ -72,6 +75,7 @@ class ProgramSpace:
         integer(self.registers, "Scalar registers", 1, MAX_REGISTERS)
         integer(self.const_words, "Constant memory words", 1, MAX_WORDS)
         integer(self.gemvs, "GEMV tables", 1, MAX_TABLES)
+        power_of_two(self.align, "Row of the program's memories (align, elements)", 1, 64)
 
     @property
     def address_bits(self) -> int:

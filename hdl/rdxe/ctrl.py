@@ -1,0 +1,522 @@
+"""The DXE's layer controller: it fetches an assembled layer program (:mod:`hdl.rdxe.isa` words,
+:mod:`golden.rdxe.assemble`) and runs it over the token buffer, the rr-SRAM, the scalar
+registers and the constant memory on the units of docs/rdxe.md section 13 (docs/rdxe.md, 14.2).
+
+Every memory is a row of ``lanes`` elements wide (TB and constants fp32 words, rr-SRAM INT8
+bytes), and the assembler places every region and table on a row (``ProgramSpace.align =
+lanes``), so that a beat of a vector op is one row of each operand::
+
+    opcode                unit          reads a beat (slots)                      writes
+    max                   quantizer     tb[a]                                     reg (the last M)
+    quant, quant_table    quantizer     tb[a] (and const[table])                  rr[dst]
+    dequant(_token)       GPPU          rr[a], const[table]                       tb[dst]
+    add                   GPPU          tb[a]; tb[b]                              tb[dst]
+    rope                  GPPU          tb[a]; cos; sin (halves of rows at b)     tb[dst]
+    act_max, act          activation    rr[a], const[table]; rr[a+n], const[t+n]  reg / rr[dst]
+    recip, eps, score     scalar path   (const[table] for score)                  reg
+    gemv(_norm), kv_append, attend      handed out on ``dxt``, done on ``dxt_done``
+
+A memory has one read port, so a beat that needs two rows of one memory takes two cycles (add,
+the activation) and RoPE's three: vector ops run at ``lanes / slots`` elements a cycle, against a
+GEMV's thousands of cycles a token. Instructions run one after another: the next is fetched once
+every result of this one is written, so an op reads what the one before wrote.
+
+The memories are reached from outside on ``ext`` while the controller waits (idle, or while a
+DXT op runs): the host loads the program, the constants and the token's inputs, and reads the
+layer's output; the DXT side reads its GEMV input and writes its results there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth import Array, Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..pipeline import ResultQueue
+from ..validate import index_bits, integer, power_of_two
+from .act import GatedActivation
+from .gppu import Gppu, GppuOp
+from .isa import OPCODES, ProgramSpace, instruction_layout
+from .quant import Quantizer
+from .scalar import ScalarOp, ScalarUnit
+from .spec import CODE_BITS, VeConfig
+
+__all__ = ["Store", "CtrlConfig", "DxeController", "run_layout", "done_layout", "dxt_layout",
+           "ext_layout", "DXT_OPS", "instruction_cycles", "run_cycles"]
+
+_FP32 = 32
+#: The opcodes the DXTs run (handed out on ``dxt``).
+DXT_OPS = ("gemv", "gemv_norm", "kv_append", "attend")
+#: Opcodes by unit.
+_QUANT = ("max", "quant", "quant_table")
+_GPPU = ("dequant", "dequant_token", "add", "rope")
+_ACT = ("act_max", "act")
+_SCALAR = ("recip", "eps", "score")
+#: Rows of one memory an op reads a beat (its slots); one for the others.
+_SLOTS = {"add": 2, "rope": 3, "act_max": 2, "act": 2}
+
+
+class Store(enum.Enum, shape=2):
+    """A memory reached on ``ext``."""
+
+    PROG = 0
+    TB = 1
+    RR = 2
+    CONST = 3
+
+
+@dataclass(frozen=True)
+class CtrlConfig:
+    """Check and hold the controller's parameters.
+
+    Parameters
+    ----------
+    space : ProgramSpace
+        The storage the program is assembled into; its ``align`` must equal ``lanes``.
+    lanes : int
+        Elements a beat (a memory row): a power of two from 2 to 64 (a RoPE pair shares a beat).
+    head_dim : int
+        The layer's head dimension (RoPE's table is ``head_dim / 2`` of cos, then of sin): a
+        multiple of ``2 lanes`` up to 1024.
+    program_words : int
+        Instruction memory depth, 1 to 65,536.
+    rc_bits : int
+        Width of the score PPU's RC factor (the DXTs' ``rc_bits``), 16 to 30.
+    """
+
+    space: ProgramSpace
+    lanes: int = 4
+    head_dim: int = 64
+    program_words: int = 64
+    rc_bits: int = 25
+
+    def __post_init__(self):
+        if not isinstance(self.space, ProgramSpace):
+            raise TypeError(f"Controller space must be a ProgramSpace, not {self.space!r}")
+        power_of_two(self.lanes, "Controller lane count", 2, 64)
+        if self.space.align != self.lanes:
+            raise ValueError(f"The program space's rows (align {self.space.align}) must be the "
+                             f"controller's lanes ({self.lanes})")
+        integer(self.head_dim, "Head dimension", 2 * self.lanes, 1024)
+        if self.head_dim % (2 * self.lanes):
+            raise ValueError(f"Head dimension must be a multiple of 2 x lanes "
+                             f"({2 * self.lanes}), not {self.head_dim}")
+        integer(self.program_words, "Program words", 1, 1 << 16)
+        VeConfig(rc_bits=self.rc_bits)
+
+    @property
+    def ve(self) -> VeConfig:
+        return VeConfig(rc_bits=self.rc_bits)
+
+    def rows(self, store: Store) -> int:
+        """Rows of ``store``'s memory (instruction words for the program)."""
+        if store == Store.PROG:
+            return self.program_words
+        words = {Store.TB: self.space.tb_words, Store.RR: self.space.rr_bytes,
+                 Store.CONST: self.space.const_words}[store]
+        return -(-words // self.lanes)
+
+    @property
+    def data_bits(self) -> int:
+        """Width of ``ext``'s data: a TB or constant row, or an instruction word."""
+        return max(_FP32 * self.lanes, instruction_layout(self.space).size)
+
+
+#: Cycles of an instruction besides its beats and its unit: fetch (the program memory's read,
+#: then the word registered), the operand rows' read, the result queue to ``valid``, and the
+#: cycle in which the last result's count ends the instruction.
+_FETCH, _READ, _RETIRE = 2, 1, 1
+#: Cycles of a run besides its instructions: the ``run`` handshake, the check that ends it.
+_RUN = 2
+
+
+def _unit_latency(cfg: CtrlConfig, op: str) -> int:
+    if op in _QUANT:
+        return Quantizer.latency_of(cfg.lanes)
+    if op in _GPPU:
+        return Gppu.latency_of(cfg.lanes)
+    if op in _ACT:
+        return GatedActivation.latency_of(cfg.lanes)
+    return ScalarUnit.latency_of(cfg.ve)
+
+
+def instruction_cycles(cfg: CtrlConfig, word: int, dxt_cycles: int = 0) -> int:
+    """Cycles of one instruction, from its fetch to the next's, with every result taken as it
+    comes: ``2 + slots x beats + 1 + unit latency + 2 + 1`` for a vector or scalar op (a scalar
+    op is one beat); ``2 + dxt_cycles`` for a DXT op, ``dxt_cycles`` counted from the cycle
+    ``dxt.valid`` rises to the cycle ``dxt_done`` is taken, both included."""
+    f = instruction_layout(_check(cfg).space).from_bits(word)
+    op = OPCODES[f.op]
+    if op in DXT_OPS:
+        return _FETCH + dxt_cycles
+    beats = 1 if op in _SCALAR else f.n // cfg.lanes
+    return (_FETCH + _SLOTS.get(op, 1) * beats + _READ + _unit_latency(cfg, op)
+            + ResultQueue.LATENCY + _RETIRE)
+
+
+def run_cycles(cfg: CtrlConfig, words, dxt_cycles=()) -> int:
+    """Cycles from a ``run`` taken to ``done.valid`` for the instructions ``words``, the DXT ops'
+    own cycles ``dxt_cycles`` in order (:func:`instruction_cycles`)."""
+    dxt = iter(dxt_cycles)
+    return _RUN + sum(instruction_cycles(cfg, w, next(dxt) if OPCODES[
+        instruction_layout(cfg.space).from_bits(w).op] in DXT_OPS else 0) for w in words)
+
+
+def _check(cfg) -> CtrlConfig:
+    if not isinstance(cfg, CtrlConfig):
+        raise TypeError(f"Controller configuration must be a CtrlConfig, not {cfg!r}")
+    return cfg
+
+
+def run_layout(cfg: CtrlConfig) -> data.StructLayout:
+    """Payload of ``run``: ``count`` instructions from ``pc``."""
+    return data.StructLayout({"pc": index_bits(cfg.program_words),
+                              "count": index_bits(cfg.program_words + 1)})
+
+
+def done_layout(cfg: CtrlConfig) -> data.StructLayout:
+    """Payload of ``done``: where the run stopped and whether it stopped on an error (a DXT op
+    refused, or a run past the program memory)."""
+    return data.StructLayout({"pc": index_bits(cfg.program_words + 1), "error": 1})
+
+
+def dxt_layout(cfg: CtrlConfig) -> data.StructLayout:
+    """Payload of ``dxt``: the instruction and the value of its ``r_in`` register (a GEMV's
+    RMSNorm epsilon, or the score PPU's RC factor in its low bits)."""
+    return data.StructLayout({"insn": instruction_layout(cfg.space), "value": _FP32})
+
+
+def ext_layout(cfg: CtrlConfig) -> data.StructLayout:
+    """Payload of an ``ext`` request: ``store``, ``row``, ``write``; a write's ``data`` (a row,
+    or an instruction word in the low bits) and ``mask`` (its lanes written; any nonzero for the
+    program)."""
+    rows = max(cfg.rows(s) for s in Store)
+    return data.StructLayout({"store": Store, "row": index_bits(rows), "write": 1,
+                              "mask": cfg.lanes, "data": cfg.data_bits})
+
+
+class DxeController(wiring.Component):
+    """Run a DXE layer program (module notes) from the instruction memory.
+
+    Parameters
+    ----------
+    cfg : CtrlConfig
+
+    Members
+    -------
+    run : In(stream.Signature(run_layout(cfg)))
+        Start ``count`` instructions from ``pc``; taken while idle.
+    done : Out(stream.Signature(done_layout(cfg)))
+        One per run, when its last result is written (or at the DXT op that failed).
+    dxt : Out(stream.Signature(dxt_layout(cfg)))
+        A DXT op to run (``gemv``, ``gemv_norm``, ``kv_append``, ``attend``).
+    dxt_done : In(stream.Signature(data.StructLayout({"error": 1})))
+        The DXT op's end; ``error`` stops the run.
+    eps : In(32)
+        ``fp32(127**2 eps)``, RMSNorm's epsilon constant, held while a program runs.
+    ext : In(stream.Signature(ext_layout(cfg)))
+        A read or write of a memory row; taken while idle or while a DXT op runs.
+    ext_data : Out(stream.Signature(data.StructLayout({"data": cfg.data_bits}),
+                                    always_ready=True))
+        A read's row, the cycle after the request was taken.
+
+    A vector op's beat takes a cycle for each row it reads of one memory (module notes); results
+    are written as they come, and the next instruction is fetched the cycle after the last one
+    is: :func:`instruction_cycles` and :func:`run_cycles` give every run's cycles exactly. Bad
+    ``cfg`` raises ``TypeError`` naming it.
+    """
+
+    def __init__(self, cfg: CtrlConfig):
+        self.cfg = _check(cfg)
+        super().__init__({
+            "run": In(stream.Signature(run_layout(cfg))),
+            "done": Out(stream.Signature(done_layout(cfg))),
+            "dxt": Out(stream.Signature(dxt_layout(cfg))),
+            "dxt_done": In(stream.Signature(data.StructLayout({"error": 1}))),
+            "eps": In(_FP32),
+            "ext": In(stream.Signature(ext_layout(cfg))),
+            "ext_data": Out(stream.Signature(data.StructLayout({"data": cfg.data_bits}),
+                                             always_ready=True)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        mems = self._memories(m)
+        insn = Signal(instruction_layout(cfg.space))
+        regs = Array(Signal(_FP32, name=f"reg{i}") for i in range(cfg.space.registers))
+        units = self._units(m)
+        ctl = _Control(m, cfg, insn)
+        ctl.issue(m, mems, self._ready(units, ctl))
+        self._beats(m, units, ctl, regs)
+        self._results(m, units, ctl, mems, regs)
+        waiting = self._sequence(m, ctl, insn, mems, regs)
+        self._ext(m, mems, waiting)
+        return m
+
+    # --- parts ----------------------------------------------------------------------------------
+
+    def _memories(self, m) -> dict:
+        """The four memories, a read and a write port each (rows of ``lanes`` elements)."""
+        cfg, mems = self.cfg, {}
+        widths = {Store.PROG: (instruction_layout(cfg.space).size, None),
+                  Store.TB: (_FP32 * cfg.lanes, _FP32), Store.RR: (CODE_BITS * cfg.lanes, 8),
+                  Store.CONST: (_FP32 * cfg.lanes, _FP32)}
+        for store, (width, grain) in widths.items():
+            mem = Memory(shape=unsigned(width), depth=cfg.rows(store), init=[])
+            m.submodules[f"{store.name.lower()}_mem"] = mem
+            mems[store] = (mem.read_port(), mem.write_port(granularity=grain))
+        return mems
+
+    def _units(self, m) -> dict:
+        cfg = self.cfg
+        units = {"quant": Quantizer(cfg.lanes), "gppu": Gppu(cfg.lanes),
+                 "act": GatedActivation(cfg.lanes), "scalar": ScalarUnit(cfg.ve)}
+        for name, unit in units.items():
+            m.submodules[name] = unit
+            m.d.comb += unit.o.ready.eq(1)       # results are written as they come
+        return units
+
+    @staticmethod
+    def _ready(units, ctl) -> Signal:
+        return Mux(ctl.is_("quant"), units["quant"].i.ready,
+                   Mux(ctl.is_("gppu"), units["gppu"].i.ready,
+                       Mux(ctl.is_("act"), units["act"].i.ready, units["scalar"].i.ready)))
+
+    def _beats(self, m, units, ctl, regs):
+        """Each unit's beat from the rows read (``live``: the last slot's, at the read ports;
+        ``held``: the earlier slots')."""
+        cfg, insn = self.cfg, ctl.insn
+        live, held = ctl.live, ctl.held
+        first, factor = ctl.rk == 0, regs[insn.r_in]
+        q, g, a, s = (units[n].i for n in ("quant", "gppu", "act", "scalar"))
+        m.d.comb += [q.valid.eq(ctl.beat & ctl.is_("quant")),
+                     g.valid.eq(ctl.beat & ctl.is_("gppu")),
+                     a.valid.eq(ctl.beat & ctl.is_("act")),
+                     s.valid.eq(ctl.beat & ctl.is_("scalar"))]
+        lanes = range(cfg.lanes)
+        for n in lanes:
+            word = live[Store.TB].word_select(n, _FP32)
+            const = live[Store.CONST].word_select(n, _FP32)
+            m.d.comb += [q.payload.x[n].eq(word),
+                         q.payload.k[n].eq(Mux(ctl.op_is("quant"), factor,
+                                               Mux(ctl.op_is("quant_table"), const, 0))),
+                         a.payload.x[n].eq(held[Store.RR].word_select(n, CODE_BITS)),
+                         a.payload.y[n].eq(live[Store.RR].word_select(n, CODE_BITS)),
+                         a.payload.a[n].eq(held[Store.CONST].word_select(n, _FP32)),
+                         a.payload.c[n].eq(const)]
+        m.d.comb += [q.payload.first.eq(first), a.payload.first.eq(first),
+                     a.payload.k.eq(Mux(ctl.op_is("act"), factor, 0))]
+        self._gppu_beat(m, g, ctl, factor)
+        lane = insn.table[:index_bits(cfg.lanes)] if cfg.lanes > 1 else 0
+        m.d.comb += [s.payload.x.eq(factor),
+                     s.payload.c.eq(Mux(ctl.op_is("eps"), self.eps,
+                                        live[Store.CONST].word_select(lane, _FP32))),
+                     s.payload.op.eq(Mux(ctl.op_is("recip"), ScalarOp.RECIP,
+                                         Mux(ctl.op_is("eps"), ScalarOp.RMS_EPS,
+                                             ScalarOp.SCORE_FACTOR)))]
+
+    def _gppu_beat(self, m, g, ctl, factor):
+        """The GPPU's beat: one member of its ``args`` union by opcode."""
+        lanes, half = self.cfg.lanes, self.cfg.lanes // 2
+        live, held, args = ctl.live, ctl.held, g.payload.args
+        side = ctl.rj[0]
+        with m.If(ctl.op_is("add")):
+            m.d.comb += [g.payload.op.eq(GppuOp.RESIDUAL_ADD),
+                         args.add.h.eq(held[Store.TB]), args.add.y.eq(live[Store.TB])]
+        with m.Elif(ctl.op_is("rope")):
+            m.d.comb += [g.payload.op.eq(GppuOp.ROPE), args.rope.x.eq(held[Store.TB])]
+            for p in range(half):
+                m.d.comb += [
+                    args.rope.cos[p].eq(held["cos"].word_select(side * half + p, _FP32)),
+                    args.rope.sin[p].eq(live[Store.TB].word_select(side * half + p, _FP32))]
+        with m.Else():
+            m.d.comb += [g.payload.op.eq(Mux(ctl.op_is("dequant"), GppuOp.DEQUANTIZE,
+                                             GppuOp.DEQUANTIZE_TOKEN)),
+                         args.dequantize.scale.eq(live[Store.CONST]),
+                         args.dequantize.top.eq(factor)]
+            for n in range(lanes):
+                m.d.comb += args.dequantize.codes[n].eq(
+                    live[Store.RR].word_select(n, CODE_BITS))
+
+    def _results(self, m, units, ctl, mems, regs):
+        """Write each unit's results as they come: rows at ``dst`` on, or the register."""
+        insn, w = ctl.insn, ctl.written
+        last = w == ctl.beats - 1
+        row = (insn.dst >> ctl.shift) + w
+        tb_w, rr_w = mems[Store.TB][1], mems[Store.RR][1]
+        q, g, a, s = (units[n].o for n in ("quant", "gppu", "act", "scalar"))
+        with m.If(q.valid | a.valid):
+            m.d.sync += w.eq(w + 1)
+            maxed = Mux(q.valid, q.payload.max, a.payload.max)
+            with m.If(ctl.op_is("max", "act_max")):
+                with m.If(last):
+                    m.d.sync += regs[insn.r_out].eq(maxed)
+            with m.Else():
+                m.d.comb += [rr_w.addr.eq(row), rr_w.en.eq(-1),
+                             rr_w.data.eq(Mux(q.valid, q.payload.codes.as_value(),
+                                              a.payload.codes.as_value()))]
+        with m.If(g.valid):
+            m.d.sync += w.eq(w + 1)
+            m.d.comb += [tb_w.addr.eq(row), tb_w.en.eq(-1), tb_w.data.eq(g.payload.y.as_value())]
+        with m.If(s.valid):
+            m.d.sync += [w.eq(w + 1), regs[insn.r_out].eq(s.payload.as_value()[:_FP32])]
+
+    def _sequence(self, m, ctl, insn, mems, regs) -> Signal:
+        """Fetch, run and hand out instructions; return the signal of the states in which
+        ``ext`` reaches the memories."""
+        cfg = self.cfg
+        pc = Signal(index_bits(cfg.program_words + 1))
+        end = Signal.like(pc)
+        error = Signal()
+        waiting = Signal()
+        prog_r = mems[Store.PROG][0]
+        m.d.comb += [self.done.payload.pc.eq(pc), self.done.payload.error.eq(error),
+                     self.dxt.payload.insn.eq(insn), self.dxt.payload.value.eq(regs[insn.r_in])]
+        with m.FSM(name="sequence"):
+            with m.State("Idle"):
+                m.d.comb += [waiting.eq(1), self.run.ready.eq(1)]
+                with m.If(self.run.valid):
+                    start, count = self.run.payload.pc, self.run.payload.count
+                    over = start + count > cfg.program_words
+                    m.d.sync += [pc.eq(start), end.eq(start + count), error.eq(over)]
+                    m.next = "Check"
+            with m.State("Check"):
+                with m.If(error | (pc == end)):
+                    m.next = "Done"
+                with m.Else():
+                    m.d.comb += [prog_r.addr.eq(pc), prog_r.en.eq(1)]
+                    m.next = "Decode"
+            with m.State("Decode"):
+                m.d.sync += insn.eq(prog_r.data)
+                m.d.sync += ctl.restart()
+                m.next = "Execute"
+            with m.State("Execute"):
+                with m.If(ctl.op_is(*DXT_OPS)):
+                    m.d.comb += self.dxt.valid.eq(1)
+                    with m.If(self.dxt.ready):
+                        m.next = "Dxt"
+                with m.Else():
+                    m.d.comb += ctl.running.eq(1)
+                    with m.If(ctl.finished):
+                        m.d.sync += pc.eq(pc + 1)
+                        m.next = "Check"
+            with m.State("Dxt"):
+                m.d.comb += [waiting.eq(1), self.dxt_done.ready.eq(1)]
+                with m.If(self.dxt_done.valid):
+                    m.d.sync += error.eq(self.dxt_done.payload.error)
+                    with m.If(~self.dxt_done.payload.error):
+                        m.d.sync += pc.eq(pc + 1)
+                    m.next = "Check"
+            with m.State("Done"):
+                m.d.comb += self.done.valid.eq(1)
+                with m.If(self.done.ready):
+                    m.next = "Idle"
+        return waiting
+
+    def _ext(self, m, mems, waiting):
+        """``ext`` drives the memories' ports while the controller waits."""
+        req, taken = self.ext.payload, self.ext.valid & waiting
+        store = Signal(Store)
+        m.d.comb += self.ext.ready.eq(waiting)
+        m.d.sync += [self.ext_data.valid.eq(taken & ~req.write), store.eq(req.store)]
+        datas = {}
+        for s, (rd, wr) in mems.items():
+            datas[s] = rd.data
+            here = taken & (req.store == s)
+            with m.If(waiting):
+                m.d.comb += [rd.addr.eq(req.row), rd.en.eq(here & ~req.write),
+                             wr.addr.eq(req.row), wr.data.eq(req.data),
+                             wr.en.eq(Mux(here & req.write,
+                                          -1 if s == Store.PROG else req.mask, 0))]
+        with m.Switch(store):
+            for s, value in datas.items():
+                with m.Case(s):
+                    m.d.comb += self.ext_data.payload.data.eq(value)
+
+
+class _Control:
+    """The issue side of a vector or scalar op: beat and slot counters, the read addresses of
+    each slot, the rows read (``live`` at the ports, ``held`` from earlier slots) and the
+    results written."""
+
+    def __init__(self, m, cfg: CtrlConfig, insn):
+        self.cfg, self.insn = cfg, insn
+        self.shift = power_of_two(cfg.lanes, "Controller lane count", 2, 64)
+        bits = index_bits(max(cfg.space.tb_words, cfg.space.rr_bytes) + 1)
+        self.k, self.written = Signal(bits, name="beat"), Signal(bits, name="written")
+        self.s = Signal(2, name="slot")
+        self.j = Signal(range(cfg.head_dim // cfg.lanes), name="head_pos")
+        # The rows at the read ports: valid, slot, beat and head position of the read.
+        self.rvalid, self.rs = Signal(name="read_valid"), Signal(2, name="read_slot")
+        self.rk, self.rj = Signal.like(self.k, name="read_beat"), Signal.like(self.j)
+        self.running = Signal()
+        op = insn.op
+        self.op = op
+        self.slots = Signal(2)
+        m.d.comb += self.slots.eq(Mux(self.op_is("rope"), 3,
+                                      Mux(self.op_is("add", "act_max", "act"), 2, 1)))
+        self.beats = Signal.like(self.k)
+        m.d.comb += self.beats.eq(Mux(self.is_("scalar"), 1, insn.n >> self.shift))
+        self.beat = Signal(name="beat_valid")
+        self.finished = Signal()
+
+    def op_is(self, *names):
+        return Cat(*(self.op == OPCODES.index(n) for n in names)).any()
+
+    def is_(self, unit: str):
+        return self.op_is(*{"quant": _QUANT, "gppu": _GPPU, "act": _ACT, "scalar": _SCALAR}[unit])
+
+    def restart(self) -> list:
+        return [self.k.eq(0), self.s.eq(0), self.j.eq(0), self.written.eq(0),
+                self.rvalid.eq(0)]
+
+    def issue(self, m, mems, unit_ready) -> None:
+        """Read a slot a cycle while the op has beats left and the beat at the ports is taken."""
+        cfg = self.cfg
+        stall = Signal()
+        m.d.comb += [self.beat.eq(self.rvalid & (self.rs == self.slots - 1)),
+                     stall.eq(self.beat & ~unit_ready)]
+        more = self.running & (self.k < self.beats)
+        go = more & ~stall
+        m.d.comb += self.finished.eq(~more & ~self.rvalid & (self.written == self.beats))
+        self.live = {s: mems[s][0].data for s in (Store.TB, Store.RR, Store.CONST)}
+        self.held = {s: Signal.like(mems[s][0].data, name=f"held_{s.name.lower()}")
+                     for s in (Store.TB, Store.RR, Store.CONST)}
+        self.held["cos"] = Signal.like(mems[Store.TB][0].data, name="held_cos")
+        with m.If(self.running & ~stall & self.rvalid):
+            with m.If(self.rs == 0):
+                m.d.sync += [self.held[s].eq(self.live[s]) for s in self.live]
+            with m.If(self.rs == 1):
+                m.d.sync += self.held["cos"].eq(self.live[Store.TB])
+        with m.If(~stall):
+            m.d.sync += [self.rvalid.eq(go), self.rs.eq(self.s), self.rk.eq(self.k),
+                         self.rj.eq(self.j)]
+        with m.If(go):
+            with m.If(self.s == self.slots - 1):
+                m.d.sync += [self.s.eq(0), self.k.eq(self.k + 1),
+                             self.j.eq(Mux(self.j == cfg.head_dim // cfg.lanes - 1, 0,
+                                           self.j + 1))]
+            with m.Else():
+                m.d.sync += self.s.eq(self.s + 1)
+        self._addresses(m, mems, ~stall)
+
+    def _addresses(self, m, mems, enable):
+        """Each memory's read row for the slot being read."""
+        cfg, k, s, shift = self.cfg, self.k, self.s, self.shift
+        insn = self.insn
+        a, b, t, n = (insn.a >> shift, insn.b >> shift, insn.table >> shift, insn.n >> shift)
+        half = (cfg.head_dim // 2) >> shift
+        tb = Mux(self.op_is("rope") & (s == 1), b + (self.j >> 1),
+                 Mux(self.op_is("rope") & (s == 2), b + half + (self.j >> 1),
+                     Mux(self.op_is("add") & (s == 1), b + k, a + k)))
+        second = self.op_is("act_max", "act") & (s == 1)
+        rr = Mux(second, a + n + k, a + k)
+        const = Mux(self.op_is("score"), t, Mux(second, t + n + k, t + k))
+        for store, row in ((Store.TB, tb), (Store.RR, rr), (Store.CONST, const)):
+            rd = mems[store][0]
+            with m.If(self.running):
+                m.d.comb += [rd.addr.eq(row), rd.en.eq(enable)]
