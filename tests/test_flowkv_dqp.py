@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from amaranth.sim import Simulator
 
 from golden.flowkv_dqp_streams import job_streams, random_q4nx
 from golden.arith.float import fconvert, from_float, to_float
@@ -17,6 +18,7 @@ from golden.flowkv_dqp import (GROUP, Q4NX, dequantize, dequantize_reference, ge
                                q4nx_from_q41, q4nx_from_records, q4nx_records)
 from hdl.arith.format import BF16, FP16, FP32
 from hdl.flowkv import DQPConfig, FusedDQP
+from hdl.flowkv.dqp_acc import GroupAccumulators
 from hdl.flowkv.dqp_spec import command_cycles
 from memwall import registry
 
@@ -128,11 +130,39 @@ def test_registry_rejects_by_name():
 
 def test_least_tile_is_the_accumulator_loop_and_the_activation_reload():
     """The bounds the messages name, from the units' latencies: the accumulator's read, the
-    register behind it and the adder (8 cycles), and the activation bank's hold (the issue
-    register and the dequantizer less the inputs' register, 13 cycles) plus its reload
-    (``32 / lanes`` beats): the reload is the bound at every lane count."""
-    assert DQPConfig.acc_loop_of() == 8 and DQPConfig.act_hold_of() == 13
+    register behind it, the adder and the write (9 cycles: the read port is not transparent),
+    and the activation bank's hold (the issue register and the dequantizer less the inputs'
+    register, 13 cycles) plus its reload (``32 / lanes`` beats): the reload is the bound at
+    every lane count."""
+    assert DQPConfig.acc_loop_of() == 9 and DQPConfig.act_hold_of() == 13
     assert [DQPConfig.min_cycles(n) for n in (8, 16, 32)] == [17, 15, 14]
+
+
+@pytest.mark.parametrize("gap", [DQPConfig.acc_loop_of(), DQPConfig.acc_loop_of() - 1])
+def test_accumulator_loop_is_exact(gap):
+    """A row's second group sum ``gap`` cycles after its first: at ``acc_loop`` cycles the
+    accumulator holds the first (1.5 + 2.25 = 3.75), one cycle sooner it still holds what was
+    there before (0, so 2.25 comes out): acc_loop is the least spacing, not a bound above it."""
+    acc = GroupAccumulators(DQPConfig(lanes=32, tile=16, max_inputs=1024, max_outputs=1024))
+    code = {v: int(from_float(np.float32(v), FP32)) for v in (1.5, 2.25, 3.75)}
+    out = []
+
+    async def bench(ctx):
+        for cycle in range(gap + 40):
+            first, second = cycle == 0, cycle == gap
+            ctx.set(acc.i.valid, first or second)
+            ctx.set(acc.i.payload.value, code[1.5] if first else code[2.25])
+            ctx.set(acc.i.payload.first, first)
+            ctx.set(acc.i.payload.last, second)
+            ctx.set(acc.i.payload.final, second)
+            if ctx.get(acc.o.valid):
+                out.append(ctx.get(acc.o.payload.data))
+            await ctx.tick()
+    sim = Simulator(acc)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert out == [code[3.75] if gap == DQPConfig.acc_loop_of() else code[2.25]]
 
 
 def test_command_cycles_refuses_shapes():

@@ -29,8 +29,8 @@ class GroupAccumulators(wiring.Component):
     """Accumulate each row's group sums in order, ``y = ((s_0 + s_1) + s_2) + ...``, in fp32.
 
     One fp32 accumulator per row of the tile, in a memory of ``m`` words read when a group sum
-    arrives (the read data registered once more behind the memory) and written
-    :attr:`DQPConfig.acc_loop` cycles later (the read port is transparent to that write): a
+    arrives (the read data registered once more behind the memory) and written back in time
+    for a read :attr:`DQPConfig.acc_loop` cycles after (the read port is not transparent): a
     row's next sum may come that many cycles after the last. A tile's first
     group adds ``-0`` in place of the accumulator; its last group's sums leave on ``o`` instead
     of being written, in fp32 or rounded to bf16 (:class:`~hdl.arith.convert.FloatConvert`,
@@ -64,10 +64,14 @@ class GroupAccumulators(wiring.Component):
         i = self.i
         m.submodules.sums = sums = Memory(shape=FP32.width, depth=self.cfg.tile, init=[])
         write = sums.write_port()
-        read = sums.read_port(transparent_for=(write,))
+        # Not transparent: Yosys writes a transparent port as an asynchronous read behind a
+        # registered address, and memory_dff then takes the register below for the port's own,
+        # which leaves the block RAM's clock-to-data in the adder's first stage (docs/flowkv.md
+        # 10.9). acc_loop counts the cycle this costs.
+        read = sums.read_port()
         m.d.comb += read.addr.eq(i.payload.row)
-        # A register right behind the read port, its enable left alone: the block RAM's
-        # clock-to-data ends at a flip-flop instead of in the adder's first stage.
+        # A register right behind the read port: the block RAM's clock-to-data ends at a
+        # flip-flop instead of in the adder's first stage.
         acc = delay(m, read.data, 1, name="acc")
         # The sum waits beside the registered read and that register.
         held = data.View(_sum_layout(self.cfg), delay(m, i.payload.as_value(), 2, name="held"))

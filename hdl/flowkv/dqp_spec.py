@@ -52,6 +52,9 @@ LANES = (8, 16, 32)
 MAX_TILE = 4096
 MAX_INPUTS = 1 << 16
 MAX_OUTPUTS = 1 << 24
+#: Cycles from a group sum to its accumulator at the adder: the memory's registered read and the
+#: register behind it.
+_ACC_READ = 2
 #: Cycles from a queue's write to its ``valid`` (:class:`~hdl.pipeline.ResultQueue`).
 _QUEUE_LATENCY = ResultQueue.LATENCY
 
@@ -146,8 +149,9 @@ class DQPConfig:
     def acc_loop_of(cls) -> int:
         """Cycles from reading an accumulator to its update being readable: the memory's
         registered read, the register behind it (so that the block RAM's clock-to-data does not
-        reach into the adder) and the :class:`FloatAdder`."""
-        return 2 + FloatAdder.latency_of(FP32)
+        reach into the adder), the :class:`FloatAdder`, and the write (the read port is not
+        transparent: a row written in a cycle is read anew from the next)."""
+        return _ACC_READ + FloatAdder.latency_of(FP32) + 1
 
     @classmethod
     def act_hold_of(cls) -> int:
@@ -193,9 +197,9 @@ class DQPConfig:
     @property
     def accumulate_latency(self) -> int:
         """Cycles from a group sum to its row's result in the result format: the accumulator
-        read and its register, the :class:`FloatAdder` (:attr:`acc_loop`), the
-        :class:`FloatConvert` to bf16 (fp32 is delayed alike)."""
-        return self.acc_loop + FloatConvert.latency_of(FP32, BF16)
+        read and its register, the :class:`FloatAdder`, the :class:`FloatConvert` to bf16 (fp32
+        is delayed alike)."""
+        return _ACC_READ + FloatAdder.latency_of(FP32) + FloatConvert.latency_of(FP32, BF16)
 
     @property
     def y_latency(self) -> int:
