@@ -79,9 +79,9 @@ class DxeBench:
         const = self.flat.vectors.words
         await self.write_rows(Store.CONST, 0, row_values(const, self.lanes, 32))
 
-    async def token(self, inputs: dict, pc: int = 0, count: int | None = None):
-        """Write the token's inputs, run ``count`` instructions from ``pc`` (all by default),
-        acting as the DXT side; return ``done``'s ``(pc, error)``."""
+    async def start(self, inputs: dict, pc: int = 0, count: int | None = None) -> int:
+        """Write the token's inputs and start ``count`` instructions from ``pc`` (all by
+        default); return the cycle the run was taken in."""
         for name, value in inputs.items():
             await self.write_rows(Store.TB, self.asm.inputs[name] // self.lanes,
                                   row_values(np.asarray(value, np.uint32), self.lanes, 32))
@@ -91,9 +91,30 @@ class DxeBench:
         ctx.set(dut.run.payload.count, len(self.asm.words) if count is None else count)
         while not ctx.get(dut.run.ready):
             await self.tick()
-        start, dxt, seen, ended = self.cycles, [], None, None
+        start = self.cycles
         await self.tick()
         ctx.set(dut.run.valid, 0)
+        return start
+
+    async def run(self, inputs: dict) -> tuple[int, int]:
+        """Run the token's whole program with the DXT ops on hardware (nothing answers ``dxt``
+        here); return ``done``'s ``(pc, error)``."""
+        await self.start(inputs)
+        ctx, dut = self.ctx, self.dut
+        ctx.set(dut.done.ready, 1)
+        while not ctx.get(dut.done.valid):
+            await self.tick()
+        stopped = (ctx.get(dut.done.payload.pc), ctx.get(dut.done.payload.error))
+        await self.tick()
+        ctx.set(dut.done.ready, 0)
+        return stopped
+
+    async def token(self, inputs: dict, pc: int = 0, count: int | None = None):
+        """Write the token's inputs, run ``count`` instructions from ``pc`` (all by default),
+        acting as the DXT side; return ``done``'s ``(pc, error)``."""
+        ctx, dut = self.ctx, self.dut
+        start = await self.start(inputs, pc, count)
+        dxt, seen, ended = [], None, None
         while True:
             ctx.set(dut.done.ready, self.rng.random() < 0.7)
             ctx.set(dut.dxt.ready, self.rng.random() < 0.7)

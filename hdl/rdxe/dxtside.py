@@ -1,0 +1,287 @@
+"""The DXE's DXT side: one :class:`~hdl.rdxe.dxt.Dxt` running the DXT instructions the layer
+controller hands out (:class:`~hdl.rdxe.ctrl.DxeController`'s ``dxt``), its operands moved on
+the controller's ``ext`` (docs/rdxe.md 14.2, "the DXT side").
+
+The layer's weights stay in the DXT's WMEM (the host loads every GEMV's rows and PPU entries once
+per layer, through ``wmem`` and ``ppu``), and the host tells the DXT side where each GEMV is
+(``table``: first row, first PPU entry, outputs, chunks, ``fp32(1/K)``). Per instruction::
+
+    gemv, gemv_norm   one gemv / rmsnorm command (eps: the instruction's register value); its
+                      chunks the rr rows from a; its results written as rr rows from dst
+    kv_append         per KV group g: the identity GEMV (``identity``'s table) with dest key, the
+                      token's position, the keys' rows of group g; then dest value; position + 1
+    attend            the score PPU entry (``score_entry``) written on every VAC from the
+                      instruction's value; per query head h: qk (the query's rows of head h), its
+                      scores dropped; pv (``pv_entry``, ``score_scale``), its results to dst + h d
+
+A row of the rr-SRAM is a chunk (the controller's lanes are the DXT's); a GBUS word of 4 results
+is written as a part of a row (``ext``'s mask).
+"""
+
+from __future__ import annotations
+
+from amaranth import Array, Cat, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from ..validate import index_bits
+from .ctrl import CtrlConfig, Store, dxt_layout, ext_layout
+from .dxt import Dxt
+from .isa import OPCODES
+from .spec import (CODE_BITS, DESTS, GBUS_BYTES, OPS, DxtConfig, check_config, command_layout,
+                   rc_layout)
+
+__all__ = ["DxtSide", "gemv_table_layout"]
+
+#: Chunk reads in flight or waiting for the DXT.
+_CHUNKS = 4
+
+
+def gemv_table_layout(dxt: DxtConfig, tables: int) -> data.StructLayout:
+    """Payload of a ``table`` load: GEMV ``index``'s first WMEM ``row``, first PPU ``entry``,
+    ``outputs`` M, ``chunks`` C and ``inv_k`` = fp32(1/K)."""
+    cmd = {name: field.shape for name, field in command_layout(dxt)}
+    return data.StructLayout({"index": index_bits(tables), "row": cmd["row"],
+                              "entry": cmd["entry"], "outputs": cmd["outputs"],
+                              "chunks": cmd["chunks"], "inv_k": 32})
+
+
+class DxtSide(wiring.Component):
+    """Run the controller's DXT instructions on one DXT (module notes).
+
+    Parameters
+    ----------
+    ctrl : CtrlConfig
+        The controller's; its lanes must be the DXT's and its head dimension the DXT's.
+    dxt : DxtConfig
+
+    Members
+    -------
+    insn : In(stream.Signature(dxt_layout(ctrl)))
+        From the controller's ``dxt``.
+    done : Out(stream.Signature({"error": 1}))
+        To the controller's ``dxt_done``; ``error`` when a DXT command was refused.
+    ext : Out(stream.Signature(ext_layout(ctrl)))
+        To the controller's ``ext``: chunk reads and result writes of rr rows.
+    ext_data : In(stream.Signature({"data": ...}, always_ready=True))
+        From the controller's ``ext_data``.
+    table : In(stream.Signature(gemv_table_layout(dxt, gemvs), always_ready=True))
+        Where GEMV ``index`` is in the WMEM and PPU tables.
+    wmem, ppu : the DXT's, for the host's loads (``ppu`` waits while an attention writes its
+        score entry).
+    identity, score_entry, pv_entry, score_scale, position : In
+        The identity GEMV's table index, the PPU entries of Q.K^T and P.V, fp32 ``log2(e)``
+        times one score step; ``position`` is loaded into the token count on ``restart``.
+    restart : In(1)
+        A new sequence: the next KV append is token ``position``.
+    """
+
+    def __init__(self, ctrl: CtrlConfig, dxt: DxtConfig):
+        if not isinstance(ctrl, CtrlConfig):
+            raise TypeError(f"DXT side controller configuration must be a CtrlConfig, not "
+                            f"{ctrl!r}")
+        self.dxt_cfg = check_config(dxt, DxtConfig, "DXT")
+        if ctrl.lanes != dxt.lanes or ctrl.head_dim != dxt.head_dim:
+            raise ValueError(f"The controller's lanes and head dimension ({ctrl.lanes}, "
+                             f"{ctrl.head_dim}) must be the DXT's ({dxt.lanes}, {dxt.head_dim})")
+        self.ctrl = ctrl
+        self.dxt = Dxt(dxt)
+        cmd = {name: field.shape for name, field in command_layout(dxt)}
+        sig = self.dxt.signature.members
+        super().__init__({
+            "insn": In(stream.Signature(dxt_layout(ctrl))),
+            "done": Out(stream.Signature(data.StructLayout({"error": 1}))),
+            "ext": Out(stream.Signature(ext_layout(ctrl))),
+            "ext_data": In(stream.Signature(data.StructLayout({"data": ctrl.data_bits}),
+                                            always_ready=True)),
+            "table": In(stream.Signature(gemv_table_layout(dxt, ctrl.space.gemvs),
+                                         always_ready=True)),
+            "wmem": sig["wmem"],
+            "ppu": sig["ppu"],
+            "identity": In(index_bits(ctrl.space.gemvs)),
+            "score_entry": In(cmd["entry"]),
+            "pv_entry": In(cmd["entry"]),
+            "score_scale": In(32),
+            "position": In(cmd["tokens"]),
+            "restart": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dxt = dxt = self.dxt
+        cfg, ctrl = self.dxt_cfg, self.ctrl
+        tables = Array(Signal(gemv_table_layout(cfg, ctrl.space.gemvs), name=f"gemv{i}")
+                       for i in range(ctrl.space.gemvs))
+        with m.If(self.table.valid):
+            m.d.sync += tables[self.table.payload.index].eq(self.table.payload)
+        wiring.connect(m, wiring.flipped(self.wmem), dxt.wmem)
+        io = _Io(m, self, dxt)
+        self._sequence(m, dxt, tables, io)
+        return m
+
+    def _sequence(self, m, dxt, tables, io):
+        """The instruction's DXT commands, one at a time (module notes)."""
+        cfg, lanes = self.dxt_cfg, self.ctrl.lanes
+        shift = index_bits(lanes) if lanes > 1 else 0
+        insn, value = Signal.like(self.insn.payload.insn), Signal(32)
+        op = insn.op
+        rows = cfg.head_dim // lanes                  # rr rows of one head
+        tokens = Signal.like(self.position, name="tokens")
+        index = Signal(range(max(cfg.heads, cfg.kv_groups) + 1))
+        vac = Signal(range(cfg.vacs + 1))
+        error = Signal()
+        cmd = dxt.cmd.payload
+        gemv = tables[insn.table]
+        ident = tables[self.identity]
+
+        def is_op(*names):
+            return Cat(*(op == OPCODES.index(n) for n in names)).any()
+        with m.If(self.restart):
+            m.d.sync += tokens.eq(self.position)
+        rc_bits = rc_layout(cfg.vac_config())
+        rc = data.View(rc_bits, value[:rc_bits.size])
+        m.d.comb += self.done.payload.error.eq(error)
+        with m.FSM(name="side"):
+            with m.State("Idle"):
+                m.d.comb += self.insn.ready.eq(1)
+                wiring.connect(m, wiring.flipped(self.ppu), dxt.ppu)
+                with m.If(self.insn.valid):
+                    m.d.sync += [insn.eq(self.insn.payload.insn), value.eq(self.insn.payload.value),
+                                 index.eq(0), vac.eq(0), error.eq(0)]
+                    m.next = "Dispatch"
+            with m.State("Dispatch"):
+                with m.If(is_op("gemv", "gemv_norm")):
+                    m.next = "Gemv"
+                with m.Elif(is_op("kv_append")):
+                    m.next = "Key"
+                with m.Else():
+                    m.next = "Score"
+            with m.State("Gemv"):
+                m.d.comb += [dxt.cmd.valid.eq(1),
+                             cmd.op.eq(Mux(is_op("gemv_norm"), OPS.index("rmsnorm"),
+                                           OPS.index("gemv"))),
+                             cmd.dest.eq(DESTS.index("out")), cmd.outputs.eq(gemv.outputs),
+                             cmd.chunks.eq(gemv.chunks), cmd.row.eq(gemv.row),
+                             cmd.entry.eq(gemv.entry), cmd.inv_k.eq(gemv.inv_k),
+                             cmd.eps.eq(value)]
+                with m.If(dxt.cmd.ready):
+                    m.d.sync += io.start((insn.a >> shift), gemv.chunks, insn.dst, True)
+                    m.next = "Last"
+            for name, dest, base in (("Key", "key", insn.a), ("Value", "value", insn.b)):
+                with m.State(name):
+                    m.d.comb += [dxt.cmd.valid.eq(1), cmd.op.eq(OPS.index("gemv")),
+                                 cmd.dest.eq(DESTS.index(dest)), cmd.outputs.eq(cfg.head_dim),
+                                 cmd.chunks.eq(ident.chunks), cmd.row.eq(ident.row),
+                                 cmd.entry.eq(ident.entry), cmd.head.eq(index),
+                                 cmd.tokens.eq(tokens)]
+                    with m.If(dxt.cmd.ready):
+                        m.d.sync += io.start((base >> shift) + index * rows, rows, 0, False)
+                        m.next = f"{name}Wait"
+                with m.State(f"{name}Wait"):
+                    with m.If(io.resp):
+                        m.d.sync += error.eq(error | io.error)
+                        if dest == "key":
+                            m.next = "Value"
+                        else:
+                            m.d.sync += index.eq(index + 1)
+                            with m.If(index == cfg.kv_groups - 1):
+                                m.d.sync += tokens.eq(tokens + 1)
+                                m.next = "Done"
+                            with m.Else():
+                                m.next = "Key"
+            with m.State("Score"):
+                m.d.comb += [dxt.ppu.valid.eq(1), dxt.ppu.payload.vac.eq(vac),
+                             dxt.ppu.payload.addr.eq(self.score_entry),
+                             dxt.ppu.payload.m.eq(rc.m), dxt.ppu.payload.shift.eq(rc.shift)]
+                with m.If(dxt.ppu.ready):
+                    m.d.sync += vac.eq(vac + 1)
+                    with m.If(vac == cfg.vacs - 1):
+                        m.next = "Qk"
+            with m.State("Qk"):
+                m.d.comb += [dxt.cmd.valid.eq(1), cmd.op.eq(OPS.index("qk")), cmd.head.eq(index),
+                             cmd.tokens.eq(tokens), cmd.entry.eq(self.score_entry)]
+                with m.If(dxt.cmd.ready):
+                    m.d.sync += io.start((insn.a >> shift) + index * rows, rows, 0, False)
+                    m.next = "QkWait"
+            with m.State("QkWait"):
+                with m.If(io.resp):
+                    m.d.sync += error.eq(error | io.error)
+                    m.next = "Pv"
+            with m.State("Pv"):
+                m.d.comb += [dxt.cmd.valid.eq(1), cmd.op.eq(OPS.index("pv")), cmd.head.eq(index),
+                             cmd.tokens.eq(tokens), cmd.entry.eq(self.pv_entry),
+                             cmd.scale.eq(self.score_scale)]
+                with m.If(dxt.cmd.ready):
+                    m.d.sync += io.start(0, 0, insn.dst + index * cfg.head_dim, True)
+                    m.next = "PvWait"
+            with m.State("PvWait"):
+                with m.If(io.resp):
+                    m.d.sync += [error.eq(error | io.error), index.eq(index + 1)]
+                    m.next = "PvNext"
+            with m.State("PvNext"):
+                with m.If(index == cfg.heads):
+                    m.next = "Done"
+                with m.Else():
+                    m.next = "Qk"
+            with m.State("Last"):
+                with m.If(io.resp):
+                    m.d.sync += error.eq(io.error)
+                    m.next = "Done"
+            with m.State("Done"):
+                m.d.comb += self.done.valid.eq(1)
+                with m.If(self.done.ready):
+                    m.next = "Idle"
+
+
+class _Io:
+    """A command's operands on ``ext``: chunk reads from an rr row on (through a small queue to
+    the DXT's ``x``, credits for the reads in flight) and its GBUS words written as parts of rr
+    rows from a byte address, or dropped; ``resp`` taken when it comes (``resp``, ``error``)."""
+
+    def __init__(self, m, side: DxtSide, dxt: Dxt):
+        lanes, ctrl = side.ctrl.lanes, side.ctrl
+        rows = max(ctrl.rows(s) for s in Store)
+        self.row = Signal(index_bits(rows), name="chunk_row")
+        self.left = Signal(index_bits(dxt.cfg.chunks + 1), name="chunks_left")
+        self.dst = Signal(index_bits(ctrl.space.rr_bytes + 1), name="result_byte")
+        self.keep = Signal(name="write_results")
+        m.submodules.chunks = fifo = SyncFIFO(width=CODE_BITS * lanes, depth=_CHUNKS)
+        pending = Signal(range(_CHUNKS + 1))
+        ext, word = side.ext, dxt.o
+        # Results first (the DXT's GBUS never waits on a chunk), then a chunk read with a place.
+        write = word.valid & self.keep
+        read = ~write & (self.left != 0) & (pending < _CHUNKS)
+        lg = index_bits(lanes)
+        offset = self.dst[:lg]                        # the word's first byte in its row
+        shift = offset * CODE_BITS
+        m.d.comb += [
+            ext.valid.eq(write | read),
+            ext.payload.store.eq(Store.RR),
+            ext.payload.write.eq(write),
+            ext.payload.row.eq(Mux(write, self.dst >> lg, self.row)),
+            ext.payload.data.eq(word.payload.data.as_value() << shift),
+            ext.payload.mask.eq(word.payload.keep << offset),
+            word.ready.eq(Mux(self.keep, ext.ready, 1)),
+            fifo.w_data.eq(side.ext_data.payload.data),
+            dxt.x.valid.eq(fifo.r_rdy), dxt.x.payload.data.as_value().eq(fifo.r_data),
+            fifo.r_en.eq(dxt.x.ready),
+        ]
+        issued = read & ext.ready
+        popped = fifo.r_rdy & dxt.x.ready
+        # ext_data answers whoever read: only the rows this side asked for go to the queue.
+        asked = Signal(name="chunk_asked")
+        m.d.sync += asked.eq(issued)
+        m.d.comb += fifo.w_en.eq(side.ext_data.valid & asked)
+        m.d.sync += pending.eq(pending + issued - popped)
+        with m.If(issued):
+            m.d.sync += [self.row.eq(self.row + 1), self.left.eq(self.left - 1)]
+        with m.If(write & ext.ready):
+            m.d.sync += self.dst.eq(self.dst + GBUS_BYTES)
+        self.resp, self.error = dxt.resp.valid, dxt.resp.payload.error
+        m.d.comb += dxt.resp.ready.eq(1)
+
+    def start(self, row, count, dst, keep) -> list:
+        """Statements that start a command's operands: ``count`` chunks from rr row ``row``,
+        results from byte ``dst`` (``keep``) or dropped."""
+        return [self.row.eq(row), self.left.eq(count), self.dst.eq(dst), self.keep.eq(keep)]
