@@ -17,8 +17,8 @@ from golden import rdxe as golden
 from golden.arith.float import from_float
 from golden.rdxe import assemble as A
 from hdl.arith.format import FP32
-from hdl.rdxe.ctrl import CtrlConfig, DxeController, Store, ext_layout
-from hdl.rdxe.dxtside import DxtSide
+from hdl.rdxe.ctrl import CtrlConfig, DxeController, Store, ext_layout, run_cycles
+from hdl.rdxe.dxtside import DxtSide, instruction_cycles
 from hdl.rdxe.isa import OPCODES, ProgramSpace, instruction_layout
 from hdl.rdxe.spec import DxtConfig
 from tests.dxe_bench import DxeBench, golden_images
@@ -136,9 +136,33 @@ async def _loaded(ctx, top, layer, position: int = 0) -> DxeBench:
     return bench
 
 
+def _model_cycles(asm, flat, tokens: int) -> int:
+    """The run's cycles by the controller's model, each DXT instruction's by the DXT side's with
+    its commands timed by the DXT's model (``tokens`` in the cache after the append)."""
+    dxt = []
+    for word in asm.words:
+        f = instruction_layout(SPACE).from_bits(word)
+        op = OPCODES[f.op]
+        if op in ("gemv", "gemv_norm"):
+            M, K = flat.gemvs[f.table][0].shape
+            kind = "gemv" if op == "gemv" else "rmsnorm"
+            commands = [(golden.command_cycles(kind, M, K, DXT), True)]
+        elif op == "kv_append":
+            one = golden.command_cycles("gemv", HEAD_DIM, HEAD_DIM, DXT)
+            commands = [(one, True)] * (2 * DXT.kv_groups)
+        elif op == "attend":
+            commands = [(golden.command_cycles("qk", tokens, 0, DXT), True),
+                        (golden.command_cycles("pv", tokens, 0, DXT), False)] * DXT.heads
+        else:
+            continue
+        dxt.append(instruction_cycles(DXT, op, commands))
+    return run_cycles(CFG, asm.words, dxt)
+
+
 def test_the_reduced_layer_runs_on_the_dxt(layer):
     """Two tokens of the reduced layer, the DXT ops on the DXT: the TB and rr-SRAM equal the
-    golden's after each token, and the run ends without an error."""
+    golden's after each token, the run ends without an error, and its cycles equal the
+    controller's model with the DXT side's and the DXT's."""
     _, asm, flat = layer
     top = shared(_Dxe)
     inputs = tokens(2)
@@ -148,9 +172,15 @@ def test_the_reduced_layer_runs_on_the_dxt(layer):
     async def bench(ctx):
         b = await _loaded(ctx, top, layer)
         for token in inputs:
-            start = b.cycles
-            assert await b.run(token) == (len(asm.words), 0)
-            cycles = b.cycles - start
+            taken = await b.start(token)
+            ctx.set(top.ctrl.done.ready, 1)
+            while not ctx.get(top.ctrl.done.valid):
+                await b.tick()
+            cycles = b.cycles - taken
+            assert (ctx.get(top.ctrl.done.payload.pc), ctx.get(top.ctrl.done.payload.error)) \
+                == (len(asm.words), 0)
+            await b.tick()
+            ctx.set(top.ctrl.done.ready, 0)
             got.append((await b.image(Store.TB, SPACE.tb_words, 32),
                         await b.image(Store.RR, SPACE.rr_bytes, 8), cycles))
     simulate(top, bench)
@@ -158,7 +188,8 @@ def test_the_reduced_layer_runs_on_the_dxt(layer):
         for what, have, need in (("TB", tb, want_tb), ("rr", rr, want_rr)):
             assert np.array_equal(have, need), \
                 f"token {t}: {what} differs at {np.flatnonzero(have != need)}"
-        print(f"token {t}: {cycles} cycles from the inputs' write to done")
+        assert cycles == _model_cycles(asm, flat, t + 1), f"token {t}"
+        print(f"token {t}: {cycles} cycles from run taken to done")
 
 
 def test_a_refused_kv_append_ends_the_run(layer):
@@ -187,3 +218,6 @@ def test_parameters_are_checked():
         DxtSide(3, DXT)
     with pytest.raises(TypeError, match="DXT"):
         DxtSide(CFG, 3)
+    with pytest.raises(ValueError, match="^command kind must be one of gemv, rmsnorm, qk, pv, "
+                                         "not 'dot'$"):
+        golden.command_cycles("dot", 1, 1, DXT)

@@ -539,16 +539,7 @@ def model_cycles(cfg, kind, mode, a, b) -> int:
     """Cycles from an operation's command taken to its response, by ``golden.rdxe``'s cycle
     model, for an operation that waits for nothing: the command's decode register, the
     sequencer's accept, ``lead`` to cycle 0, ``done``, the response queue."""
-    lat = golden.Latency.of(cfg)
-    if kind == "gemv":
-        c = golden.gemv_cycles(a, b, cfg, lat)
-    elif kind == "rmsnorm":
-        c = golden.rmsnorm_gemv_cycles(a, b, cfg, mode=mode, lat=lat)
-    elif kind == "qk":
-        c = golden.qk_cycles(a, cfg, lat)
-    else:
-        c = golden.softmax_pv_cycles(a, cfg, mode=mode, lat=lat)
-    return lat.decode + lat.accept + lat.lead + c.done - 1 + lat.response
+    return golden.command_cycles(kind, a, b, cfg, mode=mode)
 
 
 @cocotb.test()

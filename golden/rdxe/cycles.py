@@ -19,7 +19,8 @@ from .params import GBUS_BYTES, MAX_TOKENS, DxtConfig, _layout, _mode, _params, 
 
 __all__ = [
     "Latency", "Cycles", "ReadCycles", "gemv_cycles", "rmsnorm_gemv_cycles", "qk_cycles",
-    "softmax_pv_cycles", "kv_read_cycles", "kv_write_cycles", "layout_cycles",
+    "softmax_pv_cycles", "command_cycles", "kv_read_cycles", "kv_write_cycles",
+    "layout_cycles",
 ]
 
 
@@ -352,6 +353,25 @@ class ReadCycles:
     reads: np.ndarray
     cycles: int
     utilization: float
+
+
+def command_cycles(kind: str, a: int, b: int, params: DxtConfig, *, mode: str = "fused") -> int:
+    """Cycles from a DXT command taken to its response, for a command that waits for nothing and
+    whose chunks come at full rate: the command's decode register, the sequencer's accept,
+    ``lead`` to cycle 0, ``done``, the response queue. ``kind`` is ``gemv`` or ``rmsnorm``
+    (``a`` outputs, ``b`` inputs), ``qk`` or ``pv`` (``a`` tokens)."""
+    lat = Latency.of(params)
+    if kind == "gemv":
+        c = gemv_cycles(a, b, params, lat)
+    elif kind == "rmsnorm":
+        c = rmsnorm_gemv_cycles(a, b, params, mode=mode, lat=lat)
+    elif kind == "qk":
+        c = qk_cycles(a, params, lat)
+    elif kind == "pv":
+        c = softmax_pv_cycles(a, params, mode=mode, lat=lat)
+    else:
+        raise ValueError(f"command kind must be one of gemv, rmsnorm, qk, pv, not {kind!r}")
+    return lat.decode + lat.accept + lat.lead + c.done - 1 + lat.response
 
 
 def kv_read_cycles(tokens: int, op: str, params: DxtConfig, layout: str = "iwur"

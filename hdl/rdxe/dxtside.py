@@ -32,7 +32,7 @@ from .isa import OPCODES
 from .spec import (CODE_BITS, DESTS, GBUS_BYTES, OPS, DxtConfig, check_config, command_layout,
                    rc_layout)
 
-__all__ = ["DxtSide", "gemv_table_layout"]
+__all__ = ["DxtSide", "gemv_table_layout", "instruction_cycles"]
 
 #: Chunk reads in flight or waiting for the DXT.
 _CHUNKS = 4
@@ -45,6 +45,23 @@ def gemv_table_layout(dxt: DxtConfig, tables: int) -> data.StructLayout:
     return data.StructLayout({"index": index_bits(tables), "row": cmd["row"],
                               "entry": cmd["entry"], "outputs": cmd["outputs"],
                               "chunks": cmd["chunks"], "inv_k": 32})
+
+
+#: Cycles of an instruction besides its commands: the ``dxt`` handshake, the dispatch, ``done``.
+_OVERHEAD = 3
+
+
+def instruction_cycles(cfg: DxtConfig, op: str, commands) -> int:
+    """Cycles of one DXT instruction ``op`` (an opcode name) from ``dxt.valid`` rising to
+    ``dxt_done`` taken, the controller's ``dxt_cycles``
+    (:func:`hdl.rdxe.ctrl.instruction_cycles`). ``commands``: the DXT commands it runs, in order,
+    as ``(cycles, chunked)``: cycles from the command taken to its response (the DXT's model,
+    ``golden.rdxe.command_cycles``), and whether it reads chunks (its first chunk comes a cycle
+    later than the DXT's model has it: the read on ``ext``). Each command adds a cycle for the
+    state that sees its response; an attention adds the score entry's writes, one a VAC, and a
+    cycle a head."""
+    extra = cfg.vacs + cfg.heads if op == "attend" else 0
+    return _OVERHEAD + extra + sum(c + 1 + bool(chunked) for c, chunked in commands)
 
 
 class DxtSide(wiring.Component):
