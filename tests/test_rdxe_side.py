@@ -1,23 +1,21 @@
-"""The DXE's layer program on RTL end to end (hdl/rdxe/ctrl.py and hdl/rdxe/dxtside.py with a
-DXT): the reduced Llama layer (tests/rdxe_layer.py), every operation in Amaranth's simulator,
+"""The DXE's layer program on RTL end to end (hdl/rdxe/dxe.py: the controller and the DXT side
+with a DXT): the reduced Llama layer (tests/rdxe_layer.py), every operation in Amaranth's simulator,
 the host only loading the layer's tables and the token's inputs; after each token the whole token
 buffer and rr-SRAM equal :func:`golden.rdxe.assemble.run_words`' bit for bit."""
 
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from amaranth import Module
-from amaranth.lib import stream, wiring
 
 from golden import rdxe as golden
 from golden.arith.float import from_float
 from golden.rdxe import assemble as A
 from hdl.arith.format import FP32
-from hdl.rdxe.ctrl import CtrlConfig, DxeController, Store, ext_layout, run_cycles
+from hdl.rdxe.ctrl import CtrlConfig, Store, run_cycles
+from hdl.rdxe.dxe import Dxe
 from hdl.rdxe.dxtside import DxtSide, instruction_cycles
 from hdl.rdxe.isa import OPCODES, ProgramSpace, instruction_layout
 from hdl.rdxe.spec import DxtConfig
@@ -33,31 +31,6 @@ CFG = CtrlConfig(SPACE, lanes=LANES, head_dim=HEAD_DIM, program_words=64)
 #: GEMV and the identity at once, PPU entries for them, the score entry and P.V's.
 DXT = DxtConfig(lanes=LANES, vacs=4, head_dim=HEAD_DIM, group_size=2, kv_groups=1,
                 wmem_depth=256, ppu_depth=64, kv_rows=64, max_inputs=64)
-
-
-class _Dxe(wiring.Component):
-    """The controller and the DXT side joined; the host's ``ext`` requests go to the controller
-    when the DXT side has none."""
-
-    def __init__(self):
-        self.ctrl, self.side = DxeController(CFG), DxtSide(CFG, DXT)
-        super().__init__({"host": wiring.In(stream.Signature(ext_layout(CFG)))})
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.ctrl, m.submodules.side = ctrl, side = self.ctrl, self.side
-        wiring.connect(m, ctrl.dxt, side.insn)
-        wiring.connect(m, side.done, ctrl.dxt_done)
-        m.d.comb += [side.ext_data.valid.eq(ctrl.ext_data.valid),
-                     side.ext_data.payload.eq(ctrl.ext_data.payload)]
-        with m.If(side.ext.valid):
-            m.d.comb += [ctrl.ext.valid.eq(1), ctrl.ext.payload.eq(side.ext.payload),
-                         side.ext.ready.eq(ctrl.ext.ready)]
-        with m.Else():
-            m.d.comb += [ctrl.ext.valid.eq(self.host.valid),
-                         ctrl.ext.payload.eq(self.host.payload),
-                         self.host.ready.eq(ctrl.ext.ready)]
-        return m
 
 
 def _tables(tables, asm):
@@ -115,7 +88,7 @@ async def _loaded(ctx, top, layer, position: int = 0) -> DxeBench:
     append is token ``position``. Return the host's bench."""
     tables, asm, flat = layer
     wmem, ppu, table, fixed = _tables(tables, asm)
-    side = top.side
+    side = top
     for name, value in {**fixed, "position": position}.items():
         ctx.set(getattr(side, name), value)
     ctx.set(side.restart, 1)
@@ -129,9 +102,7 @@ async def _loaded(ctx, top, layer, position: int = 0) -> DxeBench:
     ctx.set(side.table.valid, 0)
     await _send(ctx, side.wmem, wmem)
     await _send(ctx, side.ppu, ppu)
-    port = SimpleNamespace(ext=top.host, ext_data=top.ctrl.ext_data, run=top.ctrl.run,
-                           done=top.ctrl.done, dxt=top.ctrl.dxt, cfg=CFG)
-    bench = DxeBench(ctx, port, asm, flat, random.Random(2))
+    bench = DxeBench(ctx, top, asm, flat, random.Random(2))
     await bench.load()
     return bench
 
@@ -164,7 +135,7 @@ def test_the_reduced_layer_runs_on_the_dxt(layer):
     golden's after each token, the run ends without an error, and its cycles equal the
     controller's model with the DXT side's and the DXT's."""
     _, asm, flat = layer
-    top = shared(_Dxe)
+    top = shared(Dxe, CFG, DXT)
     inputs = tokens(2)
     want = golden_images(asm, flat, inputs)
     got = []
@@ -173,14 +144,14 @@ def test_the_reduced_layer_runs_on_the_dxt(layer):
         b = await _loaded(ctx, top, layer)
         for token in inputs:
             taken = await b.start(token)
-            ctx.set(top.ctrl.done.ready, 1)
-            while not ctx.get(top.ctrl.done.valid):
+            ctx.set(top.done.ready, 1)
+            while not ctx.get(top.done.valid):
                 await b.tick()
             cycles = b.cycles - taken
-            assert (ctx.get(top.ctrl.done.payload.pc), ctx.get(top.ctrl.done.payload.error)) \
+            assert (ctx.get(top.done.payload.pc), ctx.get(top.done.payload.error)) \
                 == (len(asm.words), 0)
             await b.tick()
-            ctx.set(top.ctrl.done.ready, 0)
+            ctx.set(top.done.ready, 0)
             got.append((await b.image(Store.TB, SPACE.tb_words, 32),
                         await b.image(Store.RR, SPACE.rr_bytes, 8), cycles))
     simulate(top, bench)
@@ -196,7 +167,7 @@ def test_a_refused_kv_append_ends_the_run(layer):
     """A token at the KV cache's capacity: the DXT refuses its key, the DXT side answers with an
     error and the run ends at the KV append."""
     _, asm, _ = layer
-    top = shared(_Dxe)
+    top = shared(Dxe, CFG, DXT)
     append = next(pc for pc, w in enumerate(asm.words)
                   if OPCODES[instruction_layout(SPACE).from_bits(w).op] == "kv_append")
     seen = {}

@@ -1,10 +1,14 @@
 """rDXE decoder execution tile (issue 5): the vector-accumulate core (VAC) with its PPU, RCU and
 KV cache, the credit-keeping HLINK source, the vector engine (VE) of VRC and the DXT that
 assembles them from its sub-components (sequencer, token buffer, chunk feed, gatherer, KV
-writer). The golden model is ``golden/rdxe/`` (docs/rdxe_models.md)."""
+writer); the DXE's layer controller, DXT side and the two joined (docs/rdxe.md section 14).
+The golden model is ``golden/rdxe/`` (docs/rdxe_models.md)."""
 
 from .chunks import ChunkFeed, TokenBuffer
+from .ctrl import CtrlConfig, DxeController
+from .dxe import Dxe
 from .dxt import Dxt
+from .dxtside import DxtSide
 from .gbus import Gatherer, KvWriter
 from .gppu import Gppu, GppuOp
 from .quant import Quantizer
@@ -19,7 +23,7 @@ from .ve import Activations, Normalizer, RcUnit
 __all__ = ["VacConfig", "VeConfig", "DxtConfig", "KVGeometry", "Vac", "HlinkSource", "VacRing",
            "RcUnit", "Activations", "Normalizer", "Dxt", "Sequencer", "TokenBuffer", "ChunkFeed",
            "Gatherer", "KvWriter", "Gppu", "GppuOp", "Quantizer", "ScalarUnit", "ScalarOp",
-           "MAX_VACS", "GBUS_BYTES",
+           "CtrlConfig", "DxeController", "DxtSide", "Dxe", "MAX_VACS", "GBUS_BYTES",
            "OPS", "DESTS",
            "hlink_layout", "rc_layout", "wmem_layout", "ppu_layout", "kv_layout",
            "result_layout", "command_layout", "word_layout", "response_layout"]
