@@ -104,7 +104,7 @@ FIGURES = {
     "29.7K LUTs": _docs("inflash.md", "29.7K LUTs"),
     "102.0 MHz": _docs("inflash.md", "102.0 MHz"),
     "37.4K LUTs": _docs("flowkv.md", "37.4K LUTs"),
-    "69.8 MHz": _docs("flowkv.md", "69.8 MHz"),
+    "88.2 MHz": _docs("flowkv.md", "88.2 MHz"),
     "32 Mibit": _limit("storage_bits", "32 Mibit"),
     "33,554,432 bits": _limit("storage_bits", "33,554,432 bits"),
     "4,096 multipliers": _limit("multipliers", "4,096 multipliers"),
