@@ -24,7 +24,7 @@ from typing import Mapping, Sequence
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
-__all__ = ["run_streams", "simulate", "shared"]
+__all__ = ["run_streams", "simulate", "shared", "set_payload"]
 
 #: component -> (its Simulator, the slot holding the testbench of the current run).
 _SIMULATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -67,10 +67,12 @@ def simulate(component, bench, *, period: float = 1e-8) -> None:
         raise
 
 
-def _set(ctx, view, value):
+def set_payload(ctx, view, value):
+    """Set ``view`` (a payload or a field of it) to ``value``: a dict of fields, a list for an
+    array field, or an integer."""
     if isinstance(value, Mapping):
         for name, item in value.items():
-            _set(ctx, view[name], item)
+            set_payload(ctx, view[name], item)
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             ctx.set(view[index], int(item))
@@ -124,7 +126,7 @@ def run_streams(component, inputs: Mapping[str, Sequence], outputs: Mapping[str,
                 offer = sent[name] < len(items) and rng.random() >= idle
                 ctx.set(port.valid, int(offer))
                 if offer:
-                    _set(ctx, port.payload, items[sent[name]])
+                    set_payload(ctx, port.payload, items[sent[name]])
             for name in outputs:
                 ctx.set(getattr(component, name).ready, int(rng.random() >= stall))
             if watch is not None:

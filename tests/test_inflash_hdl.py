@@ -33,7 +33,7 @@ from hdl.inflash.writer import KVWriter
 from memwall import registry
 from memwall.params import ParameterError
 
-from .stream_sim import _get, _set, run_streams, shared, simulate
+from .stream_sim import _get, set_payload, run_streams, shared, simulate
 
 GEOMETRY = dict(page_bytes=64, transfer_bytes=4, fmacs=2, pages_per_block=8, blocks=8)
 MAX = dict(max_rows=64, max_cols=64, group_size=16)
@@ -652,13 +652,13 @@ def _run_on_plane(dut, plane: PlaneModel, inputs: dict, outputs: dict, *, port="
                          and rng.random() >= idle)
                 ctx.set(port_.valid, int(offer))
                 if offer:
-                    _set(ctx, port_.payload, items[sent[name]])
+                    set_payload(ctx, port_.payload, items[sent[name]])
                 offers[name] = offer
             ready, word = plane.outputs()
             ctx.set(getattr(dut, port).ready, int(ready))
             ctx.set(dut.rd_data.valid, int(word is not None))
             if word is not None:
-                _set(ctx, dut.rd_data.payload, {"data": [word[f"data.{j}"] for j in range(W)],
+                set_payload(ctx, dut.rd_data.payload, {"data": [word[f"data.{j}"] for j in range(W)],
                                                 "last": word["last"]})
             loading = port == "fl_cmd" and plane.program_ready
             if port == "fl_cmd":

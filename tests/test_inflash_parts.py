@@ -30,7 +30,7 @@ from hdl.inflash.results import ResultPath
 from hdl.inflash.setup import CommandSetup, Path
 from hdl.inflash.xbuffer import XBuffer
 
-from .stream_sim import _get, _set
+from .stream_sim import _get, set_payload
 
 GEOMETRY = dict(page_bytes=64, transfer_bytes=4, fmacs=2, pages_per_block=8, blocks=8)
 MAX = dict(max_rows=64, max_cols=64, group_size=16)
@@ -66,7 +66,7 @@ def _setup_once(cfg: PEConfig, cmd: dict, *, drained_after: int = 0, busy_until:
         ctx.set(dut.idle, 1)
         ctx.set(dut.can_refuse, 1)
         ctx.set(dut.job.ready, 1)
-        _set(ctx, dut.cmd.payload, cmd)
+        set_payload(ctx, dut.cmd.payload, cmd)
         ctx.set(dut.cmd.valid, 1)
         taken = None
         for cycle in range(4000):
@@ -187,7 +187,7 @@ def test_setup_takes_a_command_only_while_idle():
     dut = CommandSetup(_cfg())
 
     async def bench(ctx):
-        _set(ctx, dut.cmd.payload, _gemv_cmd(Mode.FP16, 1, 1))
+        set_payload(ctx, dut.cmd.payload, _gemv_cmd(Mode.FP16, 1, 1))
         ctx.set(dut.cmd.valid, 1)
         for _ in range(5):
             assert not ctx.get(dut.cmd.ready)
@@ -208,7 +208,7 @@ def _reader_run(cfg: PEConfig, plan: dict, start: str, n_reads: int, *, seed: in
     reads = []
 
     async def bench(ctx):
-        _set(ctx, dut.plan, plan)
+        set_payload(ctx, dut.plan, plan)
         ctx.set(getattr(dut, start), 1)
         await ctx.tick()
         ctx.set(getattr(dut, start), 0)
@@ -279,7 +279,7 @@ def test_reader_cuts_the_last_word_of_a_read(W, size):
     got = []
 
     async def bench(ctx):
-        _set(ctx, dut.plan, {"size": size, "page": 0})
+        set_payload(ctx, dut.plan, {"size": size, "page": 0})
         ctx.set(dut.gemv_start, 1)
         await ctx.tick()
         ctx.set(dut.gemv_start, 0)
@@ -289,7 +289,7 @@ def test_reader_cuts_the_last_word_of_a_read(W, size):
             offer = sent < len(words) and rng.random() < 0.7
             ctx.set(dut.rd_data.valid, offer)
             if offer:
-                _set(ctx, dut.rd_data.payload, {k: words[sent][k] for k in ("data", "last")})
+                set_payload(ctx, dut.rd_data.payload, {k: words[sent][k] for k in ("data", "last")})
             ctx.set(dut.words.ready, rng.random() < 0.7)
             taken_read = ctx.get(dut.rd_cmd.valid) and ctx.get(dut.rd_cmd.ready)
             if ctx.get(dut.words.valid) and ctx.get(dut.words.ready):
@@ -322,7 +322,7 @@ def test_xbuffer_holds_a_gemv_vector():
     dut = XBuffer(cfg)
 
     async def bench(ctx):
-        _set(ctx, dut.plan, {"op": Op.GEMV, "mode": Mode.FP16, "cols": cols})
+        set_payload(ctx, dut.plan, {"op": Op.GEMV, "mode": Mode.FP16, "cols": cols})
         ctx.set(dut.gemv_start, 1)
         await ctx.tick()
         ctx.set(dut.gemv_start, 0)
@@ -358,7 +358,7 @@ def test_xbuffer_rings_two_tokens_of_p():
     dut = XBuffer(cfg)
 
     async def bench(ctx):
-        _set(ctx, dut.plan, {"op": Op.ATTEND, "mode": Mode.FP16, "x_beats": T * pb, "pb": pb})
+        set_payload(ctx, dut.plan, {"op": Op.ATTEND, "mode": Mode.FP16, "x_beats": T * pb, "pb": pb})
         ctx.set(dut.att_start, 1)
         await ctx.tick()
         ctx.set(dut.att_start, 0)
@@ -400,7 +400,7 @@ def test_xbuffer_sends_w4a16_beats_to_the_lanes():
     got = []
 
     async def bench(ctx):
-        _set(ctx, dut.plan, {"op": Op.GEMV, "mode": Mode.W4A16, "cols": cols})
+        set_payload(ctx, dut.plan, {"op": Op.GEMV, "mode": Mode.W4A16, "cols": cols})
         ctx.set(dut.gemv_start, 1)
         await ctx.tick()
         ctx.set(dut.gemv_start, 0)
@@ -456,7 +456,7 @@ def _run_issuer(cfg, plan, beats, *, x_count=None, x_words=0, can_issue=None, of
     count = x_count or (lambda c: x_words)
 
     async def bench(ctx):
-        _set(ctx, dut.plan, plan)
+        set_payload(ctx, dut.plan, plan)
         ctx.set(dut.drained, 1)
         ctx.set(dut.p_ready, 1)
         start_port = dut.att_start if plan["att"] else dut.gemv_start
@@ -474,7 +474,7 @@ def _run_issuer(cfg, plan, beats, *, x_count=None, x_words=0, can_issue=None, of
             offered = sent < len(beats) and rng.random() < offer
             ctx.set(dut.beats.valid, offered)
             if offered:
-                _set(ctx, dut.beats.payload, beats[sent])
+                set_payload(ctx, dut.beats.payload, beats[sent])
             ctx.set(dut.headers.ready, rng.random() < 0.5)
             o = _get(ctx, dut.o, ["w", "x", "p", "first", "last", "final", "group_end", "k",
                                   "seed"])
@@ -674,7 +674,7 @@ def _drive(dut, items: list[dict], outputs: dict, *, seed: int, gap: float = 0.3
             item = queue.pop(0) if queue and rng.random() >= gap else None
             ctx.set(dut.i.as_value(), 0)
             if item is not None:
-                _set(ctx, dut.i, item)
+                set_payload(ctx, dut.i, item)
                 sent_at.append(cycle)
             for name, fields in outputs.items():
                 port = getattr(dut, name)
@@ -766,7 +766,7 @@ def test_dot_lanes_give_w4a16_group_sums():
             item = xs_items[cycle] if cycle < len(xs_items) else None
             ctx.set(dut.xs.valid, item is not None)
             if item is not None:
-                _set(ctx, dut.xs.payload, item)
+                set_payload(ctx, dut.xs.payload, item)
             if ctx.get(dut.xsum.valid):
                 got_x.append((ctx.get(dut.xsum.payload.value), ctx.get(dut.xsum.payload.end)))
             await ctx.tick()
@@ -811,7 +811,7 @@ def test_epilogue_finishes_w4a16_rows_like_golden():
         ctx.set(dut.restart, 0)
         for item in xsums:
             ctx.set(dut.xsum.valid, 1)
-            _set(ctx, dut.xsum.payload, item)
+            set_payload(ctx, dut.xsum.payload, item)
             await ctx.tick()
         ctx.set(dut.xsum.valid, 0)
         for _ in range(40):                     # the last X is written
@@ -822,8 +822,8 @@ def test_epilogue_finishes_w4a16_rows_like_golden():
             ctx.set(dut.dsum.valid, item is not None)
             ctx.set(dut.headers.valid, 1)
             if item is not None:
-                _set(ctx, dut.dsum.payload, {k: item[k] for k in ("value", "row_end", "final")})
-                _set(ctx, dut.headers.payload, item["header"])
+                set_payload(ctx, dut.dsum.payload, {k: item[k] for k in ("value", "row_end", "final")})
+                set_payload(ctx, dut.headers.payload, item["header"])
                 assert ctx.get(dut.headers.ready)
                 if item["row_end"]:
                     ends.append(cycle)
@@ -870,7 +870,7 @@ def test_accumulators_attend_like_golden(fmt, G, d, T, F):
     got, gaps = [], []
 
     async def bench(ctx):
-        _set(ctx, dut.plan, {"heads": G, "nb": nb, "head_dim": d})
+        set_payload(ctx, dut.plan, {"heads": G, "nb": nb, "head_dim": d})
         ctx.set(dut.drained, 1)
         ctx.set(dut.start, 1)
         await ctx.tick()
@@ -884,7 +884,7 @@ def test_accumulators_attend_like_golden(fmt, G, d, T, F):
             if issued is not None:                  # the issue register
                 t, b, h = order[issued]
                 lanes = [int(c) for c in vc[t, b * F:(b + 1) * F]]
-                _set(ctx, dut.i, {"mac": {mac: 1}, "k": b * G + h, "seed": int(t == 0),
+                set_payload(ctx, dut.i, {"mac": {mac: 1}, "k": b * G + h, "seed": int(t == 0),
                                   "final": int(issued == len(order) - 1),
                                   "p": int(pc[h, t]), "w": _pack(lanes + [0] * (F - len(lanes)))})
             issued = chosen
@@ -946,7 +946,7 @@ def test_result_path_keeps_order_and_credits():
             if out is not None:
                 port = getattr(dut, out[0])
                 ctx.set(port.valid, 1)
-                _set(ctx, port.payload, {"value": out[1], "final": out[2]})
+                set_payload(ctx, port.payload, {"value": out[1], "final": out[2]})
                 outstanding -= 1
             can = ctx.get(dut.can_issue)
             refuse = can and out is None and outstanding == 0 and rng.random() < 0.05

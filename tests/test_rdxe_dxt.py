@@ -25,7 +25,7 @@ from golden.arith.float import from_float
 from hdl.arith.format import FP32
 from hdl.rdxe import DESTS, OPS, Dxt, DxtConfig
 
-from .stream_sim import _set, run_streams, shared, simulate
+from .stream_sim import set_payload, run_streams, shared, simulate
 
 SMALL = dict(lanes=4, vacs=4, wmem_depth=160, ppu_depth=64, kv_rows=64, queue_depth=8,
              head_dim=16, max_inputs=64)
@@ -518,7 +518,7 @@ def _timed(prog: Program):
                 port = getattr(tile, name)
                 ctx.set(port.valid, int(sent[name] < len(items)))
                 if sent[name] < len(items):
-                    _set(ctx, port.payload, items[sent[name]])
+                    set_payload(ctx, port.payload, items[sent[name]])
             taken = {n: sent[n] < len(inputs[n]) and ctx.get(getattr(tile, n).ready)
                      for n in inputs}
             for name, signal in (("start", dxt.start), ("gbus", dxt.gbus),

@@ -19,7 +19,7 @@ from hdl.rdxe.chunks import READ_LATENCY, ChunkFeed, TokenBuffer
 from hdl.rdxe.gbus import Gatherer, KvWriter
 from hdl.rdxe.sequencer import SCORE, Sequencer
 
-from .stream_sim import _get, _set
+from .stream_sim import _get, set_payload
 
 SMALL = dict(lanes=4, vacs=4, wmem_depth=160, ppu_depth=64, kv_rows=64, queue_depth=8,
              head_dim=16, max_inputs=64)
@@ -74,7 +74,7 @@ def test_kv_writer_places_every_byte_where_golden_does(geometry):
             ctx.set(dut.i.valid, item is not None)
             if item is not None:
                 kind, t, g, vector, w = queue.popleft()
-                _set(ctx, dut.i.payload, {"value": kind == "v", "word": w, "token": t,
+                set_payload(ctx, dut.i.payload, {"value": kind == "v", "word": w, "token": t,
                                           "group": g, "keep": 0b1111,
                                           "data": vector[4 * w:4 * w + 4].tolist()})
             for v, port in enumerate(dut.kv):
@@ -145,7 +145,7 @@ def test_gatherer_words_in_order_under_back_pressure():
                 break
             ctx.set(dut.ops.valid, bool(pending))
             if pending:
-                _set(ctx, dut.ops.payload, pending[0])
+                set_payload(ctx, dut.ops.payload, pending[0])
             offers = []
             for v, port in enumerate(dut.results):
                 offer = bool(queues[v]) and rng.random() < 0.6
@@ -193,7 +193,7 @@ def test_token_buffer_stores_reads_and_normalizes_in_place():
 
     async def read(ctx, half, j):
         ctx.set(dut.read.valid, 1)
-        _set(ctx, dut.read.payload, {"half": half, "j": j})
+        set_payload(ctx, dut.read.payload, {"half": half, "j": j})
         await ctx.tick()
         ctx.set(dut.read.valid, 0)
         for _ in range(READ_LATENCY - 1):
@@ -207,7 +207,7 @@ def test_token_buffer_stores_reads_and_normalizes_in_place():
             for j in range(C):
                 port = dut.act if h else dut.store
                 ctx.set(port.valid, 1)
-                _set(ctx, port.payload, {"half": h, "j": j, "data": rows[h, j].tolist()})
+                set_payload(ctx, port.payload, {"half": h, "j": j, "data": rows[h, j].tolist()})
                 await ctx.tick()
                 ctx.set(port.valid, 0)
         for h, j in ((0, 0), (1, C - 1), (0, C // 2), (1, 1)):
@@ -215,9 +215,9 @@ def test_token_buffer_stores_reads_and_normalizes_in_place():
         # Transparent: the row being written is read in the same cycle.
         fresh = rng.integers(-128, 128, L)
         ctx.set(dut.act.valid, 1)
-        _set(ctx, dut.act.payload, {"half": 1, "j": 2, "data": fresh.tolist()})
+        set_payload(ctx, dut.act.payload, {"half": 1, "j": 2, "data": fresh.tolist()})
         ctx.set(dut.read.valid, 1)
-        _set(ctx, dut.read.payload, {"half": 1, "j": 2})
+        set_payload(ctx, dut.read.payload, {"half": 1, "j": 2})
         await ctx.tick()
         await idle(ctx)
         for _ in range(READ_LATENCY - 1):
@@ -227,7 +227,7 @@ def test_token_buffer_stores_reads_and_normalizes_in_place():
         rows[1, 2] = fresh
         for j in range(C):
             ctx.set(dut.norm.valid, 1)
-            _set(ctx, dut.norm.payload, {"half": 0, "j": j, "m": m, "shift": shift})
+            set_payload(ctx, dut.norm.payload, {"half": 0, "j": j, "m": m, "shift": shift})
             await ctx.tick()
         await idle(ctx)
         for _ in range(dut.norm_latency):
@@ -272,7 +272,7 @@ def test_chunk_feed_order_credits_and_tap(latency, ready_p):
             landing = line.popleft()
             ctx.set(dut.i.valid, landing is not None)
             if landing is not None:
-                _set(ctx, dut.i.payload, landing)
+                set_payload(ctx, dut.i.payload, landing)
             ctx.set(dut.hlink.ready, rng.random() < ready_p)
             await ctx.delay(1e-9)
             if ctx.get(dut.hlink.valid) and ctx.get(dut.hlink.ready):
@@ -381,10 +381,10 @@ def _run_sequencer(cfg, cmds, chunks, *, latency=6, seed=0, settle=5, factor_del
             assert cycle < 4000, f"stopped at cycle {cycle}: {len(got['req'])} requests"
             ctx.set(dut.cmd.valid, n_cmd < len(cmds))
             if n_cmd < len(cmds):
-                _set(ctx, dut.cmd.payload, cmds[n_cmd])
+                set_payload(ctx, dut.cmd.payload, cmds[n_cmd])
             offer_x = n_x < len(chunks) and rng.random() < 0.7
             ctx.set(dut.x.valid, offer_x)
-            _set(ctx, dut.x.payload, {"data": chunks[n_x] if offer_x else [0] * cfg.lanes})
+            set_payload(ctx, dut.x.payload, {"data": chunks[n_x] if offer_x else [0] * cfg.lanes})
             can_issue = rng.random() < 0.8
             ctx.set(dut.can_issue, can_issue)
             landing = line.popleft()
@@ -396,7 +396,7 @@ def _run_sequencer(cfg, cmds, chunks, *, latency=6, seed=0, settle=5, factor_del
                 ctx.set(signal, name in pulse)
                 if name in pulse:
                     got[name].append(cycle)
-            _set(ctx, dut.rc.payload, {"m": 300000 + cycle, "shift": 20})
+            set_payload(ctx, dut.rc.payload, {"m": 300000 + cycle, "shift": 20})
             ctx.set(dut.ops.ready, rng.random() < 0.5)
             ctx.set(dut.consts.ready, rng.random() < 0.5)
             await ctx.delay(1e-9)

@@ -34,7 +34,7 @@ from hdl.rdxe.ve import Activations, Normalizer, RcUnit
 from hdl.validate import index_bits
 
 from .pipeline_sim import run_pipeline
-from .stream_sim import _set, run_streams
+from .stream_sim import set_payload, run_streams
 
 SMALL = dict(lanes=4, wmem_depth=64, ppu_depth=16, queue_depth=4)
 
@@ -370,7 +370,7 @@ def _drive(plan: Plan, *, idle: float = 0.0, rc_at: int | None = None, seed: int
                 port = getattr(ring, name)
                 ctx.set(port.valid, int(k < len(items)))
                 if k < len(items):
-                    _set(ctx, port.payload, items[k])
+                    set_payload(ctx, port.payload, items[k])
             await ctx.tick()
         for name in ("wmem", "ppu"):
             ctx.set(getattr(ring, name).valid, 0)
@@ -383,11 +383,11 @@ def _drive(plan: Plan, *, idle: float = 0.0, rc_at: int | None = None, seed: int
             offer = sent < len(plan.chunks) and (sent == 0 or rng.random() >= idle)
             ctx.set(ring.i.valid, int(offer))
             if offer:
-                _set(ctx, ring.i.payload, plan.chunks[sent])
+                set_payload(ctx, ring.i.payload, plan.chunks[sent])
                 assert ctx.get(ring.i.ready), f"cycle {cycle}: the source stalled"
             ctx.set(ring.rc.valid, int(rc_at is not None and cycle == rc_at))
             if rc_at is not None and cycle == rc_at:
-                _set(ctx, ring.rc.payload, plan.rc[0])
+                set_payload(ctx, ring.rc.payload, plan.rc[0])
                 assert ctx.get(ring.rc.ready), f"cycle {cycle}: RC factor refused"
             for v in range(N):
                 port = getattr(ring, f"o{v}")
@@ -620,7 +620,7 @@ def _run_rc_unit(cfg: VeConfig, ops, *, idle: float, seed: int):
                     taken = await _step(ctx, cycle, taken)
                     cycle += 1
                 ctx.set(unit.tap.valid, 1)
-                _set(ctx, unit.tap.payload, {"data": [int(v) for v in chunk],
+                set_payload(ctx, unit.tap.payload, {"data": [int(v) for v in chunk],
                                              "first": int(j == 0),
                                              "last": int(j == len(chunks) - 1),
                                              "softmax": int(kind == "softmax"), "seq": seq})
@@ -637,7 +637,7 @@ def _run_rc_unit(cfg: VeConfig, ops, *, idle: float, seed: int):
         # The constants queue: the next RMSNorm operation's, always there.
         if taken < len(consts):
             ctx.set(unit.consts.valid, 1)
-            _set(ctx, unit.consts.payload, {"inv_k": consts[taken][0], "eps": consts[taken][1]})
+            set_payload(ctx, unit.consts.payload, {"inv_k": consts[taken][0], "eps": consts[taken][1]})
         else:
             ctx.set(unit.consts.valid, 0)
         popped = ctx.get(unit.consts.ready) and taken < len(consts)
@@ -729,7 +729,7 @@ def _write_scores(ctx, unit, scores, *, first_word=0):
         keep = (1 << len(part)) - 1
         part += [0] * (4 - len(part))
         ctx.set(unit.scores.valid, 1)
-        _set(ctx, unit.scores.payload, {"word": first_word + w, "data": [int(v) for v in part],
+        set_payload(ctx, unit.scores.payload, {"word": first_word + w, "data": [int(v) for v in part],
                                         "keep": keep, "first": int(w == 0)})
         yield
     ctx.set(unit.scores.valid, 0)
@@ -756,7 +756,7 @@ def test_activations_running_maximum_of_kept_scores():
                 kept = [v for k, v in enumerate(vals) if keep >> k & 1]
                 want = max(kept + [-128 if first else want])
                 ctx.set(unit.scores.valid, 1)
-                _set(ctx, unit.scores.payload, {"word": rng.randrange(16), "data": vals,
+                set_payload(ctx, unit.scores.payload, {"word": rng.randrange(16), "data": vals,
                                                 "keep": keep, "first": int(first)})
             pending.append(want)
             await ctx.tick()
@@ -809,7 +809,7 @@ def test_activations_match_golden(lanes, T, seed):
                 ctx.set(unit.req.valid, 0)
                 await step()
             ctx.set(unit.req.valid, 1)
-            _set(ctx, unit.req.payload, {"row": r, "count": min(lanes, T - r * lanes),
+            set_payload(ctx, unit.req.payload, {"row": r, "count": min(lanes, T - r * lanes),
                                          "scale": int(scale)})
             req_cycles.append(cycle)
             await step()

@@ -21,7 +21,7 @@ from hdl.rdxe.isa import OPCODES, ProgramSpace, instruction_layout
 from hdl.rdxe.spec import DxtConfig
 from tests.dxe_bench import DxeBench, golden_images
 from tests.rdxe_layer import HEAD_DIM, INPUTS, layer_tables, program, tokens
-from tests.stream_sim import shared, simulate
+from tests.stream_sim import set_payload, shared, simulate
 
 LANES = 4
 SPACE = ProgramSpace(tb_words=128, rr_bytes=192, registers=4, const_words=192, gemvs=5,
@@ -64,12 +64,7 @@ def _tables(tables, asm):
 async def _send(ctx, port, items):
     for item in items:
         ctx.set(port.valid, 1)
-        for name, value in item.items():
-            if isinstance(value, list):
-                for i, v in enumerate(value):
-                    ctx.set(port.payload[name][i], v)
-            else:
-                ctx.set(port.payload[name], value)
+        set_payload(ctx, port.payload, item)
         while not ctx.get(port.ready):
             await ctx.tick()
         await ctx.tick()
@@ -96,8 +91,7 @@ async def _loaded(ctx, top, layer, position: int = 0) -> DxeBench:
     ctx.set(side.restart, 0)
     for item in table:
         ctx.set(side.table.valid, 1)
-        for name, value in item.items():
-            ctx.set(side.table.payload[name], value)
+        set_payload(ctx, side.table.payload, item)
         await ctx.tick()
     ctx.set(side.table.valid, 0)
     await _send(ctx, side.wmem, wmem)

@@ -35,6 +35,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..arith.format import FP32
 from ..pipeline import ResultQueue
 from ..validate import index_bits, integer, power_of_two
 from .act import GatedActivation
@@ -45,18 +46,34 @@ from .scalar import ScalarOp, ScalarUnit
 from .spec import CODE_BITS, VeConfig
 
 __all__ = ["Store", "CtrlConfig", "DxeController", "run_layout", "done_layout", "dxt_layout",
-           "ext_layout", "DXT_OPS", "instruction_cycles", "run_cycles"]
+           "ext_layout", "DXT_OPS", "op_is", "instruction_cycles", "run_cycles"]
 
-_FP32 = 32
+_FP32 = FP32.width
 #: The opcodes the DXTs run (handed out on ``dxt``).
 DXT_OPS = ("gemv", "gemv_norm", "kv_append", "attend")
-#: Opcodes by unit.
-_QUANT = ("max", "quant", "quant_table")
-_GPPU = ("dequant", "dequant_token", "add", "rope")
-_ACT = ("act_max", "act")
-_SCALAR = ("recip", "eps", "score")
+#: Opcodes by the unit that runs them.
+_UNIT_OPS = {"quant": ("max", "quant", "quant_table"),
+             "gppu": ("dequant", "dequant_token", "add", "rope"),
+             "act": ("act_max", "act"),
+             "scalar": ("recip", "eps", "score")}
 #: Rows of one memory an op reads a beat (its slots); one for the others.
 _SLOTS = {"add": 2, "rope": 3, "act_max": 2, "act": 2}
+
+
+def op_is(op, *names):
+    """Whether the opcode value ``op`` (a field of an instruction word) is one of ``names``."""
+    return Cat(*(op == OPCODES.index(n) for n in names)).any()
+
+
+def _unit_of(op: str) -> str:
+    return next(unit for unit, ops in _UNIT_OPS.items() if op in ops)
+
+
+def _unit(cfg: "CtrlConfig", name: str):
+    """The controller's unit ``name`` (a key of :data:`_UNIT_OPS`)."""
+    if name == "scalar":
+        return ScalarUnit(cfg.ve)
+    return {"quant": Quantizer, "gppu": Gppu, "act": GatedActivation}[name](cfg.lanes)
 
 
 class Store(enum.Enum, shape=2):
@@ -133,16 +150,6 @@ _FETCH, _READ, _RETIRE = 2, 1, 1
 _RUN = 2
 
 
-def _unit_latency(cfg: CtrlConfig, op: str) -> int:
-    if op in _QUANT:
-        return Quantizer.latency_of(cfg.lanes)
-    if op in _GPPU:
-        return Gppu.latency_of(cfg.lanes)
-    if op in _ACT:
-        return GatedActivation.latency_of(cfg.lanes)
-    return ScalarUnit.latency_of(cfg.ve)
-
-
 def instruction_cycles(cfg: CtrlConfig, word: int, dxt_cycles: int = 0) -> int:
     """Cycles of one instruction, from its fetch to the next's, with every result taken as it
     comes: ``2 + slots x beats + 1 + unit latency + 2 + 1`` for a vector or scalar op (a scalar
@@ -152,8 +159,9 @@ def instruction_cycles(cfg: CtrlConfig, word: int, dxt_cycles: int = 0) -> int:
     op = OPCODES[f.op]
     if op in DXT_OPS:
         return _FETCH + dxt_cycles
-    beats = 1 if op in _SCALAR else f.n // cfg.lanes
-    return (_FETCH + _SLOTS.get(op, 1) * beats + _READ + _unit_latency(cfg, op)
+    unit = _unit_of(op)
+    beats = 1 if unit == "scalar" else f.n // cfg.lanes
+    return (_FETCH + _SLOTS.get(op, 1) * beats + _READ + _unit(cfg, unit).latency
             + ResultQueue.LATENCY + _RETIRE)
 
 
@@ -272,19 +280,16 @@ class DxeController(wiring.Component):
         return mems
 
     def _units(self, m) -> dict:
-        cfg = self.cfg
-        units = {"quant": Quantizer(cfg.lanes), "gppu": Gppu(cfg.lanes),
-                 "act": GatedActivation(cfg.lanes), "scalar": ScalarUnit(cfg.ve)}
+        units = {name: _unit(self.cfg, name) for name in _UNIT_OPS}
         for name, unit in units.items():
             m.submodules[name] = unit
             m.d.comb += unit.o.ready.eq(1)       # results are written as they come
         return units
 
     @staticmethod
-    def _ready(units, ctl) -> Signal:
-        return Mux(ctl.is_("quant"), units["quant"].i.ready,
-                   Mux(ctl.is_("gppu"), units["gppu"].i.ready,
-                       Mux(ctl.is_("act"), units["act"].i.ready, units["scalar"].i.ready)))
+    def _ready(units, ctl):
+        """The ``ready`` of the unit the instruction's opcode runs on."""
+        return Cat(*(ctl.is_(name) & unit.i.ready for name, unit in units.items())).any()
 
     def _beats(self, m, units, ctl, regs):
         """Each unit's beat from the rows read (``live``: the last slot's, at the read ports;
@@ -457,18 +462,20 @@ class _Control:
         op = insn.op
         self.op = op
         self.slots = Signal(2)
-        m.d.comb += self.slots.eq(Mux(self.op_is("rope"), 3,
-                                      Mux(self.op_is("add", "act_max", "act"), 2, 1)))
+        m.d.comb += self.slots.eq(1)
+        for name, slots in _SLOTS.items():
+            with m.If(self.op_is(name)):
+                m.d.comb += self.slots.eq(slots)
         self.beats = Signal.like(self.k)
         m.d.comb += self.beats.eq(Mux(self.is_("scalar"), 1, insn.n >> self.shift))
         self.beat = Signal(name="beat_valid")
         self.finished = Signal()
 
     def op_is(self, *names):
-        return Cat(*(self.op == OPCODES.index(n) for n in names)).any()
+        return op_is(self.op, *names)
 
     def is_(self, unit: str):
-        return self.op_is(*{"quant": _QUANT, "gppu": _GPPU, "act": _ACT, "scalar": _SCALAR}[unit])
+        return self.op_is(*_UNIT_OPS[unit])
 
     def restart(self) -> list:
         return [self.k.eq(0), self.s.eq(0), self.j.eq(0), self.written.eq(0),

@@ -20,15 +20,15 @@ is written as a part of a row (``ext``'s mask).
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Module, Mux, Signal
+from amaranth import Array, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from ..arith.format import FP32
 from ..validate import index_bits
-from .ctrl import CtrlConfig, Store, dxt_layout, ext_layout
+from .ctrl import CtrlConfig, Store, dxt_layout, ext_layout, op_is
 from .dxt import Dxt
-from .isa import OPCODES
 from .spec import (CODE_BITS, DESTS, GBUS_BYTES, OPS, DxtConfig, check_config, command_layout,
                    rc_layout)
 
@@ -44,7 +44,7 @@ def gemv_table_layout(dxt: DxtConfig, tables: int) -> data.StructLayout:
     cmd = {name: field.shape for name, field in command_layout(dxt)}
     return data.StructLayout({"index": index_bits(tables), "row": cmd["row"],
                               "entry": cmd["entry"], "outputs": cmd["outputs"],
-                              "chunks": cmd["chunks"], "inv_k": 32})
+                              "chunks": cmd["chunks"], "inv_k": FP32.width})
 
 
 #: Cycles of an instruction besides its commands: the ``dxt`` handshake, the dispatch, ``done``.
@@ -119,7 +119,7 @@ class DxtSide(wiring.Component):
             "identity": In(index_bits(ctrl.space.gemvs)),
             "score_entry": In(cmd["entry"]),
             "pv_entry": In(cmd["entry"]),
-            "score_scale": In(32),
+            "score_scale": In(FP32.width),
             "position": In(cmd["tokens"]),
             "restart": In(1),
         })
@@ -141,7 +141,7 @@ class DxtSide(wiring.Component):
         """The instruction's DXT commands, one at a time (module notes)."""
         cfg, lanes = self.dxt_cfg, self.ctrl.lanes
         shift = index_bits(lanes) if lanes > 1 else 0
-        insn, value = Signal.like(self.insn.payload.insn), Signal(32)
+        insn, value = Signal.like(self.insn.payload.insn), Signal(FP32.width)
         op = insn.op
         rows = cfg.head_dim // lanes                  # rr rows of one head
         tokens = Signal.like(self.position, name="tokens")
@@ -153,7 +153,7 @@ class DxtSide(wiring.Component):
         ident = tables[self.identity]
 
         def is_op(*names):
-            return Cat(*(op == OPCODES.index(n) for n in names)).any()
+            return op_is(op, *names)
         with m.If(self.restart):
             m.d.sync += tokens.eq(self.position)
         rc_bits = rc_layout(cfg.vac_config())
