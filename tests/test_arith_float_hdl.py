@@ -9,6 +9,7 @@ import itertools
 import numpy as np
 import pytest
 from amaranth import Module, Signal
+from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from golden.arith.float import (fadd, fconvert, fdot, fmac, fmul, int_to_float, operand_pairs,
@@ -20,6 +21,7 @@ from hdl.arith.format import BF16, FP16, FP32, float_format
 from hdl.arith.fpadd import FloatAdder
 from hdl.arith.fpmac import FloatMAC
 from hdl.arith.fpmul import FloatMultiplier, exact_product
+from hdl.pipeline import delay
 from memwall import registry
 from memwall.params import ParameterError
 from .pipeline_sim import run_pipeline
@@ -175,6 +177,39 @@ def test_mac(in_fmt, acc_fmt, kwargs, latency):
     assert unit.latency == FloatMAC.latency_of(in_fmt, acc_fmt, **kwargs) == latency
     check(unit, [{"a": x, "b": y, "c": z} for x, y, z in zip(a, b, c)],
           fmac(a, b, c, in_fmt, acc_fmt))
+
+
+class _LateC(wiring.Component):
+    """A :class:`FloatMAC` with ``late_c``, its ``c`` delayed outside it (as the FusedDQP's
+    dequantizer does in per-lane copies): the same interface and results as the plain unit."""
+
+    def __init__(self, **kwargs):
+        self.mac = FloatMAC(BF16, FP32, late_c=True, **kwargs)
+        self.latency = self.mac.latency
+        super().__init__(dict(self.mac.signature.members))
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.mac = mac = self.mac
+        m.d.comb += [mac.i.valid.eq(self.i.valid), mac.i.payload.a.eq(self.i.payload.a),
+                     mac.i.payload.b.eq(self.i.payload.b),
+                     mac.i.payload.c.eq(delay(m, self.i.payload.c, mac.mul_latency)),
+                     self.o.valid.eq(mac.o.valid), self.o.payload.eq(mac.o.payload)]
+        return m
+
+
+@pytest.mark.parametrize("kwargs", [dict(block_registers=True), dict(mul_stages=2)], ids=str)
+def test_mac_takes_c_late(kwargs):
+    """``late_c``: ``c`` taken ``mul_latency`` cycles after ``a`` and ``b``, the same sums."""
+    rng = np.random.default_rng(SEED + 7)
+    a, b = operand_pairs(rng, BF16, BF16, 300)
+    c = random_codes(rng, FP32, len(a), exp_spread=10).astype(np.uint64)
+    unit = _LateC(**kwargs)
+    assert unit.mac.mul_latency == FloatMultiplier.latency_of(
+        BF16, BF16, FP32, stages=kwargs.get("mul_stages", 5),
+        block_registers=kwargs.get("block_registers", False))
+    check(unit, [{"a": x, "b": y, "c": z} for x, y, z in zip(a, b, c)],
+          fmac(a, b, c, BF16, FP32))
 
 
 # --slow: each format pair at one stage count in make test, both counts run.

@@ -37,6 +37,12 @@ class FloatMAC(wiring.Component):
     land_pieces : bool
         The multiplier's (:class:`FloatMultiplier`'s ``land_pieces``): its pieces registered
         again before their sum, one cycle more. Default ``False``.
+    late_c : bool
+        ``True``: ``c`` is taken when the product reaches the adder, :attr:`mul_latency` cycles
+        after its ``a`` and ``b``, and the caller delays it. Units that share ``c`` then
+        register their own copies over those cycles (:func:`~hdl.pipeline.distinct_copies`)
+        instead of one delay line that synthesis merges and fans out to all. Default
+        ``False``: ``c`` is taken with ``a`` and ``b`` and delayed here. No result bit changes.
 
     Members
     -------
@@ -55,7 +61,8 @@ class FloatMAC(wiring.Component):
 
     def __init__(self, in_fmt: FloatFormat | str = BF16, acc_fmt: FloatFormat | str = FP32, *,
                  mul_stages: int = 5, add_stages: int = 6, add_cuts: Sequence[int] | None = None,
-                 block_registers: bool = False, land_pieces: bool = False):
+                 block_registers: bool = False, land_pieces: bool = False,
+                 late_c: bool = False):
         self._in_fmt = float_format(in_fmt)
         self._acc_fmt = float_format(acc_fmt)
         self.latency_of(self._in_fmt, self._acc_fmt, mul_stages=mul_stages,
@@ -63,7 +70,7 @@ class FloatMAC(wiring.Component):
                         block_registers=block_registers,
                         land_pieces=land_pieces)  # the units' checks, at configuration
         self._mul_stages, self._add_stages, self._add_cuts = mul_stages, add_stages, add_cuts
-        self._blocks, self._land = block_registers, land_pieces
+        self._blocks, self._land, self._late_c = block_registers, land_pieces, bool(late_c)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"a": self._in_fmt.width,
                                                         "b": self._in_fmt.width,
@@ -93,6 +100,14 @@ class FloatMAC(wiring.Component):
     acc_fmt = property(lambda self: self._acc_fmt)
 
     @property
+    def mul_latency(self) -> int:
+        """Cycles from ``a`` and ``b`` to their product at the adder (``c``'s cycle with
+        ``late_c``)."""
+        return FloatMultiplier.latency_of(self._in_fmt, self._in_fmt, self._acc_fmt,
+                                          stages=self._mul_stages,
+                                          block_registers=self._blocks, land_pieces=self._land)
+
+    @property
     def latency(self) -> int:
         """Cycles from ``i.valid`` to ``o.valid``: ``mul_stages + add_stages`` (+1 with
         ``land_pieces``)."""
@@ -107,7 +122,8 @@ class FloatMAC(wiring.Component):
                                                  land_pieces=self._land)
         m.submodules.add = add = FloatAdder(self._acc_fmt, stages=self._add_stages,
                                             cuts=self._add_cuts)
-        c = delay(m, self.i.payload.c, mul.latency, name="c")
+        c = self.i.payload.c if self._late_c else delay(m, self.i.payload.c, mul.latency,
+                                                        name="c")
         m.d.comb += [
             mul.i.valid.eq(self.i.valid),
             mul.i.payload.a.eq(self.i.payload.a),

@@ -11,6 +11,7 @@ from amaranth.lib.wiring import In, Out
 from ..arith.convert import FloatConvert
 from ..arith.format import BF16, FP32
 from ..arith.fpmac import FloatMAC
+from ..pipeline import distinct_copies
 from .dqp_spec import CODE_BITS, DQPConfig, check_lanes
 
 __all__ = ["Dequantizer", "INT4_BF16"]
@@ -61,13 +62,20 @@ class Dequantizer(wiring.Component):
         m = Module()
         i = self.i
         table = Array(Const(code, BF16.width) for code in INT4_BF16)
-        # bf16 is the upper half of fp32: the minimum widens exactly (a subnormal one is read
-        # as zero by the adder, as the golden model's conversion flushes it).
-        minimum = Cat(Const(0, FP32.width - BF16.width), i.payload.minimum)
-        for lane in range(self.lanes):
-            mac = FloatMAC(BF16, FP32, block_registers=True)       # the ECP5 blocks' registers
+        macs = [FloatMAC(BF16, FP32, block_registers=True, late_c=True)   # the blocks' registers
+                for _ in range(self.lanes)]
+        # Every lane adds the same minimum: over the products' cycles it doubles into a copy a
+        # lane that synthesis keeps apart, so no register drives all the lanes' adders.
+        minimums = [i.payload.minimum]
+        for level in range(macs[0].mul_latency):
+            minimums = distinct_copies(m, minimums, min(2 * len(minimums), self.lanes),
+                                       name=f"minimum{level}")
+        for lane, mac in enumerate(macs):
             convert = FloatConvert(FP32, BF16)
             m.submodules[f"mac{lane}"], m.submodules[f"convert{lane}"] = mac, convert
+            # bf16 is the upper half of fp32: the minimum widens exactly (a subnormal one is
+            # read as zero by the adder, as the golden model's conversion flushes it).
+            minimum = Cat(Const(0, FP32.width - BF16.width), minimums[lane % len(minimums)])
             m.d.comb += [mac.i.valid.eq(i.valid), mac.i.payload.a.eq(i.payload.scale),
                          mac.i.payload.b.eq(table[i.payload.codes.word_select(lane, CODE_BITS)]),
                          mac.i.payload.c.eq(minimum),

@@ -19,9 +19,11 @@ class RecordAssembler(wiring.Component):
     The record's scale and minimum come in its last bytes, after the codes, and every beat of the
     record needs them: the record is complete before its first beat is issued. While the issue
     stage walks one record (``beats`` cycles), the next one's beats come in and complete the
-    other register: one beat a cycle in and out. The registers' write enables and ``i.ready``
-    come from ``i.valid`` and this component's own registers; the reader's ``o.ready`` moves only
-    the read pointer and the count (the reader's decision drives no wide enable).
+    other register: one beat a cycle in and out. The wide registers' write enables come from
+    this component's own registers only: a beat is written wherever it would go whether or not
+    ``i.valid`` is high (a free place, overwritten until a beat is taken), so neither the
+    source's ``valid`` nor the reader's ``o.ready`` drives a wide enable; they move only the
+    counters and pointers.
 
     Parameters
     ----------
@@ -57,15 +59,17 @@ class RecordAssembler(wiring.Component):
         taken = i.valid & i.ready
         write = taken & last
         read = o.valid & o.ready
-        with m.If(taken):
-            m.d.sync += beat.eq(Mux(last, 0, beat + 1))
-            for n, part in enumerate(held):
-                with m.If(beat == n):
-                    m.d.sync += part.eq(i.payload.data)
-        with m.If(write):
+        for n, part in enumerate(held):
+            with m.If(beat == n):
+                m.d.sync += part.eq(i.payload.data)
+        with m.If(last & (count != 2)):
+            # The slot at write_slot is free: it holds no complete record until count says so.
             for n, slot in enumerate(slots):
                 with m.If(write_slot == n):
                     m.d.sync += slot.eq(Cat(*held, i.payload.data))
+        with m.If(taken):
+            m.d.sync += beat.eq(Mux(last, 0, beat + 1))
+        with m.If(write):
             m.d.sync += write_slot.eq(~write_slot)
         with m.If(read):
             m.d.sync += read_slot.eq(~read_slot)
@@ -121,10 +125,12 @@ class ActivationBanks(wiring.Component):
         load_sel, free_sel = Signal(), Signal()
         beat = Signal(range(cfg.beats))
         m.d.comb += a.ready.eq(~full.bit_select(load_sel, 1))
+        # The loading bank is not full, so nothing reads it: its next beat is written whether
+        # or not a.valid is high (the source's valid drives no wide enable).
+        for b, bank in enumerate(banks):
+            with m.If(a.ready & (load_sel == b)):
+                m.d.sync += bank.word_select(beat, BF16.width * cfg.lanes).eq(a.payload)
         with m.If(a.valid & a.ready):
-            for b, bank in enumerate(banks):
-                with m.If(load_sel == b):
-                    m.d.sync += bank.word_select(beat, BF16.width * cfg.lanes).eq(a.payload)
             m.d.sync += beat.eq(Mux(beat == cfg.beats - 1, 0, beat + 1))
             with m.If(beat == cfg.beats - 1):
                 m.d.sync += [full.bit_select(load_sel, 1).eq(1), load_sel.eq(~load_sel)]
