@@ -7,6 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arith.format import BF16
+from ..pipeline import next_values
 from .dqp_spec import (GROUP, RECORD_BITS, DQPConfig, activation_layout, check_config,
                        record_layout, weight_layout)
 
@@ -32,7 +33,7 @@ class RecordAssembler(wiring.Component):
     Members
     -------
     i : In(stream.Signature(weight_layout(cfg)))
-        Q4NX bytes, ``5 lanes / 8`` a beat.
+        Q4NX bytes, ``5 lanes / 8`` a beat; ``i.ready`` is a register.
     o : Out(stream.Signature(record_layout()))
         The oldest complete record: ``o.valid`` from registers, ``o.payload`` a choice of two
         registers by a register.
@@ -54,9 +55,14 @@ class RecordAssembler(wiring.Component):
         write_slot, read_slot = Signal(), Signal()
         count = Signal(range(3))
         beat = Signal(range(beats))
+        beat_next, count_next = next_values(m, beat, count)
         last = beat == beats - 1
-        m.d.comb += i.ready.eq(~last | (count != 2))
-        taken = i.valid & i.ready
+        # i.ready from its own register, a cycle ahead: the count that the slots' enables
+        # read then drives no port, so it can sit by the slots.
+        ready = Signal(init=1, name="ready")
+        m.d.sync += ready.eq((beat_next != beats - 1) | (count_next != 2))
+        m.d.comb += i.ready.eq(ready)
+        taken = i.valid & ready
         write = taken & last
         read = o.valid & o.ready
         for n, part in enumerate(held):
@@ -68,12 +74,12 @@ class RecordAssembler(wiring.Component):
                 with m.If(write_slot == n):
                     m.d.sync += slot.eq(Cat(*held, i.payload.data))
         with m.If(taken):
-            m.d.sync += beat.eq(Mux(last, 0, beat + 1))
+            m.d.comb += beat_next.eq(Mux(last, 0, beat + 1))
         with m.If(write):
             m.d.sync += write_slot.eq(~write_slot)
         with m.If(read):
             m.d.sync += read_slot.eq(~read_slot)
-        m.d.sync += count.eq(count + write - read)
+        m.d.comb += count_next.eq(count + write - read)
         m.d.comb += [o.valid.eq(count != 0), o.payload.eq(Mux(read_slot, slots[1], slots[0]))]
         return m
 
@@ -93,7 +99,7 @@ class ActivationBanks(wiring.Component):
     Members
     -------
     a : In(stream.Signature(activation_layout(cfg)))
-        The activation, group by group.
+        The activation, group by group; ``a.ready`` is a register.
     ready : Out(1)
         The issue bank holds a group not yet issued (from registers only).
     sel : Out(1)
@@ -124,22 +130,27 @@ class ActivationBanks(wiring.Component):
         full, issued = Signal(2), Signal(2)
         load_sel, free_sel = Signal(), Signal()
         beat = Signal(range(cfg.beats))
-        m.d.comb += a.ready.eq(~full.bit_select(load_sel, 1))
+        full_next, load_next = next_values(m, full, load_sel)
+        # a.ready from its own register, a cycle ahead (as the record assembler's i.ready).
+        ready = Signal(init=1, name="ready")
+        m.d.sync += ready.eq(~full_next.bit_select(load_next, 1))
+        m.d.comb += a.ready.eq(ready)
+        loading = ~full.bit_select(load_sel, 1)
         # The loading bank is not full, so nothing reads it: its next beat is written whether
         # or not a.valid is high (the source's valid drives no wide enable).
         for b, bank in enumerate(banks):
-            with m.If(a.ready & (load_sel == b)):
+            with m.If(loading & (load_sel == b)):
                 m.d.sync += bank.word_select(beat, BF16.width * cfg.lanes).eq(a.payload)
-        with m.If(a.valid & a.ready):
+        with m.If(a.valid & ready):
             m.d.sync += beat.eq(Mux(beat == cfg.beats - 1, 0, beat + 1))
             with m.If(beat == cfg.beats - 1):
-                m.d.sync += [full.bit_select(load_sel, 1).eq(1), load_sel.eq(~load_sel)]
+                m.d.comb += [full_next.bit_select(load_sel, 1).eq(1), load_next.eq(~load_sel)]
         with m.If(self.next):
             m.d.sync += [issued.bit_select(self.sel, 1).eq(1), self.sel.eq(~self.sel)]
         with m.If(self.release):
             # The bank released is full and the one loading is not: never the same bank.
-            m.d.sync += [full.bit_select(free_sel, 1).eq(0),
-                         issued.bit_select(free_sel, 1).eq(0), free_sel.eq(~free_sel)]
+            m.d.comb += full_next.bit_select(free_sel, 1).eq(0)
+            m.d.sync += [issued.bit_select(free_sel, 1).eq(0), free_sel.eq(~free_sel)]
         m.d.comb += [self.ready.eq(full.bit_select(self.sel, 1) & ~issued.bit_select(self.sel, 1)),
                      self.data.eq(Mux(self.read_sel, banks[1], banks[0])
                                   .word_select(self.read_beat, BF16.width * cfg.lanes))]
