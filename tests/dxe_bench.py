@@ -8,25 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from cocotb_tests.rdxe.dxe_tb import row_elements, row_values
 from golden.rdxe import assemble as A
 from golden.rdxe import program as P
 from golden.rdxe.model import RCFactor
 from hdl.rdxe.ctrl import Store
 from hdl.rdxe.isa import OPCODES, instruction_layout
 
-__all__ = ["DxeBench", "golden_images", "row_values", "row_elements"]
-
-
-def row_values(words: np.ndarray, lanes: int, bits: int) -> list[int]:
-    """A memory image as row integers (element ``n`` of a row in bits ``n bits ..``)."""
-    width = np.dtype(words.dtype).itemsize * 8
-    values = words.astype(np.uint64 if width > 8 else np.uint8).astype(object) & ((1 << bits) - 1)
-    rows = np.asarray(values).reshape(-1, lanes)
-    return [sum(int(v) << (bits * n) for n, v in enumerate(row)) for row in rows]
-
-
-def row_elements(value: int, lanes: int, bits: int) -> list[int]:
-    return [(value >> (bits * n)) & ((1 << bits) - 1) for n in range(lanes)]
+__all__ = ["DxeBench", "golden_images"]
 
 
 class DxeBench:

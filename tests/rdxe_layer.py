@@ -1,6 +1,6 @@
 """A reduced Llama layer for the DXE's program tests (tests/test_rdxe_assemble.py,
-tests/test_rdxe_ctrl.py): 2 heads, one KV group of 8, hidden 16, FFN 32, on a small DXT, with
-random tables and tokens (fixed seeds)."""
+tests/test_rdxe_ctrl.py, the ``rdxe-dxe`` testbench): 2 heads, one KV group of 8, hidden 16, FFN
+32, on a small DXT, with random tables and tokens (fixed seeds); other shapes by keyword."""
 
 from __future__ import annotations
 
@@ -23,17 +23,22 @@ def _gemv(rng, m, k):
             rng.integers(8000, 30000, m), rng.integers(16, 19, m))
 
 
-def layer_tables() -> P.LayerTables:
-    """Random tables of the reduced layer: INT8 weights, PPU factors near unity, positive fp32
-    constants (SwiGLU's ``a`` negative, as a real layer's)."""
+def layer_tables(hidden: int = HIDDEN, ffn: int = FFN, heads: int = HEADS,
+                 kv_heads: int = KV_HEADS, head_dim: int = HEAD_DIM) -> P.LayerTables:
+    """Random tables of the reduced layer (or of a layer of the shape given): INT8 weights, PPU
+    factors near unity, positive fp32 constants (SwiGLU's ``a`` negative, as a real layer's)."""
     rng = np.random.default_rng(7)
-    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
-    params = DxtConfig(lanes=8, vacs=4, head_dim=HEAD_DIM, group_size=2, kv_groups=1,
-                       wmem_depth=64, ppu_depth=16, kv_rows=64, max_inputs=64)
-    gemvs = {"attn_norm": _gemv(rng, q + 2 * kv, HIDDEN), "attn_output": _gemv(rng, HIDDEN, q),
-             "ffn_norm": _gemv(rng, 2 * FFN, HIDDEN), "ffn_down": _gemv(rng, HIDDEN, FFN)}
-    sizes = {"attn_norm": q + 2 * kv, "attn_output": HIDDEN, "ffn_down": HIDDEN, "k_inv": kv,
-             "v_inv": kv, "v_scale": q, "glu_a": FFN, "glu_c": FFN}
+    q, kv = heads * head_dim, kv_heads * head_dim
+    # The golden steps read the numerics' fields (the same at every shape), not the tile's size;
+    # the cache rows hold a token of each group at 8 lanes.
+    rows = 1 << max(6, (4 * head_dim // 8 * kv_heads - 1).bit_length())
+    params = DxtConfig(lanes=8, vacs=4, head_dim=head_dim, group_size=heads // kv_heads,
+                       kv_groups=kv_heads, wmem_depth=64, ppu_depth=16, kv_rows=rows,
+                       max_inputs=64)
+    gemvs = {"attn_norm": _gemv(rng, q + 2 * kv, hidden), "attn_output": _gemv(rng, hidden, q),
+             "ffn_norm": _gemv(rng, 2 * ffn, hidden), "ffn_down": _gemv(rng, hidden, ffn)}
+    sizes = {"attn_norm": q + 2 * kv, "attn_output": hidden, "ffn_down": hidden, "k_inv": kv,
+             "v_inv": kv, "v_scale": q, "glu_a": ffn, "glu_c": ffn}
     vectors = {name: codes(rng, n, 0.002, 0.03) for name, n in sizes.items()}
     vectors.update(k_inv=codes(rng, kv, 0.1, 0.3), v_inv=codes(rng, kv, 0.1, 0.3),
                    glu_a=(-vectors["glu_a"].view(np.float32)).view(np.uint32))
@@ -41,11 +46,11 @@ def layer_tables() -> P.LayerTables:
                          codes(rng, 1, 0.02, 0.05)[0], 1e-5, params)
 
 
-def tokens(count: int) -> list[dict]:
+def tokens(count: int, hidden: int = HIDDEN, head_dim: int = HEAD_DIM) -> list[dict]:
     """``count`` tokens' inputs: the residual ``h`` and the RoPE table ``cos``, ``sin``."""
     rng = np.random.default_rng(11)
-    return [{"h": codes(rng, HIDDEN, -2.0, 2.0), "cos": codes(rng, HEAD_DIM // 2, -1.0, 1.0),
-             "sin": codes(rng, HEAD_DIM // 2, -1.0, 1.0)} for _ in range(count)]
+    return [{"h": codes(rng, hidden, -2.0, 2.0), "cos": codes(rng, head_dim // 2, -1.0, 1.0),
+             "sin": codes(rng, head_dim // 2, -1.0, 1.0)} for _ in range(count)]
 
 
 def program() -> list:

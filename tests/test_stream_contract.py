@@ -108,6 +108,9 @@ _ARITH = ("arith-fpmul", "arith-fpadd", "arith-fpmac", "arith-fpconv", "arith-in
           "arith-fdot", "arith-exp2", "arith-recip", "arith-rsqrt", "arith-requant", "arith-idot")
 _LARGE_SLOW = ("14 to 17 s; the eDRAM and VAC handshake proofs in make test cover the harness "
                "on blocks with queues")
+#: The engine holds the DXT and the controller's units.
+_DXE_SLOW = ("49 s; the eDRAM and VAC handshake proofs in make test cover the harness on "
+             "blocks with queues")
 #: What the bounded in-flash checks reach: not a computed result (tR alone is 40 cycles at the
 #: small preset).
 _IN_FLASH_BOUND = (f"bounded to depth {BOUND}, which covers a command's setup, its first page "
@@ -153,6 +156,9 @@ CONTRACTS = {
     "rdxe-dxt": _checks(lambda b, p, d: [Answers("cmd", "resp"),
                                          Answers("cmd", "o", effect_when=_last)],
                         handshake_slow=_LARGE_SLOW),
+    "rdxe-dxe": _checks(lambda b, p, d: [Answers("run", "done"),
+                                         Answers("ext", "ext_data", cause_when=lambda c: ~c.write)],
+                        handshake_slow=_DXE_SLOW),
 }
 
 

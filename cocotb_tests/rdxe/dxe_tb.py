@@ -1,0 +1,413 @@
+"""cocotb testbench of the rDXE decoder engine with one DXT (``rdxe-dxe``, docs/rdxe.md 14.4).
+
+The host's part, through the engine's ports only: the DXT side's fixed entries (``identity``,
+``score_entry``, ``pv_entry``, ``score_scale``, ``position`` on ``restart``) and RMSNorm's
+``eps``; the GEMV tables (``table``), WMEM rows (``wmem``) and PPU entries (``ppu``); the program
+and the constants written on ``ext``; then per token its inputs written on ``ext``, a ``run``,
+and after ``done`` the whole token buffer and rr-SRAM read back on ``ext``. Random idle cycles on
+every input, random back-pressure on ``done``; ``ext`` is used only while the engine is idle, as
+its contract asks.
+
+The model (:class:`DxeModel`) is fed by the input monitors: it mirrors the four memories from the
+``ext`` writes it sees, and on each ``run`` runs the layer's words on its mirror with
+:func:`golden.rdxe.assemble.run_words` (the golden of docs/rdxe.md 14.1; the DXT ops' numerics
+are ``golden.rdxe``'s). It expects ``done`` at the end of the words (or, when the KV cache is
+full, at the ``kv_append`` the DXT refuses, with ``error``) and every host read's row on
+``ext_data`` from its mirror. The cycles from ``run`` taken to ``done.valid`` are checked against
+the cycle model (:func:`model_cycles`).
+
+The layer: the reduced Llama layer of tests/rdxe_layer.py at the block's shape (query heads
+``group_size x kv_groups`` of ``head_dim``, hidden ``heads x head_dim``, FFN twice that), or the
+one a launcher hands over in :data:`ENV_LAYER` (SmolLM2's layer 2:
+cocotb_tests/test_rdxe_dxe.py).
+
+Tests: ``layer_tokens`` (two tokens, the second attending over both, idle and back-pressure),
+``cache_full`` (a token at the KV cache's capacity: the run ends at the KV append with
+``error``), ``full_rate`` (one token, no idle, no back-pressure: the token's cycles; ``memwall
+bench``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+
+import cocotb
+import numpy as np
+from cocotb.triggers import ClockCycles, RisingEdge
+
+from golden import rdxe as golden
+from golden.arith.float import from_float
+from golden.rdxe import assemble as A
+from golden.rdxe import program as P
+from golden.rdxe.dxe import rms_eps
+from hdl.arith.format import FP32
+from hdl.rdxe.ctrl import Store, run_cycles
+from hdl.rdxe.dxtside import instruction_cycles
+from hdl.rdxe.isa import OPCODES, instruction_layout
+
+from ..functional import sampler
+from ..streams import ClockService
+from ..tb import BlockTB, select_tb
+
+__all__ = ["ENV_LAYER", "row_values", "row_elements", "dxt_loads", "model_cycles", "Layer",
+           "layer", "DxeModel", "DxeTB"]
+
+#: A pickled :class:`Layer` to run instead of the random one (the launcher's real layer).
+ENV_LAYER = "MEMWALL_RDXE_LAYER"
+#: Cycles between the progress lines of a load of more WMEM rows than that.
+_PROGRESS = 20_000
+
+
+# --- the host's images and loads (no simulator: tests/test_rdxe_side.py uses them too) ---------
+
+
+def row_values(words: np.ndarray, lanes: int, bits: int) -> list[int]:
+    """A memory image as row integers (element ``n`` of a row in bits ``n bits ..``)."""
+    width = np.dtype(words.dtype).itemsize * 8
+    values = words.astype(np.uint64 if width > 8 else np.uint8).astype(object) & ((1 << bits) - 1)
+    rows = np.asarray(values).reshape(-1, lanes)
+    return [sum(int(v) << (bits * n) for n, v in enumerate(row)) for row in rows]
+
+
+def row_elements(value: int, lanes: int, bits: int) -> list[int]:
+    """The ``lanes`` elements of ``bits`` of a row integer (:func:`row_values`' inverse)."""
+    return [(value >> (bits * n)) & ((1 << bits) - 1) for n in range(lanes)]
+
+
+def dxt_loads(tables: P.LayerTables, asm: A.Assembled, dxt) -> tuple[list, list, list, dict]:
+    """The DXT side's loads for a layer (docs/rdxe.md 14.3): WMEM rows and PPU entries of every
+    GEMV by table index, the identity after them, then the score entry and P.V's; the ``table``
+    entries; and the fixed inputs (``identity``, ``score_entry``, ``pv_entry``,
+    ``score_scale``)."""
+    flat = A.flat_tables(tables, asm)
+    gemvs = dict(flat.gemvs)
+    identity = len(gemvs)
+    d = dxt.head_dim
+    gemvs[identity] = (np.eye(d, dtype=np.int8), np.ones(d, np.int64), np.zeros(d, np.int64))
+    N, L = dxt.vacs, dxt.lanes
+    wmem, ppu, table, row, entry = [], [], [], 0, 0
+    for index, (W, m, shift) in sorted(gemvs.items()):
+        M, K = W.shape
+        C, passes = -(-K // L), -(-M // N)
+        image = golden.wmem_image(W, dxt)
+        wmem += [{"vac": v, "addr": row + r, "data": [int(x) for x in image[v, r]]}
+                 for v in range(N) for r in range(passes * C)]
+        ppu += [{"vac": o % N, "addr": entry + o // N, "m": int(m[o]), "shift": int(shift[o])}
+                for o in range(M)]
+        table.append({"index": index, "row": row, "entry": entry, "outputs": M, "chunks": C,
+                      "inv_k": int(from_float(np.float32(1 / K), FP32))})
+        row, entry = row + passes * C, entry + passes
+    score_entry, pv_entry = entry, entry + 1
+    ppu += [{"vac": e % N, "addr": pv_entry + e // N, "m": 1, "shift": dxt.prob_frac}
+            for e in range(d)]
+    return wmem, ppu, table, {"identity": identity, "score_entry": score_entry,
+                              "pv_entry": pv_entry, "score_scale": int(tables.score_scale)}
+
+
+def model_cycles(ctrl, dxt, words, flat, tokens: int) -> int:
+    """Cycles from ``run`` taken to ``done.valid`` for ``words``: the controller's model
+    (:func:`hdl.rdxe.ctrl.run_cycles`), each DXT instruction's by the DXT side's
+    (:func:`hdl.rdxe.dxtside.instruction_cycles`) with its commands timed by the DXT's
+    (``golden.rdxe.command_cycles``); ``tokens`` in the cache after the run's append."""
+    cycles = []
+    for word in words:
+        f = instruction_layout(ctrl.space).from_bits(word)
+        op = OPCODES[f.op]
+        if op in ("gemv", "gemv_norm"):
+            M, K = flat.gemvs[f.table][0].shape
+            kind = "gemv" if op == "gemv" else "rmsnorm"
+            commands = [(golden.command_cycles(kind, M, K, dxt), True)]
+        elif op == "kv_append":
+            one = golden.command_cycles("gemv", dxt.head_dim, dxt.head_dim, dxt)
+            commands = [(one, True)] * (2 * dxt.kv_groups)
+        elif op == "attend":
+            commands = [(golden.command_cycles("qk", tokens, 0, dxt), True),
+                        (golden.command_cycles("pv", tokens, 0, dxt), False)] * dxt.heads
+        else:
+            continue
+        cycles.append(instruction_cycles(dxt, op, commands))
+    return run_cycles(ctrl, words, cycles)
+
+
+@dataclasses.dataclass
+class Layer:
+    """A layer to run: its ``program`` (:mod:`golden.rdxe.program`), ``tables``, the TB sizes of
+    its ``inputs`` (``h``, ``cos``, ``sin``) and each token's inputs (``tokens``)."""
+
+    program: list
+    tables: P.LayerTables
+    inputs: dict
+    tokens: list
+
+
+def layer(params, count: int = 2) -> Layer:
+    """The layer at the block's shape (module notes), or the one :data:`ENV_LAYER` names."""
+    path = os.environ.get(ENV_LAYER)
+    if path:
+        with open(path, "rb") as handle:
+            return pickle.load(handle)
+    from tests import rdxe_layer
+
+    d, kv = params.head_dim, params.kv_groups
+    heads = params.group_size * kv
+    hidden = heads * d
+    return Layer(P.llama_layer(heads, kv, d),
+                 rdxe_layer.layer_tables(hidden, 2 * hidden, heads, kv, d),
+                 {"h": hidden, "cos": d // 2, "sin": d // 2},
+                 rdxe_layer.tokens(count, hidden, d))
+
+
+# --- the model --------------------------------------------------------------------------------
+
+
+class DxeModel:
+    """The engine's contract, fed by the input monitors (module notes)."""
+
+    def __init__(self, params, asm: A.Assembled, flat: P.LayerTables):
+        self.ctrl, self.dxt = params.ctrl_config(), params.dxt_config()
+        self.asm, self.flat, self.lanes = asm, flat, params.lanes
+        self.state = A.new_state(asm)
+        rows = {s: self.ctrl.rows(s) for s in Store}
+        L = self.lanes
+        self.prog = [0] * rows[Store.PROG]
+        self.tb = np.zeros(rows[Store.TB] * L, np.uint32)
+        self.rr = np.zeros(rows[Store.RR] * L, np.uint8)
+        self.const = np.zeros(rows[Store.CONST] * L, np.uint32)
+        #: Tokens in the KV cache (``position`` on ``restart``, one more a KV append).
+        self.tokens = 0
+        #: Per run: its words, the tokens after its append (the cycle model's inputs).
+        self.runs: list[tuple[tuple, int]] = []
+
+    def restart(self, position: int) -> None:
+        self.tokens = position
+
+    def _memory(self, store: Store):
+        memories = {Store.TB: (self.tb, 32), Store.RR: (self.rr, 8),
+                    Store.CONST: (self.const, 32)}
+        return memories[store]
+
+    def ext(self, item) -> list[dict]:
+        """A host request: a write into the mirror, or the row a read must answer."""
+        store, row, L = Store(item["store"]), item["row"], self.lanes
+        if store == Store.PROG:
+            if item["write"]:
+                self.prog[row] = item["data"] & ((1 << instruction_layout(
+                    self.ctrl.space).size) - 1)
+                return []
+            return [{"data": self.prog[row]}]
+        words, bits = self._memory(store)
+        if item["write"]:
+            values = row_elements(item["data"], L, bits)
+            for n in range(L):
+                if item["mask"] >> n & 1:
+                    words[row * L + n] = values[n]
+            return []
+        return [{"data": row_values(words[row * L:(row + 1) * L], L, bits)[0]}]
+
+    def run(self, item) -> list[dict]:
+        """A run of ``count`` words from ``pc``: the golden on the mirror, then ``done``."""
+        pc, count = item["pc"], item["count"]
+        words = tuple(self.prog[pc:pc + count])
+        # The golden runs the layer's tables: the design must hold the same constants.
+        const = self.flat.vectors.words
+        assert np.array_equal(self.const[:len(const)], const), "CONST differs from the layer's"
+        stop, error = len(words), 0
+        appends = [i for i, w in enumerate(words) if OPCODES[
+            instruction_layout(self.ctrl.space).from_bits(w).op] == "kv_append"]
+        if appends and self.tokens >= self.dxt.capacity:
+            stop, error = appends[0], 1          # the DXT refuses the key: the run ends there
+        state = self.state
+        state.tb.words[:] = self.tb[:len(state.tb.words)]
+        state.rr.words[:] = self.rr[:len(state.rr.words)].view(np.int8)
+        A.run_words(dataclasses.replace(self.asm, words=words[:stop]), state, self.flat)
+        self.tb[:len(state.tb.words)] = state.tb.words
+        self.rr[:len(state.rr.words)] = state.rr.words.view(np.uint8)
+        self.tokens += bool(appends) and not error
+        self.runs.append((words[:stop + error], self.tokens))
+        return [{"pc": pc + stop, "error": error}]
+
+
+# --- the testbench ----------------------------------------------------------------------------
+
+
+def _samplers(block: str) -> dict:
+    """Coverpoints of what the engine took and gave: each memory read and written on ``ext``,
+    and a run that ends at its last word or at a refused op."""
+    accesses = [f"{s.name.lower()}_{w}" for s in Store for w in ("write", "read")]
+    ext = sampler({f"{block}.ext": (lambda i: f"{Store(i['store']).name.lower()}_"
+                                              f"{'write' if i['write'] else 'read'}", accesses)})
+    done = sampler({f"{block}.done": (lambda i: "error" if i["error"] else "end",
+                                      ("end", "error"))})
+    return {"ext": ext, "done": done}
+
+
+class DxeTB(BlockTB):
+    """The engine with its host: loads, runs and reads (module notes)."""
+
+    def __init__(self, dut, *, count: int = 2, **kwargs):
+        super().__init__(dut, inputs=("table", "wmem", "ppu", "ext", "run"),
+                         outputs=("done", "ext_data"), **kwargs)
+        p = self.params
+        self.layer = layer(p, count)
+        self.asm = A.assemble(self.layer.program, self.layer.tables, self.layer.inputs, ["h"],
+                              p.space(), p.head_dim)
+        self.flat = A.flat_tables(self.layer.tables, self.asm)
+        self.dmodel = DxeModel(p, self.asm, self.flat)
+        self.samplers = _samplers(self.block.name)
+        self.lanes = p.lanes
+        #: Per run: the cycle it was taken in and the first cycle of ``done.valid``.
+        self.taken: list[int] = []
+        self.ended: list[int] = []
+        self._done_seen = False
+        ClockService.of(self.clk).on_read(self._watch_done)
+
+    def _watch_done(self):
+        valid = self.dut.done__valid.value
+        if valid.is_resolvable and int(valid) and not self._done_seen and \
+                len(self.ended) < len(self.taken):
+            self.ended.append(self.counter.cycle)
+        self._done_seen = valid.is_resolvable and bool(int(valid))
+
+    def observe(self, stream, item, cycle):
+        super().observe(stream, item, cycle)
+        if stream == "run":
+            self.taken.append(cycle)
+
+    def model(self, stream, item):
+        if stream == "ext":
+            return {"ext_data": self.dmodel.ext(item)}
+        if stream == "run":
+            return {"done": self.dmodel.run(item)}
+        return {}
+
+    # --- the host ---------------------------------------------------------------------------
+
+    def ext_writes(self, store: Store, first: int, values: list[int]):
+        self.send("ext", [{"store": store.value, "row": first + i, "write": 1, "data": v,
+                           "mask": (1 << self.lanes) - 1} for i, v in enumerate(values)])
+
+    def ext_reads(self, store: Store, rows: int):
+        self.send("ext", [{"store": store.value, "row": r, "write": 0, "data": 0, "mask": 0}
+                          for r in range(rows)])
+
+    async def restart(self, position: int = 0):
+        """A new sequence: the next KV append is token ``position``."""
+        self.dut.position.value = position
+        self.dut.restart.value = 1
+        await RisingEdge(self.clk)
+        self.dut.restart.value = 0
+        self.dmodel.restart(position)
+
+    async def load(self, position: int = 0):
+        """The layer's loads (module notes), the TB and rr-SRAM cleared; then the program and
+        constants read back."""
+        wmem, ppu, table, fixed = dxt_loads(self.layer.tables, self.asm, self.params)
+        for name, value in fixed.items():
+            getattr(self.dut, name).value = value
+        # fp32(127**2 eps): rms_eps of k = 1.0 is e itself (two products by 1.0).
+        one = np.float32(1.0).view(np.uint32)
+        self.dut.eps.value = int(rms_eps(np.array([one]), self.layer.tables.rms_eps)[0])
+        await self.restart(position)
+        L = self.lanes
+        self.send("table", table)
+        self.send("wmem", [{"vac": w["vac"], "addr": w["addr"],
+                            **{f"data.{k}": x & 0xFF for k, x in enumerate(w["data"])}}
+                           for w in wmem])
+        self.send("ppu", [{**e, "m": e["m"] & ((1 << self.params.mult_bits) - 1)} for e in ppu])
+        # Memories keep their contents over a reset: the host clears the TB and rr-SRAM.
+        ctrl = self.params.ctrl_config()
+        for store in (Store.TB, Store.RR):
+            self.ext_writes(store, 0, [0] * ctrl.rows(store))
+        self.ext_writes(Store.PROG, 0, list(self.asm.words))
+        self.ext_writes(Store.CONST, 0, row_values(self.flat.vectors.words, L, 32))
+        self.ext_reads(Store.PROG, len(self.asm.words))
+        self.ext_reads(Store.CONST, -(-len(self.flat.vectors.words) // L))
+        wmem = self.drivers["wmem"]
+        while wmem.queued > _PROGRESS and wmem.sent < wmem.queued:  # a real layer's: how far
+            await ClockCycles(self.clk, _PROGRESS)
+            self.log.info("cycle %d: %d of %d WMEM rows loaded", self.counter.cycle, wmem.sent,
+                          wmem.queued)
+        await self.drain()
+
+    async def token(self, inputs: dict, stall_cycles: int) -> int:
+        """Write the token's inputs, run the whole program, then read the TB and rr-SRAM back;
+        return the run's cycles from ``run`` taken to ``done.valid``."""
+        L = self.lanes
+        for name, value in inputs.items():
+            self.ext_writes(Store.TB, self.asm.inputs[name] // L,
+                            row_values(np.asarray(value, np.uint32), L, 32))
+        await self.drivers["ext"].wait_idle()
+        self.send("run", [{"pc": 0, "count": len(self.asm.words)}])
+        await self.drain(stall_cycles=stall_cycles)
+        ctrl = self.params.ctrl_config()
+        self.ext_reads(Store.TB, ctrl.rows(Store.TB))
+        self.ext_reads(Store.RR, ctrl.rows(Store.RR))
+        await self.drain()
+        return self.ended[-1] - self.taken[-1]
+
+    def check_cycles(self, run: int, cycles: int) -> int:
+        """Assert the run's cycles equal :func:`model_cycles`; return the model's."""
+        words, tokens = self.dmodel.runs[run]
+        want = model_cycles(self.params.ctrl_config(), self.params.dxt_config(), words,
+                            self.flat, tokens)
+        assert cycles == want, \
+            f"run {run} (from cycle {self.taken[run]}): {cycles} cycles from run to done, " \
+            f"the model {want}"
+        return want
+
+    def stall_cycles(self) -> int:
+        """Cycles without an output a run may take: the model's cycles of a whole token."""
+        return model_cycles(self.params.ctrl_config(), self.params.dxt_config(), self.asm.words,
+                            self.flat, self.params.dxt_config().capacity) + 1000
+
+
+def _tb(dut, **kwargs) -> DxeTB:
+    return select_tb(dut, {"rdxe-dxe": DxeTB}, **kwargs)
+
+
+@cocotb.test()
+async def layer_tokens(dut):
+    """Two tokens of the layer (the second attends over both), random idle cycles on every
+    input and back-pressure on ``done``: after each token the whole TB and rr-SRAM equal the
+    golden's bit for bit (``ext_data``'s scoreboard), ``done`` ends the program without an
+    error, and the run's cycles equal the cycle model."""
+    tb = _tb(dut)
+    await tb.reset()
+    await tb.load()
+    for t, inputs in enumerate(tb.layer.tokens):
+        cycles = await tb.token(inputs, tb.stall_cycles())
+        tb.check_cycles(t, cycles)
+        tb.log.info("token %d: %d cycles from run taken to done", t, cycles)
+    assert tb.scoreboards["ext_data"].matched > 0
+
+
+@cocotb.test()
+async def cache_full(dut):
+    """A token at the KV cache's capacity: the DXT refuses its key, the run ends at the KV
+    append with ``error`` (``done``'s scoreboard); the TB and rr-SRAM hold every op's result
+    before it and none after (read back)."""
+    tb = _tb(dut, count=1)
+    await tb.reset()
+    await tb.load(position=tb.params.dxt_config().capacity)
+    await tb.token(tb.layer.tokens[0], tb.stall_cycles())
+    assert len(tb.dmodel.runs[0][0]) < len(tb.asm.words), "the run was not cut at the append"
+
+
+@cocotb.test()
+async def full_rate(dut):
+    """One token, no idle cycles, no back-pressure: reports the token's cycles from ``run``
+    taken to ``done.valid`` (equal to the cycle model) and the DXT's MAC utilization over
+    them."""
+    tb = _tb(dut, idle=0.0, backpressure=0.0, count=1)
+    await tb.reset()
+    await tb.load()
+    await ClockCycles(tb.clk, 2)
+    cycles = await tb.token(tb.layer.tokens[0], tb.stall_cycles())
+    model = tb.check_cycles(0, cycles)
+    macs = sum(int(np.prod(w.shape)) for w, _, _ in tb.flat.gemvs.values())
+    p = tb.params
+    tb.report("full_rate", items=1, cycles=cycles, per_cycle=round(1 / cycles, 6),
+              latency=cycles, latency_meaning="run taken to done.valid, one token", model=model,
+              macs=macs, utilization=round(macs / (p.vacs * p.lanes * cycles), 4))

@@ -1,0 +1,69 @@
+"""Run the rDXE decoder engine's testbench (cocotb_tests/rdxe/dxe_tb.py) under Icarus and
+Verilator: the reduced layer at ``small``, and SmolLM2's layer 2 at ``paper`` (``--slow``); the
+registry entry's parameter messages."""
+
+import pickle
+
+import pytest
+
+from memwall import registry
+from memwall.params import ParameterError
+
+from .launcher import case_id, case_runs, run_block, run_case
+from .rdxe.dxe_tb import ENV_LAYER, Layer
+
+#: The small preset runs the reduced layer: two tokens with idle and back-pressure, a token at
+#: the cache's capacity. Under Verilator with --slow: the same testbench on the same Verilog.
+CASES = [("rdxe-dxe", "small", {}, ["layer_tokens", "cache_full"])]
+
+RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES})
+
+
+@pytest.mark.parametrize("case, simulator", RUNS)
+def test_rdxe_dxe(case, simulator):
+    run_case(case, simulator)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"lanes": "8"}, "Head dimension must be between 16 and 1024, not 8"),
+    ({"tb_words": "0"}, "Token buffer words must be between 1 and 1048576, not 0"),
+    ({"registers": "65"}, "Scalar registers must be between 1 and 64, not 65"),
+    ({"gemvs": "65"}, "GEMV tables must be between 1 and 64, not 65"),
+    ({"program_words": "70000"}, "Program words must be between 1 and 65536, not 70000"),
+    ({"vacs": "3"}, "VAC count must be a power of two between 4 and 64, not 3"),
+])
+def test_parameters_are_checked_by_the_engine(overrides, message):
+    """The controller's and the DXT's own checks name the parameter, its range and the value."""
+    with pytest.raises(ParameterError) as info:
+        registry.get("rdxe-dxe").parameters("small", overrides)
+    assert str(info.value) == message
+
+
+#: SmolLM2-135M's layer 2 for two tokens at the paper preset (16 VACs of 16 lanes, the layer's
+#: weights stationary in WMEM) under Verilator: the TB and rr-SRAM bit-exact to the rdxe
+#: back-end's layer program (golden.rdxe.assemble.run_words on its tables), the cycles to the
+#: model (18,224 cycles a token). The same testbench and generator run the reduced layer at
+#: small (test_rdxe_dxe). 26 min here with the build cached, about 45 min cold (docs/rdxe.md
+#: 14.4: 3 min to generate, 17 min to build, 20 min to load the WMEM through its port).
+@pytest.mark.slow
+def test_smollm2_layer_on_the_dxe(tmp_path):
+    from golden.rdxe import program as P
+    from sim.llm.backends.rdxe import RDXE
+    from sim.llm.loader import load
+    from sim.llm.score import default_text
+    from sim.llm.tokenizer import tokenizer
+    from tests.test_llm_rdxe import _layer_case
+
+    mf = load()
+    text_ids = tokenizer(mf).encode(default_text().text)
+    # The back-end as tests/test_llm_rdxe.py's ``dxe`` fixture makes it.
+    dxe = RDXE(mf, calibration=text_ids[4096:4120], glu="ve", host="dxe")
+    c, index, count = mf.config, 2, 2
+    _, inputs, _ = _layer_case(mf, text_ids[:257], dxe, index, count)
+    layer = Layer(P.llama_layer(c.heads, c.kv_heads, c.head_dim), dxe.dxe_tables(index),
+                  {"h": c.d_model, "cos": c.head_dim // 2, "sin": c.head_dim // 2}, inputs)
+    path = tmp_path / "layer.pickle"
+    path.write_bytes(pickle.dumps(layer))
+    params = registry.get("rdxe-dxe").parameters("paper")
+    run_block("rdxe-dxe", params, "verilator", testcase="layer_tokens",
+              extra_env={ENV_LAYER: str(path)})

@@ -1,0 +1,164 @@
+"""Registry entry of the rDXE decoder engine with one DXT (``rdxe-dxe``): the layer controller and
+the DXT side behind the host's ports (:class:`hdl.rdxe.dxe.Dxe`, docs/rdxe.md 14.4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from hdl.arith.format import FP32
+from hdl.pipeline import ResultQueue
+from hdl.rdxe.act import GatedActivation, act_out_layout
+from hdl.rdxe.ctrl import CtrlConfig, Store
+from hdl.rdxe.dxe import Dxe
+from hdl.rdxe.dxtside import _CHUNKS
+from hdl.rdxe.gppu import Gppu, gppu_out_layout
+from hdl.rdxe.isa import ProgramSpace, instruction_layout
+from hdl.rdxe.quant import Quantizer, quant_out_layout
+from hdl.rdxe.scalar import ScalarUnit, scalar_out_layout
+from hdl.rdxe.spec import CODE_BITS, DxtConfig
+
+from ..params import BlockParams
+from ..registry import Block, Size, StreamTiming, SynthSettings, register
+from .rdxe import _dxt_size
+
+
+@dataclass(frozen=True)
+class DxeParams(BlockParams, DxtConfig):
+    """The DXT's fields (:class:`hdl.rdxe.DxtConfig`, checked by it) and the controller's
+    (:class:`hdl.rdxe.ctrl.CtrlConfig`, checked when the engine is built): the controller's lanes,
+    head dimension and RC factor width are the DXT's.
+
+    Parameters
+    ----------
+    tb_words : int
+        Token buffer, fp32 words: 1 to 2**20.
+    rr_bytes : int
+        rr-SRAM, bytes: 1 to 2**20.
+    registers : int
+        Scalar registers: 1 to 64.
+    const_words : int
+        Constant memory, fp32 words: 1 to 2**20.
+    gemvs : int
+        GEMV tables (the layer's GEMVs and the identity the KV append uses): 1 to 64.
+    program_words : int
+        Instruction memory depth: 1 to 65,536.
+    """
+
+    tb_words: int = 4096
+    rr_bytes: int = 8192
+    registers: int = 16
+    const_words: int = 8192
+    gemvs: int = 5
+    program_words: int = 64
+
+    def space(self) -> ProgramSpace:
+        """The storage a program is assembled into (rows of ``lanes``)."""
+        return ProgramSpace(tb_words=self.tb_words, rr_bytes=self.rr_bytes,
+                            registers=self.registers, const_words=self.const_words,
+                            gemvs=self.gemvs, align=self.lanes)
+
+    def ctrl_config(self) -> CtrlConfig:
+        return CtrlConfig(self.space(), lanes=self.lanes, head_dim=self.head_dim,
+                          program_words=self.program_words, rc_bits=self.rc_bits)
+
+    def dxt_config(self) -> DxtConfig:
+        return DxtConfig(**{f.name: getattr(self, f.name) for f in fields(DxtConfig)})
+
+
+#: SmolLM2-135M's layer (d_model 576, 9 query heads of 64 in 3 KV groups, FFN 1,536): its
+#: controller space in rows of 16 (2,368 TB words, 4,608 rr-SRAM bytes and 6,160 constant words
+#: used, docs/rdxe.md 14.2; the identity is the fifth GEMV table).
+_SMOL_SPACE = dict(tb_words=4096, rr_bytes=8192, registers=16, const_words=8192, gemvs=5,
+                   program_words=64)
+
+_PRESETS = {
+    # The reduced Llama layer of tests/rdxe_layer.py (2 heads of 8 in one KV group, hidden 16,
+    # FFN 32) on the DXT tests/test_rdxe_side.py uses: 4 VACs of 4 lanes, WMEM for every GEMV and
+    # the identity at once (256 rows), 64 KV-cache rows (64 tokens).
+    "small": DxeParams(lanes=4, vacs=4, head_dim=8, group_size=2, kv_groups=1, wmem_depth=256,
+                       ppu_depth=64, kv_rows=64, max_inputs=64, tb_words=128, rr_bytes=192,
+                       registers=4, const_words=192, gemvs=5, program_words=64),
+    # SmolLM2's layer on the rdxe-dxt default tile (4 VACs of 4 lanes, the controller at 4 lanes):
+    # the layer's 3,538,944 weight bytes are 221,184 WMEM rows a VAC, and the 64 x 64 identity
+    # 256 more; PPU entries 1,296 for the GEMVs, 16 for the identity, 1 score, 16 for P.V;
+    # 2,048 KV rows hold 84 tokens of each of the 3 KV groups. Storage 29.3 Mbit (28.3 of it
+    # WMEM): an ASIC's on-chip memory, not an FPGA's.
+    "default": DxeParams(lanes=4, vacs=4, head_dim=64, group_size=3, kv_groups=3,
+                         wmem_depth=221_440, ppu_depth=1_329, kv_rows=2048, max_inputs=1536,
+                         **_SMOL_SPACE),
+    # SmolLM2's layer on the paper's DXT (16 VACs of 16 multipliers, Sec. III): 13,824 WMEM rows
+    # a VAC for the layer and 16 for the identity; 333 PPU entries (324, 4, 1, 4); 1,024 KV rows
+    # hold 672 tokens of each of the 3 KV groups. Storage 31.2 Mbit (28.3 of it WMEM, 2.1 the KV
+    # cache).
+    "paper": DxeParams(lanes=16, vacs=16, head_dim=64, group_size=3, kv_groups=3,
+                       wmem_depth=13_840, ppu_depth=333, kv_rows=1024, max_inputs=1536,
+                       **_SMOL_SPACE),
+}
+
+
+#: Netlist cells and multipliers of the controller per lane and besides its lanes (its units'
+#: lanes, the memories' row muxes; the sequencer, the scalar path), and cells of the DXT side
+#: (its state machine, the GEMV tables, the operand queue): calibrated on the small preset and
+#: at 8 lanes (8,912 and 16,708 cells, 201 and 385 multipliers for the controller alone).
+_CTRL_LANE_CELLS, _CTRL_CELLS = 1950, 1110
+_CTRL_LANE_PRODUCTS, _CTRL_PRODUCTS = 46, 17
+_SIDE_CELLS = 400
+
+
+def _size(params: DxeParams) -> Size:
+    """The DXT (:func:`~memwall.blocks.rdxe._dxt_size`), the controller's four memories (rows of
+    ``lanes`` elements), its units' result queues (``SyncFIFOBuffered`` of the unit's
+    :meth:`~hdl.pipeline.ResultQueue.full_rate_depth`: ``depth - 1`` places in memory) and the DXT
+    side's chunk queue; multipliers and cells per controller lane and for the rest."""
+    ctrl, dxt = params.ctrl_config(), params.dxt_config()
+    L = params.lanes
+    widths = {Store.PROG: instruction_layout(ctrl.space).size, Store.TB: FP32.width * L,
+              Store.RR: CODE_BITS * L, Store.CONST: FP32.width * L}
+    storage = sum(width * ctrl.rows(store) for store, width in widths.items())
+    units = ((Quantizer.latency_of(L), quant_out_layout(L)), (Gppu.latency_of(L),
+             gppu_out_layout(L)), (GatedActivation.latency_of(L), act_out_layout(L)),
+             (ScalarUnit.latency_of(ctrl.ve), scalar_out_layout(ctrl.ve)))
+    storage += sum((ResultQueue.full_rate_depth(latency) - 1) * layout.size
+                   for latency, layout in units)
+    storage += CODE_BITS * L * _CHUNKS
+    tile = _dxt_size(dxt)
+    return Size(storage_bits=tile.storage_bits + storage,
+                multipliers=tile.multipliers + _CTRL_LANE_PRODUCTS * L + _CTRL_PRODUCTS,
+                cells=tile.cells + _CTRL_LANE_CELLS * L + _CTRL_CELLS + _SIDE_CELLS)
+
+
+def _timing(params, component) -> dict[str, StreamTiming]:
+    model = ("hdl.rdxe.ctrl.run_cycles with hdl.rdxe.dxtside.instruction_cycles and "
+             "golden.rdxe.command_cycles (docs/rdxe.md 14.2 to 14.4)")
+    always = StreamTiming(throughput=1.0, note="one transfer a cycle; always ready")
+    return {
+        "run": StreamTiming(model=model, note="one run of count instructions from pc; taken "
+                                              "while idle"),
+        "done": StreamTiming(after="run", model=model, note="one per run, when its last result "
+                                                            "is written or at the op that failed"),
+        "ext": StreamTiming(throughput=1.0, note="a memory row read or written a cycle while the "
+                                                 "DXE is idle (the host's loads and reads)"),
+        "ext_data": StreamTiming(after="ext", latency=1, throughput=1.0,
+                                 note="a host read's row, the cycle after; always ready"),
+        "table": always,
+        "wmem": StreamTiming(throughput=1.0, note="one WMEM row of one VAC a cycle"),
+        "ppu": StreamTiming(throughput=1.0, note="one PPU entry a cycle; waits while an "
+                                                 "attention writes its score entry"),
+    }
+
+
+register(Block(
+    name="rdxe-dxe",
+    family="rdxe",
+    summary="rDXE decoder engine with one DXT: a layer controller running a decoder layer's "
+            "program (TB, rr-SRAM, quantizer, GPPU, SwiGLU, scalar path) and the DXT side",
+    params=DxeParams,
+    presets=_PRESETS,
+    build=lambda p: Dxe(p.ctrl_config(), p.dxt_config()),
+    golden="golden.rdxe.assemble",
+    testbench="cocotb_tests.rdxe.dxe_tb",
+    timing=_timing,
+    size=_size,
+    synth=SynthSettings(targets=(), skip_reason="the controller alone needs 190 MULT18X18D at "
+                        "4 lanes, more than the LFE5U-85F's 156 (docs/rdxe.md 14.2)"),
+))
