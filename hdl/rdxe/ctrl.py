@@ -16,6 +16,9 @@ lanes``), so that a beat of a vector op is one row of each operand::
     recip, eps, score     scalar path   (const[table] for score)                  reg
     gemv(_norm), kv_append, attend      handed out on ``dxt``, done on ``dxt_done``
 
+The quantizer is the activation unit's second input (``GatedActivation(lanes, quantizer=True)``:
+one core and one result queue for both, which never run at once here).
+
 A memory has one read port, so a beat that needs two rows of one memory takes two cycles (add,
 the activation) and RoPE's three: vector ops run at ``lanes / slots`` elements a cycle, against a
 GEMV's thousands of cycles a token. Instructions run one after another: the next is fetched once
