@@ -6,15 +6,16 @@ by simulating that Verilog with cocotb_tests/models/MULT18X18D.v (cocotb_tests/t
 and test_flowkv.py, ``*_ecp5``)."""
 
 import pytest
-from amaranth import Const, Module, Signal, Value
+from amaranth import Const, Module, Signal, Value, signed, unsigned
 from amaranth.back import verilog
+from amaranth.sim import Simulator
 
 from cocotb_tests.launcher import MODELS
 from hdl.arith.dsp import ECP5_MULT_WIDTH, FAMILIES, Target, ecp5_product, family
 from hdl.arith.exp2 import Exp2
 from hdl.arith.format import BF16, FP32
 from hdl.arith.fpmac import FloatMAC
-from hdl.arith.fpmul import FloatMultiplier
+from hdl.arith.fpmul import FloatMultiplier, logic_product
 from hdl.arith.idot import IntDot
 from hdl.arith.recip import Reciprocal, RSqrt
 from hdl.arith.requant import Requantizer
@@ -166,3 +167,31 @@ def test_signed_product_without_input_registers():
     text = verilog.convert(m, ports=[a, b, p])
     assert '.REG_INPUTA_CLK("NONE")' in text and '.REG_OUTPUT_CLK("CLK0")' in text
     assert ".SIGNEDA(1'h1)" in text and ".SIGNEDB(1'h0)" in text
+
+
+@pytest.mark.parametrize("x_signed, y_signed", [(False, False), (True, True), (False, True),
+                                                (True, False)])
+def test_logic_product_every_pair(x_signed, y_signed):
+    """``logic_product`` (hdl/arith/fpmul.py: products kept out of the multiplier blocks) of
+    every 7-bit by 4-bit pair, either operand signed or not: ``x * y``, as wide as both."""
+    m = Module()
+    x = Signal(signed(7) if x_signed else unsigned(7))
+    y = Signal(signed(4) if y_signed else unsigned(4))
+    product = logic_product(y, x)                  # the narrower one first: they are swapped
+    assert product.shape() == (signed(11) if x_signed or y_signed else unsigned(11))
+    p = Signal(product.shape())
+    m.d.comb += p.eq(product)
+    wrong = []
+
+    async def bench(ctx):
+        for a in range(-64, 64) if x_signed else range(128):
+            for b in range(-8, 8) if y_signed else range(16):
+                ctx.set(x, a)
+                ctx.set(y, b)
+                if ctx.get(p) != a * b:
+                    wrong.append((a, b, ctx.get(p)))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert not wrong, wrong[:4]

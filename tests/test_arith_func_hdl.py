@@ -52,6 +52,8 @@ def exact(message):
      "Reciprocal round_register must be True or False, not 1"),
     (RSqrt, dict(land_products="yes"), TypeError,
      "RSqrt land_products must be True or False, not 'yes'"),
+    (Reciprocal, dict(narrow_in_logic="no"), TypeError,
+     "Reciprocal narrow_in_logic must be True or False, not 'no'"),
 ])
 @pytest.mark.parametrize("how", ["constructor", "latency_of"])
 def test_parameter_messages(unit, kwargs, kind, message, how):
@@ -153,10 +155,16 @@ def test_exp2_simulation(table_bits, stages):
 
 
 @pytest.mark.parametrize("unit_class, golden", [(Reciprocal, g.reciprocal), (RSqrt, g.rsqrt)])
-@pytest.mark.parametrize("iterations, round_register, land", [(n, False, False) for n in range(4)]
-                         + [(2, True, False), (1, False, True), (2, True, True)])
-def test_newton_simulation(unit_class, golden, iterations, round_register, land):
-    unit = unit_class(iterations=iterations, round_register=round_register, land_products=land)
+@pytest.mark.parametrize("iterations, round_register, land, narrow",
+                         [(n, False, False, False) for n in range(4)]
+                         + [(2, True, False, False), (1, False, True, False),
+                            (2, True, True, False), (1, False, False, True),
+                            (2, False, False, True)])
+def test_newton_simulation(unit_class, golden, iterations, round_register, land, narrow):
+    """Every bit against the golden; ``narrow_in_logic`` computes the narrow partial products
+    in logic (the DXE controller's reciprocals)."""
+    unit = unit_class(iterations=iterations, round_register=round_register, land_products=land,
+                      narrow_in_logic=narrow)
     codes = stimulus()
     run = run_pipeline(unit, [{"x": int(c)} for c in codes], seed=1)
     got, latency = np.array(run.outputs, dtype=np.uint32), run.delays

@@ -14,7 +14,10 @@ from golden.arith.float import from_float
 from golden.rdxe.act import BETA_GELU, BETA_SILU, act, act_codes, act_constants
 from hdl.arith.format import FP32
 from hdl.rdxe.act import GatedActivation
+from hdl.rdxe.quant import QuantCore
 from tests.stream_sim import run_streams, shared
+from tests.test_rdxe_quant import _beats as _quant_beats
+from tests.test_rdxe_quant import _expected as _quant_expected
 
 LANES = 4
 #: Corner codes of a gate or up input: both ends, around zero, and one below each end.
@@ -106,9 +109,50 @@ def test_full_rate_latency():
     assert GatedActivation.latency_of(LANES) == 53
 
 
+@pytest.mark.parametrize("first", ["i", "q"])
+def test_shared_quantizer_takes_turns(first):
+    """With ``quantizer``: activation tokens on ``i`` and quantizer tokens on ``q``, one input
+    held back until the other's last beat is taken; every result bit-exact in that order. A
+    ``q`` beat waits until the activation beats before it have reached the core, and not a
+    cycle longer (no idle input, no back-pressure)."""
+    rng = np.random.default_rng(12)
+    x, y = rng.integers(-128, 128, (2, 3, 2 * LANES))
+    a, c = act_constants(rng.uniform(0.002, 0.3, 2 * LANES), rng.uniform(0.002, 0.3, 2 * LANES))
+    k = _second_pass_k(x, y, a, c)
+    values = rng.standard_normal((3, 2 * LANES)).astype(np.float32).view(np.uint32)
+    factors = np.broadcast_to(rng.uniform(0.1, 2, (3, 1)).astype(np.float32).view(np.uint32),
+                              values.shape)
+    inputs = {"i": _beats(x, y, a, c, k), "q": _quant_beats(values, factors, LANES)}
+    want = {"i": _expected(x, y, a, c, k), "q": _quant_expected(values, factors, LANES)}
+    later = "q" if first == "i" else "i"
+    unit = shared(GatedActivation, LANES, quantizer=True)
+    taken = {"n": 0}
+
+    def turns(ctx, cycle):
+        if taken["n"] < len(inputs[first]):
+            ctx.set(getattr(unit, later).valid, 0)
+        port = getattr(unit, first)                    # its ready once the other is held
+        taken["n"] += ctx.get(port.valid) and ctx.get(port.ready)
+
+    at = {}
+    got, _ = run_streams(unit, inputs, {"o": ["codes", "max"]}, watch=turns, accepted_at=at,
+                         done=lambda r: len(r["o"]) == len(inputs["i"]) + len(inputs["q"]),
+                         idle=0.0, stall=0.0, seed=6)
+    for result in got["o"]:
+        result["codes"] = [v & 0xFF for v in result["codes"]]
+    expected = want[first] + want[later]
+    for n, (g, w) in enumerate(zip(got["o"], expected)):
+        assert g == w, f"result {n}: expected {w}, got {g}"
+    to_core = GatedActivation.latency_of(LANES) - QuantCore.latency_of(LANES)
+    wait = to_core + 1 if first == "i" else 1
+    assert at[later][0] == at[first][-1] + wait, (at[first][-1], at[later][0])
+
+
 def test_lane_count_message():
     with pytest.raises(ValueError, match="Activation lane count must be a power of two between "
                                          "1 and 64, not 12"):
         GatedActivation(12)
     with pytest.raises(TypeError, match="Activation lane count must be an integer power of two"):
         GatedActivation.latency_of(4.0)
+    with pytest.raises(TypeError, match="Activation quantizer must be True or False, not 1"):
+        GatedActivation(4, quantizer=1)

@@ -14,6 +14,7 @@ from golden.rdxe import dxe as D
 from golden.rdxe.act import act_scale
 from hdl.arith.format import FP32
 from hdl.arith.recip import Reciprocal
+from hdl.rdxe.act import GatedActivation
 from hdl.rdxe.quant import QuantCore, Quantizer
 from tests.pipeline_sim import run_pipeline
 from tests.stream_sim import run_streams, shared
@@ -41,12 +42,21 @@ def _expected(x, k, lanes: int) -> list[dict]:
             for t in range(x.shape[0]) for b in range(0, x.shape[1], lanes)]
 
 
-def _run(x, k, *, seed: int, lanes: int = LANES, idle: float = 0.3, stall: float = 0.3):
-    """Run one pass of tokens ``x`` with factors ``k`` (broadcast to ``x``'s shape), check every
-    result against the golden, and return ``(results, cycles)``."""
+#: The quantizer's units by name: the unit of ``lanes`` and its input. The activation unit with
+#: ``quantizer`` is the DXE controller's quantizer (one core for both).
+UNITS = {"quantizer": lambda lanes: (shared(Quantizer, lanes), "i"),
+         "activation": lambda lanes: (shared(GatedActivation, lanes, quantizer=True), "q")}
+
+
+def _run(x, k, *, seed: int, lanes: int = LANES, idle: float = 0.3, stall: float = 0.3,
+         unit: str = "quantizer"):
+    """Run one pass of tokens ``x`` with factors ``k`` (broadcast to ``x``'s shape) through
+    ``unit`` (a key of :data:`UNITS`), check every result against the golden, and return
+    ``(results, cycles)``."""
     k = np.broadcast_to(np.asarray(k, np.uint32), x.shape)
     beats = _beats(x, k, lanes)
-    got, cycles = run_streams(shared(Quantizer, lanes), {"i": beats}, {"o": ["codes", "max"]},
+    component, port = UNITS[unit](lanes)
+    got, cycles = run_streams(component, {port: beats}, {"o": ["codes", "max"]},
                               done=lambda r: len(r["o"]) == len(beats), idle=idle,
                               stall=stall, seed=seed)
     for result in got["o"]:                        # the simulator reads signed lanes
@@ -57,24 +67,25 @@ def _run(x, k, *, seed: int, lanes: int = LANES, idle: float = 0.3, stall: float
     return got["o"], cycles
 
 
-def _quantize_in_rtl(x, *, seed: int, lanes: int = LANES) -> D.Quantized:
+def _quantize_in_rtl(x, *, seed: int, lanes: int = LANES, unit: str = "quantizer") \
+        -> D.Quantized:
     """``quantize(x)`` as the DXE runs it: a first pass (random factors: its codes are dropped)
     for ``M`` at each token's last beat, ``k = reciprocal(M)`` in the shared Reciprocal's RTL,
     a second pass with ``k`` in every lane."""
     rng = np.random.default_rng(seed)
     first_k = rng.integers(0, 1 << 32, x.shape, dtype=np.uint64).astype(np.uint32)
-    results, _ = _run(x, first_k, seed=seed, lanes=lanes)
+    results, _ = _run(x, first_k, seed=seed, lanes=lanes, unit=unit)
     per_token = x.shape[1] // lanes
     top = np.array([r["max"] for r in results[per_token - 1::per_token]], np.uint32)
     recip = run_pipeline(Reciprocal(), [{"x": int(m)} for m in top], seed=seed)
     k = np.array(recip.outputs, np.uint32)
-    results, _ = _run(x, k[:, None], seed=seed + 1, lanes=lanes)
+    results, _ = _run(x, k[:, None], seed=seed + 1, lanes=lanes, unit=unit)
     codes = np.array([r["codes"] for r in results], np.int64).reshape(x.shape)
     return D.Quantized(np.where(codes > 127, codes - 256, codes), top, k)
 
 
-def _check_quantize(x, *, seed: int, lanes: int = LANES):
-    got, want = _quantize_in_rtl(x, seed=seed, lanes=lanes), D.quantize(x)
+def _check_quantize(x, *, seed: int, lanes: int = LANES, unit: str = "quantizer"):
+    got, want = _quantize_in_rtl(x, seed=seed, lanes=lanes, unit=unit), D.quantize(x)
     assert np.array_equal(got.top, want.top), (got.top, want.top)
     assert np.array_equal(got.k, want.k), (got.k, want.k)
     assert np.array_equal(got.codes, want.codes)
@@ -97,13 +108,15 @@ def _corner_tokens(rng) -> np.ndarray:
     return np.vstack([wide, np.zeros(n, np.uint32), big, subnormal, half])
 
 
-def test_quantize_corner_tokens():
-    q = _check_quantize(_corner_tokens(np.random.default_rng(7)), seed=1)
+@pytest.mark.parametrize("unit", UNITS)
+def test_quantize_corner_tokens(unit):
+    q = _check_quantize(_corner_tokens(np.random.default_rng(7)), seed=1, unit=unit)
     assert q.k[2] == _INF and not q.codes[2:5].any()
     assert q.codes[5, :8].tolist() == [64, -64, 127, 64, 63, -127, 32, 95]
 
 
-def test_quantize_static_corners():
+@pytest.mark.parametrize("unit", UNITS)
+def test_quantize_static_corners(unit):
     """Per-channel factors (``static_inverse`` of random scales, and +0, +inf, a power of two
     making ``x k = 0.5``) on values with infinities, NaNs, the largest normals (the product
     overflows: saturated), zeros and subnormals."""
@@ -115,7 +128,7 @@ def test_quantize_static_corners():
     x[1, :5] = D.fp32([4.0, -4.0, 12.0, -20.0, 3.0])
     k = D.static_inverse(rng.uniform(1e-3, 0.2, n))
     k[:5] = D.fp32([2.0 ** -3, 2.0 ** -3, 0.0, np.inf, 4.0])
-    _run(x, k, seed=2)
+    _run(x, k, seed=2, unit=unit)
     # The golden by hand: x k = +-0.5 (the tie, to +-64), 12 x 0, -20 x inf, 3 x 4; inf, -inf,
     # NaN x 0, the largest normal x inf and (x 4) its overflow.
     assert D.quantize_static(x[1, :5], k[:5]).tolist() == [64, -64, 0, -127, 127]
@@ -132,12 +145,14 @@ def test_quantize_random_tokens(lanes):
     _check_quantize(x, seed=3, lanes=lanes)
 
 
-def test_full_rate_latency():
+@pytest.mark.parametrize("unit", UNITS)
+def test_full_rate_latency(unit):
     """Without idle beats or back-pressure: one beat a cycle, the last result ``latency`` plus
-    the queue's two cycles after the last beat."""
-    tokens = (Quantizer.latency_of(LANES) + 8) // 2    # more beats than the queue's places
+    the queue's two cycles after the last beat (more beats than the quantizer's queue has
+    places; the activation unit's has more)."""
+    tokens = (Quantizer.latency_of(LANES) + 8) // 2
     x = D.fp32(np.random.default_rng(10).standard_normal((tokens, 2 * LANES)))
-    _, cycles = _run(x, D.quantize(x).k[:, None], seed=4, idle=0.0, stall=0.0)
+    _, cycles = _run(x, D.quantize(x).k[:, None], seed=4, idle=0.0, stall=0.0, unit=unit)
     assert cycles == x.size // LANES + Quantizer.latency_of(LANES) + 2, cycles
     assert Quantizer.latency_of(LANES) == QuantCore.latency_of(LANES) == 10
 

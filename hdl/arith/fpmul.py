@@ -14,7 +14,7 @@ from .dsp import ECP5_MULT_WIDTH, ecp5_product, family
 from .float import normal_significand, round_pack, unpack
 from .format import FP32, FloatFormat, float_format
 
-__all__ = ["FloatMultiplier", "exact_product", "CUT_POINTS", "SPLITS"]
+__all__ = ["FloatMultiplier", "exact_product", "logic_product", "CUT_POINTS", "SPLITS"]
 
 #: Cut points of the multiplier datapath: 0 after unpacking, 1 after the partial products of
 #: the significand pieces, 2 after their sum, 3 after normalization, 4 inside the rounding (after
@@ -38,15 +38,22 @@ _LOGIC_NARROW = 6
 _LOGIC_WIDE = 8
 
 
-def _logic_product(x: Value, y: Value) -> Value:
-    """``x * y`` as a tree of shifted, gated copies of the wider operand (no multiplier)."""
+def logic_product(x: Value, y: Value) -> Value:
+    """``x * y`` as a tree of shifted, gated copies of the wider operand (no multiplier block:
+    Yosys maps every product of 2 x 2 bits or more to a ``MULT18X18D`` on the ECP5).
+
+    ``len(x) + len(y)`` bits, signed when either operand is (two's complement: a signed
+    narrower operand's top row is subtracted)."""
     if len(x) < len(y):
         x, y = y, x
     rows = [Mux(y[j], x, 0) << j for j in range(len(y))]
+    if y.shape().signed:
+        rows[-1] = -rows[-1]
     while len(rows) > 1:
         rows = [rows[n] + rows[n + 1] if n + 1 < len(rows) else rows[n]
                 for n in range(0, len(rows), 2)]
-    return rows[0][:len(x) + len(y)]
+    product = rows[0][:len(x) + len(y)]
+    return product.as_signed() if x.shape().signed or y.shape().signed else product
 
 
 def _sum_rows(terms) -> Value:
@@ -314,7 +321,7 @@ class FloatMultiplier(wiring.Component):
             sig_a, sig_b, exp, flags = pipe.cut(a.sig, b.sig, exp, flags)
             factors = [(sig_a[pa[0]:pa[1]], sig_b[pb[0]:pb[1]]) for pa, pb in pairs]
         if factors is not None:
-            parts = [_logic_product(x, y) if self._in_logic(*pair) else x * y
+            parts = [logic_product(x, y) if self._in_logic(*pair) else x * y
                      for (x, y), pair in zip(factors, pairs)]
             *parts, exp, flags = pipe.cut(*parts, exp, flags)
         if self._land:

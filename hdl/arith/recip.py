@@ -17,6 +17,7 @@ from amaranth.lib.wiring import In, Out
 from ..pipeline import Pipeline
 from ..validate import integer
 from .dsp import ecp5_product, family
+from .fpmul import logic_product
 from .float import normal_significand, round_pack, unpack
 from .format import FP32
 
@@ -67,12 +68,14 @@ class _NewtonRaphson(wiring.Component):
     _MULTIPLIES_PER_STEP = 2
 
     def __init__(self, *, iterations: int = 2, block_registers: bool = False,
-                 round_register: bool = False, land_products: bool = False):
+                 round_register: bool = False, land_products: bool = False,
+                 narrow_in_logic: bool = False):
         self.latency_of(iterations=iterations, block_registers=block_registers,
-                        round_register=round_register,
-                        land_products=land_products)              # one copy of the checks
+                        round_register=round_register, land_products=land_products,
+                        narrow_in_logic=narrow_in_logic)          # one copy of the checks
         self._iterations, self._blocks = iterations, block_registers
         self._round_register, self._land = round_register, land_products
+        self._narrow = narrow_in_logic
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"x": 32}), always_ready=True)),
             "o": Out(stream.Signature(data.StructLayout({"y": 32}), always_ready=True)),
@@ -80,7 +83,8 @@ class _NewtonRaphson(wiring.Component):
 
     @classmethod
     def latency_of(cls, *, iterations: int = 2, block_registers: bool = False,
-                   round_register: bool = False, land_products: bool = False) -> int:
+                   round_register: bool = False, land_products: bool = False,
+                   narrow_in_logic: bool = False) -> int:
         """Return the latency of a unit with these arguments, without building it.
 
         The arguments are the constructor's, checked as it checks them (the same exceptions);
@@ -91,7 +95,8 @@ class _NewtonRaphson(wiring.Component):
         integer(iterations, f"{name} Newton-Raphson iteration count", 0, MAX_ITERATIONS)
         for flag, value in (("block_registers", block_registers),
                             ("round_register", round_register),
-                            ("land_products", land_products)):
+                            ("land_products", land_products),
+                            ("narrow_in_logic", narrow_in_logic)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} {flag} must be True or False, not {value!r}")
         return 4 + cls.cycles_per_step(land_products) * iterations + round_register
@@ -184,7 +189,7 @@ class _NewtonRaphson(wiring.Component):
             return self._landed_partials(m, pipe, a, b, keep, name)
         if self._ecp5:
             return _block_partials(m, a, b, name, input_registers=False), list(pipe.cut(*keep))
-        parts = _partials(a, b)
+        parts = _partials(a, b, self._narrow)
         # The registers in the order they had before block_registers: the generic Verilog is
         # then the same, and arith-recip's and arith-rsqrt's measured figures still hold.
         y, u, *rest = pipe.cut(keep[0], keep[1], *parts, *keep[2:])
@@ -201,7 +206,7 @@ class _NewtonRaphson(wiring.Component):
             keep = pipe.cut(*pipe.cut(*keep))
         else:
             a, b, *keep = pipe.cut(a, b, *keep)
-            parts = _partials(a, b)
+            parts = _partials(a, b, self._narrow)
             out = pipe.cut(*parts, *keep)
             parts, keep = out[:len(parts)], out[len(parts):]
         out = pipe.cut(*parts, *keep)
@@ -268,9 +273,16 @@ def _block_partials(m, a, b, name: str, *, input_registers: bool) -> list:
             for n, (sa, sb) in enumerate((sa, sb) for _, sa in _slices(a) for _, sb in _slices(b))]
 
 
-def _partials(a, b) -> list:
-    """The partial products of ``a * b``, one per pair of slices (each fits one 18x18 DSP)."""
-    return [sa * sb for _, sa in _slices(a) for _, sb in _slices(b)]
+#: With ``narrow_in_logic``, a partial product whose narrower slice has at most this many bits
+#: is computed in logic (the slices of 7 and 8 bits of a 24- or 25-bit operand's top).
+_LOGIC_BITS = 8
+
+
+def _partials(a, b, narrow_in_logic: bool = False) -> list:
+    """The partial products of ``a * b``, one per pair of slices (each fits one 18x18 DSP); with
+    ``narrow_in_logic`` the narrow ones in logic (:func:`~hdl.arith.fpmul.logic_product`)."""
+    return [logic_product(sa, sb) if narrow_in_logic and min(len(sa), len(sb)) <= _LOGIC_BITS
+            else sa * sb for _, sa in _slices(a) for _, sb in _slices(b)]
 
 
 def _sum(parts, a, b):
@@ -312,6 +324,12 @@ class Reciprocal(_NewtonRaphson):
         output registers, so that neither route to a block the placer puts far away shares a
         cycle with logic. Two cycles more per multiply (``4 * iterations`` here), the same bits.
         Default ``False``.
+    narrow_in_logic : bool
+        ``True``: the partial products whose narrower slice has at most 8 bits (the top 7 bits
+        of the significand times the seed and times ``y``, the seed times the first error's
+        top 8 bits: four of the ten pieces of 2 steps) are shifts and adds in logic instead of
+        multiplier blocks, in the generic Verilog (with ``block_registers`` on the ECP5 every
+        piece stays a block). The same latency and bits. Default ``False``.
 
     Members
     -------
@@ -346,7 +364,7 @@ class RSqrt(_NewtonRaphson):
     iterations : int
         Newton-Raphson steps, 0 to 3 (default 2). Worst relative error over all positive normal
         fp32 inputs: about ``2**-8.7`` (0 steps), ``2**-16.8`` (1), below ``2**-23`` (2, 3).
-    block_registers, round_register, land_products : bool
+    block_registers, round_register, land_products, narrow_in_logic : bool
         As :class:`Reciprocal`'s (``land_products``: three multiplies a step, ``6 * iterations``
         cycles more).
 

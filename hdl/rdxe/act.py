@@ -22,13 +22,21 @@ The unit takes a stream with back-pressure: the core is an always-ready pipeline
 :class:`~hdl.pipeline.ResultQueue` whose credits gate the input, so a consumer that is not
 ready (ffn_down's GEMV takes its input at its own pace) stalls the producer instead of losing
 results.
+
+Built with ``quantizer=True``, the unit is also the VE's quantizer (:class:`~hdl.rdxe.quant.
+Quantizer`'s contract on a second input ``q``): its beats enter the same core directly, so the
+DXE's controller, which runs one instruction at a time, needs one core and one result queue
+for both (docs/rdxe.md 14.2, "Area"). The core belongs to one input at a time: a ``q`` beat
+waits until no activation beat is left before the core, and an activation beat is not taken
+in a cycle that offers a ``q`` beat, so the two never meet in the core and the results leave in
+the order the beats entered it.
 """
 
 from __future__ import annotations
 
 from functools import partial
 
-from amaranth import Const, Module, Signal, signed
+from amaranth import Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,23 +44,23 @@ from ..arith.convert import IntToFloat
 from ..arith.exp2 import Exp2
 from ..arith.format import BF16, FP32
 from ..arith.fpadd import FloatAdder
-from ..arith.fpmul import FloatMultiplier
+from ..arith.fpmul import FloatMultiplier, logic_product
 from ..arith.recip import Reciprocal
 from ..latency import unit_latencies
 from ..pipeline import delay, queued_pipeline
 from ..validate import power_of_two
 from .quant import UNITS as QUANT_UNITS
-from .quant import QuantCore, quant_out_layout
+from .quant import QuantCore, quant_in_layout, quant_out_layout
 from .spec import CODE_BITS
 
 __all__ = ["GatedActivation", "act_in_layout", "act_out_layout"]
 
 _UNITS = {
     "to_bf16": partial(IntToFloat, CODE_BITS, BF16),
-    "arg": partial(FloatMultiplier, BF16, FP32, FP32),
+    "arg": partial(FloatMultiplier, BF16, FP32, FP32, split="dsp18"),
     "exp2": partial(Exp2),
     "add": partial(FloatAdder, FP32),
-    "recip": partial(Reciprocal),
+    "recip": partial(Reciprocal, narrow_in_logic=True),
     "to_fp32": partial(IntToFloat, 2 * CODE_BITS, FP32),
     **QUANT_UNITS,                                     # "mul" and the tail's "quant"
 }
@@ -89,27 +97,43 @@ class GatedActivation(wiring.Component):
     ----------
     lanes : int
         Elements per beat, a power of two from 1 to 64.
+    quantizer : bool
+        ``True``: add the input ``q``, the VE's quantizer on the same core (module notes).
+        Default ``False``.
 
     Members
     -------
     i : In(stream.Signature(act_in_layout(lanes)))
-        Beats, taken while the result queue has a place for them (``ready`` is a register).
+        Beats, taken while the result queue has a place for them (``ready`` is a register; with
+        ``quantizer``, also not while ``q.valid`` is high).
+    q : In(stream.Signature(quant_in_layout(lanes)))
+        With ``quantizer`` only: values to quantize, taken while the result queue has a place
+        and no activation beat is on its way to the core.
     o : Out(stream.Signature(act_out_layout(lanes)))
         One result per beat, in order: ``golden.rdxe.act`` bit for bit (``act_codes`` of
         ``act_values`` with the beat's ``k``; ``max`` is ``act_scale``'s ``M`` at a token's last
-        beat).
+        beat); for a ``q`` beat, :class:`~hdl.rdxe.quant.Quantizer`'s result. The running
+        maximum is the core's: a token's beats must not interleave with the other input's.
 
     Latency :meth:`latency_of` cycles from a beat taken to its result written into the queue
     (defaults: ``to_bf16 3 + arg 5 + exp2 7 + add 6 + recip 12 + mul 5 + mul 5 + mul 5 + split
     1 + quant 4 = 53``, the last three :class:`~hdl.rdxe.quant.QuantCore`'s), then two to
-    ``o.valid`` in an empty queue; one beat per cycle while ``o`` is ready. Bad ``lanes`` raise
-    ``TypeError``/``ValueError`` naming it.
+    ``o.valid`` in an empty queue; a ``q`` beat's is the core's
+    (:meth:`~hdl.rdxe.quant.QuantCore.latency_of`, 10). One beat per cycle while ``o`` is
+    ready. Bad ``lanes`` raise ``TypeError``/``ValueError`` naming it, a ``quantizer`` not a
+    bool ``TypeError``.
     """
 
-    def __init__(self, lanes: int):
+    def __init__(self, lanes: int, *, quantizer: bool = False):
         self.lanes = _lanes(lanes)
-        super().__init__({"i": In(stream.Signature(act_in_layout(lanes))),
-                          "o": Out(stream.Signature(act_out_layout(lanes)))})
+        if not isinstance(quantizer, bool):
+            raise TypeError(f"Activation quantizer must be True or False, not {quantizer!r}")
+        self.quantizer = quantizer
+        ports = {"i": In(stream.Signature(act_in_layout(lanes))),
+                 "o": Out(stream.Signature(act_out_layout(lanes)))}
+        if quantizer:
+            ports["q"] = In(stream.Signature(quant_in_layout(lanes)))
+        super().__init__(ports)
 
     @staticmethod
     def latencies() -> dict:
@@ -138,7 +162,8 @@ class GatedActivation(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lat = self.latencies()
-        go, queue = queued_pipeline(m, self.i, self.o, act_out_layout(self.lanes), self.latency)
+        request = stream.Signature(1).create(path=("request",))
+        go, queue = queued_pipeline(m, request, self.o, act_out_layout(self.lanes), self.latency)
         beat = self.i.payload
         t_r = self._sigmoid_latency(lat)
         t_v = t_r + 2 * lat["mul"]
@@ -146,12 +171,43 @@ class GatedActivation(wiring.Component):
         m.submodules.tail = tail = QuantCore(self.lanes)
         wiring.connect(m, tail.o, queue.w)
         k = delay(m, beat.k, t_v, name="k")
-        m.d.comb += tail.i.payload.first.eq(delay(m, beat.first, t_v, name="first"))
+        first = delay(m, beat.first, t_v, name="first")
+        arrived = Signal(name="act_arrived")                  # an activation beat at the core
+        act_go, quant_go = self._owner(m, request, go, arrived, t_v)
         for n in range(self.lanes):
-            v_valid, v = self._value(m, n, go, beat, lat, t_r)
-            m.d.comb += [tail.i.payload.x[n].eq(v), tail.i.payload.k[n].eq(k)]
-        m.d.comb += tail.i.valid.eq(v_valid)
+            v_valid, v = self._value(m, n, act_go, beat, lat, t_r)
+            if self.quantizer:
+                q = self.q.payload
+                m.d.comb += [tail.i.payload.x[n].eq(Mux(quant_go, q.x[n], v)),
+                             tail.i.payload.k[n].eq(Mux(quant_go, q.k[n], k))]
+            else:
+                m.d.comb += [tail.i.payload.x[n].eq(v), tail.i.payload.k[n].eq(k)]
+        if self.quantizer:
+            m.d.comb += tail.i.payload.first.eq(Mux(quant_go, self.q.payload.first, first))
+        else:
+            m.d.comb += tail.i.payload.first.eq(first)
+        m.d.comb += [arrived.eq(v_valid), tail.i.valid.eq(v_valid | quant_go)]
         return m
+
+    def _owner(self, m: Module, request, go, arrived, t_v: int):
+        """Drive ``request`` (one credit of the result queue a cycle) from ``i`` and, with the
+        quantizer, ``q``; return ``(act_go, quant_go)``, the cycles each input's beat is taken.
+
+        A ``q`` beat enters the core at once, an activation beat ``t_v`` cycles later (when
+        ``arrived``): ``q`` waits while an activation beat is on its way (a count of them),
+        ``i`` while ``q`` offers a beat, so no cycle has two beats at the core."""
+        if not self.quantizer:
+            m.d.comb += [request.valid.eq(self.i.valid), self.i.ready.eq(request.ready)]
+            return go, Const(0)
+        on_way = Signal(range(t_v + 1), name="act_on_way")
+        m.d.comb += self.i.ready.eq(request.ready & ~self.q.valid)
+        free = on_way == 0
+        m.d.comb += [self.q.ready.eq(request.ready & free),
+                     request.valid.eq(self.i.ready & self.i.valid | self.q.ready & self.q.valid)]
+        act_go, quant_go = Signal(name="act_go"), Signal(name="quant_go")
+        m.d.comb += [quant_go.eq(go & self.q.valid & free), act_go.eq(go & ~quant_go)]
+        m.d.sync += on_way.eq(on_way + act_go - arrived)
+        return act_go, quant_go
 
     @staticmethod
     def _value(m: Module, n: int, go, beat, lat: dict, t_r: int):
@@ -166,8 +222,9 @@ class GatedActivation(wiring.Component):
             m.submodules[f"{name}{n}"] = unit
         one = Const(FP32.pack(0, FP32.bias, 0), 32)
         # The INT16 product waits for the sigmoid in a register chain; its conversion is exact.
+        # In logic: an 8 x 8 product would take a whole MULT18X18D.
         product = Signal(signed(2 * CODE_BITS), name=f"product{n}")
-        m.d.comb += product.eq(beat.x[n] * beat.y[n])
+        m.d.comb += product.eq(logic_product(beat.x[n], beat.y[n]))
         wait = t_r - lat["to_fp32"]
         m.d.comb += [
             to_bf16.i.valid.eq(go), to_bf16.i.payload.x.eq(beat.x[n]),

@@ -16,6 +16,9 @@ lanes``), so that a beat of a vector op is one row of each operand::
     recip, eps, score     scalar path   (const[table] for score)                  reg
     gemv(_norm), kv_append, attend      handed out on ``dxt``, done on ``dxt_done``
 
+The quantizer is the activation unit's second input (``GatedActivation(lanes, quantizer=True)``:
+one core and one result queue for both, which never run at once here).
+
 A memory has one read port, so a beat that needs two rows of one memory takes two cycles (add,
 the activation) and RoPE's three: vector ops run at ``lanes / slots`` elements a cycle, against a
 GEMV's thousands of cycles a token. Instructions run one after another: the next is fetched once
@@ -41,7 +44,7 @@ from ..validate import index_bits, integer, power_of_two
 from .act import GatedActivation
 from .gppu import Gppu, GppuOp
 from .isa import OPCODES, ProgramSpace, instruction_layout
-from .quant import Quantizer
+from .quant import QuantCore
 from .scalar import ScalarOp, ScalarUnit
 from .spec import CODE_BITS, VeConfig
 
@@ -69,11 +72,12 @@ def _unit_of(op: str) -> str:
     return next(unit for unit, ops in _UNIT_OPS.items() if op in ops)
 
 
-def _unit(cfg: "CtrlConfig", name: str):
-    """The controller's unit ``name`` (a key of :data:`_UNIT_OPS`)."""
+def _latency(cfg: "CtrlConfig", name: str) -> int:
+    """Cycles from a beat of unit ``name`` (a key of :data:`_UNIT_OPS`) to its result at the
+    unit's queue. The quantizer's beats take the activation unit's core directly."""
     if name == "scalar":
-        return ScalarUnit(cfg.ve)
-    return {"quant": Quantizer, "gppu": Gppu, "act": GatedActivation}[name](cfg.lanes)
+        return ScalarUnit.latency_of(cfg.ve)
+    return {"quant": QuantCore, "gppu": Gppu, "act": GatedActivation}[name].latency_of(cfg.lanes)
 
 
 class Store(enum.Enum, shape=2):
@@ -161,7 +165,7 @@ def instruction_cycles(cfg: CtrlConfig, word: int, dxt_cycles: int = 0) -> int:
         return _FETCH + dxt_cycles
     unit = _unit_of(op)
     beats = 1 if unit == "scalar" else f.n // cfg.lanes
-    return (_FETCH + _SLOTS.get(op, 1) * beats + _READ + _unit(cfg, unit).latency
+    return (_FETCH + _SLOTS.get(op, 1) * beats + _READ + _latency(cfg, unit)
             + ResultQueue.LATENCY + _RETIRE)
 
 
@@ -256,11 +260,11 @@ class DxeController(wiring.Component):
         mems = self._memories(m)
         insn = Signal(instruction_layout(cfg.space))
         regs = Array(Signal(_FP32, name=f"reg{i}") for i in range(cfg.space.registers))
-        units = self._units(m)
+        units, results = self._units(m)
         ctl = _Control(m, cfg, insn)
         ctl.issue(m, mems, self._ready(units, ctl))
         self._beats(m, units, ctl, regs)
-        self._results(m, units, ctl, mems, regs)
+        self._results(m, results, ctl, mems, regs)
         waiting = self._sequence(m, ctl, insn, mems, regs)
         self._ext(m, mems, waiting)
         return m
@@ -279,17 +283,23 @@ class DxeController(wiring.Component):
             mems[store] = (mem.read_port(), mem.write_port(granularity=grain))
         return mems
 
-    def _units(self, m) -> dict:
-        units = {name: _unit(self.cfg, name) for name in _UNIT_OPS}
-        for name, unit in units.items():
-            m.submodules[name] = unit
-            m.d.comb += unit.o.ready.eq(1)       # results are written as they come
-        return units
+    def _units(self, m) -> tuple[dict, dict]:
+        """The units; return their inputs by the names of :data:`_UNIT_OPS` and their results
+        (``ve``: the quantizer's and the activation's, one core and one queue, docs/rdxe.md
+        14.2: the two never run at once here, since instructions run one after another)."""
+        cfg = self.cfg
+        m.submodules.ve = ve = GatedActivation(cfg.lanes, quantizer=True)
+        m.submodules.gppu = gppu = Gppu(cfg.lanes)
+        m.submodules.scalar = scalar = ScalarUnit(cfg.ve)
+        results = {"ve": ve.o, "gppu": gppu.o, "scalar": scalar.o}
+        for o in results.values():
+            m.d.comb += o.ready.eq(1)            # results are written as they come
+        return {"quant": ve.q, "gppu": gppu.i, "act": ve.i, "scalar": scalar.i}, results
 
     @staticmethod
     def _ready(units, ctl):
-        """The ``ready`` of the unit the instruction's opcode runs on."""
-        return Cat(*(ctl.is_(name) & unit.i.ready for name, unit in units.items())).any()
+        """The ``ready`` of the unit input the instruction's opcode runs on."""
+        return Cat(*(ctl.is_(name) & i.ready for name, i in units.items())).any()
 
     def _beats(self, m, units, ctl, regs):
         """Each unit's beat from the rows read (``live``: the last slot's, at the read ports;
@@ -297,7 +307,7 @@ class DxeController(wiring.Component):
         cfg, insn = self.cfg, ctl.insn
         live, held = ctl.live, ctl.held
         first, factor = ctl.rk == 0, regs[insn.r_in]
-        q, g, a, s = (units[n].i for n in ("quant", "gppu", "act", "scalar"))
+        q, g, a, s = (units[n] for n in ("quant", "gppu", "act", "scalar"))
         m.d.comb += [q.valid.eq(ctl.beat & ctl.is_("quant")),
                      g.valid.eq(ctl.beat & ctl.is_("gppu")),
                      a.valid.eq(ctl.beat & ctl.is_("act")),
@@ -347,23 +357,21 @@ class DxeController(wiring.Component):
                 m.d.comb += args.dequantize.codes[n].eq(
                     live[Store.RR].word_select(n, CODE_BITS))
 
-    def _results(self, m, units, ctl, mems, regs):
+    def _results(self, m, results, ctl, mems, regs):
         """Write each unit's results as they come: rows at ``dst`` on, or the register."""
         insn, w = ctl.insn, ctl.written
         last = w == ctl.beats - 1
         row = (insn.dst >> ctl.shift) + w
         tb_w, rr_w = mems[Store.TB][1], mems[Store.RR][1]
-        q, g, a, s = (units[n].o for n in ("quant", "gppu", "act", "scalar"))
-        with m.If(q.valid | a.valid):
+        v, g, s = (results[n] for n in ("ve", "gppu", "scalar"))
+        with m.If(v.valid):
             m.d.sync += w.eq(w + 1)
-            maxed = Mux(q.valid, q.payload.max, a.payload.max)
             with m.If(ctl.op_is("max", "act_max")):
                 with m.If(last):
-                    m.d.sync += regs[insn.r_out].eq(maxed)
+                    m.d.sync += regs[insn.r_out].eq(v.payload.max)
             with m.Else():
                 m.d.comb += [rr_w.addr.eq(row), rr_w.en.eq(-1),
-                             rr_w.data.eq(Mux(q.valid, q.payload.codes.as_value(),
-                                              a.payload.codes.as_value()))]
+                             rr_w.data.eq(v.payload.codes.as_value())]
         with m.If(g.valid):
             m.d.sync += w.eq(w + 1)
             m.d.comb += [tb_w.addr.eq(row), tb_w.en.eq(-1), tb_w.data.eq(g.payload.y.as_value())]

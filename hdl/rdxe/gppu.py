@@ -17,7 +17,8 @@ FloatMultipliers and one FloatAdder a lane (and an IntToFloat). Two multipliers 
 a third in series would save the registers that hold the second product's operands for ``mul``
 cycles and 5 cycles of latency, at a third multiplier: at 4 lanes on the ECP5 (``synth_ecp5``)
 this unit takes 7,017 LUT4, 7,368 FF and 32 MULT18X18D, that one 7,961, 6,931 and 48
-(docs/rdxe.md, "The GPPU"). The identities are
+(docs/rdxe.md, "The GPPU"; with the multipliers' default split, four blocks each: they are now
+``"dsp18"``, three). The identities are
 exact on every code the units see: ``fmul(p, 1.0) = p`` for a multiplier's own result ``p``
 (flushed, canonical NaN), ``fmul(h, 1.0)`` flushes a subnormal ``h`` to the zero of its sign as
 the adder reads it anyway (a NaN becomes the canonical one, which the adder returns for any NaN),
@@ -53,7 +54,7 @@ __all__ = ["Gppu", "GppuOp", "gppu_in_layout", "gppu_out_layout"]
 
 _UNITS = {
     "to_fp32": partial(IntToFloat, CODE_BITS, FP32),
-    "mul": partial(FloatMultiplier, FP32, FP32, FP32),
+    "mul": partial(FloatMultiplier, FP32, FP32, FP32, split="dsp18"),
     "add": partial(FloatAdder, FP32),
 }
 

@@ -47,11 +47,19 @@ _SPLIT = 1
 #: Magnitude bits of an fp32 code (its order is the value's order for non-negative values).
 _MAG_BITS = 31
 
-#: The shared units of a lane, by name: the fp32 multiplier and the requantizer.
+#: ``P_ONE = 127 = 2**7 - 1``: ``127 x`` is ``(x << 7) - x``, one subtraction and no multiplier
+#: block (Yosys maps every product of 2 x 2 bits or more, a constant one too, to a
+#: ``MULT18X18D``).
+_P_ONE_SHIFT = P_ONE.bit_length()
+
+#: The shared units of a lane, by name: the fp32 multiplier (``"dsp18"``: three multiplier
+#: blocks, the small product of the significands' top bits in logic) and the requantizer of
+#: ``127 sig``, whose multiplier is 1 (``requantize(127 sig, 1, shift)``; a product by the
+#: constant 1 is a wire in synthesis, as in :class:`~hdl.rdxe.ve.ToRc`).
 UNITS = {
-    "mul": partial(FloatMultiplier, FP32, FP32, FP32),
-    "quant": partial(Requantizer, FP32.precision + 1, CODE_BITS, clamp="symmetric",
-                     mult_bits=CODE_BITS),
+    "mul": partial(FloatMultiplier, FP32, FP32, FP32, split="dsp18"),
+    "quant": partial(Requantizer, FP32.precision + 1 + _P_ONE_SHIFT, CODE_BITS,
+                     clamp="symmetric", mult_bits=2),
 }
 
 
@@ -172,10 +180,13 @@ class QuantCore(wiring.Component):
         m.d.comb += shift.eq(Mux(field >= top, 0, Mux(field < top - shift_max, shift_max,
                                                          (top - field)[:SHIFT_BITS])))
         m.submodules[f"quant{n}"] = quant = UNITS["quant"]()
+        # 127 sig after the split's register, in the requantizer's product cycle (exact: it
+        # fits 32 bits), where the product by 1 leaves a cycle's room for the subtraction.
+        split = delay(m, sig, _SPLIT, name=f"split_sig{n}")
         m.d.comb += [
             quant.i.valid.eq(delay(m, mul_w.o.valid, _SPLIT, name=f"split_go{n}", reset=True)),
-            quant.i.payload.x.eq(delay(m, sig, _SPLIT, name=f"split_sig{n}")),
-            quant.i.payload.m.eq(P_ONE),
+            quant.i.payload.x.eq((split << _P_ONE_SHIFT) - split),
+            quant.i.payload.m.eq(1),
             quant.i.payload.shift.eq(delay(m, shift, _SPLIT, name=f"split_shift{n}"))]
         return quant
 

@@ -42,8 +42,8 @@ __all__ = ["ScalarOp", "ScalarUnit", "scalar_in_layout", "scalar_out_layout", "U
 #: docs/arith.md); the RC unit's landed products (``land_products``: 1,009 FF more here, 9 cycles)
 #: are the same bits, for when a placement spreads it across the die.
 UNITS = {
-    "recip": partial(Reciprocal),
-    "mul": partial(FloatMultiplier, FP32, FP32, FP32),
+    "recip": partial(Reciprocal, narrow_in_logic=True),
+    "mul": partial(FloatMultiplier, FP32, FP32, FP32, split="dsp18"),
 }
 
 _INF = Const(FP32.infinity(0), FP32.width)
