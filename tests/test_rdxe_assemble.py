@@ -5,6 +5,8 @@ SmolLM2 layer: tests/test_llm_rdxe.py::test_dxe_program_is_the_back_ends_layer.)
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -62,7 +64,7 @@ def test_a_wrong_placement_is_seen(tables, monkeypatch):
     result: the comparison above can fail."""
     first_fit = A._first_fit
 
-    def overlapping(values, align=1):
+    def overlapping(values, align=1, pinned=None):
         if values[0][0][0] == "reg":
             return first_fit(values)
         return {**{v[0]: HIDDEN + HEAD_DIM for v in values},
@@ -167,3 +169,113 @@ def test_space_parameters_are_checked(field, value, message):
         ProgramSpace(**{**SPACE.__dict__, field: value})
     with pytest.raises(TypeError, match="^Program space must be a ProgramSpace, not 3$"):
         instruction_layout(3)
+
+
+# --- a program that loops over layers (docs/rdxe.md, section 16) ---------------------------------
+
+
+def variant(tables: P.LayerTables, l: int) -> P.LayerTables:
+    """Layer ``l`` of a stack built from ``tables``: its weights' columns and its constants
+    rotated by ``l``, its score step scaled (so every layer's tables differ)."""
+    scale = np.float32(np.uint32(tables.score_scale).view(np.float32) * np.float32(1 + 0.25 * l))
+    return replace(tables, gemvs={n: (np.roll(W, l, axis=1), m, s)
+                                  for n, (W, m, s) in tables.gemvs.items()},
+                   vectors={n: np.roll(v, l) for n, v in tables.vectors.items()},
+                   score_scale=scale.view(np.uint32))
+
+
+def _looped(tables, space=SPACE):
+    return A.assemble(P.llama_layer(HEADS, KV_HEADS, HEAD_DIM), tables, INPUTS, ["h"], space,
+                      HEAD_DIM, in_place=("h",), keep=("cos", "sin"))
+
+
+@pytest.mark.parametrize("align", [1, 4])
+def test_in_place_and_kept_inputs_still_run_bit_for_bit(tables, align):
+    """The residual's output at its input's address and RoPE's table live to the end: the words
+    still equal the named program, and after a run the kept inputs are unchanged."""
+    space = ProgramSpace(**{**SPACE.__dict__, "align": align})
+    asm = _looped(tables, space)
+    assert asm.outputs["h"] == asm.inputs["h"] and (asm.in_place, asm.keep) == (("h",),
+                                                                                ("cos", "sin"))
+    got, named, words = _both(tables, asm, _tokens(3))
+    for t, (want, have) in enumerate(got):
+        assert np.array_equal(want, have), f"token {t}"
+    assert np.array_equal(np.stack(named.keys), np.stack(words.keys))
+    last = _tokens(3)[-1]
+    for name in ("cos", "sin"):
+        assert np.array_equal(words.tb[(asm.inputs[name], HEAD_DIM // 2)], last[name])
+    # The plain assembly writes its output elsewhere (over RoPE's table): looping places it
+    # differently, at no cost in storage for this layer.
+    plain = _assembled(tables, space)
+    assert plain.outputs["h"] != plain.inputs["h"] and asm.used == plain.used
+
+
+def test_the_same_words_run_every_layer(tables):
+    """Three layers' tables stacked at the stride: one DXE's memories and the same words with
+    layer offsets equal running each layer's own program in turn, the residual passed on in
+    place, each layer with its own KV cache."""
+    asm = _looped(tables)
+    layers = [variant(tables, l) for l in range(3)]
+    step = A.stride(asm)
+    assert step == A.Stride(gemvs=4, const_words=asm.used["const_words"], kv_groups=KV_HEADS)
+    stacked = A.stacked_tables(layers, asm)
+    assert len(stacked[2].vectors.words) == 3 * step.const_words
+    assert {i: id(g[0]) for i, g in stacked[0].gemvs.items()} == \
+        {l * 4 + i: id(layers[l].gemvs[n][0]) for l in range(3) for n, i in asm.gemvs.items()}
+    program = P.llama_layer(HEADS, KV_HEADS, HEAD_DIM)
+    named = [P.DxeState() for _ in layers]
+    words, caches = A.new_state(asm), [([], []) for _ in layers]
+    for t, inputs in enumerate(_tokens(2)):
+        h = inputs["h"]
+        for state, t_l in zip(named, layers):
+            state.tb.update({**inputs, "h": h})
+            h = P.run(program, state, t_l).tb["h"]
+        for name, value in inputs.items():
+            words.tb[(asm.inputs[name], len(value))] = value
+        for l in range(3):
+            words.keys, words.values = caches[l]
+            A.run_words(asm, words, stacked[l], layer=l)
+        assert np.array_equal(words.tb[(asm.outputs["h"], HIDDEN)], h), f"token {t}"
+    for l, state in enumerate(named):
+        assert np.array_equal(np.stack(state.keys), np.stack(caches[l][0])), l
+        assert np.array_equal(np.stack(state.values), np.stack(caches[l][1])), l
+    # The layers differ: running layer 1's words with layer 0's offsets gives another residual.
+    again = A.new_state(asm)
+    for name, value in _tokens(1)[0].items():
+        again.tb[(asm.inputs[name], len(value))] = value
+    one = A.run_words(asm, again, stacked[1], layer=1).tb[(asm.outputs["h"], HIDDEN)]
+    for name, value in _tokens(1)[0].items():
+        again.tb[(asm.inputs[name], len(value))] = value
+    again.keys, again.values = [], []
+    zero = A.run_words(asm, again, stacked[1], layer=0).tb[(asm.outputs["h"], HIDDEN)]
+    assert not np.array_equal(one, zero)
+
+
+def test_what_cannot_loop_is_named(tables):
+    program = P.llama_layer(HEADS, KV_HEADS, HEAD_DIM)
+
+    def looped(**options):
+        return A.assemble(program, tables, INPUTS, ["h"], SPACE, HEAD_DIM, **options)
+    with pytest.raises(ValueError, match=r"^keep names 'x', which is not an input; the inputs "
+                                         r"are \['h', 'cos', 'sin'\]$"):
+        looped(keep=("x",))
+    with pytest.raises(ValueError, match=r"^in_place names 'cos', which is not both an input and "
+                                         r"an output; the inputs are \['h', 'cos', 'sin'\], the "
+                                         r"outputs \['h'\]$"):
+        looped(in_place=("cos",))
+    with pytest.raises(ValueError, match="^output 'h' cannot take the place of input 'h': the "
+                                         "input is live until operation 34, the output written "
+                                         "by operation 33$"):
+        looped(in_place=("h",), keep=("h",))
+    half = [P.Add("h", "h", "g")]
+    with pytest.raises(ValueError, match="^output 'g' holds 16 elements and input 'g' 8: they "
+                                         "cannot share a place$"):
+        A.assemble(half, tables, {"h": 16, "g": 8}, ["g"], SPACE, HEAD_DIM, in_place=("g",))
+    with pytest.raises(ValueError, match="^in_place names 'g', which no operation writes$"):
+        A.assemble([P.Max("h", "M")], tables, {"h": 16, "g": 8}, ["g"], SPACE, HEAD_DIM,
+                   in_place=("g",))
+    with pytest.raises(TypeError, match="^Layers must be a non-empty list of LayerTables$"):
+        A.stacked_tables([], _looped(tables))
+    with pytest.raises(ValueError, match="^layer 1's rms_eps must be layer 0's \\(a DXE holds "
+                                         "one\\), not 0.001$"):
+        A.stacked_tables([tables, replace(tables, rms_eps=1e-3)], _looped(tables))

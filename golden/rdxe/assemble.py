@@ -11,6 +11,11 @@ operation's result never overlaps its operands, so any pipeline may read ahead o
 (:class:`Flat`: a region is an ``(address, count)`` pair), and runs it with the same golden step as
 the named program. That the two runs agree bit for bit (tests/test_rdxe_assemble.py, and on a real
 SmolLM2 layer tests/test_llm_rdxe.py) is what shows the words hold the whole program.
+
+A DXE that holds several layers runs one layer's words once per layer (docs/rdxe.md, section
+16): :func:`assemble`'s ``in_place`` and ``keep`` make the words loop (the residual's output at
+its input's address, RoPE's table live to the end), :func:`stacked_tables` lays the layers'
+tables out at the :class:`Stride` a layer register adds, and :func:`run_words` runs layer ``l``.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from hdl.rdxe.isa import OPCODES, ProgramSpace, instruction_layout
 
 from . import program as P
 
-__all__ = ["Flat", "Assembled", "assemble", "decode", "flat_tables", "new_state", "run_words"]
+__all__ = ["Flat", "Assembled", "Stride", "assemble", "decode", "flat_tables", "stacked_tables",
+           "stride", "new_state", "run_words"]
 
 
 class Flat:
@@ -111,15 +117,22 @@ def _access(op, length) -> _Access:
 # --- allocation ---------------------------------------------------------------------------------
 
 
-def _first_fit(values: list, align: int = 1) -> dict:
+def _first_fit(values: list, align: int = 1, pinned: dict | None = None) -> dict:
     """Addresses for ``values`` (``(key, first, last, count)``, live from operation ``first`` to
     ``last``): the lowest free multiple of ``align``, never shared with a value live at the same
-    time. The inputs (``first < 0``) go first, in order; then the largest values first (first-fit
-    decreasing: a large value placed late finds no gap and goes on top)."""
-    placed, where = [], {}
-    order = sorted(values, key=lambda v: (0, v[1], 0) if v[1] < 0 else (1, -v[3], v[1]))
+    time. The inputs (``first < 0``) go first, in order; then the ``pinned`` values (key -> an
+    input's key), each at its input's address (:func:`assemble` checks the two never live at
+    once); then the largest values first (first-fit decreasing: a large value placed late finds
+    no gap and goes on top)."""
+    placed, where, pinned = [], {}, pinned or {}
+    order = sorted(values, key=lambda v: (0, v[1], 0) if v[1] < 0 else
+                   (1, 0, 0) if v[0] in pinned else (2, -v[3], v[1]))
     for key, first, last, count in order:
         busy = sorted((a, a + n) for (f, l, a, n) in placed if f <= last and first <= l)
+        if key in pinned:
+            where[key] = where[pinned[key]]
+            placed.append((first, last, where[key], count))
+            continue
         address = 0
         for a, b in busy:
             if address + count <= a:
@@ -191,8 +204,9 @@ def _liveness(program, inputs: dict, gemv_shapes: dict) -> tuple[_Lives, list]:
 class Assembled:
     """An assembled program: ``words`` (one instruction each), the ``space`` they address, the
     TB addresses of the ``inputs`` and ``outputs``, the constant memory's layout (``consts``:
-    table name -> address) and GEMV table indices (``gemvs``), ``head_dim``, and the storage used
-    (``used``: TB words, rr-SRAM bytes, registers, constant words)."""
+    table name -> address) and GEMV table indices (``gemvs``), ``head_dim``, the storage used
+    (``used``: TB words, rr-SRAM bytes, registers, constant words), and the options it was
+    assembled with (``in_place``, ``keep``: :func:`assemble`)."""
 
     words: tuple
     space: ProgramSpace
@@ -202,6 +216,8 @@ class Assembled:
     gemvs: dict
     head_dim: int
     used: dict
+    in_place: tuple = ()
+    keep: tuple = ()
 
 
 def _pack(space: ProgramSpace, **fields) -> int:
@@ -292,12 +308,46 @@ def _check_parts(program, align: int) -> None:
                              f"{part[1]}, not whole rows of {align}")
 
 
+def _loop(lives: _Lives, inputs: dict, outputs, in_place, keep, end: int) -> dict:
+    """Keep the inputs ``keep`` live to the program's ``end``; return the pinned TB values: each
+    output of ``in_place`` at its input's place. Raises ValueError naming what cannot be."""
+    for name in keep:
+        if name not in inputs:
+            raise ValueError(f"keep names {name!r}, which is not an input; the inputs are "
+                             f"{list(inputs)}")
+        lives.lives[("tb", name, -1)][1] = end
+    pinned = {}
+    for name in in_place:
+        if name not in inputs or name not in outputs:
+            raise ValueError(f"in_place names {name!r}, which is not both an input and an "
+                             f"output; the inputs are {list(inputs)}, the outputs {list(outputs)}")
+        source, (first, _, count) = ("tb", name, -1), lives.lives[lives.current[("tb", name)]]
+        last = lives.lives[source][1]
+        if lives.current[("tb", name)] == source:
+            raise ValueError(f"in_place names {name!r}, which no operation writes")
+        if count != inputs[name]:
+            raise ValueError(f"output {name!r} holds {count} elements and input {name!r} "
+                             f"{inputs[name]}: they cannot share a place")
+        if last >= first:
+            raise ValueError(f"output {name!r} cannot take the place of input {name!r}: the input "
+                             f"is live until operation {last}, the output written by operation "
+                             f"{first}")
+        pinned[lives.current[("tb", name)]] = source
+    return pinned
+
+
 def assemble(program, tables: P.LayerTables, inputs: dict, outputs, space: ProgramSpace,
-             head_dim: int) -> Assembled:
+             head_dim: int, *, in_place=(), keep=()) -> Assembled:
     """Assemble ``program`` for ``space``. ``inputs``: the token buffer regions the host writes
     (name -> count), placed first, in order; ``outputs``: the TB regions read after the last
-    operation. ``tables`` gives the GEMVs' shapes and the constants' sizes. Raises ValueError
-    naming what does not fit."""
+    operation. ``tables`` gives the GEMVs' shapes and the constants' sizes.
+
+    For a program that loops over layers (docs/rdxe.md, section 16): ``in_place`` names outputs
+    placed at their input's address (the residual flows to the next layer in place; the input
+    must be dead when the output is written), ``keep`` names inputs that stay live and unchanged
+    to the program's end (RoPE's ``cos`` and ``sin``, read by every layer).
+
+    Raises ValueError naming what does not fit or cannot be placed."""
     gemv_names = list(dict.fromkeys(op.name for op in program if isinstance(op, P.Gemv)))
     gemvs = {name: i for i, name in enumerate(gemv_names)}
     lives, steps = _liveness(program, inputs,
@@ -305,6 +355,7 @@ def assemble(program, tables: P.LayerTables, inputs: dict, outputs, space: Progr
     end = len(program)
     for name in outputs:
         lives.read("tb", name, end)
+    pinned = _loop(lives, inputs, outputs, in_place, keep, end)
     where = {}
     for store in ("tb", "rr", "reg"):
         values = [(k, f, l, n) for k, (f, l, n) in lives.lives.items() if k[0] == store]
@@ -312,7 +363,8 @@ def assemble(program, tables: P.LayerTables, inputs: dict, outputs, space: Progr
             values = [(k, -1 - len(inputs) + j, l, n) if f == -1 else (k, f, l, n)
                       for j, (k, f, l, n) in enumerate(values)]
         _check_rows(values, space.align, store)
-        where.update(_first_fit(values, space.align if store != "reg" else 1))
+        where.update(_first_fit(values, space.align if store != "reg" else 1,
+                                pinned if store == "tb" else None))
     regs = {k: a for k, a in where.items() if k[0] == "reg"}
     _check_parts(program, space.align)
     consts, const_words = _const_layout(program, tables, space.align)
@@ -332,7 +384,7 @@ def assemble(program, tables: P.LayerTables, inputs: dict, outputs, space: Progr
                   for op, step in zip(program, steps))
     return Assembled(words, space, {name: where[("tb", name, -1)] for name in inputs},
                      {name: where[lives.current[("tb", name)]] for name in outputs},
-                     consts, gemvs, head_dim, used)
+                     consts, gemvs, head_dim, used, tuple(in_place), tuple(keep))
 
 
 def _top(lives: _Lives, where: dict, store: str) -> int:
@@ -342,16 +394,42 @@ def _top(lives: _Lives, where: dict, store: str) -> int:
 # --- running the words --------------------------------------------------------------------------
 
 
-def decode(word: int, asm: Assembled, gemv_shapes: dict):
+@dataclass(frozen=True)
+class Stride:
+    """What the layer register adds for layer ``l`` of a program that loops over layers
+    (docs/rdxe.md, section 16): ``l * gemvs`` to every GEMV table index, ``l * const_words`` to
+    every constant address, and ``l * kv_groups`` (plus the request's base) to every KV group the
+    DXT side addresses (``l * kv_groups * G`` to its query heads, ``G`` heads a group)."""
+
+    gemvs: int
+    const_words: int
+    kv_groups: int
+
+
+def stride(asm: Assembled) -> Stride:
+    """The layer stride of ``asm``: its GEMV tables, its constant words (whole rows), and the KV
+    groups its ``kv_append`` writes (its keys' count over ``head_dim``)."""
+    layout = instruction_layout(asm.space)
+    appends = [f.n for f in map(layout.from_bits, asm.words) if OPCODES[f.op] == "kv_append"]
+    return Stride(len(asm.gemvs), asm.used["const_words"], appends[0] // asm.head_dim if appends
+                  else 0)
+
+
+def decode(word: int, asm: Assembled, gemv_shapes: dict, layer: int = 0,
+           step: Stride | None = None):
     """The operation instruction ``word`` stands for, on flat memories: regions are ``(address,
     count)``, registers their index, GEMVs their table index (``gemv_shapes``: index -> (M,
-    K))."""
+    K)); for ``layer`` the table index and constant address moved by ``step`` (by default
+    :func:`stride` of ``asm``)."""
     f = instruction_layout(asm.space).from_bits(word)
-    op, a, b, dst, n, table = (OPCODES[f.op], f.a, f.b, f.dst, f.n, f.table)
+    step = step or (stride(asm) if layer else Stride(0, 0, 0))
+    op, a, b, dst, n = OPCODES[f.op], f.a, f.b, f.dst, f.n
     r_in, r_out, d = f.r_in, f.r_out, asm.head_dim
     if op in ("gemv", "gemv_norm"):
+        table = f.table + layer * step.gemvs
         return P.Gemv(table, (a, gemv_shapes[table][1]), (dst, n),
                       eps=r_in if op == "gemv_norm" else None)
+    table = f.table + layer * step.const_words
     return {
         "max": lambda: P.Max((a, n), r_out),
         "recip": lambda: P.Recip(r_in, r_out),
@@ -383,13 +461,42 @@ class _Scalars:
 def flat_tables(tables: P.LayerTables, asm: Assembled) -> P.LayerTables:
     """``tables`` as the assembled program sees them: GEMVs by table index, the constants in one
     fp32 memory laid out as ``asm.consts`` says."""
-    const = np.zeros(asm.space.const_words, np.uint32)
-    for name, address in asm.consts.items():
-        value = np.atleast_1d(np.asarray(tables.scalars[name] if name in tables.scalars
-                                         else tables.vectors[name], np.uint32))
-        const[address:address + len(value)] = value
-    return replace(tables, gemvs={i: tables.gemvs[name] for name, i in asm.gemvs.items()},
-                   vectors=Flat(const), scalars=_Scalars(const))
+    return _flat([tables], asm, asm.space.const_words)
+
+
+def stacked_tables(layers, asm: Assembled) -> list[P.LayerTables]:
+    """The tables of several layers (a sequence of :class:`~golden.rdxe.program.LayerTables` of
+    one shape) as one DXE holds them, so that ``asm``'s words run any of them: layer ``l``'s
+    GEMVs at table indices from ``l * stride.gemvs``, its constants laid out as ``asm.consts``
+    says from ``l * stride.const_words`` (:func:`stride`). Returns each layer's view: the same
+    GEMVs and constant memory, the layer's own ``score_scale`` (a layer's score step is its
+    own). Raises TypeError for what is not a sequence of tables, ValueError for layers whose
+    ``rms_eps``, DXT or VRC mode differ (the DXE holds one)."""
+    layers = list(layers) if isinstance(layers, (list, tuple)) else None
+    if not layers or not all(isinstance(t, P.LayerTables) for t in layers):
+        raise TypeError("Layers must be a non-empty list of LayerTables")
+    for l, t in enumerate(layers):
+        for name in ("rms_eps", "params", "mode"):
+            if getattr(t, name) != getattr(layers[0], name):
+                raise ValueError(f"layer {l}'s {name} must be layer 0's (a DXE holds one), not "
+                                 f"{getattr(t, name)!r}")
+    flat = _flat(layers, asm, len(layers) * stride(asm).const_words)
+    return [replace(flat, score_scale=t.score_scale) for t in layers]
+
+
+def _flat(layers: list, asm: Assembled, const_words: int) -> P.LayerTables:
+    """``layers`` laid out one after another by :func:`stride` in memories of ``const_words``."""
+    step = stride(asm)
+    const = np.zeros(const_words, np.uint32)
+    gemvs = {}
+    for l, tables in enumerate(layers):
+        gemvs.update({l * step.gemvs + i: tables.gemvs[name] for name, i in asm.gemvs.items()})
+        for name, address in asm.consts.items():
+            value = np.atleast_1d(np.asarray(tables.scalars[name] if name in tables.scalars
+                                             else tables.vectors[name], np.uint32))
+            start = l * step.const_words + address
+            const[start:start + len(value)] = value
+    return replace(layers[0], gemvs=gemvs, vectors=Flat(const), scalars=_Scalars(const))
 
 
 def new_state(asm: Assembled) -> P.DxeState:
@@ -398,8 +505,11 @@ def new_state(asm: Assembled) -> P.DxeState:
                       rr=Flat(np.zeros(asm.space.rr_bytes, np.int8)))
 
 
-def run_words(asm: Assembled, state: P.DxeState, tables: P.LayerTables) -> P.DxeState:
+def run_words(asm: Assembled, state: P.DxeState, tables: P.LayerTables, layer: int = 0
+              ) -> P.DxeState:
     """Run ``asm``'s words on ``state`` (:func:`new_state`) with ``tables`` as
-    :func:`flat_tables` gives them."""
+    :func:`flat_tables` gives them, or with layer ``layer``'s view of :func:`stacked_tables`
+    (the KV cache is ``state``'s: the caller gives it the layer's)."""
     shapes = {i: w.shape for i, (w, _, _) in tables.gemvs.items()}
-    return P.run([decode(word, asm, shapes) for word in asm.words], state, tables)
+    step = stride(asm) if layer else None
+    return P.run([decode(word, asm, shapes, layer, step) for word in asm.words], state, tables)

@@ -2,7 +2,10 @@
 
 The second and third layers of :mod:`sim.rdxe`: the workloads (:func:`workload`), the ring
 (:class:`Ring`, :func:`simulate_rdxe`), the batched baseline (:func:`simulate_batched`) and one
-sweep point of either (:class:`Point`, :func:`run_point`).
+sweep point of either (:class:`Point`, :func:`run_point`). The same line of servers on the RTL's
+costs (docs/rdxe.md, section 16): a DXE's cost from its layer program's cycle model
+(:func:`program_cycles`, :func:`rtl_costs`) and the ring's timing of a list of requests
+(:func:`schedule`), which the ring's RTL is to meet cycle for cycle.
 """
 
 from __future__ import annotations
@@ -13,15 +16,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from golden.rdxe import MAX_TOKENS, DxtConfig, kv_capacity
+from golden.rdxe import MAX_TOKENS, DxtConfig, command_cycles, kv_capacity
+from golden.rdxe.ring import dispatch_slots, split_layers
+from hdl.rdxe.ctrl import CtrlConfig, run_cycles
+from hdl.rdxe.dxtside import instruction_cycles as dxt_instruction_cycles
+from hdl.rdxe.isa import OPCODES, instruction_layout
 from hdl.validate import integer
 
 from .layers import (DXTS_PER_DXE, Decoder, MT5_SMALL, _check_model, _check_params, _layer_table,
                      _macs_table, _tmax)
 
 __all__ = [
-    "DISTRIBUTIONS", "SYSTEMS", "Request", "Ring", "SimResult", "Point", "split_layers", "workload",
-    "simulate_rdxe", "simulate_batched", "run_point",
+    "DISTRIBUTIONS", "SYSTEMS", "LAYER_OVERHEAD", "Request", "Ring", "SimResult", "Point",
+    "Schedule", "split_layers", "workload", "simulate_rdxe", "simulate_batched", "run_point",
+    "program_cycles", "rtl_costs", "schedule",
 ]
 
 
@@ -86,15 +94,6 @@ def workload(n: int, seed: int, dist: str = "uniform") -> list[Request]:
 
 
 # --- the ring -------------------------------------------------------------------------------------
-
-
-def split_layers(layers: int, stages: int) -> tuple[int, ...]:
-    """Return the layers of each DXE: contiguous slices, the first ``layers % stages`` one longer.
-    """
-    layers = integer(layers, "Layer count", 1, 1024)
-    stages = integer(stages, "Ring size", 1, layers)
-    q, r = divmod(layers, stages)
-    return tuple(q + (1 if s < r else 0) for s in range(stages))
 
 
 @dataclass(frozen=True)
@@ -269,8 +268,29 @@ class _Owner:
     kv: int                # KV tokens at the end (padding included)
 
 
-def _line(ring: Ring, owners: list[_Owner], batch: int, record: bool):
-    """Run ``owners`` through the ring's line of servers.
+def _ring_servers(ring: Ring, owners: list[_Owner], batch: int) -> list:
+    """The ring's line of servers for ``batch`` tokens a unit: per server its DXE (None for a
+    link) and its cost by context (the model's layer table times the DXE's layers; a link's
+    ``batch`` tokens)."""
+    tmax = _tmax(max(int(o.context.max()) for o in owners))
+    table = _layer_table(ring.model, ring.params, ring.dxts, batch, tmax)
+    stage_cost = [[int(c) for c in n * table] for n in ring.layers]   # per DXE, by context
+    link = None if ring.link_mbps is None else [batch * ring.link_cycles] * (tmax + 1)
+    return _servers(stage_cost, link)
+
+
+def _servers(stage_cost: list, link) -> list:
+    """The line: each DXE's ``(index, cost by context)``, each after a link ``(None, link)`` when
+    ``link`` (its cost by context) is given: ``link_in, DXE_0, link, DXE_1, ...``."""
+    if link is None:
+        return list(enumerate(stage_cost))
+    return [server for d, cost in enumerate(stage_cost) for server in ((None, link), (d, cost))]
+
+
+def _line(servers: list, stages: int, slots: int, buffer: int, owners: list[_Owner],
+          record: bool):
+    """Run ``owners`` through a line of ``servers`` (per server its DXE index, or None for a
+    link, and its cost by context), ``stages`` DXEs, ``slots`` owners resident.
 
     Exact recurrence of a line of single-token servers with blocking after service and FIFO order
     (tokens never overtake), fed by a round-robin dispatcher: token ``k`` starts on server ``s`` at
@@ -278,29 +298,22 @@ def _line(ring: Ring, owners: list[_Owner], batch: int, record: bool):
     leave[k-1-b][s+1])`` (``b`` = ``buffer``); the dispatcher chooses token ``k`` when the first
     server frees (``leave[k-1][0]``) among the owners whose next token is ready then. Returns
     busy and useful cycles per DXE, the owners' admission cycles, every pass's leave cycle from
-    the last server (per owner), the useful MACs and the recorded intervals.
+    the last server (per owner), the useful MACs, the recorded intervals and the recorded
+    dispatches (``(owner, pass, cycle)``).
     """
-    S, M, b = ring.stages, ring.servers, ring.buffer
-    links = ring.link_mbps is not None
-    tmax = _tmax(max(int(o.context.max()) for o in owners))
-    table = _layer_table(ring.model, ring.params, ring.dxts, batch, tmax)
-    stage_cost = [[int(c) for c in n * table] for n in ring.layers]   # per DXE, by context
-    link = batch * ring.link_cycles
-    # Server s is a link (None) or DXE dxe_of[s]: with links, even servers are links.
-    dxe_of = [((s - 1) // 2 if s % 2 else None) if links else s for s in range(M)]
-
+    M, b = len(servers), buffer
     last = [0] * M                    # leave cycle of each server's latest token
     hist = [deque(maxlen=b + 1) for _ in range(M)]
-    busy, useful = np.zeros(S), np.zeros(S)
+    busy, useful = np.zeros(stages), np.zeros(stages)
     macs = 0
     n = len(owners)
     admitted = np.zeros(n, np.int64)
     leaves = [np.zeros(o.passes, np.int64) for o in owners]
-    intervals = []
+    intervals, dispatched = [], []
     nxt = [0] * n                     # next pass of each owner
     ready = [0] * n                   # cycle that pass may enter
     served = [-1] * n                 # last dispatch (round robin)
-    active = list(range(min(ring.slots, n)))
+    active = list(range(min(slots, n)))
     queue = deque(range(len(active), n))
 
     while active:
@@ -316,9 +329,8 @@ def _line(ring: Ring, owners: list[_Owner], batch: int, record: bool):
         T = int(own.context[k])
         frac = float(own.useful[k])
         arrival = t
-        for s in range(M):
-            d = dxe_of[s]
-            cost = link if d is None else stage_cost[d][T]
+        for s, (d, costs) in enumerate(servers):
+            cost = costs[T]
             start = max(arrival, last[s])
             finish = start + cost
             if s + 1 < M:
@@ -334,6 +346,8 @@ def _line(ring: Ring, owners: list[_Owner], batch: int, record: bool):
                 useful[d] += cost * frac
             if record:
                 intervals.append((s, start, finish, o))
+        if record:
+            dispatched.append((o, k, t))
         macs += int(own.macs[k])
         leaves[o][k] = arrival
         nxt[o] = k + 1
@@ -345,7 +359,7 @@ def _line(ring: Ring, owners: list[_Owner], batch: int, record: bool):
                 active.append(new)
         else:
             ready[o] = arrival if k + 1 >= own.dependent_from else t
-    return busy, useful, admitted, leaves, macs, intervals
+    return busy, useful, admitted, leaves, macs, intervals, dispatched
 
 
 def _kv_peak(admitted: np.ndarray, finished: np.ndarray, kv: list[int]) -> int:
@@ -399,7 +413,8 @@ def simulate_rdxe(requests, ring: Ring = Ring(), *, record: bool = False) -> Sim
         ctx = np.arange(1, r.passes + 1)
         owners.append(_Owner(r.passes, r.prompt, ctx, np.ones(r.passes), mac_table[ctx],
                              r.passes))
-    busy, useful, admitted, leaves, macs, iv = _line(ring, owners, 1, record)
+    busy, useful, admitted, leaves, macs, iv, _ = _line(
+        _ring_servers(ring, owners, 1), ring.stages, ring.slots, ring.buffer, owners, record)
     finished = np.array([lv[-1] for lv in leaves], np.int64)
     itl = np.array([(lv[-1] - lv[r.prompt - 1]) / (r.generate - 1) if r.generate > 1
                     else np.nan for r, lv in zip(requests, leaves)])
@@ -439,7 +454,8 @@ def simulate_batched(requests, ring: Ring = Ring(), batch: int = 8, *, record: b
         owners.append(_Owner(steps, P, k + 1, real.sum(axis=0) / batch, macs, batch * steps))
         ends.append(last)
         firsts.append(P - 1)
-    busy, useful, adm_b, leaves, macs, iv = _line(ring, owners, batch, record)
+    busy, useful, adm_b, leaves, macs, iv, _ = _line(
+        _ring_servers(ring, owners, batch), ring.stages, ring.slots, ring.buffer, owners, record)
     admitted, finished, itl = [], [], []
     for j, g in enumerate(groups):
         lv = leaves[j]
@@ -509,3 +525,143 @@ def run_point(point: Point) -> dict:
             "throughput": res.generated / (res.makespan * ms * 1e-3),
             "latency": (res.latency * ms).tolist(), "service": (res.service * ms).tolist(),
             "itl": float(np.nanmean(res.inter_token) * ms), "kv_peak": res.kv_peak}
+
+
+# --- the ring on the RTL's costs ------------------------------------------------------------------
+
+
+#: Cycles a DXE spends between two layers of a token besides each layer's run (the layer
+#: register's update and the jump back to the program's first word): ours, for the RTL to pin.
+LAYER_OVERHEAD = 1
+
+
+def program_cycles(ctrl: CtrlConfig, dxt: DxtConfig, words, gemv_shapes: dict, tokens: int
+                   ) -> int:
+    """Cycles from ``run`` taken to ``done.valid`` for one layer's ``words``: the controller's
+    model (:func:`hdl.rdxe.ctrl.run_cycles`), each DXT instruction's by the DXT side's
+    (:func:`hdl.rdxe.dxtside.instruction_cycles`) with its commands timed by the DXT's
+    (:func:`golden.rdxe.command_cycles`). ``gemv_shapes``: ``(M, K)`` by GEMV table index;
+    ``dxt``: the DXT as the layer sees it (its ``kv_groups`` the layer's KV groups, the groups
+    the DXT side appends to and attends over); ``tokens``: the context, the KV cache's tokens
+    after the run's append. Only the attention depends on it."""
+    tokens = integer(tokens, "Context length", 1, MAX_TOKENS)
+    cycles = []
+    for word in words:
+        f = instruction_layout(ctrl.space).from_bits(word)
+        op = OPCODES[f.op]
+        if op in ("gemv", "gemv_norm"):
+            M, K = gemv_shapes[f.table]
+            commands = [(command_cycles("gemv" if op == "gemv" else "rmsnorm", M, K, dxt), True)]
+        elif op == "kv_append":
+            one = command_cycles("gemv", dxt.head_dim, dxt.head_dim, dxt)
+            commands = [(one, True)] * (2 * dxt.kv_groups)
+        elif op == "attend":
+            commands = [(command_cycles("qk", tokens, 0, dxt), True),
+                        (command_cycles("pv", tokens, 0, dxt), False)] * dxt.heads
+        else:
+            continue
+        cycles.append(dxt_instruction_cycles(dxt, op, commands))
+    return run_cycles(ctrl, words, cycles)
+
+
+def rtl_costs(ctrl: CtrlConfig, dxt: DxtConfig, words, gemv_shapes: dict, layers,
+              layer_overhead: int = LAYER_OVERHEAD) -> list:
+    """Each DXE's cost of a token at context ``T``, for DXEs holding ``layers`` (a count each)
+    and running ``words`` once per layer: ``n * (program_cycles(T) + layer_overhead)`` for its
+    ``n`` layers (:func:`program_cycles`'s arguments). Returns one function of ``T`` a DXE."""
+    layer_overhead = integer(layer_overhead, "Layer overhead", 0, 1 << 16)
+    layers = [integer(n, "Layers of a DXE", 1, 1024) for n in layers]
+    words = tuple(words)
+    cache: dict[tuple, int] = {}
+
+    def layer(T: int) -> int:
+        # Only the attention's commands depend on T, and they step every few tokens: one
+        # evaluation per step.
+        key = (command_cycles("qk", T, 0, dxt), command_cycles("pv", T, 0, dxt))
+        if key not in cache:
+            cache[key] = program_cycles(ctrl, dxt, words, gemv_shapes, T) + layer_overhead
+        return cache[key]
+    return [lambda T, n=n: n * layer(T) for n in layers]
+
+
+@dataclass
+class Schedule:
+    """The ring's timing of a list of requests (:func:`schedule`; cycles from 0, all requests
+    present then).
+
+    Attributes
+    ----------
+    dispatch : list
+        ``(request, pass, cycle)`` of every token in the order it entered the ring.
+    start, finish : np.ndarray
+        ``(tokens, S)``: the cycle each DXE started and finished each token (dispatch order).
+    busy : np.ndarray
+        ``(S,)`` cycles each DXE computed.
+    makespan : int
+        Cycle the last token left the ring.
+    slots : list
+        Each request's slot (:func:`golden.rdxe.ring.dispatch_slots`).
+    admitted, finished : np.ndarray
+        Per request: the cycle it took its slot, the cycle its last token left the ring.
+    """
+
+    dispatch: list
+    start: np.ndarray
+    finish: np.ndarray
+    busy: np.ndarray
+    makespan: int
+    slots: list
+    admitted: np.ndarray
+    finished: np.ndarray
+
+    @property
+    def order(self) -> list[int]:
+        """The request of each token, in the order the tokens entered the ring."""
+        return [r for r, _, _ in self.dispatch]
+
+    @property
+    def utilization(self) -> np.ndarray:
+        """Per DXE: cycles computed over the makespan."""
+        return self.busy / self.makespan
+
+    @property
+    def ring_utilization(self) -> float:
+        """Cycles the DXEs computed over ``S`` times the makespan."""
+        return float(self.busy.sum()) / (len(self.busy) * self.makespan)
+
+
+def schedule(requests, costs, link: int | None, slots: int, buffer: int = 0) -> Schedule:
+    """Time ``requests`` (:class:`Request`) on a ring whose DXE ``d`` takes ``costs[d](T)``
+    cycles for a token at context ``T`` (:func:`rtl_costs`) and whose links take ``link``
+    cycles a token (its rows; None: no links), ``slots`` requests resident and ``buffer`` extra
+    token places before each server: the recurrence and the dispatcher of
+    :func:`simulate_rdxe` (``_line``) on these costs.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A message naming the argument, the allowed values and the value given.
+    """
+    requests = _check_requests(requests)
+    if not isinstance(costs, (list, tuple)) or not costs or not all(map(callable, costs)):
+        raise TypeError(f"Costs must be a non-empty list of functions of the context, not "
+                        f"{costs!r}")
+    if link is not None:
+        link = integer(link, "Link cycles", 0, 1 << 20)
+    slots = integer(slots, "Resident request count", 1, 4096)
+    buffer = integer(buffer, "Buffer depth", 0, 64)
+    owners = [_Owner(r.passes, r.prompt, np.arange(1, r.passes + 1), np.ones(r.passes),
+                     np.zeros(r.passes, np.int64), r.passes) for r in requests]
+    tmax = max(r.passes for r in requests)
+    tables = [[0] + [integer(cost(T), "A DXE's cost", 0, 1 << 40) for T in range(1, tmax + 1)]
+              for cost in costs]
+    servers = _servers(tables, None if link is None else [link] * (tmax + 1))
+    busy, _, admitted, leaves, _, iv, dispatched = _line(servers, len(costs), slots, buffer,
+                                                         owners, True)
+    dxe = [s for s, (d, _) in enumerate(servers) if d is not None]
+    iv = np.array(iv, np.int64).reshape(len(dispatched), len(servers), 4)
+    finished = np.array([lv[-1] for lv in leaves], np.int64)
+    return Schedule([(int(o), int(k), int(t)) for o, k, t in dispatched], iv[:, dxe, 1],
+                    iv[:, dxe, 2], busy.astype(np.int64), int(finished.max()),
+                    dispatch_slots([r.passes for r in requests], slots,
+                                   [o for o, _, _ in dispatched]), admitted, finished)
