@@ -43,9 +43,10 @@ from golden.rdxe import assemble as A
 from golden.rdxe import program as P
 from golden.rdxe.dxe import rms_eps
 from hdl.arith.format import FP32
-from hdl.rdxe.ctrl import Store, run_cycles
-from hdl.rdxe.dxtside import instruction_cycles
+from hdl.rdxe.ctrl import Store
 from hdl.rdxe.isa import OPCODES, instruction_layout
+
+from sim.rdxe.ring import program_cycles
 
 from ..functional import sampler
 from ..streams import ClockService
@@ -111,24 +112,8 @@ def model_cycles(ctrl, dxt, words, flat, tokens: int) -> int:
     (:func:`hdl.rdxe.ctrl.run_cycles`), each DXT instruction's by the DXT side's
     (:func:`hdl.rdxe.dxtside.instruction_cycles`) with its commands timed by the DXT's
     (``golden.rdxe.command_cycles``); ``tokens`` in the cache after the run's append."""
-    cycles = []
-    for word in words:
-        f = instruction_layout(ctrl.space).from_bits(word)
-        op = OPCODES[f.op]
-        if op in ("gemv", "gemv_norm"):
-            M, K = flat.gemvs[f.table][0].shape
-            kind = "gemv" if op == "gemv" else "rmsnorm"
-            commands = [(golden.command_cycles(kind, M, K, dxt), True)]
-        elif op == "kv_append":
-            one = golden.command_cycles("gemv", dxt.head_dim, dxt.head_dim, dxt)
-            commands = [(one, True)] * (2 * dxt.kv_groups)
-        elif op == "attend":
-            commands = [(golden.command_cycles("qk", tokens, 0, dxt), True),
-                        (golden.command_cycles("pv", tokens, 0, dxt), False)] * dxt.heads
-        else:
-            continue
-        cycles.append(instruction_cycles(dxt, op, commands))
-    return run_cycles(ctrl, words, cycles)
+    return program_cycles(ctrl, dxt, words,
+                          {i: g[0].shape for i, g in flat.gemvs.items()}, tokens)
 
 
 @dataclasses.dataclass
