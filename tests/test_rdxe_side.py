@@ -71,6 +71,10 @@ async def _loaded(ctx, top, layer, position: int = 0) -> DxeBench:
     return bench
 
 
+# --slow: make test runs the same two checks (two tokens bit- and cycle-exact; the cache at
+# capacity) on the generated Verilog: cocotb_tests/test_rdxe_dxe.py at small (layer_tokens,
+# cache_full). These are the Amaranth simulator's, for debugging the RTL without a build.
+@pytest.mark.slow
 def test_the_reduced_layer_runs_on_the_dxt(layer):
     """Two tokens of the reduced layer, the DXT ops on the DXT: the TB and rr-SRAM equal the
     golden's after each token, the run ends without an error, and its cycles equal the
@@ -104,6 +108,7 @@ def test_the_reduced_layer_runs_on_the_dxt(layer):
         print(f"token {t}: {cycles} cycles from run taken to done")
 
 
+@pytest.mark.slow
 def test_a_refused_kv_append_ends_the_run(layer):
     """A token at the KV cache's capacity: the DXT refuses its key, the DXT side answers with an
     error and the run ends at the KV append."""

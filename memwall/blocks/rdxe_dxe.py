@@ -13,7 +13,6 @@ from hdl.rdxe.dxe import Dxe
 from hdl.rdxe.dxtside import _CHUNKS
 from hdl.rdxe.gppu import Gppu, gppu_out_layout
 from hdl.rdxe.isa import ProgramSpace, instruction_layout
-from hdl.rdxe.quant import Quantizer, quant_out_layout
 from hdl.rdxe.scalar import ScalarUnit, scalar_out_layout
 from hdl.rdxe.spec import CODE_BITS, DxtConfig
 
@@ -115,8 +114,9 @@ def _size(params: DxeParams) -> Size:
     widths = {Store.PROG: instruction_layout(ctrl.space).size, Store.TB: FP32.width * L,
               Store.RR: CODE_BITS * L, Store.CONST: FP32.width * L}
     storage = sum(width * ctrl.rows(store) for store, width in widths.items())
-    units = ((Quantizer.latency_of(L), quant_out_layout(L)), (Gppu.latency_of(L),
-             gppu_out_layout(L)), (GatedActivation.latency_of(L), act_out_layout(L)),
+    # The quantizer's results share the activation unit's queue (one core for both).
+    units = ((Gppu.latency_of(L), gppu_out_layout(L)),
+             (GatedActivation.latency_of(L), act_out_layout(L)),
              (ScalarUnit.latency_of(ctrl.ve), scalar_out_layout(ctrl.ve)))
     storage += sum((ResultQueue.full_rate_depth(latency) - 1) * layout.size
                    for latency, layout in units)
