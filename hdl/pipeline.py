@@ -184,15 +184,20 @@ class Pipeline:
         return out
 
     def output(self, sink, payload):
-        """Register ``payload`` (a Value or dict of field values) into the stream ``sink``."""
+        """Register ``payload`` (a Value or dict of field values) into the stream ``sink``: its
+        valid through a register with a reset, its payload through one without."""
         if self._next != self.cuts:
             raise ValueError(f"datapath passed {self._next} of its {self.cuts} cut points")
         self.m.d.sync += sink.valid.eq(self.valid)
+        # The payload's register has no reset: the block's reset would otherwise fan out to every
+        # data flip-flop of the output (FusedDQP's seed-1 path, docs/flowkv.md 10.9).
+        reg = Signal.like(sink.payload, name=f"p{self._next}_out", reset_less=True)
+        self.m.d.comb += sink.payload.eq(reg)
         if isinstance(payload, dict):
             for name, value in payload.items():
-                self.m.d.sync += sink.payload[name].eq(value)
+                self.m.d.sync += reg[name].eq(value)
         else:
-            self.m.d.sync += sink.payload.eq(payload)
+            self.m.d.sync += reg.eq(payload)
 
 
 def cut_order(default: Sequence[int], stages: int, cuts: Sequence[int] | None,
