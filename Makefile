@@ -18,14 +18,15 @@ run: $(STAMP)
 # writes its bytecode caches (__pycache__/, ignored by git) even where the environment sets
 # PYTHONDONTWRITEBYTECODE: the suite starts about 70 Python processes (simulators, CLIs, Dask
 # workers) that import the same modules, each compiling them for 0.3 s of CPU without the caches
-# (docs/verification.md).
+# (docs/verification.md). --dist loadgroup: the tests of one design run on one worker, which
+# elaborates it once (cocotb_tests/launcher.py, design_group).
 test: $(STAMP) iverilog ccache
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -n $(JOBS) -q --durations=15 --junitxml=build/test-results.xml
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -n $(JOBS) --dist loadgroup -q --durations=15 --junitxml=build/test-results.xml
 
 # Also the tests marked slow (conftest.py): lint of the largest paper presets, llama.cpp beside
 # the model's float reference (docs/llm.md) and the like.
 test-all: $(STAMP) iverilog ccache llamacpp
-	$(PY) -m pytest -n $(JOBS) -q --durations=15 --slow --junitxml=build/test-results-all.xml
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup -q --durations=15 --slow --junitxml=build/test-results-all.xml
 
 # Code coverage of the regression's Verilator runs: build/coverage/{summary.json,report.md,html/}.
 coverage: $(STAMP) iverilog ccache coverage-tools

@@ -373,6 +373,17 @@ def case_id(block: str, preset: str, overrides: dict, *rest) -> str:
     return "-".join([block, preset, *(f"{k}={v}" for k, v in overrides.items())])
 
 
+def design_group(block: str, preset: str, overrides: dict | None = None):
+    """The pytest mark that runs every test of one design (``block`` at ``preset`` with
+    ``overrides``) on one pytest-xdist worker (``make test`` runs ``--dist loadgroup``): the
+    worker's process elaborates the design once and its other tests read the copy
+    (:meth:`memwall.registry.Block.rtlil`), where spread over the workers each would elaborate
+    it again (rdxe-dxe small: about 13 s each)."""
+    import pytest
+
+    return pytest.mark.xdist_group(f"design:{case_id(block, preset, overrides or {})}")
+
+
 def simulator_runs(slow: str = "verilator"):
     """pytest parameters of ``simulator`` for a test that is not a launcher case: every simulator,
     the one named ``slow`` only with ``--slow`` (make test-all). The rule of :func:`case_runs`:
@@ -395,7 +406,7 @@ def case_runs(cases, *, icarus_only=(), verilator_slow=(), icarus_slow=(), slow=
     A case runs in make test under one simulator, the one whose cold run (the build included)
     is the cheaper, and under the other with ``--slow``: the same testbench on the same Verilog
     (docs/verification.md). Icarus for most; Verilator where the run is long enough for its
-    speed to repay the C++ build."""
+    speed to repay the C++ build. A case's runs share its :func:`design_group`."""
     import pytest
 
     runs = []
@@ -406,6 +417,6 @@ def case_runs(cases, *, icarus_only=(), verilator_slow=(), icarus_slow=(), slow=
                 continue
             slow_here = (name in slow or (sim != "icarus" and name in verilator_slow)
                          or (sim == "icarus" and name in icarus_slow))
-            marks = [pytest.mark.slow] if slow_here else []
+            marks = [pytest.mark.slow] if slow_here else [design_group(*case[:3])]
             runs.append(pytest.param(case, sim, id=f"{name}{tag}-{sim}", marks=marks))
     return runs

@@ -8,6 +8,7 @@ import warnings
 import pytest
 from amaranth.hdl import Fragment, UnusedElaboratable
 
+from cocotb_tests.launcher import design_group
 from hdl.arith.fpadd import FloatAdder
 from memwall import registry
 from synth.flow import check_options
@@ -34,7 +35,8 @@ SLOW |= {("arith-fdot", "default"), ("arith-fdot", "paper"), ("edram", "default"
          ("edram-fpga", "default"), ("rdxe-vac", "default"), ("rdxe-vac", "paper")}
 
 CASES = [pytest.param(b.name, p, id=f"{b.name}-{p}",
-                      marks=[pytest.mark.slow] if (b.name, p) in SLOW else [])
+                      marks=[pytest.mark.slow] if (b.name, p) in SLOW
+                      else [design_group(b.name, p)])
          for b in registry.blocks() for p in registry.PRESETS]
 
 

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 from amaranth.back import verilog
 
+from cocotb_tests.launcher import design_group
 from memwall import manifest as manifest_mod
 from memwall import registry
 
@@ -74,7 +75,8 @@ def x_report(text: str, top: str, ports: list[dict], mode: str, tmp_path) -> str
 
 
 @pytest.mark.parametrize("name", [pytest.param(b.name, marks=[pytest.mark.slow] if b.name in SLOW
-                                                 else []) for b in registry.blocks()])
+                                                 else [design_group(b.name, "small")])
+                                  for b in registry.blocks()])
 def test_no_output_is_x_after_reset(name, tmp_path):
     block = registry.get(name)
     text, component = block.verilog(block.parameters("small"))
