@@ -77,12 +77,14 @@ def row_elements(value: int, lanes: int, bits: int) -> list[int]:
     return [(value >> (bits * n)) & ((1 << bits) - 1) for n in range(lanes)]
 
 
-def dxt_loads(tables: P.LayerTables, asm: A.Assembled, dxt) -> tuple[list, list, list, dict]:
+def dxt_loads(tables: P.LayerTables, asm: A.Assembled, dxt, flat: P.LayerTables | None = None
+              ) -> tuple[list, list, list, dict]:
     """The DXT side's loads for a layer (docs/rdxe.md 14.3): WMEM rows and PPU entries of every
     GEMV by table index, the identity after them, then the score entry and P.V's; the ``table``
     entries; and the fixed inputs (``identity``, ``score_entry``, ``pv_entry``,
-    ``score_scale``)."""
-    flat = A.flat_tables(tables, asm)
+    ``score_scale``). ``flat``: the tables as the words see them (by default
+    ``flat_tables(tables, asm)``; a view of ``stacked_tables`` for several layers)."""
+    flat = A.flat_tables(tables, asm) if flat is None else flat
     gemvs = dict(flat.gemvs)
     identity = len(gemvs)
     d = dxt.head_dim
