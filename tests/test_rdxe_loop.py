@@ -20,11 +20,14 @@ from hdl.rdxe.ctrl import CtrlConfig, DxeController, Store, loop_cycles, run_cyc
 from hdl.rdxe.dxe import Dxe, stride_value
 from hdl.rdxe.isa import OPCODES, ProgramSpace, instruction_layout
 from hdl.rdxe.spec import DxtConfig
+from memwall import registry
+from memwall.params import ParameterError
 from sim.rdxe.ring import program_cycles, rtl_costs
 from tests.dxe_bench import DxeBench
 from tests.rdxe_layer import HEAD_DIM, HEADS, INPUTS, KV_HEADS, layer_tables, program, tokens
 from tests.stream_sim import set_payload, shared, simulate
 from tests.test_rdxe_assemble import variant
+from tests.test_size import check_size_estimate
 
 LAYERS = 2
 #: The registry's small space (memwall/blocks/rdxe_dxe.py) with room for two layers' constants
@@ -328,6 +331,30 @@ def test_the_stride_is_checked(stride, error, message):
 def test_the_layer_count_is_checked(layers):
     with pytest.raises(ValueError, match=f"^Layers must be between 1 and 64, not {layers}$"):
         CtrlConfig(SPACE, lanes=4, head_dim=HEAD_DIM, layers=layers)
+
+
+@pytest.mark.parametrize("layers", ["0", "65"])
+def test_the_registry_checks_the_layer_count(layers):
+    with pytest.raises(ParameterError, match=f"^Layers must be between 1 and 64, not {layers}$"):
+        registry.get("rdxe-dxe").parameters("small", {"layers": layers})
+
+
+#: The small preset with two layers (the DXT's groups, WMEM and PPU, the space's constants and
+#: GEMV tables for both), as the registry builds it.
+_TWO = {"layers": "2", "kv_groups": "2", "wmem_depth": "512", "ppu_depth": "128",
+        "const_words": "384", "gemvs": "9"}
+
+
+# --slow (26 s): the netlist of an off-preset parameter set, as tests/test_size.py's cases.
+@pytest.mark.slow
+def test_the_size_estimate_holds_for_two_layers():
+    """The estimate's storage (with the table of score steps) equals the netlist's, its cells
+    are within the registry's tolerance."""
+    entry = registry.get("rdxe-dxe")
+    params = entry.parameters("small", _TWO)
+    assert params.ctrl_config() == CFG and params.dxt_config() == DXT
+    netlist, _ = entry.rtlil(params)
+    check_size_estimate(entry, params, netlist)
 
 
 def test_one_layer_has_no_loop_ports():
