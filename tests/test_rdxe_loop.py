@@ -272,8 +272,8 @@ def test_two_layers_run_on_the_dxt(stack):
     after each, the TB and rr-SRAM equal the golden's; at the end every layer's KV cache sits in
     its own group of the DXT's caches as golden's; each run's cycles are the model's
     (``loop_cycles`` of the layers' ``program_cycles``, one less than ``rtl_costs``' token
-    cost). (--slow, 60 s: tests/test_rdxe_loop.py's controller test runs the loop in make
-    test, cocotb's rdxe-dxe at small the DXT side at one layer.)"""
+    cost); the TB differs from layer 1 run with layer 0's offsets. (--slow, 58 s:
+    test_each_layer_attends_over_its_own_groups runs the loop on the DXE in make test.)"""
     asm, stacked = stack
     top = shared(Dxe, CFG, DXT)
     inputs = tokens(2)
@@ -306,6 +306,8 @@ def test_two_layers_run_on_the_dxt(stack):
             f"token {t}"
         print(f"token {t}: {cycles} cycles from run taken to done")
     assert np.array_equal(kv.astype(np.int8), _kv_image(caches))
+    wrong, _ = _golden(asm, stacked, inputs[:1], offsets=[0, 0])
+    assert not np.array_equal(got[0][0], wrong[0][0])
 
 
 @pytest.mark.parametrize("stride, error, message", [
