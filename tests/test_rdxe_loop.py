@@ -25,8 +25,9 @@ from memwall.params import ParameterError
 from sim.rdxe.ring import program_cycles, rtl_costs
 from tests.dxe_bench import DxeBench
 from tests.rdxe_layer import HEAD_DIM, HEADS, INPUTS, KV_HEADS, layer_tables, program, tokens
-from tests.stream_sim import set_payload, shared, simulate
+from tests.stream_sim import shared, simulate
 from tests.test_rdxe_assemble import variant
+from tests.test_rdxe_side import load_dxe, send, token_images
 from tests.test_size import check_size_estimate
 
 LAYERS = 2
@@ -159,33 +160,12 @@ async def _load(ctx, top, asm, stacked, gemvs=None) -> DxeBench:
                or any(n <= e["addr"] < n_end for _, n, _, n_end in keep)]
     del fixed["score_scale"]
     step = A.stride(asm)
-    for name, value in {**fixed, "position": 0}.items():
-        ctx.set(getattr(top, name), value)
     for name, value in stride_value(CFG, DXT, step.gemvs, step.const_words,
                                     step.kv_groups).items():
         ctx.set(getattr(top.stride, name), value)
-    ctx.set(top.restart, 1)
-    await ctx.tick()
-    ctx.set(top.restart, 0)
-    for port, items in (("scales", [{"layer": l, "value": int(v.score_scale)}
-                                    for l, v in enumerate(stacked)]), ("table", table)):
-        for item in items:
-            ctx.set(getattr(top, port).valid, 1)
-            set_payload(ctx, getattr(top, port).payload, item)
-            await ctx.tick()
-        ctx.set(getattr(top, port).valid, 0)
-    for port, items in (("wmem", wmem), ("ppu", ppu)):
-        stream = getattr(top, port)
-        for item in items:
-            ctx.set(stream.valid, 1)
-            set_payload(ctx, stream.payload, item)
-            while not ctx.get(stream.ready):
-                await ctx.tick()
-            await ctx.tick()
-        ctx.set(stream.valid, 0)
-    bench = DxeBench(ctx, top, asm, stacked[0], random.Random(2))
-    await bench.load()
-    return bench
+    await send(ctx, top.scales, [{"layer": l, "value": int(v.score_scale)}
+                                 for l, v in enumerate(stacked)])
+    return await load_dxe(ctx, top, asm, stacked[0], (wmem, ppu, table, fixed))
 
 
 def _attention(asm) -> tuple[int, int, int, list[int]]:
@@ -233,17 +213,9 @@ def test_each_layer_attends_over_its_own_groups(stack):
         b = await _load(ctx, top, asm, stacked, gemvs)
         for part, codes, token in zip(parts, qkv, inputs):
             await b.write_rows(Store.RR, 0, row_values(codes.view(np.uint8), DXT.lanes, 8))
-            taken = await b.start(token, pc, len(part.words))
-            ctx.set(top.done.ready, 1)
-            while not ctx.get(top.done.valid):
-                await b.tick()
-            cycles = b.cycles - taken
-            assert (ctx.get(top.done.payload.pc), ctx.get(top.done.payload.error)) \
-                == (pc + len(part.words), 0)
-            await b.tick()
-            ctx.set(top.done.ready, 0)
-            got.append((await b.image(Store.TB, SPACE.tb_words, 32),
-                        await b.image(Store.RR, SPACE.rr_bytes, 8), cycles))
+            stopped, *images = await token_images(b, top, token, pc, len(part.words))
+            assert stopped == (pc + len(part.words), 0)
+            got.append(images)
         kv[:] = await _caches(ctx, top)
     simulate(top, bench)
     shapes = {i: g[0].shape for i, g in stacked[0].gemvs.items()}
@@ -283,17 +255,9 @@ def test_two_layers_run_on_the_dxt(stack):
     async def bench(ctx):
         b = await _load(ctx, top, asm, stacked)
         for token in inputs:
-            taken = await b.start(token)
-            ctx.set(top.done.ready, 1)
-            while not ctx.get(top.done.valid):
-                await b.tick()
-            cycles = b.cycles - taken
-            assert (ctx.get(top.done.payload.pc), ctx.get(top.done.payload.error)) \
-                == (len(asm.words), 0)
-            await b.tick()
-            ctx.set(top.done.ready, 0)
-            got.append((await b.image(Store.TB, SPACE.tb_words, 32),
-                        await b.image(Store.RR, SPACE.rr_bytes, 8), cycles))
+            stopped, *images = await token_images(b, top, token)
+            assert stopped == (len(asm.words), 0)
+            got.append(images)
         kv[:] = await _caches(ctx, top)
     simulate(top, bench)
     shapes = {i: g[0].shape for i, g in stacked[0].gemvs.items()}

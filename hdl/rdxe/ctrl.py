@@ -546,8 +546,8 @@ class _Loop:
         """Statements that move to the next layer: the register and every offset by its stride."""
         s = self.stride
         return [self.layer.eq(self.layer + 1), self.gemvs.eq(self.gemvs + s.gemvs),
-                self.consts.eq(self.consts + s.const_words), self.group.eq(self.group + s.kv_groups),
-                self.head.eq(self.head + s.heads)]
+                self.consts.eq(self.consts + s.const_words),
+                self.group.eq(self.group + s.kv_groups), self.head.eq(self.head + s.heads)]
 
     def moved(self, insn, word) -> list:
         """Statements that move the fetched ``word``'s table (held in ``insn``) to the layer's:
