@@ -153,6 +153,8 @@ def _timing(params, component) -> dict[str, StreamTiming]:
         "wmem": StreamTiming(throughput=1.0, note="one WMEM row of one VAC a cycle"),
         "ppu": StreamTiming(throughput=1.0, note="one PPU entry a cycle; waits while an "
                                                  "attention writes its score entry"),
+        # Several layers: each layer's score step (docs/rdxe.md 16.1).
+        **({"scales": always} if params.layers > 1 else {}),
     }
 
 
