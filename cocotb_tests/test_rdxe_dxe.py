@@ -18,7 +18,7 @@ from .rdxe.dxe_tb import ENV_LAYER, Layer
 #: constants and GEMV tables for each); tests/test_rdxe_loop.py runs the loop in make test.
 LOOP = ("rdxe-dxe", "small", {"layers": "2", "kv_groups": "2", "wmem_depth": "512",
                               "ppu_depth": "128", "const_words": "384", "gemvs": "9"},
-        ["layer_tokens"])
+        ["layer_tokens", "cache_full"])
 CASES = [("rdxe-dxe", "small", {}, ["layer_tokens", "cache_full"]), LOOP]
 
 RUNS = case_runs(CASES, verilator_slow={case_id(*CASES[0])}, slow={case_id(*LOOP)})
