@@ -14,9 +14,14 @@ from .rdxe.dxe_tb import ENV_LAYER, Layer
 
 #: The small preset runs the reduced layer: two tokens with idle and back-pressure, a token at
 #: the cache's capacity. Under Verilator with --slow: the same testbench on the same Verilog.
-CASES = [("rdxe-dxe", "small", {}, ["layer_tokens", "cache_full"])]
+#: With --slow under both, two layers looped (docs/rdxe.md 16.1: a KV group, WMEM, PPU entries,
+#: constants and GEMV tables for each); tests/test_rdxe_loop.py runs the loop in make test.
+LOOP = ("rdxe-dxe", "small", {"layers": "2", "kv_groups": "2", "wmem_depth": "512",
+                              "ppu_depth": "128", "const_words": "384", "gemvs": "9"},
+        ["layer_tokens", "cache_full"])
+CASES = [("rdxe-dxe", "small", {}, ["layer_tokens", "cache_full"]), LOOP]
 
-RUNS = case_runs(CASES, verilator_slow={case_id(*c) for c in CASES})
+RUNS = case_runs(CASES, verilator_slow={case_id(*CASES[0])}, slow={case_id(*LOOP)})
 
 
 @pytest.mark.parametrize("case, simulator", RUNS)

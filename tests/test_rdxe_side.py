@@ -31,7 +31,9 @@ CFG, DXT = SMALL.ctrl_config(), SMALL.dxt_config()
 SPACE = CFG.space
 
 
-async def _send(ctx, port, items):
+async def send(ctx, port, items):
+    """Send ``items`` on the stream ``port``, each once it is ready (an always-ready one a
+    cycle)."""
     for item in items:
         ctx.set(port.valid, 1)
         set_payload(ctx, port.payload, item)
@@ -41,6 +43,24 @@ async def _send(ctx, port, items):
     ctx.set(port.valid, 0)
 
 
+async def token_images(b: DxeBench, top, inputs: dict, pc: int = 0, count: int | None = None
+                       ) -> tuple:
+    """Run a token's words (``count`` from ``pc``, all by default) on the DXE, its DXT ops on
+    hardware, then read the TB and rr-SRAM back. Return ``done``'s ``(pc, error)``, the two
+    images and the run's cycles from ``run`` taken to ``done.valid``."""
+    ctx, space = b.ctx, top.cfg.space
+    taken = await b.start(inputs, pc, count)
+    ctx.set(top.done.ready, 1)
+    while not ctx.get(top.done.valid):
+        await b.tick()
+    cycles = b.cycles - taken
+    stopped = (ctx.get(top.done.payload.pc), ctx.get(top.done.payload.error))
+    await b.tick()
+    ctx.set(top.done.ready, 0)
+    return (stopped, await b.image(Store.TB, space.tb_words, 32),
+            await b.image(Store.RR, space.rr_bytes, 8), cycles)
+
+
 @pytest.fixture(scope="module")
 def layer():
     tables = layer_tables()
@@ -48,27 +68,27 @@ def layer():
     return tables, asm, A.flat_tables(tables, asm)
 
 
-async def _loaded(ctx, top, layer, position: int = 0) -> DxeBench:
-    """Load the layer's DXT tables, WMEM and PPU, the program and the constants; the next KV
+async def load_dxe(ctx, top, asm, flat, loads: tuple, position: int = 0) -> DxeBench:
+    """Load the DXT side's ``loads`` (:func:`~cocotb_tests.rdxe.dxe_tb.dxt_loads`: WMEM, PPU,
+    GEMV tables, the fixed inputs), then the program and the constants of ``flat``; the next KV
     append is token ``position``. Return the host's bench."""
-    tables, asm, flat = layer
-    wmem, ppu, table, fixed = dxt_loads(tables, asm, DXT)
-    side = top
+    wmem, ppu, table, fixed = loads
     for name, value in {**fixed, "position": position}.items():
-        ctx.set(getattr(side, name), value)
-    ctx.set(side.restart, 1)
+        ctx.set(getattr(top, name), value)
+    ctx.set(top.restart, 1)
     await ctx.tick()
-    ctx.set(side.restart, 0)
-    for item in table:
-        ctx.set(side.table.valid, 1)
-        set_payload(ctx, side.table.payload, item)
-        await ctx.tick()
-    ctx.set(side.table.valid, 0)
-    await _send(ctx, side.wmem, wmem)
-    await _send(ctx, side.ppu, ppu)
+    ctx.set(top.restart, 0)
+    for port, items in (("table", table), ("wmem", wmem), ("ppu", ppu)):
+        await send(ctx, getattr(top, port), items)
     bench = DxeBench(ctx, top, asm, flat, random.Random(2))
     await bench.load()
     return bench
+
+
+async def _loaded(ctx, top, layer, position: int = 0) -> DxeBench:
+    """The layer's loads (:func:`load_dxe`)."""
+    tables, asm, flat = layer
+    return await load_dxe(ctx, top, asm, flat, dxt_loads(tables, asm, DXT), position)
 
 
 # --slow: make test runs the same two checks (two tokens bit- and cycle-exact; the cache at
@@ -88,17 +108,9 @@ def test_the_reduced_layer_runs_on_the_dxt(layer):
     async def bench(ctx):
         b = await _loaded(ctx, top, layer)
         for token in inputs:
-            taken = await b.start(token)
-            ctx.set(top.done.ready, 1)
-            while not ctx.get(top.done.valid):
-                await b.tick()
-            cycles = b.cycles - taken
-            assert (ctx.get(top.done.payload.pc), ctx.get(top.done.payload.error)) \
-                == (len(asm.words), 0)
-            await b.tick()
-            ctx.set(top.done.ready, 0)
-            got.append((await b.image(Store.TB, SPACE.tb_words, 32),
-                        await b.image(Store.RR, SPACE.rr_bytes, 8), cycles))
+            stopped, *images = await token_images(b, top, token)
+            assert stopped == (len(asm.words), 0)
+            got.append(images)
     simulate(top, bench)
     for t, ((tb, rr, cycles), (want_tb, want_rr)) in enumerate(zip(got, want)):
         for what, have, need in (("TB", tb, want_tb), ("rr", rr, want_rr)):

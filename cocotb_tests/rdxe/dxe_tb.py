@@ -17,9 +17,13 @@ full, at the ``kv_append`` the DXT refuses, with ``error``) and every host read'
 the cycle model (:func:`model_cycles`).
 
 The layer: the reduced Llama layer of tests/rdxe_layer.py at the block's shape (query heads
-``group_size x kv_groups`` of ``head_dim``, hidden ``heads x head_dim``, FFN twice that), or the
-one a launcher hands over in :data:`ENV_LAYER` (SmolLM2's layer 2:
-cocotb_tests/test_rdxe_dxe.py).
+``group_size x kv_groups / layers`` of ``head_dim``, hidden ``heads x head_dim``, FFN twice
+that), or the one a launcher hands over in :data:`ENV_LAYER` (SmolLM2's layer 2:
+cocotb_tests/test_rdxe_dxe.py). An engine of several ``layers`` (docs/rdxe.md 16.1) holds that
+many distinct layers of its tables (tests/test_rdxe_assemble.py's ``variant``) stacked at the
+program's stride, the program assembled to loop; the host also holds ``stride`` and writes each
+layer's score step on ``scales``, and the model runs the words layer after layer, each with its
+own KV cache.
 
 Tests: ``layer_tokens`` (two tokens, the second attending over both, idle and back-pressure),
 ``cache_full`` (a token at the KV cache's capacity: the run ends at the KV append with
@@ -43,7 +47,8 @@ from golden.rdxe import assemble as A
 from golden.rdxe import program as P
 from golden.rdxe.dxe import rms_eps
 from hdl.arith.format import FP32
-from hdl.rdxe.ctrl import Store
+from hdl.rdxe.ctrl import Store, loop_cycles, stride_layout
+from hdl.rdxe.dxe import stride_value
 from hdl.rdxe.isa import OPCODES, instruction_layout
 
 from sim.rdxe.ring import program_cycles
@@ -77,12 +82,14 @@ def row_elements(value: int, lanes: int, bits: int) -> list[int]:
     return [(value >> (bits * n)) & ((1 << bits) - 1) for n in range(lanes)]
 
 
-def dxt_loads(tables: P.LayerTables, asm: A.Assembled, dxt) -> tuple[list, list, list, dict]:
+def dxt_loads(tables: P.LayerTables, asm: A.Assembled, dxt, flat: P.LayerTables | None = None
+              ) -> tuple[list, list, list, dict]:
     """The DXT side's loads for a layer (docs/rdxe.md 14.3): WMEM rows and PPU entries of every
     GEMV by table index, the identity after them, then the score entry and P.V's; the ``table``
     entries; and the fixed inputs (``identity``, ``score_entry``, ``pv_entry``,
-    ``score_scale``)."""
-    flat = A.flat_tables(tables, asm)
+    ``score_scale``). ``flat``: the tables as the words see them (by default
+    ``flat_tables(tables, asm)``; a view of ``stacked_tables`` for several layers)."""
+    flat = A.flat_tables(tables, asm) if flat is None else flat
     gemvs = dict(flat.gemvs)
     identity = len(gemvs)
     d = dxt.head_dim
@@ -107,13 +114,17 @@ def dxt_loads(tables: P.LayerTables, asm: A.Assembled, dxt) -> tuple[list, list,
                               "pv_entry": pv_entry, "score_scale": int(tables.score_scale)}
 
 
-def model_cycles(ctrl, dxt, words, flat, tokens: int) -> int:
+def model_cycles(ctrl, dxt, words, flat, tokens: int, groups: int | None = None) -> int:
     """Cycles from ``run`` taken to ``done.valid`` for ``words``: the controller's model
     (:func:`hdl.rdxe.ctrl.run_cycles`), each DXT instruction's by the DXT side's
     (:func:`hdl.rdxe.dxtside.instruction_cycles`) with its commands timed by the DXT's
-    (``golden.rdxe.command_cycles``); ``tokens`` in the cache after the run's append."""
-    return program_cycles(ctrl, dxt, words,
-                          {i: g[0].shape for i, g in flat.gemvs.items()}, tokens)
+    (``golden.rdxe.command_cycles``); ``tokens`` in the cache after the run's append. For
+    ``ctrl.layers`` layers, :func:`hdl.rdxe.ctrl.loop_cycles` of the words' cycles a layer,
+    ``groups`` the KV groups a layer's words use (the DXT's by default)."""
+    view = dxt if groups is None else dataclasses.replace(dxt, kv_groups=groups)
+    one = program_cycles(ctrl, view, words, {i: g[0].shape for i, g in flat.gemvs.items()},
+                         tokens)
+    return loop_cycles([one] * ctrl.layers)
 
 
 @dataclasses.dataclass
@@ -135,7 +146,7 @@ def layer(params, count: int = 2) -> Layer:
             return pickle.load(handle)
     from tests import rdxe_layer
 
-    d, kv = params.head_dim, params.kv_groups
+    d, kv = params.head_dim, params.kv_groups // params.layers
     heads = params.group_size * kv
     hidden = heads * d
     return Layer(P.llama_layer(heads, kv, d),
@@ -148,12 +159,16 @@ def layer(params, count: int = 2) -> Layer:
 
 
 class DxeModel:
-    """The engine's contract, fed by the input monitors (module notes)."""
+    """The engine's contract, fed by the input monitors (module notes). ``views``: each layer's
+    tables as the words see them."""
 
-    def __init__(self, params, asm: A.Assembled, flat: P.LayerTables):
+    def __init__(self, params, asm: A.Assembled, views: list):
         self.ctrl, self.dxt = params.ctrl_config(), params.dxt_config()
-        self.asm, self.flat, self.lanes = asm, flat, params.lanes
+        self.asm, self.views, self.lanes = asm, views, params.lanes
+        self.flat = views[0]
         self.state = A.new_state(asm)
+        #: Each layer's KV cache, ``(keys, values)``.
+        self.caches = [([], []) for _ in views]
         rows = {s: self.ctrl.rows(s) for s in Store}
         L = self.lanes
         self.prog = [0] * rows[Store.PROG]
@@ -206,7 +221,10 @@ class DxeModel:
         state = self.state
         state.tb.words[:] = self.tb[:len(state.tb.words)]
         state.rr.words[:] = self.rr[:len(state.rr.words)].view(np.int8)
-        A.run_words(dataclasses.replace(self.asm, words=words[:stop]), state, self.flat)
+        # A refused append ends the run in layer 0.
+        for l, view in enumerate(self.views[:1] if error else self.views):
+            state.keys, state.values = self.caches[l]
+            A.run_words(dataclasses.replace(self.asm, words=words[:stop]), state, view, layer=l)
         self.tb[:len(state.tb.words)] = state.tb.words
         self.rr[:len(state.rr.words)] = state.rr.words.view(np.uint8)
         self.tokens += bool(appends) and not error
@@ -232,14 +250,27 @@ class DxeTB(BlockTB):
     """The engine with its host: loads, runs and reads (module notes)."""
 
     def __init__(self, dut, *, count: int = 2, **kwargs):
-        super().__init__(dut, inputs=("table", "wmem", "ppu", "ext", "run"),
+        looped = dut.stride if hasattr(dut, "stride") else None
+        super().__init__(dut, inputs=("table", "wmem", "ppu", "ext", "run")
+                         + (("scales",) if looped is not None else ()),
                          outputs=("done", "ext_data"), **kwargs)
         p = self.params
         self.layer = layer(p, count)
-        self.asm = A.assemble(self.layer.program, self.layer.tables, self.layer.inputs, ["h"],
-                              p.space(), p.head_dim)
-        self.flat = A.flat_tables(self.layer.tables, self.asm)
-        self.dmodel = DxeModel(p, self.asm, self.flat)
+        if p.layers == 1:
+            self.asm = A.assemble(self.layer.program, self.layer.tables, self.layer.inputs,
+                                  ["h"], p.space(), p.head_dim)
+            self.views = [A.flat_tables(self.layer.tables, self.asm)]
+        else:
+            from tests.test_rdxe_assemble import variant
+
+            self.asm = A.assemble(self.layer.program, self.layer.tables, self.layer.inputs,
+                                  ["h"], p.space(), p.head_dim, in_place=("h",),
+                                  keep=("cos", "sin"))
+            self.views = A.stacked_tables([variant(self.layer.tables, l)
+                                           for l in range(p.layers)], self.asm)
+        self.flat = self.views[0]
+        self.groups = A.stride(self.asm).kv_groups if p.layers > 1 else None
+        self.dmodel = DxeModel(p, self.asm, self.views)
         self.samplers = _samplers(self.block.name)
         self.lanes = p.lanes
         #: Per run: the cycle it was taken in and the first cycle of ``done.valid``.
@@ -288,7 +319,16 @@ class DxeTB(BlockTB):
     async def load(self, position: int = 0):
         """The layer's loads (module notes), the TB and rr-SRAM cleared; then the program and
         constants read back."""
-        wmem, ppu, table, fixed = dxt_loads(self.layer.tables, self.asm, self.params)
+        p = self.params
+        wmem, ppu, table, fixed = dxt_loads(self.layer.tables, self.asm, p, flat=self.flat)
+        if p.layers > 1:
+            del fixed["score_scale"]
+            step = A.stride(self.asm)
+            value = stride_value(p.ctrl_config(), p.dxt_config(), step.gemvs, step.const_words,
+                                 step.kv_groups)
+            self.dut.stride.value = stride_layout(p.ctrl_config()).const(value).as_value().value
+            self.send("scales", [{"layer": l, "value": int(v.score_scale)}
+                                 for l, v in enumerate(self.views)])
         for name, value in fixed.items():
             getattr(self.dut, name).value = value
         # fp32(127**2 eps): rms_eps of k = 1.0 is e itself (two products by 1.0).
@@ -336,7 +376,7 @@ class DxeTB(BlockTB):
         """Assert the run's cycles equal :func:`model_cycles`; return the model's."""
         words, tokens = self.dmodel.runs[run]
         want = model_cycles(self.params.ctrl_config(), self.params.dxt_config(), words,
-                            self.flat, tokens)
+                            self.flat, tokens, self.groups)
         assert cycles == want, \
             f"run {run} (from cycle {self.taken[run]}): {cycles} cycles from run to done, " \
             f"the model {want}"
@@ -345,7 +385,7 @@ class DxeTB(BlockTB):
     def stall_cycles(self) -> int:
         """Cycles without an output a run may take: the model's cycles of a whole token."""
         return model_cycles(self.params.ctrl_config(), self.params.dxt_config(), self.asm.words,
-                            self.flat, self.params.dxt_config().capacity) + 1000
+                            self.flat, self.params.dxt_config().capacity, self.groups) + 1000
 
 
 def _tb(dut, **kwargs) -> DxeTB:

@@ -27,6 +27,12 @@ every result of this one is written, so an op reads what the one before wrote.
 The memories are reached from outside on ``ext`` while the controller waits (idle, or while a
 DXT op runs): the host loads the program, the constants and the token's inputs, and reads the
 layer's output; the DXT side reads its GEMV input and writes its results there.
+
+A DXE that holds ``layers`` layers (docs/rdxe.md 16.1) runs the words of a ``run`` once per layer,
+a layer register counting: layer ``l`` adds ``l x stride.gemvs`` to a GEMV's table index and
+``l x stride.const_words`` to every other op's constant address (the host's ``stride``,
+:func:`golden.rdxe.assemble.stride`), and hands the DXT side its KV group and query head
+offsets, ``l x stride.kv_groups`` and ``l x stride.heads``, with each DXT op.
 """
 
 from __future__ import annotations
@@ -49,7 +55,8 @@ from .scalar import ScalarOp, ScalarUnit
 from .spec import CODE_BITS, VeConfig
 
 __all__ = ["Store", "CtrlConfig", "DxeController", "run_layout", "done_layout", "dxt_layout",
-           "ext_layout", "DXT_OPS", "op_is", "instruction_cycles", "run_cycles"]
+           "ext_layout", "stride_layout", "DXT_OPS", "MAX_LAYERS", "LAYER_OVERHEAD", "op_is",
+           "instruction_cycles", "run_cycles", "loop_cycles"]
 
 _FP32 = FP32.width
 #: The opcodes the DXTs run (handed out on ``dxt``).
@@ -61,6 +68,11 @@ _UNIT_OPS = {"quant": ("max", "quant", "quant_table"),
              "scalar": ("recip", "eps", "score")}
 #: Rows of one memory an op reads a beat (its slots); one for the others.
 _SLOTS = {"add": 2, "rope": 3, "act_max": 2, "act": 2}
+#: Most layers a DXE's controller loops over.
+MAX_LAYERS = 64
+#: Most KV groups and query heads of a DXE's DXT (``DxtConfig``'s ``kv_groups`` and
+#: ``group_size x kv_groups`` ranges): the widths of the layer register's KV offsets.
+_KV_GROUPS, _HEADS = 64, 64 * 64
 
 
 def op_is(op, *names):
@@ -106,6 +118,9 @@ class CtrlConfig:
         Instruction memory depth, 1 to 65,536.
     rc_bits : int
         Width of the score PPU's RC factor (the DXTs' ``rc_bits``), 16 to 30.
+    layers : int
+        Layers a ``run`` loops over, 1 to 64 (module notes). A DXE holds its layers stationary
+        and every token passes all of them, so the count is the DXE's, not a run's.
     """
 
     space: ProgramSpace
@@ -113,6 +128,7 @@ class CtrlConfig:
     head_dim: int = 64
     program_words: int = 64
     rc_bits: int = 25
+    layers: int = 1
 
     def __post_init__(self):
         if not isinstance(self.space, ProgramSpace):
@@ -127,6 +143,7 @@ class CtrlConfig:
                              f"({2 * self.lanes}), not {self.head_dim}")
         integer(self.program_words, "Program words", 1, 1 << 16)
         VeConfig(rc_bits=self.rc_bits)
+        integer(self.layers, "Layers", 1, MAX_LAYERS)
 
     @property
     def ve(self) -> VeConfig:
@@ -152,6 +169,11 @@ class CtrlConfig:
 _FETCH, _READ, _RETIRE = 2, 1, 1
 #: Cycles of a run besides its instructions: the ``run`` handshake, the check that ends it.
 _RUN = 2
+#: Cycles a layer of a looped run adds besides its own run's (:func:`run_cycles`): the state
+#: that steps the layer register and its offsets and the one that jumps back take the place of
+#: ``done`` and the next ``run``, so that ``L`` layers take ``L (P + 1)`` cycles from ``run`` to
+#: ``run`` whether one run loops over them or the host runs each (``P`` a layer's run cycles).
+LAYER_OVERHEAD = 1
 
 
 def instruction_cycles(cfg: CtrlConfig, word: int, dxt_cycles: int = 0) -> int:
@@ -177,6 +199,14 @@ def run_cycles(cfg: CtrlConfig, words, dxt_cycles=()) -> int:
         instruction_layout(cfg.space).from_bits(w).op] in DXT_OPS else 0) for w in words)
 
 
+def loop_cycles(layer_cycles) -> int:
+    """Cycles from a ``run`` taken to ``done.valid`` for a run that loops over layers, each
+    layer's :func:`run_cycles` in ``layer_cycles``: ``sum (P_l + LAYER_OVERHEAD) -
+    LAYER_OVERHEAD`` (the last layer's ``+ 1`` is ``done``'s handshake)."""
+    cycles = list(layer_cycles)
+    return sum(cycles) + LAYER_OVERHEAD * (len(cycles) - 1)
+
+
 def _check(cfg) -> CtrlConfig:
     if not isinstance(cfg, CtrlConfig):
         raise TypeError(f"Controller configuration must be a CtrlConfig, not {cfg!r}")
@@ -196,9 +226,22 @@ def done_layout(cfg: CtrlConfig) -> data.StructLayout:
 
 
 def dxt_layout(cfg: CtrlConfig) -> data.StructLayout:
-    """Payload of ``dxt``: the instruction and the value of its ``r_in`` register (a GEMV's
-    RMSNorm epsilon, or the score PPU's RC factor in its low bits)."""
-    return data.StructLayout({"insn": instruction_layout(cfg.space), "value": _FP32})
+    """Payload of ``dxt``: the instruction (its table index moved by the layer's offset) and the
+    value of its ``r_in`` register (a GEMV's RMSNorm epsilon, or the score PPU's RC factor in its
+    low bits); the ``layer``, whether it is the ``last``, and the layer's first KV ``group`` and
+    query ``head`` (module notes; 0, 1, 0, 0 for a DXE of one layer)."""
+    return data.StructLayout({"insn": instruction_layout(cfg.space), "value": _FP32,
+                              "layer": index_bits(cfg.layers), "last": 1,
+                              "group": index_bits(_KV_GROUPS), "head": index_bits(_HEADS)})
+
+
+def stride_layout(cfg: CtrlConfig) -> data.StructLayout:
+    """The layer stride the host holds on ``stride`` (:class:`golden.rdxe.assemble.Stride`): GEMV
+    tables and constant words a layer takes, and its KV groups and query heads."""
+    table = instruction_layout(cfg.space)["table"].shape
+    return data.StructLayout({"gemvs": table, "const_words": table,
+                              "kv_groups": index_bits(_KV_GROUPS + 1),
+                              "heads": index_bits(_HEADS + 1)})
 
 
 def ext_layout(cfg: CtrlConfig) -> data.StructLayout:
@@ -234,11 +277,13 @@ class DxeController(wiring.Component):
     ext_data : Out(stream.Signature(data.StructLayout({"data": cfg.data_bits}),
                                     always_ready=True))
         A read's row, the cycle after the request was taken.
+    stride : In(stride_layout(cfg))
+        Only with ``layers`` above 1: the layer stride, held while a program runs.
 
     A vector op's beat takes a cycle for each row it reads of one memory (module notes); results
     are written as they come, and the next instruction is fetched the cycle after the last one
-    is: :func:`instruction_cycles` and :func:`run_cycles` give every run's cycles exactly. Bad
-    ``cfg`` raises ``TypeError`` naming it.
+    is: :func:`instruction_cycles` and :func:`run_cycles` give every run's cycles exactly, and
+    :func:`loop_cycles` a run of several layers. Bad ``cfg`` raises ``TypeError`` naming it.
     """
 
     def __init__(self, cfg: CtrlConfig):
@@ -252,6 +297,7 @@ class DxeController(wiring.Component):
             "ext": In(stream.Signature(ext_layout(cfg))),
             "ext_data": Out(stream.Signature(data.StructLayout({"data": cfg.data_bits}),
                                              always_ready=True)),
+            **({"stride": In(stride_layout(cfg))} if cfg.layers > 1 else {}),
         })
 
     def elaborate(self, platform):
@@ -387,24 +433,40 @@ class DxeController(wiring.Component):
         error = Signal()
         waiting = Signal()
         prog_r = mems[Store.PROG][0]
+        loop = _Loop(m, cfg, getattr(self, "stride", None))
         m.d.comb += [self.done.payload.pc.eq(pc), self.done.payload.error.eq(error),
-                     self.dxt.payload.insn.eq(insn), self.dxt.payload.value.eq(regs[insn.r_in])]
+                     self.dxt.payload.insn.eq(insn), self.dxt.payload.value.eq(regs[insn.r_in]),
+                     loop.payload(self.dxt.payload)]
         with m.FSM(name="sequence"):
             with m.State("Idle"):
                 m.d.comb += [waiting.eq(1), self.run.ready.eq(1)]
                 with m.If(self.run.valid):
                     start, count = self.run.payload.pc, self.run.payload.count
                     over = start + count > cfg.program_words
-                    m.d.sync += [pc.eq(start), end.eq(start + count), error.eq(over)]
+                    m.d.sync += [pc.eq(start), end.eq(start + count), error.eq(over),
+                                 loop.first(start)]
                     m.next = "Check"
             with m.State("Check"):
                 with m.If(error | (pc == end)):
-                    m.next = "Done"
+                    if cfg.layers == 1:
+                        m.next = "Done"
+                    else:                        # an error ends the whole run
+                        with m.If(error | loop.last):
+                            m.next = "Done"
+                        with m.Else():
+                            m.next = "Layer"
                 with m.Else():
                     m.d.comb += [prog_r.addr.eq(pc), prog_r.en.eq(1)]
                     m.next = "Decode"
+            if cfg.layers > 1:
+                with m.State("Layer"):
+                    m.d.sync += loop.step()
+                    m.next = "Jump"
+                with m.State("Jump"):
+                    m.d.sync += pc.eq(loop.start)
+                    m.next = "Check"
             with m.State("Decode"):
-                m.d.sync += insn.eq(prog_r.data)
+                m.d.sync += [insn.eq(prog_r.data), loop.moved(insn, prog_r.data)]
                 m.d.sync += ctl.restart()
                 m.next = "Execute"
             with m.State("Execute"):
@@ -449,6 +511,59 @@ class DxeController(wiring.Component):
             for s, value in datas.items():
                 with m.Case(s):
                     m.d.comb += self.ext_data.payload.data.eq(value)
+
+
+class _Loop:
+    """The layer register and its offsets (module notes): the constants of layer 0 in a DXE of
+    one layer, so that it is today's controller."""
+
+    def __init__(self, m, cfg: CtrlConfig, stride):
+        self.cfg, self.stride = cfg, stride
+        self.looped = cfg.layers > 1
+        if not self.looped:
+            self.last = 1
+            return
+        table = instruction_layout(cfg.space)["table"].shape
+        self.start = Signal(index_bits(cfg.program_words), name="layer_start")
+        self.layer = Signal(index_bits(cfg.layers), name="layer")
+        self.gemvs = Signal(table, name="layer_gemvs")
+        self.consts = Signal(table, name="layer_consts")
+        self.group = Signal(index_bits(_KV_GROUPS), name="layer_group")
+        self.head = Signal(index_bits(_HEADS), name="layer_head")
+        self.last = Signal(name="last_layer")
+        m.d.comb += self.last.eq(self.layer == cfg.layers - 1)
+
+    def _offsets(self):
+        return (self.gemvs, self.consts, self.group, self.head)
+
+    def first(self, start) -> list:
+        """Statements that start a run at layer 0 from the word ``start``."""
+        if not self.looped:
+            return []
+        return [self.start.eq(start), self.layer.eq(0), *(o.eq(0) for o in self._offsets())]
+
+    def step(self) -> list:
+        """Statements that move to the next layer: the register and every offset by its stride."""
+        s = self.stride
+        return [self.layer.eq(self.layer + 1), self.gemvs.eq(self.gemvs + s.gemvs),
+                self.consts.eq(self.consts + s.const_words),
+                self.group.eq(self.group + s.kv_groups), self.head.eq(self.head + s.heads)]
+
+    def moved(self, insn, word) -> list:
+        """Statements that move the fetched ``word``'s table (held in ``insn``) to the layer's:
+        a GEMV's table index by ``gemvs``, any other op's constant address by ``consts``."""
+        if not self.looped:
+            return []
+        f = data.View(instruction_layout(self.cfg.space), word)
+        return [insn.table.eq(f.table + Mux(op_is(f.op, "gemv", "gemv_norm"), self.gemvs,
+                                            self.consts))]
+
+    def payload(self, p) -> list:
+        """``dxt``'s layer fields (:func:`dxt_layout`)."""
+        if not self.looped:
+            return [p.layer.eq(0), p.last.eq(1), p.group.eq(0), p.head.eq(0)]
+        return [p.layer.eq(self.layer), p.last.eq(self.last), p.group.eq(self.group),
+                p.head.eq(self.head)]
 
 
 class _Control:

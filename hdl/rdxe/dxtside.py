@@ -16,23 +16,31 @@ per layer, through ``wmem`` and ``ppu``), and the host tells the DXT side where 
 
 A row of the rr-SRAM is a chunk (the controller's lanes are the DXT's); a GBUS word of 4 results
 is written as a part of a row (``ext``'s mask).
+
+With a controller of several layers (docs/rdxe.md 16.1) each instruction comes with its layer's
+first KV group and query head (``dxt_layout``): a KV append writes ``stride.kv_groups`` groups
+from that group, an attention runs ``stride.heads`` heads from that head (its query rows and
+results still from the instruction's ``a`` and ``dst``), with the layer's own score step from a
+table the host writes on ``scales``. Every layer appends the token at the same position; the
+count moves on at the last layer's append.
 """
 
 from __future__ import annotations
 
-from amaranth import Array, Module, Mux, Signal
+from amaranth import Array, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..arith.format import FP32
 from ..validate import index_bits
-from .ctrl import CtrlConfig, Store, dxt_layout, ext_layout, op_is
+from .ctrl import CtrlConfig, Store, dxt_layout, ext_layout, op_is, stride_layout
 from .dxt import Dxt
 from .spec import (CODE_BITS, DESTS, GBUS_BYTES, OPS, DxtConfig, check_config, command_layout,
                    rc_layout)
 
-__all__ = ["DxtSide", "gemv_table_layout", "instruction_cycles"]
+__all__ = ["DxtSide", "gemv_table_layout", "scale_layout", "instruction_cycles"]
 
 #: Chunk reads in flight or waiting for the DXT.
 _CHUNKS = 4
@@ -45,6 +53,11 @@ def gemv_table_layout(dxt: DxtConfig, tables: int) -> data.StructLayout:
     return data.StructLayout({"index": index_bits(tables), "row": cmd["row"],
                               "entry": cmd["entry"], "outputs": cmd["outputs"],
                               "chunks": cmd["chunks"], "inv_k": FP32.width})
+
+
+def scale_layout(ctrl: CtrlConfig) -> data.StructLayout:
+    """Payload of a ``scales`` write: layer ``layer``'s fp32 ``log2(e)`` times its score step."""
+    return data.StructLayout({"layer": index_bits(ctrl.layers), "value": FP32.width})
 
 
 #: Cycles of an instruction besides its commands: the ``dxt`` handshake, the dispatch, ``done``.
@@ -92,6 +105,11 @@ class DxtSide(wiring.Component):
         times one score step; ``position`` is loaded into the token count on ``restart``.
     restart : In(1)
         A new sequence: the next KV append is token ``position``.
+    stride : In(stride_layout(ctrl))
+        With ``ctrl.layers`` above 1: the layer stride (its ``kv_groups`` and ``heads`` are the
+        groups an append writes and the heads an attention runs).
+    scales : In(stream.Signature(scale_layout(ctrl), always_ready=True))
+        With ``ctrl.layers`` above 1, instead of ``score_scale``: each layer's, one a cycle.
     """
 
     def __init__(self, ctrl: CtrlConfig, dxt: DxtConfig):
@@ -119,7 +137,9 @@ class DxtSide(wiring.Component):
             "identity": In(index_bits(ctrl.space.gemvs)),
             "score_entry": In(cmd["entry"]),
             "pv_entry": In(cmd["entry"]),
-            "score_scale": In(FP32.width),
+            **({"stride": In(stride_layout(ctrl)),
+                "scales": In(stream.Signature(scale_layout(ctrl), always_ready=True))}
+               if ctrl.layers > 1 else {"score_scale": In(FP32.width)}),
             "position": In(cmd["tokens"]),
             "restart": In(1),
         })
@@ -145,6 +165,7 @@ class DxtSide(wiring.Component):
         op = insn.op
         rows = cfg.head_dim // lanes                  # rr rows of one head
         tokens = Signal.like(self.position, name="tokens")
+        layer = _Layer(m, self, tokens)
         index = Signal(range(max(cfg.heads, cfg.kv_groups) + 1))
         vac = Signal(range(cfg.vacs + 1))
         error = Signal()
@@ -155,7 +176,7 @@ class DxtSide(wiring.Component):
         def is_op(*names):
             return op_is(op, *names)
         with m.If(self.restart):
-            m.d.sync += tokens.eq(self.position)
+            m.d.sync += [tokens.eq(self.position), layer.restart(self.position)]
         rc_bits = rc_layout(cfg.vac_config())
         rc = data.View(rc_bits, value[:rc_bits.size])
         m.d.comb += self.done.payload.error.eq(error)
@@ -165,7 +186,8 @@ class DxtSide(wiring.Component):
                 wiring.connect(m, wiring.flipped(self.ppu), dxt.ppu)
                 with m.If(self.insn.valid):
                     m.d.sync += [insn.eq(self.insn.payload.insn), value.eq(self.insn.payload.value),
-                                 index.eq(0), vac.eq(0), error.eq(0)]
+                                 index.eq(0), vac.eq(0), error.eq(0),
+                                 layer.take(self.insn.payload)]
                     m.next = "Dispatch"
             with m.State("Dispatch"):
                 with m.If(is_op("gemv", "gemv_norm")):
@@ -190,7 +212,7 @@ class DxtSide(wiring.Component):
                     m.d.comb += [dxt.cmd.valid.eq(1), cmd.op.eq(OPS.index("gemv")),
                                  cmd.dest.eq(DESTS.index(dest)), cmd.outputs.eq(cfg.head_dim),
                                  cmd.chunks.eq(ident.chunks), cmd.row.eq(ident.row),
-                                 cmd.entry.eq(ident.entry), cmd.head.eq(index),
+                                 cmd.entry.eq(ident.entry), cmd.head.eq(layer.group + index),
                                  cmd.tokens.eq(tokens)]
                     with m.If(dxt.cmd.ready):
                         m.d.sync += io.start((base >> shift) + index * rows, rows, 0, False)
@@ -202,8 +224,8 @@ class DxtSide(wiring.Component):
                             m.next = "Value"
                         else:
                             m.d.sync += index.eq(index + 1)
-                            with m.If(index == cfg.kv_groups - 1):
-                                m.d.sync += tokens.eq(tokens + 1)
+                            with m.If(index == layer.groups - 1):
+                                m.d.sync += layer.appended()
                                 m.next = "Done"
                             with m.Else():
                                 m.next = "Key"
@@ -216,8 +238,9 @@ class DxtSide(wiring.Component):
                     with m.If(vac == cfg.vacs - 1):
                         m.next = "Qk"
             with m.State("Qk"):
-                m.d.comb += [dxt.cmd.valid.eq(1), cmd.op.eq(OPS.index("qk")), cmd.head.eq(index),
-                             cmd.tokens.eq(tokens), cmd.entry.eq(self.score_entry)]
+                m.d.comb += [dxt.cmd.valid.eq(1), cmd.op.eq(OPS.index("qk")),
+                             cmd.head.eq(layer.head + index), cmd.tokens.eq(layer.context),
+                             cmd.entry.eq(self.score_entry)]
                 with m.If(dxt.cmd.ready):
                     m.d.sync += io.start((insn.a >> shift) + index * rows, rows, 0, False)
                     m.next = "QkWait"
@@ -226,9 +249,9 @@ class DxtSide(wiring.Component):
                     m.d.sync += error.eq(error | io.error)
                     m.next = "Pv"
             with m.State("Pv"):
-                m.d.comb += [dxt.cmd.valid.eq(1), cmd.op.eq(OPS.index("pv")), cmd.head.eq(index),
-                             cmd.tokens.eq(tokens), cmd.entry.eq(self.pv_entry),
-                             cmd.scale.eq(self.score_scale)]
+                m.d.comb += [dxt.cmd.valid.eq(1), cmd.op.eq(OPS.index("pv")),
+                             cmd.head.eq(layer.head + index), cmd.tokens.eq(layer.context),
+                             cmd.entry.eq(self.pv_entry), cmd.scale.eq(layer.scale)]
                 with m.If(dxt.cmd.ready):
                     m.d.sync += io.start(0, 0, insn.dst + index * cfg.head_dim, True)
                     m.next = "PvWait"
@@ -237,7 +260,7 @@ class DxtSide(wiring.Component):
                     m.d.sync += [error.eq(error | io.error), index.eq(index + 1)]
                     m.next = "PvNext"
             with m.State("PvNext"):
-                with m.If(index == cfg.heads):
+                with m.If(index == layer.heads):
                     m.next = "Done"
                 with m.Else():
                     m.next = "Qk"
@@ -249,6 +272,44 @@ class DxtSide(wiring.Component):
                 m.d.comb += self.done.valid.eq(1)
                 with m.If(self.done.ready):
                     m.next = "Idle"
+
+
+class _Layer:
+    """The instruction's layer (module notes): its first KV group and query head, its counts of
+    them, its score step, and the count of tokens its attention reads (``context``); for a DXE of
+    one layer the DXT's whole counts, ``score_scale`` and the token count itself."""
+
+    def __init__(self, m, side: DxtSide, tokens):
+        cfg, ctrl = side.dxt_cfg, side.ctrl
+        self.tokens, self.looped = tokens, ctrl.layers > 1
+        if not self.looped:
+            self.group, self.head, self.groups, self.heads = 0, 0, cfg.kv_groups, cfg.heads
+            self.scale, self.context = side.score_scale, tokens
+            return
+        self.taken = Signal(dxt_layout(ctrl), name="layer_of")
+        self.group, self.head = self.taken.group, self.taken.head
+        self.groups, self.heads = side.stride.kv_groups, side.stride.heads
+        self.context = Signal.like(tokens, name="context")
+        m.submodules.scales = table = Memory(shape=unsigned(FP32.width), depth=ctrl.layers,
+                                             init=[])
+        wr, rd = table.write_port(), table.read_port()
+        m.d.comb += [wr.addr.eq(side.scales.payload.layer), wr.data.eq(side.scales.payload.value),
+                     wr.en.eq(side.scales.valid), rd.addr.eq(self.taken.layer)]
+        self.scale = rd.data                     # read a cycle after the instruction is taken
+
+    def take(self, payload) -> list:
+        return [self.taken.eq(payload)] if self.looped else []
+
+    def restart(self, position) -> list:
+        return [self.context.eq(position)] if self.looped else []
+
+    def appended(self) -> list:
+        """Statements at a KV append's end: its attention reads the token just written; the
+        count moves on once every layer has appended it."""
+        if not self.looped:
+            return [self.tokens.eq(self.tokens + 1)]
+        return [self.context.eq(self.tokens + 1),
+                self.tokens.eq(Mux(self.taken.last, self.tokens + 1, self.tokens))]
 
 
 class _Io:

@@ -41,6 +41,10 @@ class DxeParams(BlockParams, DxtConfig):
         GEMV tables (the layer's GEMVs and the identity the KV append uses): 1 to 64.
     program_words : int
         Instruction memory depth: 1 to 65,536.
+    layers : int
+        Layers a ``run`` loops over (the DXE holds them stationary; docs/rdxe.md 16.1): 1 to 64.
+        Above 1 the engine takes the layer stride on ``stride`` and each layer's score step on
+        ``scales``.
     """
 
     tb_words: int = 4096
@@ -49,6 +53,7 @@ class DxeParams(BlockParams, DxtConfig):
     const_words: int = 8192
     gemvs: int = 5
     program_words: int = 64
+    layers: int = 1
 
     def space(self) -> ProgramSpace:
         """The storage a program is assembled into (rows of ``lanes``)."""
@@ -58,7 +63,8 @@ class DxeParams(BlockParams, DxtConfig):
 
     def ctrl_config(self) -> CtrlConfig:
         return CtrlConfig(self.space(), lanes=self.lanes, head_dim=self.head_dim,
-                          program_words=self.program_words, rc_bits=self.rc_bits)
+                          program_words=self.program_words, rc_bits=self.rc_bits,
+                          layers=self.layers)
 
     def dxt_config(self) -> DxtConfig:
         return DxtConfig(**{f.name: getattr(self, f.name) for f in fields(DxtConfig)})
@@ -108,7 +114,8 @@ def _size(params: DxeParams) -> Size:
     """The DXT (:func:`~memwall.blocks.rdxe._dxt_size`), the controller's four memories (rows of
     ``lanes`` elements), its units' result queues (``SyncFIFOBuffered`` of the unit's
     :meth:`~hdl.pipeline.ResultQueue.full_rate_depth`: ``depth - 1`` places in memory) and the DXT
-    side's chunk queue; multipliers and cells per controller lane and for the rest."""
+    side's chunk queue (and its table of score steps for several layers); multipliers and
+    cells per controller lane and for the rest."""
     ctrl, dxt = params.ctrl_config(), params.dxt_config()
     L = params.lanes
     widths = {Store.PROG: instruction_layout(ctrl.space).size, Store.TB: FP32.width * L,
@@ -121,6 +128,8 @@ def _size(params: DxeParams) -> Size:
     storage += sum((ResultQueue.full_rate_depth(latency) - 1) * layout.size
                    for latency, layout in units)
     storage += CODE_BITS * L * _CHUNKS
+    if params.layers > 1:                    # the DXT side's score step a layer
+        storage += FP32.width * params.layers
     tile = _dxt_size(dxt)
     return Size(storage_bits=tile.storage_bits + storage,
                 multipliers=tile.multipliers + _CTRL_LANE_PRODUCTS * L + _CTRL_PRODUCTS,
@@ -144,6 +153,8 @@ def _timing(params, component) -> dict[str, StreamTiming]:
         "wmem": StreamTiming(throughput=1.0, note="one WMEM row of one VAC a cycle"),
         "ppu": StreamTiming(throughput=1.0, note="one PPU entry a cycle; waits while an "
                                                  "attention writes its score entry"),
+        # Several layers: each layer's score step (docs/rdxe.md 16.1).
+        **({"scales": always} if params.layers > 1 else {}),
     }
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from golden.rdxe import MAX_TOKENS, DxtConfig, command_cycles, kv_capacity
 from golden.rdxe.ring import dispatch_slots, split_layers
-from hdl.rdxe.ctrl import CtrlConfig, run_cycles
+from hdl.rdxe.ctrl import LAYER_OVERHEAD, CtrlConfig, run_cycles
 from hdl.rdxe.dxtside import instruction_cycles as dxt_instruction_cycles
 from hdl.rdxe.isa import OPCODES, instruction_layout
 from hdl.validate import integer
@@ -528,11 +528,6 @@ def run_point(point: Point) -> dict:
 
 
 # --- the ring on the RTL's costs ------------------------------------------------------------------
-
-
-#: Cycles a DXE spends between two layers of a token besides each layer's run (the layer
-#: register's update and the jump back to the program's first word): ours, for the RTL to pin.
-LAYER_OVERHEAD = 1
 
 
 def program_cycles(ctrl: CtrlConfig, dxt: DxtConfig, words, gemv_shapes: dict, tokens: int
