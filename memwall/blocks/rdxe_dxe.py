@@ -103,10 +103,12 @@ _PRESETS = {
 
 #: Netlist cells and multipliers of the controller per lane and besides its lanes (its units'
 #: lanes, the memories' row muxes; the sequencer, the scalar path), and cells of the DXT side
-#: (its state machine, the GEMV tables, the operand queue): calibrated on the small preset and
-#: at 8 lanes (8,912 and 16,708 cells, 201 and 385 multipliers for the controller alone).
-_CTRL_LANE_CELLS, _CTRL_CELLS = 1950, 1110
-_CTRL_LANE_PRODUCTS, _CTRL_PRODUCTS = 46, 17
+#: (its state machine, the GEMV tables, the operand queue): fitted to the whole engine's RTLIL
+#: at the small preset and at 8 lanes (``lanes=8 head_dim=16``), the DXT's own estimate taken
+#: off: 15,386 and 25,134 cells, 271 and 435 multipliers (session 21, after the controller's
+#: narrow products moved into logic).
+_CTRL_LANE_CELLS, _CTRL_CELLS = 1957, 1470
+_CTRL_LANE_PRODUCTS, _CTRL_PRODUCTS = 27, 17
 _SIDE_CELLS = 400
 
 
