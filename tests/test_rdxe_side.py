@@ -1,5 +1,5 @@
 """The DXE's layer program on RTL end to end (hdl/rdxe/dxe.py: the controller and the DXT side
-with a DXT): the reduced Llama layer (tests/rdxe_layer.py), every operation in Amaranth's simulator,
+with a DXT): the reduced Llama layer (cocotb_tests/rdxe/layer.py), every operation in Amaranth's simulator,
 the host only loading the layer's tables and the token's inputs; after each token the whole token
 buffer and rr-SRAM equal :func:`golden.rdxe.assemble.run_words`' bit for bit."""
 
@@ -20,7 +20,7 @@ from hdl.rdxe.isa import OPCODES, instruction_layout
 from hdl.rdxe.spec import DxtConfig
 from memwall import registry
 from tests.dxe_bench import DxeBench, golden_images
-from tests.rdxe_layer import HEAD_DIM, INPUTS, layer_tables, program, tokens
+from cocotb_tests.rdxe.layer import HEAD_DIM, INPUTS, layer_tables, program, tokens
 from tests.stream_sim import set_payload, shared, simulate
 
 #: The registry's small preset (memwall/blocks/rdxe_dxe.py): the layer's DXT with 4 lanes (a

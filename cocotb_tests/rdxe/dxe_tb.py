@@ -16,7 +16,7 @@ full, at the ``kv_append`` the DXT refuses, with ``error``) and every host read'
 ``ext_data`` from its mirror. The cycles from ``run`` taken to ``done.valid`` are checked against
 the cycle model (:func:`model_cycles`).
 
-The layer: the reduced Llama layer of tests/rdxe_layer.py at the block's shape (query heads
+The layer: the reduced Llama layer of cocotb_tests/rdxe/layer.py at the block's shape (query heads
 ``group_size x kv_groups / layers`` of ``head_dim``, hidden ``heads x head_dim``, FFN twice
 that), or the one a launcher hands over in :data:`ENV_LAYER` (SmolLM2's layer 2:
 cocotb_tests/test_rdxe_dxe.py). An engine of several ``layers`` (docs/rdxe.md 16.1) holds that
@@ -56,6 +56,7 @@ from sim.rdxe.ring import program_cycles
 from ..functional import sampler
 from ..streams import ClockService
 from ..tb import BlockTB, select_tb
+from . import layer as reduced
 
 __all__ = ["ENV_LAYER", "row_values", "row_elements", "dxt_loads", "model_cycles", "Layer",
            "layer", "DxeModel", "DxeTB"]
@@ -144,15 +145,13 @@ def layer(params, count: int = 2) -> Layer:
     if path:
         with open(path, "rb") as handle:
             return pickle.load(handle)
-    from tests import rdxe_layer
-
     d, kv = params.head_dim, params.kv_groups // params.layers
     heads = params.group_size * kv
     hidden = heads * d
     return Layer(P.llama_layer(heads, kv, d),
-                 rdxe_layer.layer_tables(hidden, 2 * hidden, heads, kv, d),
+                 reduced.layer_tables(hidden, 2 * hidden, heads, kv, d),
                  {"h": hidden, "cos": d // 2, "sin": d // 2},
-                 rdxe_layer.tokens(count, hidden, d))
+                 reduced.tokens(count, hidden, d))
 
 
 # --- the model --------------------------------------------------------------------------------
