@@ -52,7 +52,7 @@ from .gppu import Gppu, GppuOp
 from .isa import OPCODES, ProgramSpace, instruction_layout
 from .quant import QuantCore
 from .scalar import ScalarOp, ScalarUnit
-from .spec import CODE_BITS, VeConfig
+from .spec import CODE_BITS, MAX_GROUP_SIZE, MAX_KV_GROUPS, VeConfig
 
 __all__ = ["Store", "CtrlConfig", "DxeController", "run_layout", "done_layout", "dxt_layout",
            "ext_layout", "stride_layout", "DXT_OPS", "MAX_LAYERS", "LAYER_OVERHEAD", "op_is",
@@ -72,7 +72,7 @@ _SLOTS = {"add": 2, "rope": 3, "act_max": 2, "act": 2}
 MAX_LAYERS = 64
 #: Most KV groups and query heads of a DXE's DXT (``DxtConfig``'s ``kv_groups`` and
 #: ``group_size x kv_groups`` ranges): the widths of the layer register's KV offsets.
-_KV_GROUPS, _HEADS = 64, 64 * 64
+_KV_GROUPS, _HEADS = MAX_KV_GROUPS, MAX_GROUP_SIZE * MAX_KV_GROUPS
 
 
 def op_is(op, *names):

@@ -31,10 +31,13 @@ from ..validate import index_bits, integer, power_of_two
 
 __all__ = ["VacConfig", "hlink_layout", "rc_layout", "wmem_layout", "ppu_layout", "kv_layout",
            "result_layout", "MAX_LANES", "MAX_DEPTH", "MAX_QUEUE", "MAX_OPERAND_STAGES", "ACC_BITS",
-           "CODE_BITS"]
+           "CODE_BITS", "MAX_GROUP_SIZE", "MAX_KV_GROUPS"]
 
 #: Largest lane count (that of :class:`hdl.arith.idot.IntDot`).
 MAX_LANES = 64
+#: Largest GQA group size and KV group count of a DXT (the DXE controller's layer offsets are
+#: sized by them).
+MAX_GROUP_SIZE = MAX_KV_GROUPS = 64
 #: Largest WMEM and PPU table depth (rows).
 MAX_DEPTH = 1 << 20
 #: Largest result queue (credits per VAC).
@@ -370,8 +373,8 @@ def check_tile(p) -> None:
     if p.head_dim % p.lanes:
         raise ValueError(f"Head dimension must be a multiple of the lane count "
                          f"{p.lanes}, not {p.head_dim}")
-    integer(p.group_size, "GQA group size", 1, 64)
-    integer(p.kv_groups, "KV group count", 1, 64)
+    integer(p.group_size, "GQA group size", 1, MAX_GROUP_SIZE)
+    integer(p.kv_groups, "KV group count", 1, MAX_KV_GROUPS)
     check_fractions(p.norm_frac, p.prob_frac)
     p.kv.check()
 
