@@ -154,7 +154,9 @@ def _timing(params, component) -> dict[str, StreamTiming]:
     always = StreamTiming(throughput=1.0, note="one transfer a cycle; always ready")
     return {
         "run": StreamTiming(model=model, note="one run of count instructions from pc; taken "
-                                              "while idle"),
+                                              "while idle" + ("; in the token's slot, which "
+                                                              "restart starts at position"
+                                                              if params.slots > 1 else "")),
         "done": StreamTiming(after="run", model=model, note="one per run, when its last result "
                                                             "is written or at the op that failed"),
         "ext": StreamTiming(throughput=1.0, note="a memory row read or written a cycle while the "
