@@ -19,9 +19,14 @@ from .rdxe.dxe_tb import ENV_LAYER, Layer
 LOOP = ("rdxe-dxe", "small", {"layers": "2", "kv_groups": "2", "wmem_depth": "512",
                               "ppu_depth": "128", "const_words": "384", "gemvs": "9"},
         ["layer_tokens", "cache_full"])
-CASES = [("rdxe-dxe", "small", {}, ["layer_tokens", "cache_full"]), LOOP]
+#: With --slow under both, two slots of one layer (docs/rdxe.md 16.2: a KV group each): two
+#: requests interleaved, and a slot's restart at the cache's capacity; tests/test_rdxe_slots.py
+#: runs two slots of two layers in make test.
+SLOTS = ("rdxe-dxe", "small", {"slots": "2", "kv_groups": "2"}, ["slot_tokens", "cache_full"])
+CASES = [("rdxe-dxe", "small", {}, ["layer_tokens", "cache_full"]), LOOP, SLOTS]
 
-RUNS = case_runs(CASES, verilator_slow={case_id(*CASES[0])}, slow={case_id(*LOOP)})
+RUNS = case_runs(CASES, verilator_slow={case_id(*CASES[0])},
+                 slow={case_id(*LOOP), case_id(*SLOTS)})
 
 
 @pytest.mark.parametrize("case, simulator", RUNS)

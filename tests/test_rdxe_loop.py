@@ -42,13 +42,17 @@ DXT = DxtConfig(lanes=4, vacs=4, head_dim=HEAD_DIM, group_size=HEADS // KV_HEADS
                 max_inputs=64)
 
 
-@pytest.fixture(scope="module")
-def stack():
+def looped_layers():
     """The looped words and each layer's view of the stacked tables."""
     base = layer_tables()
     asm = A.assemble(program(), base, INPUTS, ["h"], SPACE, HEAD_DIM, in_place=("h",),
                      keep=("cos", "sin"))
     return asm, A.stacked_tables([variant(base, l) for l in range(LAYERS)], asm)
+
+
+@pytest.fixture(scope="module")
+def stack():
+    return looped_layers()
 
 
 def _golden(asm, stacked, inputs, offsets=None):
@@ -135,24 +139,25 @@ def test_the_controller_loops_over_the_layers(stack):
     assert not np.array_equal(got[0][0], wrong[0][0])
 
 
-def _kv_image(caches) -> np.ndarray:
-    """The DXT's KV memories as golden's iWuR image of each layer's cache in its groups."""
-    image = np.zeros((DXT.vacs, DXT.kv_rows, DXT.lanes), np.int8)
-    for l, (keys, values) in enumerate(caches):
+def _kv_image(caches, dxt=DXT) -> np.ndarray:
+    """The DXT's KV memories as golden's iWuR image of each cache in its groups: ``caches`` maps
+    a cache's first KV group to its ``(keys, values)``, each a list of a token's groups."""
+    image = np.zeros((dxt.vacs, dxt.kv_rows, dxt.lanes), np.int8)
+    for first, (keys, values) in caches.items():
         K, V = np.stack(keys), np.stack(values)
-        for g in range(KV_HEADS):
-            image += golden.kv_image(K[:, g], V[:, g], DXT, group=l * KV_HEADS + g).data
+        for g in range(K.shape[1]):
+            image += golden.kv_image(K[:, g], V[:, g], dxt, group=first + g).data
     return image
 
 
-async def _load(ctx, top, asm, stacked, gemvs=None) -> DxeBench:
-    """The host's loads: fixed entries, the stride, each layer's score step, the GEMV tables,
-    WMEM and PPU (of the table indices ``gemvs`` and the identity, all by default), the program
-    and the stacked constants."""
-    wmem, ppu, table, fixed = dxt_loads(stacked[0], asm, DXT, flat=stacked[0])
+async def _load(ctx, top, asm, stacked, gemvs=None, dxt=DXT) -> DxeBench:
+    """The host's loads: fixed entries, the stride (for ``top.slots``), each layer's score step,
+    the GEMV tables, WMEM and PPU (of the table indices ``gemvs`` and the identity, all by
+    default), the program and the stacked constants."""
+    wmem, ppu, table, fixed = dxt_loads(stacked[0], asm, dxt, flat=stacked[0])
     if gemvs is not None:
         # A table's rows and entries run to the next one's (the identity's to the end).
-        ends = [(t["row"], t["entry"]) for t in table[1:]] + [(DXT.wmem_depth, DXT.ppu_depth)]
+        ends = [(t["row"], t["entry"]) for t in table[1:]] + [(dxt.wmem_depth, dxt.ppu_depth)]
         keep = [(t["row"], t["entry"], *end) for t, end in zip(table, ends)
                 if t["index"] in set(gemvs) | {table[-1]["index"]}]
         wmem = [w for w in wmem if any(r <= w["addr"] < r_end for r, _, r_end, _ in keep)]
@@ -160,8 +165,8 @@ async def _load(ctx, top, asm, stacked, gemvs=None) -> DxeBench:
                or any(n <= e["addr"] < n_end for _, n, _, n_end in keep)]
     del fixed["score_scale"]
     step = A.stride(asm)
-    for name, value in stride_value(CFG, DXT, step.gemvs, step.const_words,
-                                    step.kv_groups).items():
+    for name, value in stride_value(CFG, dxt, step.gemvs, step.const_words, step.kv_groups,
+                                    top.slots).items():
         ctx.set(getattr(top.stride, name), value)
     await send(ctx, top.scales, [{"layer": l, "value": int(v.score_scale)}
                                  for l, v in enumerate(stacked)])
@@ -229,15 +234,17 @@ def test_each_layer_attends_over_its_own_groups(stack):
                 f"token {t}: {what} differs at {np.flatnonzero(have != need)}"
         assert cycles == loop_cycles(program_cycles(CFG, view, part.words, shapes, t + 1)
                                      for _ in stacked), f"token {t}"
-    assert np.array_equal(kv.astype(np.int8), _kv_image(caches))
+    assert np.array_equal(kv.astype(np.int8),
+                          _kv_image({l * KV_HEADS: c for l, c in enumerate(caches)}))
 
 
 async def _caches(ctx, top) -> np.ndarray:
     """The DXT's KV memories, ``(vacs, kv_rows, lanes)``."""
-    kv = np.zeros((DXT.vacs, DXT.kv_rows, DXT.lanes), np.int64)
+    dxt = top.dxt_cfg
+    kv = np.zeros((dxt.vacs, dxt.kv_rows, dxt.lanes), np.int64)
     for v, vac in enumerate(top.side.dxt.vacs):
-        for r in range(DXT.kv_rows):
-            kv[v, r] = [ctx.get(vac.kv_memory.data[r][k]) for k in range(DXT.lanes)]
+        for r in range(dxt.kv_rows):
+            kv[v, r] = [ctx.get(vac.kv_memory.data[r][k]) for k in range(dxt.lanes)]
     return kv
 
 
@@ -272,7 +279,8 @@ def test_two_layers_run_on_the_dxt(stack):
         assert cycles == loop_cycles(_layer_cycles(asm, stacked, t + 1)) == cost(t + 1) - 1, \
             f"token {t}"
         print(f"token {t}: {cycles} cycles from run taken to done")
-    assert np.array_equal(kv.astype(np.int8), _kv_image(caches))
+    assert np.array_equal(kv.astype(np.int8),
+                          _kv_image({l * KV_HEADS: c for l, c in enumerate(caches)}))
     wrong, _ = _golden(asm, stacked, inputs[:1], offsets=[0, 0])
     assert not np.array_equal(got[0][0], wrong[0][0])
 

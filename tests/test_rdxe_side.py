@@ -43,11 +43,12 @@ async def send(ctx, port, items):
     ctx.set(port.valid, 0)
 
 
-async def token_images(b: DxeBench, top, inputs: dict, pc: int = 0, count: int | None = None
-                       ) -> tuple:
+async def token_images(b: DxeBench, top, inputs: dict, pc: int = 0, count: int | None = None,
+                       read: bool = True) -> tuple:
     """Run a token's words (``count`` from ``pc``, all by default) on the DXE, its DXT ops on
-    hardware, then read the TB and rr-SRAM back. Return ``done``'s ``(pc, error)``, the two
-    images and the run's cycles from ``run`` taken to ``done.valid``."""
+    hardware, then read the TB and rr-SRAM back (unless not ``read``: None for each). Return
+    ``done``'s ``(pc, error)``, the two images and the run's cycles from ``run`` taken to
+    ``done.valid``."""
     ctx, space = b.ctx, top.cfg.space
     taken = await b.start(inputs, pc, count)
     ctx.set(top.done.ready, 1)
@@ -57,6 +58,8 @@ async def token_images(b: DxeBench, top, inputs: dict, pc: int = 0, count: int |
     stopped = (ctx.get(top.done.payload.pc), ctx.get(top.done.payload.error))
     await b.tick()
     ctx.set(top.done.ready, 0)
+    if not read:
+        return stopped, None, None, cycles
     return (stopped, await b.image(Store.TB, space.tb_words, 32),
             await b.image(Store.RR, space.rr_bytes, 8), cycles)
 
@@ -71,13 +74,15 @@ def layer():
 async def load_dxe(ctx, top, asm, flat, loads: tuple, position: int = 0) -> DxeBench:
     """Load the DXT side's ``loads`` (:func:`~cocotb_tests.rdxe.dxe_tb.dxt_loads`: WMEM, PPU,
     GEMV tables, the fixed inputs), then the program and the constants of ``flat``; the next KV
-    append is token ``position``. Return the host's bench."""
+    append is token ``position`` (a DXE of several slots takes its restarts with its runs)."""
     wmem, ppu, table, fixed = loads
-    for name, value in {**fixed, "position": position}.items():
+    for name, value in fixed.items():
         ctx.set(getattr(top, name), value)
-    ctx.set(top.restart, 1)
-    await ctx.tick()
-    ctx.set(top.restart, 0)
+    if top.slots == 1:
+        ctx.set(top.position, position)
+        ctx.set(top.restart, 1)
+        await ctx.tick()
+        ctx.set(top.restart, 0)
     for port, items in (("table", table), ("wmem", wmem), ("ppu", ppu)):
         await send(ctx, getattr(top, port), items)
     bench = DxeBench(ctx, top, asm, flat, random.Random(2))

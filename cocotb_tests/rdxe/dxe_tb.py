@@ -23,12 +23,15 @@ cocotb_tests/test_rdxe_dxe.py). An engine of several ``layers`` (docs/rdxe.md 16
 many distinct layers of its tables (tests/test_rdxe_assemble.py's ``variant``) stacked at the
 program's stride, the program assembled to loop; the host also holds ``stride`` and writes each
 layer's score step on ``scales``, and the model runs the words layer after layer, each with its
-own KV cache.
+own KV cache. An engine of several ``slots`` (docs/rdxe.md 16.2) takes each run's request ``slot``
+and its restart in the ``run`` payload (the host holds ``stride`` then even for one layer), and
+the model keeps a token count and a KV cache a slot and layer; the layer's groups are the DXT's
+over ``slots x layers``.
 
 Tests: ``layer_tokens`` (two tokens, the second attending over both, idle and back-pressure),
 ``cache_full`` (a token at the KV cache's capacity: the run ends at the KV append with
 ``error``), ``full_rate`` (one token, no idle, no back-pressure: the token's cycles; ``memwall
-bench``).
+bench``), ``slot_tokens`` (two requests in two slots, interleaved).
 """
 
 from __future__ import annotations
@@ -145,7 +148,7 @@ def layer(params, count: int = 2) -> Layer:
     if path:
         with open(path, "rb") as handle:
             return pickle.load(handle)
-    d, kv = params.head_dim, params.kv_groups // params.layers
+    d, kv = params.head_dim, params.kv_groups // (params.layers * params.slots)
     heads = params.group_size * kv
     hidden = heads * d
     return Layer(P.llama_layer(heads, kv, d),
@@ -166,21 +169,24 @@ class DxeModel:
         self.asm, self.views, self.lanes = asm, views, params.lanes
         self.flat = views[0]
         self.state = A.new_state(asm)
-        #: Each layer's KV cache, ``(keys, values)``.
-        self.caches = [([], []) for _ in views]
+        #: Each slot's each layer's KV cache, ``(keys, values)``.
+        self.caches = [[([], []) for _ in views] for _ in range(params.slots)]
         rows = {s: self.ctrl.rows(s) for s in Store}
         L = self.lanes
         self.prog = [0] * rows[Store.PROG]
         self.tb = np.zeros(rows[Store.TB] * L, np.uint32)
         self.rr = np.zeros(rows[Store.RR] * L, np.uint8)
         self.const = np.zeros(rows[Store.CONST] * L, np.uint32)
-        #: Tokens in the KV cache (``position`` on ``restart``, one more a KV append).
-        self.tokens = 0
+        #: Each slot's tokens in its KV cache (``position`` on a restart, one more a KV append).
+        self.tokens = [0] * params.slots
         #: Per run: its words, the tokens after its append (the cycle model's inputs).
         self.runs: list[tuple[tuple, int]] = []
 
-    def restart(self, position: int) -> None:
-        self.tokens = position
+    def restart(self, position: int, slot: int = 0) -> None:
+        """``slot`` starts over: its next KV append is token ``position`` (the rows below stay)."""
+        self.tokens[slot] = position
+        for keys, values in self.caches[slot]:
+            del keys[position:], values[position:]
 
     def _memory(self, store: Store):
         memories = {Store.TB: (self.tb, 32), Store.RR: (self.rr, 8),
@@ -206,8 +212,11 @@ class DxeModel:
         return [{"data": row_values(words[row * L:(row + 1) * L], L, bits)[0]}]
 
     def run(self, item) -> list[dict]:
-        """A run of ``count`` words from ``pc``: the golden on the mirror, then ``done``."""
-        pc, count = item["pc"], item["count"]
+        """A run of ``count`` words from ``pc`` (in ``slot``, which may start over first): the
+        golden on the mirror, then ``done``."""
+        pc, count, slot = item["pc"], item["count"], item.get("slot", 0)
+        if item.get("restart"):
+            self.restart(item["position"], slot)
         words = tuple(self.prog[pc:pc + count])
         # The golden runs the layer's tables: the design must hold the same constants.
         const = self.flat.vectors.words
@@ -215,19 +224,19 @@ class DxeModel:
         stop, error = len(words), 0
         appends = [i for i, w in enumerate(words) if OPCODES[
             instruction_layout(self.ctrl.space).from_bits(w).op] == "kv_append"]
-        if appends and self.tokens >= self.dxt.capacity:
+        if appends and self.tokens[slot] >= self.dxt.capacity:
             stop, error = appends[0], 1          # the DXT refuses the key: the run ends there
         state = self.state
         state.tb.words[:] = self.tb[:len(state.tb.words)]
         state.rr.words[:] = self.rr[:len(state.rr.words)].view(np.int8)
         # A refused append ends the run in layer 0.
         for l, view in enumerate(self.views[:1] if error else self.views):
-            state.keys, state.values = self.caches[l]
+            state.keys, state.values = self.caches[slot][l]
             A.run_words(dataclasses.replace(self.asm, words=words[:stop]), state, view, layer=l)
         self.tb[:len(state.tb.words)] = state.tb.words
         self.rr[:len(state.rr.words)] = state.rr.words.view(np.uint8)
-        self.tokens += bool(appends) and not error
-        self.runs.append((words[:stop + error], self.tokens))
+        self.tokens[slot] += bool(appends) and not error
+        self.runs.append((words[:stop + error], self.tokens[slot]))
         return [{"pc": pc + stop, "error": error}]
 
 
@@ -249,9 +258,9 @@ class DxeTB(BlockTB):
     """The engine with its host: loads, runs and reads (module notes)."""
 
     def __init__(self, dut, *, count: int = 2, **kwargs):
-        looped = dut.stride if hasattr(dut, "stride") else None
+        looped = hasattr(dut, "scales__payload")         # several layers: a score step each
         super().__init__(dut, inputs=("table", "wmem", "ppu", "ext", "run")
-                         + (("scales",) if looped is not None else ()),
+                         + (("scales",) if looped else ()),
                          outputs=("done", "ext_data"), **kwargs)
         p = self.params
         self.layer = layer(p, count)
@@ -268,7 +277,7 @@ class DxeTB(BlockTB):
             self.views = A.stacked_tables([variant(self.layer.tables, l)
                                            for l in range(p.layers)], self.asm)
         self.flat = self.views[0]
-        self.groups = A.stride(self.asm).kv_groups if p.layers > 1 else None
+        self.groups = A.stride(self.asm).kv_groups if p.layers > 1 or p.slots > 1 else None
         self.dmodel = DxeModel(p, self.asm, self.views)
         self.samplers = _samplers(self.block.name)
         self.lanes = p.lanes
@@ -276,6 +285,9 @@ class DxeTB(BlockTB):
         self.taken: list[int] = []
         self.ended: list[int] = []
         self._done_seen = False
+        #: With several slots: the position the next run's slot starts over at (None: it
+        #: goes on).
+        self.restart_at: int | None = None
         ClockService.of(self.clk).on_read(self._watch_done)
 
     def _watch_done(self):
@@ -308,7 +320,11 @@ class DxeTB(BlockTB):
                           for r in range(rows)])
 
     async def restart(self, position: int = 0):
-        """A new sequence: the next KV append is token ``position``."""
+        """A new sequence: the next KV append is token ``position`` (with several slots, of the
+        next run's slot: the run carries it)."""
+        if self.params.slots > 1:
+            self.restart_at = position
+            return
         self.dut.position.value = position
         self.dut.restart.value = 1
         await RisingEdge(self.clk)
@@ -320,12 +336,13 @@ class DxeTB(BlockTB):
         constants read back."""
         p = self.params
         wmem, ppu, table, fixed = dxt_loads(self.layer.tables, self.asm, p, flat=self.flat)
-        if p.layers > 1:
-            del fixed["score_scale"]
+        if p.layers > 1 or p.slots > 1:
             step = A.stride(self.asm)
             value = stride_value(p.ctrl_config(), p.dxt_config(), step.gemvs, step.const_words,
-                                 step.kv_groups)
+                                 step.kv_groups, p.slots)
             self.dut.stride.value = stride_layout(p.ctrl_config()).const(value).as_value().value
+        if p.layers > 1:
+            del fixed["score_scale"]
             self.send("scales", [{"layer": l, "value": int(v.score_scale)}
                                  for l, v in enumerate(self.views)])
         for name, value in fixed.items():
@@ -355,15 +372,21 @@ class DxeTB(BlockTB):
                           wmem.queued)
         await self.drain()
 
-    async def token(self, inputs: dict, stall_cycles: int) -> int:
-        """Write the token's inputs, run the whole program, then read the TB and rr-SRAM back;
-        return the run's cycles from ``run`` taken to ``done.valid``."""
+    async def token(self, inputs: dict, stall_cycles: int, slot: int = 0) -> int:
+        """Write the token's inputs, run the whole program (in ``slot``, with a restart if one
+        waits), then read the TB and rr-SRAM back; return the run's cycles from ``run`` taken
+        to ``done.valid``."""
         L = self.lanes
         for name, value in inputs.items():
             self.ext_writes(Store.TB, self.asm.inputs[name] // L,
                             row_values(np.asarray(value, np.uint32), L, 32))
         await self.drivers["ext"].wait_idle()
-        self.send("run", [{"pc": 0, "count": len(self.asm.words)}])
+        run = {"pc": 0, "count": len(self.asm.words)}
+        if self.params.slots > 1:
+            run.update(slot=slot, restart=int(self.restart_at is not None),
+                       position=self.restart_at or 0)
+            self.restart_at = None
+        self.send("run", [run])
         await self.drain(stall_cycles=stall_cycles)
         ctrl = self.params.ctrl_config()
         self.ext_reads(Store.TB, ctrl.rows(Store.TB))
@@ -417,6 +440,25 @@ async def cache_full(dut):
     await tb.load(position=tb.params.dxt_config().capacity)
     await tb.token(tb.layer.tokens[0], tb.stall_cycles())
     assert len(tb.dmodel.runs[0][0]) < len(tb.asm.words), "the run was not cut at the append"
+
+
+@cocotb.test()
+async def slot_tokens(dut):
+    """Two requests in two slots, interleaved: A's first token, B's first (B starts over) and
+    second, A's second, attending over A's two tokens only (one count for both slots would put
+    it at B's third); with idle inputs and back-pressure. After each the TB and rr-SRAM equal
+    the model's (a KV cache and a count a slot), and the run's cycles the cycle model's at the
+    slot's own context."""
+    tb = _tb(dut, count=4)
+    await tb.reset()
+    await tb.load()
+    for t, slot in enumerate((0, 1, 1, 0)):
+        if t == 1:
+            await tb.restart(0)
+        cycles = await tb.token(tb.layer.tokens[t], tb.stall_cycles(), slot)
+        tb.check_cycles(t, cycles)
+        tb.log.info("token %d in slot %d: %d cycles from run taken to done", t, slot, cycles)
+    assert tb.dmodel.tokens == [2, 2]
 
 
 @cocotb.test()

@@ -5,6 +5,10 @@ the host only loading the layer's tables and each token's inputs (docs/rdxe.md 1
 The host's memory requests (``ext``) reach the controller when the DXT side makes none: the host
 uses ``ext`` while the DXE is idle, the DXT side while a DXT op runs, so the two never wait on
 each other in a correct use; ``ext_data`` answers the host's reads only.
+
+A DXE of several ``slots`` (docs/rdxe.md 16.2) serves that many resident requests: its ``run``
+also carries the token's request ``slot`` and ``restart``/``position`` (that slot starts over at
+``position`` before the run); the controller takes ``pc`` and ``count``, the DXT side the rest.
 """
 
 from __future__ import annotations
@@ -14,16 +18,23 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..validate import integer
-from .ctrl import CtrlConfig, DxeController, ext_layout
-from .dxtside import DxtSide
+from .ctrl import CtrlConfig, DxeController, ext_layout, run_layout, stride_layout
+from .dxtside import DxtSide, slot_layout
 from .spec import DxtConfig
 
-__all__ = ["Dxe", "stride_value"]
+__all__ = ["Dxe", "stride_value", "slot_run_layout"]
 
 #: The DXT side's host ports, passed through (``score_scale`` for one layer, ``scales`` for
 #: several).
 _SIDE_PORTS = ("table", "wmem", "ppu", "identity", "score_entry", "pv_entry", "score_scale",
                "scales", "position", "restart")
+
+
+def slot_run_layout(ctrl: CtrlConfig, dxt: DxtConfig, slots: int) -> data.StructLayout:
+    """Payload of a ``run`` with several ``slots``: the controller's (``pc``, ``count``) and the
+    DXT side's (``slot``, ``restart``, ``position``: :func:`~hdl.rdxe.dxtside.slot_layout`)."""
+    return data.StructLayout({**{name: f.shape for name, f in run_layout(ctrl)},
+                              **{name: f.shape for name, f in slot_layout(dxt, slots)}})
 
 
 class Dxe(wiring.Component):
@@ -34,47 +45,68 @@ class Dxe(wiring.Component):
     ctrl : CtrlConfig
     dxt : DxtConfig
         Its lanes and head dimension must be the controller's.
+    slots : int
+        Resident requests, 1 to 16 (1): the DXT's KV groups hold ``slots x layers`` layers'
+        caches of ``stride.kv_groups`` groups (module notes).
 
     Members
     -------
-    run, done, eps : the controller's (:class:`~hdl.rdxe.ctrl.DxeController`).
+    run, done, eps : the controller's (:class:`~hdl.rdxe.ctrl.DxeController`); with ``slots``
+        above 1 ``run`` is :func:`slot_run_layout`'s.
     ext : In(stream.Signature(ext_layout(ctrl)))
         The host's row reads and writes of the controller's memories (while the DXE is idle).
     ext_data : Out(stream.Signature({"data": ...}, always_ready=True))
         The row a host read asked for, the cycle after.
     table, wmem, ppu, identity, score_entry, pv_entry, score_scale, position, restart :
-        the DXT side's (:class:`~hdl.rdxe.dxtside.DxtSide`).
-    stride, scales : with ``ctrl.layers`` above 1 (instead of ``score_scale``): the layer
-        stride, held, to both parts; each layer's score step, to the DXT side.
+        the DXT side's (:class:`~hdl.rdxe.dxtside.DxtSide`); ``position`` and ``restart`` with
+        one slot only.
+    stride : with ``ctrl.layers`` or ``slots`` above 1: the layer stride, held (to the
+        controller with several layers, to the DXT side).
+    scales : with ``ctrl.layers`` above 1 (instead of ``score_scale``): each layer's score step,
+        to the DXT side.
 
     Bad parameters raise ``TypeError``/``ValueError`` naming them (the parts' checks).
     """
 
-    def __init__(self, ctrl: CtrlConfig, dxt: DxtConfig):
-        self.side = DxtSide(ctrl, dxt)
+    def __init__(self, ctrl: CtrlConfig, dxt: DxtConfig, *, slots: int = 1):
+        self.side = DxtSide(ctrl, dxt, slots=slots)
         self.ctrl = DxeController(ctrl)
-        self.cfg, self.dxt_cfg = ctrl, dxt
+        self.cfg, self.dxt_cfg, self.slots = ctrl, dxt, self.side.slots
         members = self.ctrl.signature.members
         side = self.side.signature.members
         super().__init__({
-            "run": members["run"], "done": members["done"], "eps": members["eps"],
+            "run": In(stream.Signature(slot_run_layout(ctrl, dxt, slots))) if slots > 1
+            else members["run"],
+            "done": members["done"], "eps": members["eps"],
             "ext": In(stream.Signature(ext_layout(ctrl))),
             "ext_data": Out(stream.Signature(data.StructLayout({"data": ctrl.data_bits}),
                                              always_ready=True)),
-            **({"stride": members["stride"]} if ctrl.layers > 1 else {}),
+            **({"stride": In(stride_layout(ctrl))} if "stride" in side else {}),
             **{name: side[name] for name in _SIDE_PORTS if name in side},
         })
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.ctrl, m.submodules.side = ctrl, side = self.ctrl, self.side
-        wiring.connect(m, wiring.flipped(self.run), ctrl.run)
+        if self.slots > 1:
+            run = self.run
+            m.d.comb += [ctrl.run.valid.eq(run.valid), run.ready.eq(ctrl.run.ready),
+                         ctrl.run.payload.pc.eq(run.payload.pc),
+                         ctrl.run.payload.count.eq(run.payload.count),
+                         side.run.valid.eq(run.valid & ctrl.run.ready),
+                         side.run.payload.slot.eq(run.payload.slot),
+                         side.run.payload.restart.eq(run.payload.restart),
+                         side.run.payload.position.eq(run.payload.position)]
+        else:
+            wiring.connect(m, wiring.flipped(self.run), ctrl.run)
         wiring.connect(m, ctrl.done, wiring.flipped(self.done))
         wiring.connect(m, ctrl.dxt, side.insn)
         wiring.connect(m, side.done, ctrl.dxt_done)
         m.d.comb += ctrl.eps.eq(self.eps)
         if self.cfg.layers > 1:
             m.d.comb += [ctrl.stride.eq(self.stride), side.stride.eq(self.stride)]
+        elif self.slots > 1:
+            m.d.comb += side.stride.eq(self.stride)
         for name in _SIDE_PORTS:
             if name not in self.side.signature.members:
                 continue
@@ -100,24 +132,27 @@ class Dxe(wiring.Component):
 
 
 def stride_value(ctrl: CtrlConfig, dxt: DxtConfig, gemvs: int, const_words: int,
-                 kv_groups: int) -> dict:
+                 kv_groups: int, slots: int = 1) -> dict:
     """The ``stride`` a host holds for a program whose layers take ``gemvs`` GEMV tables,
     ``const_words`` constant words and ``kv_groups`` KV groups each
-    (:func:`golden.rdxe.assemble.stride`), on a DXE of ``ctrl.layers`` layers: a payload of
-    :func:`~hdl.rdxe.ctrl.stride_layout` with the layer's query heads added. Raises
-    ``TypeError``/``ValueError`` naming a stride that is not a count, whose layers do not fit
-    the program space or the DXT's KV groups, or whose constants do not start on a row."""
+    (:func:`golden.rdxe.assemble.stride`), on a DXE of ``ctrl.layers`` layers and ``slots``
+    resident requests: a payload of :func:`~hdl.rdxe.ctrl.stride_layout` with the layer's query
+    heads added. Raises ``TypeError``/``ValueError`` naming a stride that is not a count, whose
+    layers do not fit the program space, whose slots' layers do not fit the DXT's KV groups, or
+    whose constants do not start on a row."""
     L = ctrl.layers
     space = ctrl.space
-    for name, value, limit, what in (
-            ("GEMV tables", gemvs, space.gemvs, "the program space's GEMV tables"),
+    S = DxtSide.check_slots(slots)
+    for name, value, limit, what, copies in (
+            ("GEMV tables", gemvs, space.gemvs, "the program space's GEMV tables", 1),
             ("constant words", const_words, space.const_words, "the program space's constant "
-                                                               "words"),
-            ("KV groups", kv_groups, dxt.kv_groups, "the DXT's KV groups")):
+                                                               "words", 1),
+            ("KV groups", kv_groups, dxt.kv_groups, "the DXT's KV groups", S)):
         integer(value, f"Layer stride's {name}", 0, limit)
-        if L * value > limit:
-            raise ValueError(f"{L} layers of {value} {name} need {L * value}; {what} are "
-                             f"{limit}")
+        if copies * L * value > limit:
+            of = f"{copies} slots x " if copies > 1 else ""
+            raise ValueError(f"{of}{L} layers of {value} {name} need {copies * L * value}; "
+                             f"{what} are {limit}")
     if const_words % ctrl.lanes:
         raise ValueError(f"Layer stride's constant words must be a multiple of the lanes "
                          f"({ctrl.lanes}), not {const_words}")

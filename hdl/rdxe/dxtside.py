@@ -23,27 +23,40 @@ from that group, an attention runs ``stride.heads`` heads from that head (its qu
 results still from the instruction's ``a`` and ``dst``), with the layer's own score step from a
 table the host writes on ``scales``. Every layer appends the token at the same position; the
 count moves on at the last layer's append.
+
+With ``slots`` above 1 (docs/rdxe.md 16.2) the side serves that many resident requests: each
+run comes with its request's ``slot`` (and whether that slot starts over at a ``position``) on
+``run``; the side keeps a token count a slot and adds the slot's KV base, ``slot x layers x
+stride.kv_groups`` groups and ``slot x layers x stride.heads`` heads, to the layer's first KV
+group and query head. The base is a product in logic, made once a run (no multiplier block,
+no cycle).
 """
 
 from __future__ import annotations
 
-from amaranth import Array, Module, Mux, Signal, unsigned
+from amaranth import Array, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..arith.format import FP32
-from ..validate import index_bits
+from ..arith.fpmul import logic_product
+from ..validate import index_bits, integer
 from .ctrl import CtrlConfig, Store, dxt_layout, ext_layout, op_is, stride_layout
 from .dxt import Dxt
 from .spec import (CODE_BITS, DESTS, GBUS_BYTES, OPS, DxtConfig, check_config, command_layout,
                    rc_layout)
 
-__all__ = ["DxtSide", "gemv_table_layout", "scale_layout", "instruction_cycles"]
+__all__ = ["DxtSide", "gemv_table_layout", "scale_layout", "slot_layout", "instruction_cycles",
+           "MAX_SLOTS"]
 
 #: Chunk reads in flight or waiting for the DXT.
 _CHUNKS = 4
+#: Most resident requests a DXE serves: the token counts then fit one 16-deep LUT RAM.
+MAX_SLOTS = 16
+
+
 
 
 def gemv_table_layout(dxt: DxtConfig, tables: int) -> data.StructLayout:
@@ -58,6 +71,14 @@ def gemv_table_layout(dxt: DxtConfig, tables: int) -> data.StructLayout:
 def scale_layout(ctrl: CtrlConfig) -> data.StructLayout:
     """Payload of a ``scales`` write: layer ``layer``'s fp32 ``log2(e)`` times its score step."""
     return data.StructLayout({"layer": index_bits(ctrl.layers), "value": FP32.width})
+
+
+def slot_layout(dxt: DxtConfig, slots: int) -> data.StructLayout:
+    """Payload of the DXT side's ``run`` with several ``slots``: the run's request ``slot``, and
+    ``restart``: that slot's next KV append is token ``position`` (nothing is cleared)."""
+    tokens = command_layout(dxt)["tokens"].shape
+    return data.StructLayout({"slot": index_bits(DxtSide.check_slots(slots)), "restart": 1,
+                              "position": tokens})
 
 
 #: Cycles of an instruction besides its commands: the ``dxt`` handshake, the dispatch, ``done``.
@@ -106,13 +127,24 @@ class DxtSide(wiring.Component):
     restart : In(1)
         A new sequence: the next KV append is token ``position``.
     stride : In(stride_layout(ctrl))
-        With ``ctrl.layers`` above 1: the layer stride (its ``kv_groups`` and ``heads`` are the
-        groups an append writes and the heads an attention runs).
+        With ``ctrl.layers`` or ``slots`` above 1: the layer stride (its ``kv_groups`` and
+        ``heads`` are the groups an append writes and the heads an attention runs).
     scales : In(stream.Signature(scale_layout(ctrl), always_ready=True))
         With ``ctrl.layers`` above 1, instead of ``score_scale``: each layer's, one a cycle.
+    run : In(stream.Signature(slot_layout(dxt, slots), always_ready=True))
+        With ``slots`` above 1, instead of ``position`` and ``restart``: the slot of the run the
+        controller takes in the same cycle, and whether it starts over.
+
+    Bad ``slots`` (1 to :data:`MAX_SLOTS`) raises ``TypeError``/``ValueError`` naming it.
     """
 
-    def __init__(self, ctrl: CtrlConfig, dxt: DxtConfig):
+    @staticmethod
+    def check_slots(slots) -> int:
+        """``slots`` if it is a count of resident requests the side can serve."""
+        return integer(slots, "Slots", 1, MAX_SLOTS)
+
+    def __init__(self, ctrl: CtrlConfig, dxt: DxtConfig, *, slots: int = 1):
+        self.slots = self.check_slots(slots)
         if not isinstance(ctrl, CtrlConfig):
             raise TypeError(f"DXT side controller configuration must be a CtrlConfig, not "
                             f"{ctrl!r}")
@@ -137,11 +169,11 @@ class DxtSide(wiring.Component):
             "identity": In(index_bits(ctrl.space.gemvs)),
             "score_entry": In(cmd["entry"]),
             "pv_entry": In(cmd["entry"]),
-            **({"stride": In(stride_layout(ctrl)),
-                "scales": In(stream.Signature(scale_layout(ctrl), always_ready=True))}
+            **({"stride": In(stride_layout(ctrl))} if ctrl.layers > 1 or slots > 1 else {}),
+            **({"scales": In(stream.Signature(scale_layout(ctrl), always_ready=True))}
                if ctrl.layers > 1 else {"score_scale": In(FP32.width)}),
-            "position": In(cmd["tokens"]),
-            "restart": In(1),
+            **({"run": In(stream.Signature(slot_layout(dxt, slots), always_ready=True))}
+               if slots > 1 else {"position": In(cmd["tokens"]), "restart": In(1)}),
         })
 
     def elaborate(self, platform):
@@ -164,8 +196,10 @@ class DxtSide(wiring.Component):
         insn, value = Signal.like(self.insn.payload.insn), Signal(FP32.width)
         op = insn.op
         rows = cfg.head_dim // lanes                  # rr rows of one head
-        tokens = Signal.like(self.position, name="tokens")
+        tokens = Signal(command_layout(cfg)["tokens"].shape, name="tokens")
         layer = _Layer(m, self, tokens)
+        slot = _Slot(m, self, tokens)
+        group, head = slot.group(layer.group), slot.head(layer.head)     # the op's first ones
         index = Signal(range(max(cfg.heads, cfg.kv_groups) + 1))
         vac = Signal(range(cfg.vacs + 1))
         error = Signal()
@@ -175,8 +209,8 @@ class DxtSide(wiring.Component):
 
         def is_op(*names):
             return op_is(op, *names)
-        with m.If(self.restart):
-            m.d.sync += [tokens.eq(self.position), layer.restart(self.position)]
+        with m.If(slot.start):
+            m.d.sync += [tokens.eq(slot.first), layer.restart(slot.first)]
         rc_bits = rc_layout(cfg.vac_config())
         rc = data.View(rc_bits, value[:rc_bits.size])
         m.d.comb += self.done.payload.error.eq(error)
@@ -187,7 +221,7 @@ class DxtSide(wiring.Component):
                 with m.If(self.insn.valid):
                     m.d.sync += [insn.eq(self.insn.payload.insn), value.eq(self.insn.payload.value),
                                  index.eq(0), vac.eq(0), error.eq(0),
-                                 layer.take(self.insn.payload)]
+                                 layer.take(self.insn.payload), slot.take(self.insn.payload)]
                     m.next = "Dispatch"
             with m.State("Dispatch"):
                 with m.If(is_op("gemv", "gemv_norm")):
@@ -212,7 +246,7 @@ class DxtSide(wiring.Component):
                     m.d.comb += [dxt.cmd.valid.eq(1), cmd.op.eq(OPS.index("gemv")),
                                  cmd.dest.eq(DESTS.index(dest)), cmd.outputs.eq(cfg.head_dim),
                                  cmd.chunks.eq(ident.chunks), cmd.row.eq(ident.row),
-                                 cmd.entry.eq(ident.entry), cmd.head.eq(layer.group + index),
+                                 cmd.entry.eq(ident.entry), cmd.head.eq(group + index),
                                  cmd.tokens.eq(tokens)]
                     with m.If(dxt.cmd.ready):
                         m.d.sync += io.start((base >> shift) + index * rows, rows, 0, False)
@@ -239,7 +273,7 @@ class DxtSide(wiring.Component):
                         m.next = "Qk"
             with m.State("Qk"):
                 m.d.comb += [dxt.cmd.valid.eq(1), cmd.op.eq(OPS.index("qk")),
-                             cmd.head.eq(layer.head + index), cmd.tokens.eq(layer.context),
+                             cmd.head.eq(head + index), cmd.tokens.eq(layer.context),
                              cmd.entry.eq(self.score_entry)]
                 with m.If(dxt.cmd.ready):
                     m.d.sync += io.start((insn.a >> shift) + index * rows, rows, 0, False)
@@ -250,7 +284,7 @@ class DxtSide(wiring.Component):
                     m.next = "Pv"
             with m.State("Pv"):
                 m.d.comb += [dxt.cmd.valid.eq(1), cmd.op.eq(OPS.index("pv")),
-                             cmd.head.eq(layer.head + index), cmd.tokens.eq(layer.context),
+                             cmd.head.eq(head + index), cmd.tokens.eq(layer.context),
                              cmd.entry.eq(self.pv_entry), cmd.scale.eq(layer.scale)]
                 with m.If(dxt.cmd.ready):
                     m.d.sync += io.start(0, 0, insn.dst + index * cfg.head_dim, True)
@@ -284,6 +318,8 @@ class _Layer:
         self.tokens, self.looped = tokens, ctrl.layers > 1
         if not self.looped:
             self.group, self.head, self.groups, self.heads = 0, 0, cfg.kv_groups, cfg.heads
+            if side.slots > 1:                   # a slot's groups, not the DXT's
+                self.groups, self.heads = side.stride.kv_groups, side.stride.heads
             self.scale, self.context = side.score_scale, tokens
             return
         self.taken = Signal(dxt_layout(ctrl), name="layer_of")
@@ -310,6 +346,55 @@ class _Layer:
             return [self.tokens.eq(self.tokens + 1)]
         return [self.context.eq(self.tokens + 1),
                 self.tokens.eq(Mux(self.taken.last, self.tokens + 1, self.tokens))]
+
+
+class _Slot:
+    """The run's request slot (module notes): where a run starts (``start``: the cycle the run is
+    taken; ``first``: its token count), a token count a slot, and the slot's KV base added to
+    the layer's first group and head; for a DXE of one slot ``restart``, ``position`` and no
+    base."""
+
+    def __init__(self, m, side: DxtSide, tokens):
+        self.slotted = side.slots > 1
+        if not self.slotted:
+            self.start, self.first = side.restart, side.position
+            return
+        run, stride, layers = side.run, side.stride, side.ctrl.layers
+        taken = dxt_layout(side.ctrl)
+        self.base_group = Signal(taken["group"].shape, name="slot_group")
+        self.base_head = Signal(taken["head"].shape, name="slot_head")
+        self.first_group = Signal(taken["group"].shape, name="first_group")
+        self.first_head = Signal(taken["head"].shape, name="first_head")
+        m.submodules.counts = counts = Memory(shape=tokens.shape(), depth=side.slots, init=[])
+        # The count of the run's slot is written back every cycle: it moves only while the run's
+        # slot is held, and a run's slot is read the cycle it is taken, from the comb port.
+        wr, rd = counts.write_port(), counts.read_port(domain="comb")
+        current = Signal.like(run.payload.slot, name="slot")
+        m.d.comb += [wr.addr.eq(current), wr.data.eq(tokens), wr.en.eq(1),
+                     rd.addr.eq(run.payload.slot)]
+        self.start = run.valid
+        self.first = Mux(run.payload.restart, run.payload.position, rd.data)
+        # slot x layers, then x the stride: products in logic (a multiplier block each on an
+        # ECP5 otherwise), a row per bit of the narrower operand.
+        slot_layers = logic_product(run.payload.slot, Const(layers, layers.bit_length()))
+        with m.If(run.valid):
+            m.d.sync += [current.eq(run.payload.slot),
+                         self.base_group.eq(logic_product(slot_layers, stride.kv_groups)),
+                         self.base_head.eq(logic_product(slot_layers, stride.heads))]
+
+    def take(self, payload) -> list:
+        """Statements at an instruction taken: its layer's first group and head moved by the
+        slot's base (a register, so that the commands' group and head add no adder)."""
+        if not self.slotted:
+            return []
+        return [self.first_group.eq(self.base_group + payload.group),
+                self.first_head.eq(self.base_head + payload.head)]
+
+    def group(self, layer_group):
+        return self.first_group if self.slotted else layer_group
+
+    def head(self, layer_head):
+        return self.first_head if self.slotted else layer_head
 
 
 class _Io:

@@ -14,7 +14,7 @@ from hdl.rdxe.dxtside import _CHUNKS
 from hdl.rdxe.gppu import Gppu, gppu_out_layout
 from hdl.rdxe.isa import ProgramSpace, instruction_layout
 from hdl.rdxe.scalar import ScalarUnit, scalar_out_layout
-from hdl.rdxe.spec import CODE_BITS, DxtConfig
+from hdl.rdxe.spec import CODE_BITS, DxtConfig, command_layout
 
 from ..params import BlockParams
 from ..registry import Block, Size, StreamTiming, SynthSettings, register
@@ -45,6 +45,9 @@ class DxeParams(BlockParams, DxtConfig):
         Layers a ``run`` loops over (the DXE holds them stationary; docs/rdxe.md 16.1): 1 to 64.
         Above 1 the engine takes the layer stride on ``stride`` and each layer's score step on
         ``scales``.
+    slots : int
+        Resident requests (docs/rdxe.md 16.2): 1 to 16. Above 1 ``run`` carries the token's
+        ``slot``, ``restart`` and ``position``, and the engine takes ``stride``.
     """
 
     tb_words: int = 4096
@@ -54,6 +57,7 @@ class DxeParams(BlockParams, DxtConfig):
     gemvs: int = 5
     program_words: int = 64
     layers: int = 1
+    slots: int = 1
 
     def space(self) -> ProgramSpace:
         """The storage a program is assembled into (rows of ``lanes``)."""
@@ -110,14 +114,17 @@ _PRESETS = {
 _CTRL_LANE_CELLS, _CTRL_CELLS = 1957, 1470
 _CTRL_LANE_PRODUCTS, _CTRL_PRODUCTS = 27, 17
 _SIDE_CELLS = 400
+#: Cells of the DXT side's slots (the bases' products in logic, their registers, the counts'
+#: ports): the netlist's 31 at ``slots=2 kv_groups=2``, 61 at 16 slots of 16 groups.
+_SLOT_CELLS = 31
 
 
 def _size(params: DxeParams) -> Size:
     """The DXT (:func:`~memwall.blocks.rdxe._dxt_size`), the controller's four memories (rows of
     ``lanes`` elements), its units' result queues (``SyncFIFOBuffered`` of the unit's
     :meth:`~hdl.pipeline.ResultQueue.full_rate_depth`: ``depth - 1`` places in memory) and the DXT
-    side's chunk queue (and its table of score steps for several layers); multipliers and
-    cells per controller lane and for the rest."""
+    side's chunk queue (and its table of score steps for several layers, its token counts for
+    several slots); multipliers and cells per controller lane and for the rest."""
     ctrl, dxt = params.ctrl_config(), params.dxt_config()
     L = params.lanes
     widths = {Store.PROG: instruction_layout(ctrl.space).size, Store.TB: FP32.width * L,
@@ -132,10 +139,13 @@ def _size(params: DxeParams) -> Size:
     storage += CODE_BITS * L * _CHUNKS
     if params.layers > 1:                    # the DXT side's score step a layer
         storage += FP32.width * params.layers
+    if params.slots > 1:                     # and its token count a slot
+        storage += command_layout(dxt)["tokens"].shape.width * params.slots
     tile = _dxt_size(dxt)
     return Size(storage_bits=tile.storage_bits + storage,
                 multipliers=tile.multipliers + _CTRL_LANE_PRODUCTS * L + _CTRL_PRODUCTS,
-                cells=tile.cells + _CTRL_LANE_CELLS * L + _CTRL_CELLS + _SIDE_CELLS)
+                cells=tile.cells + _CTRL_LANE_CELLS * L + _CTRL_CELLS + _SIDE_CELLS
+                + (_SLOT_CELLS if params.slots > 1 else 0))
 
 
 def _timing(params, component) -> dict[str, StreamTiming]:
@@ -144,7 +154,9 @@ def _timing(params, component) -> dict[str, StreamTiming]:
     always = StreamTiming(throughput=1.0, note="one transfer a cycle; always ready")
     return {
         "run": StreamTiming(model=model, note="one run of count instructions from pc; taken "
-                                              "while idle"),
+                                              "while idle" + ("; in the token's slot, which "
+                                                              "restart starts at position"
+                                                              if params.slots > 1 else "")),
         "done": StreamTiming(after="run", model=model, note="one per run, when its last result "
                                                             "is written or at the op that failed"),
         "ext": StreamTiming(throughput=1.0, note="a memory row read or written a cycle while the "
@@ -167,7 +179,7 @@ register(Block(
             "program (TB, rr-SRAM, quantizer, GPPU, SwiGLU, scalar path) and the DXT side",
     params=DxeParams,
     presets=_PRESETS,
-    build=lambda p: Dxe(p.ctrl_config(), p.dxt_config()),
+    build=lambda p: Dxe(p.ctrl_config(), p.dxt_config(), slots=p.slots),
     golden="golden.rdxe.assemble",
     testbench="cocotb_tests.rdxe.dxe_tb",
     timing=_timing,
