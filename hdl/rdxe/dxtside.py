@@ -57,8 +57,6 @@ _CHUNKS = 4
 MAX_SLOTS = 16
 
 
-
-
 def gemv_table_layout(dxt: DxtConfig, tables: int) -> data.StructLayout:
     """Payload of a ``table`` load: GEMV ``index``'s first WMEM ``row``, first PPU ``entry``,
     ``outputs`` M, ``chunks`` C and ``inv_k`` = fp32(1/K)."""
