@@ -95,8 +95,8 @@ class _LoopBench(DxeBench):
         return await super().dxt_op(word, value)
 
 
-# --slow (19 s beside a placement): test_each_layer_attends_over_its_own_groups runs the loop
-# on the DXE in make test; this one runs every opcode's offset for two tokens.
+# --slow (19 s beside a placement): tests/test_rdxe_slots.py::test_two_requests_keep_their_own_
+# caches runs the loop on the DXE in make test; this one runs every opcode's offset for two tokens.
 @pytest.mark.slow
 def test_the_controller_loops_over_the_layers(stack):
     """The controller alone (its DXT ops by the bench's golden step): one run a token runs both
@@ -186,6 +186,9 @@ def _attention(asm) -> tuple[int, int, tuple[int, int], list[int]]:
             [l * step.gemvs + layout.from_bits(asm.words[last - 1]).table for l in range(LAYERS)])
 
 
+# --slow (23 s): tests/test_rdxe_slots.py::test_two_requests_keep_their_own_caches runs these
+# words on the same two layers (and two slots) with the same checks; each breakage below fails it.
+@pytest.mark.slow
 def test_each_layer_attends_over_its_own_groups(stack):
     """The attention's words alone looped over two layers on the DXE, from random K and V codes
     and a random rotated Q: a first token's KV append, then a second's through the attention
@@ -255,7 +258,8 @@ def test_two_layers_run_on_the_dxt(stack):
     its own group of the DXT's caches as golden's; each run's cycles are the model's
     (``loop_cycles`` of the layers' ``program_cycles``, one less than ``rtl_costs``' token
     cost); the TB differs from layer 1 run with layer 0's offsets. (--slow, 58 s:
-    test_each_layer_attends_over_its_own_groups runs the loop on the DXE in make test.)"""
+    tests/test_rdxe_slots.py::test_two_requests_keep_their_own_caches runs the loop on the DXE
+    in make test.)"""
     asm, stacked = stack
     top = shared(Dxe, CFG, DXT)
     inputs = tokens(2)

@@ -15,7 +15,6 @@ from golden.rdxe.ring import Dxe as RingDxe
 from hdl.rdxe.ctrl import Store, loop_cycles
 from hdl.rdxe.dxe import Dxe, stride_value
 from hdl.rdxe.dxtside import DxtSide
-from hdl.rdxe.isa import OPCODES, instruction_layout
 from memwall import registry
 from memwall.params import ParameterError
 from sim.rdxe.ring import program_cycles
@@ -47,22 +46,24 @@ def stack():
 
 def _parts(asm) -> tuple[int, list]:
     """The first KV append's ``pc`` and the words run from it: the append alone, and the append
-    through the attention (Q quantized, the score factor, the attention to the rr-SRAM)."""
+    through the O projection (Q quantized, the score factor, the attention, its dequantization,
+    the GEMV and its dequantization: test_rdxe_loop.py's ``_attention``)."""
     pc, count, _, _ = _attention(asm)
-    layout = instruction_layout(asm.space)
-    ops = [OPCODES[layout.from_bits(w).op] for w in asm.words[pc:pc + count]]
-    return pc, [replace(asm, words=asm.words[pc:pc + n]) for n in (1, ops.index("attend") + 1)]
+    return pc, [replace(asm, words=asm.words[pc:pc + n]) for n in (1, count)]
 
 
 def test_two_requests_keep_their_own_caches(stack):
     """Five runs on a DXE of 2 slots x 2 layers (RUNS), from random K and V codes a run and a
     random rotated Q, against the ring's golden DXE run on the same words in the run's slot (a
-    restart is its ``admit``): after the attention the TB and rr-SRAM are the golden's; at the
+    restart is its ``admit``): after the attention and the O projection the TB and rr-SRAM are
+    the golden's (each layer's score step, constants and GEMV table); at the
     end the DXT's KV memories hold each slot's each layer's cache at its ``kv_base``; each run's
     cycles are the loop's model at the slot's own context (the slots add none). 2 slots x 2
     layers fill the 4 KV groups of this DXT (the small preset's 4 VACs with 4 groups); a run
     appends in both layers. Each of these breaks it (checked by hand): the slot's KV group base
-    dropped, its query head base dropped, one token count for both slots, a restart ignored."""
+    dropped, its query head base dropped, one token count for both slots, a restart ignored; and
+    the layer loop's six (test_rdxe_loop.py's test_each_layer_attends_over_its_own_groups, which
+    runs with --slow since this test runs its words and checks)."""
     asm, stacked = stack
     top = shared(Dxe, CFG, DXT, slots=SLOTS)
     pc, parts = _parts(asm)
@@ -85,7 +86,7 @@ def test_two_requests_keep_their_own_caches(stack):
     got, kv = [], np.zeros((DXT.vacs, DXT.kv_rows, DXT.lanes), np.int64)
 
     async def bench(ctx):
-        b = await _load(ctx, top, asm, stacked, [], dxt=DXT)
+        b = await _load(ctx, top, asm, stacked, _attention(asm)[3], dxt=DXT)
         await b.write_rows(Store.TB, q[0] // DXT.lanes, row_values(rotated, DXT.lanes, 32))
         for (_, slot, restart, attends), codes in zip(RUNS, kv_codes):
             await b.write_rows(Store.RR, 0, row_values(codes.view(np.uint8), DXT.lanes, 8))
