@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 
 from cocotb_tests.rdxe.dxe_tb import dxt_loads, row_elements, row_values
-from cocotb_tests.rdxe.layer import HEAD_DIM, HEADS, INPUTS, KV_HEADS, layer_tables, tokens
+from cocotb_tests.rdxe.layer import HEAD_DIM, HEADS, INPUTS, KV_HEADS, layer_tables, program, \
+    tokens
 from golden.rdxe import assemble as A
 from golden.rdxe import program as P
 from golden.rdxe import ring as R
+from golden.rdxe.dxe import rms_eps
 from hdl.rdxe.ctrl import CtrlConfig
 from hdl.rdxe.dxe import stride_value
 from hdl.rdxe.isa import ProgramSpace
@@ -113,7 +115,11 @@ async def _load(ctx, ring: Ring, case: Case, d: int):
         del fixed["score_scale"]
         await send(ctx, port.scales, [{"layer": l, "value": int(v.score_scale)}
                                       for l, v in enumerate(stacked)])
-    host = SimpleNamespace(slots=SLOTS, cfg=ctrl, **{n: getattr(port, n) for n in ring._host})
+    # fp32(127**2 eps), as cocotb_tests/rdxe/dxe_tb.py: rms_eps of k = 1.0 is eps itself.
+    one = np.float32(1.0).view(np.uint32)
+    ctx.set(port.eps, int(rms_eps(np.array([one]), stacked[0].rms_eps)[0]))
+    host = SimpleNamespace(slots=SLOTS, cfg=ctrl,
+                           **{n: getattr(port, n) for n in ring.host_ports})
     await load_dxe(ctx, host, case.asm, stacked[0], (wmem, ppu, table, fixed))
 
 
@@ -124,8 +130,8 @@ class _Host:
     that pass's output by the toy host of tests/test_rdxe_ring.py); it records every dispatch,
     every output token and each request's admission."""
 
-    def __init__(self, case: Case, order: list, stall: float, seed: int):
-        self.case, self.order, self.stall = case, order, stall
+    def __init__(self, case: Case, order: list, idle: float, seed: int):
+        self.case, self.order, self.idle = case, order, idle
         self.rng = random.Random(seed)
         self.slot = R.dispatch_slots([r.passes for r in case.requests], SLOTS, order)
         n = len(case.requests)
@@ -145,7 +151,7 @@ class _Host:
                 meta = {"slot": self.slot[r], "restart": int(k == 0), "position": 0}
                 self.beats = [{"data": v, **meta} for v in self.case.beats(self.inputs[r])]
                 self.current = (r, k)
-        return self.beats[0] if self.beats else None
+        return self.beats[0] if self.beats and self.rng.random() >= self.idle else None
 
     def taken(self, cycle: int):
         """The offered beat was taken in ``cycle``."""
@@ -180,14 +186,20 @@ class _Host:
             self.inputs[r], self.ready[r] = self.step(r, k + 1, {"h": token["h"]}), cycle + 1
 
 
-def _run(case: Case, stall: float = 0.0, seed: int = 0):
-    """Load the ring, run the requests through it; return the host, the DXEs' run starts and
-    finishes (cycles from the first cycle a token may enter), the KV memories at the end."""
+def _run(case: Case, idle: float = 0.0, stall: int = 0, seed: int = 0):
+    """Load the ring, run the requests through it (``idle``: the chance the host offers no row
+    in a cycle; ``stall``: windows of that many cycles, every other one without ``output``
+    taken); return the host, the DXEs' run starts and finishes (cycles from the first cycle a
+    token may enter), the KV memories at the end, and the cycles each DXE held its ``done``."""
     ring = case.ring()
-    host = _Host(case, case.schedule.order, stall, seed)
+    host = _Host(case, case.schedule.order, idle, seed)
     total = sum(r.passes for r in case.requests)
     starts, finishes = [[] for _ in ring.engines], [[] for _ in ring.engines]
-    kv = []
+    kv, held = [], [0] * DXES
+    # A lost token would hold the host forever: the model's makespan, three times over and the
+    # stalls' windows with back-pressure.
+    limit = case.schedule.makespan + 1 if not (idle or stall) else \
+        3 * case.schedule.makespan + 4 * stall
 
     async def bench(ctx):
         for name, value in (("pc", 0), ("count", len(case.asm.words))):
@@ -196,12 +208,13 @@ def _run(case: Case, stall: float = 0.0, seed: int = 0):
             await _load(ctx, ring, case, d)
         cycle, was_done = 0, [0] * DXES
         while len(host.outputs) < total:
-            assert cycle < 200_000, f"stopped at cycle {cycle}: {len(host.outputs)} tokens out"
+            assert cycle < limit, f"stopped at cycle {cycle}: {len(host.outputs)} of {total} " \
+                                  f"tokens out (the model's makespan {case.schedule.makespan})"
             beat = host.offer(cycle)
             ctx.set(ring.input.valid, beat is not None)
             if beat is not None:
                 set_payload(ctx, ring.input.payload, beat)
-            ctx.set(ring.output.ready, host.rng.random() >= stall)
+            ctx.set(ring.output.ready, not stall or (cycle // stall) % 2 == 0)
             taken = beat is not None and ctx.get(ring.input.ready)
             out = ctx.get(ring.output.valid) and ctx.get(ring.output.ready)
             if out:
@@ -214,6 +227,7 @@ def _run(case: Case, stall: float = 0.0, seed: int = 0):
                 if done and not was_done[d]:
                     finishes[d].append(cycle + 1)   # the model's finish: done's handshake after
                 was_done[d] = done and not ctx.get(engine.done.ready)
+                held[d] += was_done[d]
             await ctx.tick()
             if taken:
                 host.taken(cycle)
@@ -224,7 +238,7 @@ def _run(case: Case, stall: float = 0.0, seed: int = 0):
         kv.extend([await _caches(ctx, SimpleNamespace(dxt_cfg=case.dxt, side=e.side))
                    for e in ring.engines])
     simulate(ring, bench)
-    return host, np.array(starts).T, np.array(finishes).T, kv
+    return host, np.array(starts).T, np.array(finishes).T, kv, held
 
 
 def _check_outputs(case: Case, host: _Host, kv: list):
@@ -281,7 +295,7 @@ def test_three_requests_pass_two_dxes(short):
     prompt + generated tokens, the third joining in the second's slot when its last token has
     left: every output row bit-exact, the KV memories each golden DXE's, and every dispatch,
     DXE start and finish and the makespan equal to the schedule's."""
-    host, starts, finishes, kv = _run(short)
+    host, starts, finishes, kv, held = _run(short)
     _check_outputs(short, host, kv)
     s = short.schedule
     assert s.slots == [0, 1, 1] and s.admitted[2] == s.finished[1] > 0
@@ -315,3 +329,48 @@ def test_the_ring_is_checked():
     with pytest.raises(ValueError, match=r"^A ring of copies \(copy=6\) has links of one token: "
                                          r"link must be None and buffer 0, not 6 and 0$"):
         schedule([Request(1, 1)], [lambda T: 10], 6, 1, copy=6)
+
+
+# --slow (about 60 s): test_three_requests_pass_two_dxes runs the same ring in make test,
+# without idle rows or back-pressure, so that its timing is the model's.
+@pytest.mark.slow
+def test_back_pressure_holds_the_ring():
+    """The short ring with longer prompts (tokens back to back fill every link), the host idle
+    in 30 % of cycles and ``output`` not taken in every other window of 1,000 cycles: the last
+    link stays full, the last DXE holds its ``done``, its input link fills and the DXE before it
+    holds its own; every output row and the KV memories are still the golden's, and each DXE
+    runs its tokens one after another."""
+    case = Case(SHORT, CTRL, DXT, DXES, ((4, 1), (3, 1), (1, 2)))
+    host, starts, finishes, kv, held = _run(case, idle=0.3, stall=1000, seed=4)
+    print(f"\ncycles each DXE held its done: {held}")
+    assert all(held)
+    _check_outputs(case, host, kv)
+    assert np.all(starts[1:] >= finishes[:-1]) and np.all(starts[:, 1:] > finishes[:, :-1])
+    assert max(c for *_, c in host.outputs) > case.schedule.makespan
+
+
+#: The whole reduced layer (cocotb_tests/rdxe/layer.py), 2 DXEs of 2 layers: the loop's
+#: controller (tests/test_rdxe_loop.py) and the slots' DXT (a KV group for each of 2 slots x 2
+#: layers, tests/test_rdxe_slots.py); the requests of tests/test_rdxe_ring.py.
+FULL_LENGTHS = ((2, 3), (1, 2), (3, 1))
+
+
+# --slow (about 10 min): the whole layer's 3,278 cycles a token a DXE; make test's
+# test_three_requests_pass_two_dxes runs the same ring on a short program.
+@pytest.mark.slow
+def test_the_reduced_layer_on_two_dxes_of_two_layers():
+    """Every word of the reduced layer, 2 DXEs x 2 layers, 2 slots, 9 tokens of the three
+    requests of tests/test_rdxe_ring.py: every output row bit-exact against the ring's golden,
+    the KV memories each golden DXE's, every dispatch, start and finish and the makespan the
+    schedule's; the utilization printed beside the model's."""
+    from tests.test_rdxe_loop import CFG
+    from tests.test_rdxe_slots import DXT as SLOT_DXT
+    case = Case(program(), CFG, SLOT_DXT, 2 * DXES, FULL_LENGTHS)
+    host, starts, finishes, kv, held = _run(case)
+    _check_outputs(case, host, kv)
+    utilization = _check_timing(case, host, starts, finishes)
+    s = case.schedule
+    assert utilization == pytest.approx(s.ring_utilization, abs=0)
+    print(f"\nring: {DXES} DXEs x 2 layers, {len(s.dispatch)} tokens, makespan {s.makespan}, "
+          f"busy {s.busy.tolist()}, utilization {utilization:.4f} (model "
+          f"{s.ring_utilization:.4f})")

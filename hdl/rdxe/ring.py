@@ -272,14 +272,15 @@ class Ring(wiring.Component):
         meta = token_layout(dxt, self.slots)
         width = self.cfg.data_bits
         host = self.engines[0].signature.members
-        self._host = [name for name in host if name not in _STAGE_PORTS]
+        #: The names of each DXE's ports on ``dxe[i]`` (the host's).
+        self.host_ports = tuple(name for name in host if name not in _STAGE_PORTS)
         super().__init__({
             "input": In(stream.Signature(data.StructLayout({
                 "data": width, **{n: f.shape for n, f in slot_layout(dxt, self.slots)}}))),
             "output": Out(stream.Signature(data.StructLayout({
                 "data": width, "slot": meta["slot"].shape, "error": 1}))),
             "program": In(run_layout(self.cfg)),
-            "dxe": Out(wiring.Signature({name: host[name] for name in self._host}))
+            "dxe": Out(wiring.Signature({name: host[name] for name in self.host_ports}))
             .array(self.dxes),
         })
 
@@ -312,7 +313,7 @@ class Ring(wiring.Component):
                      stage.dst_free.eq(~dst.full | dst.drain),
                      dst.write.eq(stage.dst), dst.fill.eq(stage.dst_fill),
                      dst.meta_in.eq(stage.dst_meta)]
-        for name in self._host:
+        for name in self.host_ports:
             if name in ("ext", "ext_data"):
                 continue
             port = getattr(host, name)
