@@ -61,6 +61,7 @@ class Case:
     dxt: DxtConfig
     layers: int
     lengths: tuple
+    slots: int = SLOTS
 
     def __post_init__(self):
         base = layer_tables()
@@ -79,13 +80,14 @@ class Case:
         self.costs = rtl_costs(self.ctrl, replace(self.dxt, kv_groups=step.kv_groups),
                                self.asm.words, shapes, self.split)
         self.schedule = schedule([Request(p, g) for p, g in self.lengths], self.costs, None,
-                                 SLOTS, copy=len(self.rows))
+                                 self.slots, copy=len(self.rows))
         pool = iter(tokens(sum(p for p, _ in self.lengths)))
         self.requests = [R.RingRequest(tuple(next(pool) for _ in range(p)), g)
                          for p, g in self.lengths]
 
     def ring(self) -> Ring:
-        return shared(Ring, tuple(self.ctrls), self.dxt, dxes=DXES, slots=SLOTS, rows=self.rows)
+        return shared(Ring, tuple(self.ctrls), self.dxt, dxes=DXES, slots=self.slots,
+                      rows=self.rows)
 
     def beats(self, inputs: dict) -> list[int]:
         """A token's inputs as the rows the ring moves, in its order."""
@@ -108,8 +110,9 @@ async def _load(ctx, ring: Ring, case: Case, d: int):
     ctrl = case.ctrls[d]
     wmem, ppu, table, fixed = dxt_loads(stacked[0], case.asm, case.dxt, flat=stacked[0])
     step = A.stride(case.asm)
-    for name, value in stride_value(ctrl, case.dxt, step.gemvs, step.const_words,
-                                    step.kv_groups, SLOTS).items():
+    stride = stride_value(ctrl, case.dxt, step.gemvs, step.const_words, step.kv_groups,
+                          case.slots)
+    for name, value in stride.items() if "stride" in ring.host_ports else ():
         ctx.set(getattr(port.stride, name), value)
     if ctrl.layers > 1:
         del fixed["score_scale"]
@@ -118,9 +121,9 @@ async def _load(ctx, ring: Ring, case: Case, d: int):
     # fp32(127**2 eps), as cocotb_tests/rdxe/dxe_tb.py: rms_eps of k = 1.0 is eps itself.
     one = np.float32(1.0).view(np.uint32)
     ctx.set(port.eps, int(rms_eps(np.array([one]), stacked[0].rms_eps)[0]))
-    host = SimpleNamespace(slots=SLOTS, cfg=ctrl,
+    host = SimpleNamespace(slots=case.slots, cfg=ctrl,
                            **{n: getattr(port, n) for n in ring.host_ports})
-    await load_dxe(ctx, host, case.asm, stacked[0], (wmem, ppu, table, fixed))
+    await load_dxe(ctx, host, case.asm, stacked[0], (wmem, ppu, table, fixed), restart=False)
 
 
 class _Host:
@@ -133,10 +136,10 @@ class _Host:
     def __init__(self, case: Case, order: list, idle: float, seed: int):
         self.case, self.order, self.idle = case, order, idle
         self.rng = random.Random(seed)
-        self.slot = R.dispatch_slots([r.passes for r in case.requests], SLOTS, order)
+        self.slot = R.dispatch_slots([r.passes for r in case.requests], case.slots, order)
         n = len(case.requests)
-        self.ready = [0 if r < SLOTS else None for r in range(n)]
-        self.waiting = list(range(min(SLOTS, n), n))
+        self.ready = [0 if r < case.slots else None for r in range(n)]
+        self.waiting = list(range(min(case.slots, n), n))
         self.inputs = [r.prompt[0] for r in case.requests]
         self.sent, self.left = [0] * n, [0] * n
         self.beats, self.next, self.dispatch, self.outputs = [], 0, [], []
@@ -246,7 +249,7 @@ def _check_outputs(case: Case, host: _Host, kv: list):
     kept); every output carries its request's slot and no error; the KV memories hold each
     golden DXE's caches at their groups."""
     engines = []
-    want = R.run_ring(case.asm, case.tables, DXES, SLOTS, case.requests, Host(),
+    want = R.run_ring(case.asm, case.tables, DXES, case.slots, case.requests, Host(),
                       case.schedule.order, engines)
     inputs = {}
     for r, request in enumerate(case.requests):
@@ -347,6 +350,21 @@ def test_back_pressure_holds_the_ring():
     _check_outputs(case, host, kv)
     assert np.all(starts[1:] >= finishes[:-1]) and np.all(starts[:, 1:] > finishes[:, :-1])
     assert max(c for *_, c in host.outputs) > case.schedule.makespan
+
+
+# --slow (about 60 s): the one-slot ring's stage drives the DXE's plain restart and position;
+# test_three_requests_pass_two_dxes runs the slotted ring in make test.
+@pytest.mark.slow
+def test_one_slot_runs_the_requests_in_turn():
+    """The short ring with one slot (a KV group a DXE): each request alone, the next joining in
+    the slot when the one before has left, its restart and position on the DXE's plain inputs;
+    rows, KV memories and timing as the slotted ring's test."""
+    case = Case(SHORT, CTRL, replace(DXT, kv_groups=KV_HEADS), DXES, LENGTHS, slots=1)
+    host, starts, finishes, kv, _ = _run(case)
+    _check_outputs(case, host, kv)
+    assert case.schedule.order == [0, 0, 1, 2, 2]
+    utilization = _check_timing(case, host, starts, finishes)
+    print(f"\none slot: makespan {case.schedule.makespan}, utilization {utilization:.4f}")
 
 
 #: The whole reduced layer (cocotb_tests/rdxe/layer.py), 2 DXEs of 2 layers: the loop's
