@@ -20,7 +20,7 @@ from golden.rdxe import assemble as A
 from golden.rdxe import program as P
 from golden.rdxe import ring as R
 from golden.rdxe.dxe import rms_eps
-from hdl.rdxe.ctrl import CtrlConfig
+from hdl.rdxe.ctrl import CtrlConfig, Store
 from hdl.rdxe.dxe import stride_value
 from hdl.rdxe.isa import ProgramSpace
 from hdl.rdxe.ring import Ring, copy_cycles
@@ -30,6 +30,7 @@ from tests.stream_sim import set_payload, shared, simulate
 from tests.test_rdxe_assemble import variant
 from tests.test_rdxe_loop import _caches, _kv_image
 from tests.test_rdxe_ring import Host
+from tests.dxe_bench import DxeBench
 from tests.test_rdxe_side import load_dxe, send
 
 LANES, DXES, SLOTS = 4, 2, 2
@@ -103,7 +104,7 @@ class Case:
         return out
 
 
-async def _load(ctx, ring: Ring, case: Case, d: int):
+async def _load(ctx, ring: Ring, case: Case, d: int) -> DxeBench:
     """DXE ``d``'s loads on its host ports: the stride, each layer's score step (several
     layers), the DXT side's tables, the program and the stacked constants."""
     port, stacked = ring.dxe[d], case.stacks[d]
@@ -123,7 +124,8 @@ async def _load(ctx, ring: Ring, case: Case, d: int):
     ctx.set(port.eps, int(rms_eps(np.array([one]), stacked[0].rms_eps)[0]))
     host = SimpleNamespace(slots=case.slots, cfg=ctrl,
                            **{n: getattr(port, n) for n in ring.host_ports})
-    await load_dxe(ctx, host, case.asm, stacked[0], (wmem, ppu, table, fixed), restart=False)
+    return await load_dxe(ctx, host, case.asm, stacked[0], (wmem, ppu, table, fixed),
+                          restart=False)
 
 
 class _Host:
@@ -192,13 +194,15 @@ class _Host:
 def _run(case: Case, idle: float = 0.0, stall: int = 0, seed: int = 0):
     """Load the ring, run the requests through it (``idle``: the chance the host offers no row
     in a cycle; ``stall``: windows of that many cycles, every other one without ``output``
-    taken); return the host, the DXEs' run starts and finishes (cycles from the first cycle a
-    token may enter), the KV memories at the end, and the cycles each DXE held its ``done``."""
+    taken); return a namespace of the host, the DXEs' run starts and finishes (cycles from the
+    first cycle a token may enter), the KV memories at the end, the cycles each DXE held its
+    ``done``, and what the host read on each DXE's ``ext``: its program after the loads, its
+    token rows at the end."""
     ring = case.ring()
     host = _Host(case, case.schedule.order, idle, seed)
     total = sum(r.passes for r in case.requests)
     starts, finishes = [[] for _ in ring.engines], [[] for _ in ring.engines]
-    kv, held = [], [0] * DXES
+    kv, held, run = [], [0] * DXES, SimpleNamespace()
     # A lost token would hold the host forever: the model's makespan, three times over and the
     # stalls' windows with back-pressure.
     limit = case.schedule.makespan + 1 if not (idle or stall) else \
@@ -207,8 +211,9 @@ def _run(case: Case, idle: float = 0.0, stall: int = 0, seed: int = 0):
     async def bench(ctx):
         for name, value in (("pc", 0), ("count", len(case.asm.words))):
             ctx.set(getattr(ring.program, name), value)
-        for d in range(DXES):
-            await _load(ctx, ring, case, d)
+        benches = [await _load(ctx, ring, case, d) for d in range(DXES)]
+        # The host's reads through the ring: each DXE's program read back on its ext.
+        run.programs = [await b.read_rows(Store.PROG, 0, len(case.asm.words)) for b in benches]
         cycle, was_done = 0, [0] * DXES
         while len(host.outputs) < total:
             assert cycle < limit, f"stopped at cycle {cycle}: {len(host.outputs)} of {total} " \
@@ -240,14 +245,21 @@ def _run(case: Case, idle: float = 0.0, stall: int = 0, seed: int = 0):
         ctx.set(ring.input.valid, 0)
         kv.extend([await _caches(ctx, SimpleNamespace(dxt_cfg=case.dxt, side=e.side))
                    for e in ring.engines])
+        # The stages have let go of ext: each DXE's token rows read back by the host.
+        run.rows = [[(await b.read_rows(Store.TB, row, 1))[0] for row in case.rows]
+                    for b in benches]
     simulate(ring, bench)
-    return host, np.array(starts).T, np.array(finishes).T, kv, held
+    run.host, run.starts, run.finishes, run.kv, run.held = \
+        host, np.array(starts).T, np.array(finishes).T, kv, held
+    return run
 
 
-def _check_outputs(case: Case, host: _Host, kv: list):
+def _check_outputs(case: Case, run):
     """Every pass's rows equal the golden ring's (``h``) and its inputs' (``cos``, ``sin``
     kept); every output carries its request's slot and no error; the KV memories hold each
-    golden DXE's caches at their groups."""
+    golden DXE's caches at their groups; the host's reads on each DXE's ``ext`` give its
+    program and, at the end, its last token's rows as the golden DXE's TB holds them."""
+    host, kv = run.host, run.kv
     engines = []
     want = R.run_ring(case.asm, case.tables, DXES, case.slots, case.requests, Host(),
                       case.schedule.order, engines)
@@ -263,7 +275,10 @@ def _check_outputs(case: Case, host: _Host, kv: list):
             for name in ("cos", "sin"):
                 assert np.array_equal(token[name], inputs[(r, k)][name]), (r, k, name)
         assert meta == {(host.slot[r], 0)}, f"request {r} pass {k}: (slot, error) {meta}"
-    for d, (engine, image) in enumerate(zip(engines, kv)):
+    for d, (engine, image, words, rows) in enumerate(zip(engines, kv, run.programs, run.rows)):
+        assert words == list(case.asm.words), f"DXE {d}: program read back {words}"
+        tb = row_values(engine.state.tb.words, LANES, 32)
+        assert rows == [tb[r] for r in case.rows], f"DXE {d}: TB rows {rows}"
         caches = {g: ([x[None] for x in engine.keys[g]], [v[None] for v in engine.values[g]])
                   for g in engine.keys}
         want_kv = _kv_image(caches, case.dxt)
@@ -272,9 +287,10 @@ def _check_outputs(case: Case, host: _Host, kv: list):
             f"{np.argwhere(image.astype(np.int8) != want_kv)[:4].tolist()}"
 
 
-def _check_timing(case: Case, host: _Host, starts, finishes) -> float:
+def _check_timing(case: Case, run) -> float:
     """Every dispatch, every DXE's run start and finish, and the makespan the model's; return
     the measured utilization (busy over DXEs x makespan)."""
+    host, starts, finishes = run.host, run.starts, run.finishes
     s = case.schedule
     assert host.dispatch == s.dispatch
     assert starts.tolist() == s.start.tolist(), f"starts {starts.tolist()}, model " \
@@ -298,11 +314,11 @@ def test_three_requests_pass_two_dxes(short):
     prompt + generated tokens, the third joining in the second's slot when its last token has
     left: every output row bit-exact, the KV memories each golden DXE's, and every dispatch,
     DXE start and finish and the makespan equal to the schedule's."""
-    host, starts, finishes, kv, held = _run(short)
-    _check_outputs(short, host, kv)
+    run = _run(short)
+    _check_outputs(short, run)
     s = short.schedule
     assert s.slots == [0, 1, 1] and s.admitted[2] == s.finished[1] > 0
-    utilization = _check_timing(short, host, starts, finishes)
+    utilization = _check_timing(short, run)
     assert utilization == pytest.approx(s.ring_utilization, abs=0)
     print(f"\nring: {DXES} DXEs x 1 layer, {len(s.dispatch)} tokens, makespan {s.makespan}, "
           f"busy {s.busy.tolist()}, utilization {utilization:.4f} (model "
@@ -344,12 +360,13 @@ def test_back_pressure_holds_the_ring():
     holds its own; every output row and the KV memories are still the golden's, and each DXE
     runs its tokens one after another."""
     case = Case(SHORT, CTRL, DXT, DXES, ((4, 1), (3, 1), (1, 2)))
-    host, starts, finishes, kv, held = _run(case, idle=0.3, stall=1000, seed=4)
-    print(f"\ncycles each DXE held its done: {held}")
-    assert all(held)
-    _check_outputs(case, host, kv)
+    run = _run(case, idle=0.3, stall=1000, seed=4)
+    print(f"\ncycles each DXE held its done: {run.held}")
+    assert all(run.held)
+    _check_outputs(case, run)
+    starts, finishes = run.starts, run.finishes
     assert np.all(starts[1:] >= finishes[:-1]) and np.all(starts[:, 1:] > finishes[:, :-1])
-    assert max(c for *_, c in host.outputs) > case.schedule.makespan
+    assert max(c for *_, c in run.host.outputs) > case.schedule.makespan
 
 
 # --slow (about 60 s): the one-slot ring's stage drives the DXE's plain restart and position;
@@ -360,10 +377,10 @@ def test_one_slot_runs_the_requests_in_turn():
     the slot when the one before has left, its restart and position on the DXE's plain inputs;
     rows, KV memories and timing as the slotted ring's test."""
     case = Case(SHORT, CTRL, replace(DXT, kv_groups=KV_HEADS), DXES, LENGTHS, slots=1)
-    host, starts, finishes, kv, _ = _run(case)
-    _check_outputs(case, host, kv)
+    run = _run(case)
+    _check_outputs(case, run)
     assert case.schedule.order == [0, 0, 1, 2, 2]
-    utilization = _check_timing(case, host, starts, finishes)
+    utilization = _check_timing(case, run)
     print(f"\none slot: makespan {case.schedule.makespan}, utilization {utilization:.4f}")
 
 
@@ -384,9 +401,9 @@ def test_the_reduced_layer_on_two_dxes_of_two_layers():
     from tests.test_rdxe_loop import CFG
     from tests.test_rdxe_slots import DXT as SLOT_DXT
     case = Case(program(), CFG, SLOT_DXT, 2 * DXES, FULL_LENGTHS)
-    host, starts, finishes, kv, held = _run(case)
-    _check_outputs(case, host, kv)
-    utilization = _check_timing(case, host, starts, finishes)
+    run = _run(case)
+    _check_outputs(case, run)
+    utilization = _check_timing(case, run)
     s = case.schedule
     assert utilization == pytest.approx(s.ring_utilization, abs=0)
     print(f"\nring: {DXES} DXEs x 2 layers, {len(s.dispatch)} tokens, makespan {s.makespan}, "
