@@ -71,14 +71,16 @@ def layer():
     return tables, asm, A.flat_tables(tables, asm)
 
 
-async def load_dxe(ctx, top, asm, flat, loads: tuple, position: int = 0) -> DxeBench:
+async def load_dxe(ctx, top, asm, flat, loads: tuple, position: int = 0,
+                   restart: bool = True) -> DxeBench:
     """Load the DXT side's ``loads`` (:func:`~cocotb_tests.rdxe.dxe_tb.dxt_loads`: WMEM, PPU,
     GEMV tables, the fixed inputs), then the program and the constants of ``flat``; the next KV
-    append is token ``position`` (a DXE of several slots takes its restarts with its runs)."""
+    append is token ``position`` (a DXE of several slots takes its restarts with its runs, and
+    so does a ring's DXE: ``restart`` False)."""
     wmem, ppu, table, fixed = loads
     for name, value in fixed.items():
         ctx.set(getattr(top, name), value)
-    if top.slots == 1:
+    if top.slots == 1 and restart:
         ctx.set(top.position, position)
         ctx.set(top.restart, 1)
         await ctx.tick()

@@ -145,7 +145,7 @@ def dispatch_slots(passes, slots: int, order) -> list[int]:
 
 
 def run_ring(asm: A.Assembled, layers: list, stages: int, slots: int, requests, step,
-             order=None) -> list[list[dict]]:
+             order=None, engines: list | None = None) -> list[list[dict]]:
     """Run ``requests`` (:class:`RingRequest`) through a ring of ``stages`` DXEs holding
     ``layers`` (one :class:`~golden.rdxe.program.LayerTables` per layer, split by
     :func:`split_layers`), each serving ``slots`` requests; return each request's final hidden
@@ -155,7 +155,8 @@ def run_ring(asm: A.Assembled, layers: list, stages: int, slots: int, requests, 
     ``request`` at ``position`` from the final hidden state ``hidden`` of the pass before.
     ``order``: the requests' indices in the order their tokens enter the ring (the cycle model's
     dispatch, :func:`sim.rdxe.ring.schedule`); by default each request's passes in turn. The
-    outputs do not depend on the order; the slots do (:func:`dispatch_slots`).
+    outputs do not depend on the order; the slots do (:func:`dispatch_slots`). ``engines``: a
+    list the ring's :class:`Dxe` objects are appended to (their KV caches, for a test).
 
     Raises TypeError for requests that are not :class:`RingRequest`, ValueError for a ring size
     out of range or an order :func:`dispatch_slots` refuses."""
@@ -165,6 +166,8 @@ def run_ring(asm: A.Assembled, layers: list, stages: int, slots: int, requests, 
     split = split_layers(len(layers), stages)
     firsts = np.cumsum((0,) + split)
     dxes = [Dxe(asm, list(layers[a:b]), slots) for a, b in zip(firsts, firsts[1:])]
+    if engines is not None:
+        engines.extend(dxes)
     if order is None:
         order = [r for r, req in enumerate(requests) for _ in range(req.passes)]
     order = list(order)

@@ -21,6 +21,7 @@ from golden.rdxe.ring import dispatch_slots, split_layers
 from hdl.rdxe.ctrl import LAYER_OVERHEAD, CtrlConfig, run_cycles
 from hdl.rdxe.dxtside import instruction_cycles as dxt_instruction_cycles
 from hdl.rdxe.isa import OPCODES, instruction_layout
+from hdl.rdxe.ring import MAX_ROWS, copy_cycles
 from hdl.validate import integer
 
 from .layers import (DXTS_PER_DXE, Decoder, MT5_SMALL, _check_model, _check_params, _layer_table,
@@ -288,18 +289,19 @@ def _servers(stage_cost: list, link) -> list:
 
 
 def _line(servers: list, stages: int, slots: int, buffer: int, owners: list[_Owner],
-          record: bool):
+          record: bool, moves=None):
     """Run ``owners`` through a line of ``servers`` (per server its DXE index, or None for a
     link, and its cost by context), ``stages`` DXEs, ``slots`` owners resident.
 
     Exact recurrence of a line of single-token servers with blocking after service and FIFO order
     (tokens never overtake), fed by a round-robin dispatcher: token ``k`` starts on server ``s`` at
     ``max(arrival, leave[k-1][s])``, finishes ``cost`` later and leaves at ``max(finish,
-    leave[k-1-b][s+1])`` (``b`` = ``buffer``); the dispatcher chooses token ``k`` when the first
-    server frees (``leave[k-1][0]``) among the owners whose next token is ready then. Returns
-    busy and useful cycles per DXE, the owners' admission cycles, every pass's leave cycle from
-    the last server (per owner), the useful MACs, the recorded intervals and the recorded
-    dispatches (``(owner, pass, cycle)``).
+    leave[k-1-b][s+1]) + move`` (``b`` = ``buffer``; ``move``: ``moves[s]``, the cycles the
+    server stays held while it hands the token on once the next place is free, 0 by default);
+    the dispatcher chooses token ``k`` when the first server frees (``leave[k-1][0]``) among the
+    owners whose next token is ready then. Returns busy and useful cycles per DXE, the owners'
+    admission cycles, every pass's leave cycle from the last server (per owner), the useful
+    MACs, the recorded intervals and the recorded dispatches (``(owner, pass, cycle)``).
     """
     M, b = len(servers), buffer
     last = [0] * M                    # leave cycle of each server's latest token
@@ -338,6 +340,8 @@ def _line(servers: list, stages: int, slots: int, buffer: int, owners: list[_Own
                 leave = max(finish, h[0]) if len(h) == b + 1 else finish
             else:
                 leave = finish
+            if moves is not None:
+                leave += moves[s]
             hist[s].append(leave)
             last[s] = leave
             arrival = leave
@@ -625,12 +629,21 @@ class Schedule:
         return float(self.busy.sum()) / (len(self.busy) * self.makespan)
 
 
-def schedule(requests, costs, link: int | None, slots: int, buffer: int = 0) -> Schedule:
+def schedule(requests, costs, link: int | None, slots: int, buffer: int = 0,
+             copy: int | None = None) -> Schedule:
     """Time ``requests`` (:class:`Request`) on a ring whose DXE ``d`` takes ``costs[d](T)``
     cycles for a token at context ``T`` (:func:`rtl_costs`) and whose links take ``link``
     cycles a token (its rows; None: no links), ``slots`` requests resident and ``buffer`` extra
     token places before each server: the recurrence and the dispatcher of
     :func:`simulate_rdxe` (``_line``) on these costs.
+
+    ``copy``: the ring in RTL (:class:`hdl.rdxe.ring.Ring`, docs/rdxe.md 16.3), whose tokens
+    are ``copy`` TB rows (``link`` None, ``buffer`` 0). Each link is a buffer of one token that
+    the host fills a row a cycle (the first), the DXE before it copies into (the others) or
+    ``output`` empties a row a cycle (the last); a DXE holds its token while it copies it in
+    from its full input link and while it copies it out once its output link is free
+    (:func:`hdl.rdxe.ring.copy_cycles`). A DXE's start and finish are then its run taken and
+    the cycle after ``done.valid``; a token's dispatch is its first row's beat.
 
     Raises
     ------
@@ -645,14 +658,23 @@ def schedule(requests, costs, link: int | None, slots: int, buffer: int = 0) -> 
         link = integer(link, "Link cycles", 0, 1 << 20)
     slots = integer(slots, "Resident request count", 1, 4096)
     buffer = integer(buffer, "Buffer depth", 0, 64)
+    if copy is not None:
+        copy = integer(copy, "Token rows", 1, MAX_ROWS)
+        if link is not None or buffer:
+            raise ValueError(f"A ring of copies (copy={copy}) has links of one token: link "
+                             f"must be None and buffer 0, not {link!r} and {buffer!r}")
     owners = [_Owner(r.passes, r.prompt, np.arange(1, r.passes + 1), np.ones(r.passes),
                      np.zeros(r.passes, np.int64), r.passes) for r in requests]
     tmax = max(r.passes for r in requests)
     tables = [[0] + [integer(cost(T), "A DXE's cost", 0, 1 << 40) for T in range(1, tmax + 1)]
               for cost in costs]
-    servers = _servers(tables, None if link is None else [link] * (tmax + 1))
+    if copy is None:
+        servers = _servers(tables, None if link is None else [link] * (tmax + 1))
+        moves = None
+    else:
+        servers, moves = _copy_servers(tables, copy, tmax)
     busy, _, admitted, leaves, _, iv, dispatched = _line(servers, len(costs), slots, buffer,
-                                                         owners, True)
+                                                         owners, True, moves)
     dxe = [s for s, (d, _) in enumerate(servers) if d is not None]
     iv = np.array(iv, np.int64).reshape(len(dispatched), len(servers), 4)
     finished = np.array([lv[-1] for lv in leaves], np.int64)
@@ -660,3 +682,16 @@ def schedule(requests, costs, link: int | None, slots: int, buffer: int = 0) -> 
                     iv[:, dxe, 2], busy.astype(np.int64), int(finished.max()),
                     dispatch_slots([r.passes for r in requests], slots,
                                    [o for o, _, _ in dispatched]), admitted, finished)
+
+
+def _copy_servers(tables: list, rows: int, tmax: int) -> tuple[list, list]:
+    """The RTL ring's line (:func:`schedule`'s ``copy``): the first link (the host's ``rows``
+    beats), then each DXE and the link after it, each link's move the copy into the next DXE
+    (the last's, ``output``'s ``rows`` beats), each DXE's its copy out."""
+    copy_in, copy_out = copy_cycles(rows)
+    servers, moves = [(None, [rows] * (tmax + 1))], [copy_in]
+    for d, cost in enumerate(tables):
+        servers += [(d, cost), (None, [0] * (tmax + 1))]
+        moves += [copy_out, copy_in]
+    moves[-1] = rows
+    return servers, moves
