@@ -22,7 +22,7 @@ from .ctrl import CtrlConfig, DxeController, ext_layout, run_layout, stride_layo
 from .dxtside import DxtSide, slot_layout
 from .spec import DxtConfig
 
-__all__ = ["Dxe", "stride_value", "slot_run_layout"]
+__all__ = ["Dxe", "stride_value", "slot_run_layout", "share_ext"]
 
 #: The DXT side's host ports, passed through (``score_scale`` for one layer, ``scales`` for
 #: several).
@@ -115,20 +115,29 @@ class Dxe(wiring.Component):
                 m.d.comb += getattr(side, name).eq(port)
             else:
                 wiring.connect(m, wiring.flipped(port), getattr(side, name))
-        # The DXT side's requests first; the host's otherwise. ext_data answers the host's reads.
-        host_read = Signal()
-        m.d.sync += host_read.eq(self.ext.valid & self.ext.ready & ~self.ext.payload.write)
-        m.d.comb += [side.ext_data.valid.eq(ctrl.ext_data.valid),
-                     side.ext_data.payload.eq(ctrl.ext_data.payload),
-                     self.ext_data.valid.eq(ctrl.ext_data.valid & host_read),
-                     self.ext_data.payload.eq(ctrl.ext_data.payload)]
-        with m.If(side.ext.valid):
-            m.d.comb += [ctrl.ext.valid.eq(1), ctrl.ext.payload.eq(side.ext.payload),
-                         side.ext.ready.eq(ctrl.ext.ready)]
-        with m.Else():
-            m.d.comb += [ctrl.ext.valid.eq(self.ext.valid), ctrl.ext.payload.eq(self.ext.payload),
-                         self.ext.ready.eq(ctrl.ext.ready)]
+        # The DXT side's requests first; the host's otherwise.
+        share_ext(m, ctrl, (side.ext, side.ext_data), (self.ext, self.ext_data), side.ext.valid)
         return m
+
+
+def share_ext(m, target, first, second, first_wins, name="host_read"):
+    """Put two requesters on ``target``'s ``ext``/``ext_data`` (a controller's or an engine's):
+    ``first`` (its ``ext``, ``ext_data``) while ``first_wins``, ``second`` otherwise. A read's row
+    comes a cycle later, so ``ext_data`` goes to ``second`` when its request was taken the cycle
+    before, to ``first`` otherwise."""
+    (ext_a, data_a), (ext_b, data_b) = first, second
+    second_read = Signal(name=name)
+    m.d.sync += second_read.eq(ext_b.valid & ext_b.ready & ~ext_b.payload.write)
+    m.d.comb += [data_a.valid.eq(target.ext_data.valid & ~second_read),
+                 data_a.payload.eq(target.ext_data.payload),
+                 data_b.valid.eq(target.ext_data.valid & second_read),
+                 data_b.payload.eq(target.ext_data.payload)]
+    with m.If(first_wins):
+        m.d.comb += [target.ext.valid.eq(ext_a.valid), target.ext.payload.eq(ext_a.payload),
+                     ext_a.ready.eq(target.ext.ready)]
+    with m.Else():
+        m.d.comb += [target.ext.valid.eq(ext_b.valid), target.ext.payload.eq(ext_b.payload),
+                     ext_b.ready.eq(target.ext.ready)]
 
 
 def stride_value(ctrl: CtrlConfig, dxt: DxtConfig, gemvs: int, const_words: int,

@@ -26,7 +26,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..validate import index_bits, integer
 from .ctrl import CtrlConfig, Store, done_layout, ext_layout, run_layout
-from .dxe import Dxe, slot_run_layout
+from .dxe import Dxe, share_ext, slot_run_layout
 from .dxtside import slot_layout
 from .spec import DxtConfig
 
@@ -321,22 +321,9 @@ class Ring(wiring.Component):
                 wiring.connect(m, wiring.flipped(port), getattr(engine, name))
             else:
                 m.d.comb += getattr(engine, name).eq(port)
-        # The stage's copies take the DXE's ext; the host's otherwise. ext_data answers whoever
-        # read in the cycle before.
-        host_read = Signal(name=f"host_read{d}")
-        with m.If(stage.copying):
-            m.d.comb += [engine.ext.valid.eq(stage.ext.valid),
-                         engine.ext.payload.eq(stage.ext.payload),
-                         stage.ext.ready.eq(engine.ext.ready)]
-        with m.Else():
-            m.d.comb += [engine.ext.valid.eq(host.ext.valid),
-                         engine.ext.payload.eq(host.ext.payload),
-                         host.ext.ready.eq(engine.ext.ready)]
-        m.d.sync += host_read.eq(host.ext.valid & host.ext.ready & ~host.ext.payload.write)
-        m.d.comb += [stage.ext_data.valid.eq(engine.ext_data.valid & ~host_read),
-                     stage.ext_data.payload.eq(engine.ext_data.payload),
-                     host.ext_data.valid.eq(engine.ext_data.valid & host_read),
-                     host.ext_data.payload.eq(engine.ext_data.payload)]
+        # The stage's copies take the DXE's ext; the host's otherwise.
+        share_ext(m, engine, (stage.ext, stage.ext_data), (host.ext, host.ext_data),
+                  stage.copying, name=f"host_read{d}")
 
     def _head(self, m, link):
         """``input`` into the first link: a row a beat while it is empty."""
