@@ -2,7 +2,7 @@
 
 import pytest
 
-from .launcher import SIMULATORS, case_id, run_case
+from .launcher import SIMULATORS, case_id, design_group, run_case
 
 #: (block, preset, overrides, cocotb tests). The VAC: the small preset (4 lanes, 4 credits) one
 #: test per case; then the corners of the other parameters: the 'full' clamp (outputs reach
@@ -25,7 +25,7 @@ CASES = [
 #: testbench on the same Verilog (launcher.case_runs). The VAC's small preset runs its four
 #: tests in one simulation (three runs of one build cost 6 to 8 s more).
 RUNS = [pytest.param(case, sim, id=f"{case_id(*case)}-{'+'.join(case[3])}-{sim}",
-                     marks=[pytest.mark.slow] if sim == "verilator" else [])
+                     marks=[pytest.mark.slow] if sim == "verilator" else [design_group(*case[:3])])
         for case in CASES for sim in SIMULATORS]
 
 

@@ -17,6 +17,8 @@ from .launcher import SIMULATORS, simulator_runs
 #: make test: layer 3's KV head 0 at position 16 on the pair (17 rows: a whole chunk and one row;
 #: 98 % of the weight on position 0, the attention sink SmolLM2 has from layer 3 on). Layer 3
 #: keeps the case's capture to four layers of the back-end.
+#: At full rate only (no stalled pass, cocotb_tests/realdata): the --slow cases repeat their ops
+#: under idle cycles and back-pressure, which the block's random cases check in make test.
 SMALL = {"layer": 3, "position": 16, "ops": ["attention.kv"], "kv_heads": [0]}
 #: --slow: layer 18, the widest score span at position 64 (KV head 2: 63 log2 units, all but
 #: 3e-8 of head 8's weight on position 0), the whole step (65 rows, five chunks): every KV head on
@@ -39,7 +41,7 @@ PROJECTIONS_FULL = {"layer": 0, "position": 64, "ops": list(PROJECTIONS)}
 @pytest.mark.parametrize("simulator", simulator_runs())
 def test_realdata_flowkv_small(simulator):
     """Layer 3, position 16, KV head 0 on the pair: bit-exact, RTL cycles == model cycles."""
-    check_case("flowkv", SMALL, simulator)
+    check_case("flowkv", SMALL, simulator, stalled=False)
 
 
 #: The full step (three pair steps and the array's: 18k cycles, the array's builds);

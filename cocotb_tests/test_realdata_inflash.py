@@ -15,6 +15,8 @@ from .launcher import SIMULATORS, simulator_runs
 #: make test: layer 0 at position 4 (5 tokens in the cache, a KV page partly filled), attn_q
 #: row 0 (18 Q4_1 records, one page) and KV group 0's Logit and Attend: about 1,450 cycles at
 #: full rate, 1,600 under random stimulus.
+#: At full rate only (no stalled pass, cocotb_tests/realdata): the --slow cases repeat their ops
+#: under idle cycles and back-pressure, which the block's random cases check in make test.
 SMALL = {"layer": 0, "position": 4, "ops": ["attn_q", "logit", "attend"], "rows": 1,
          "kv_groups": [0]}
 #: --slow: the issue's case at position 64 (65 tokens, three KV pages per head): layer 0's
@@ -29,7 +31,7 @@ FULL = {"layer": 0, "position": 64, "ops": ["attn_q", "logit", "attend"], "kv_gr
 def test_realdata_inflash_small(simulator):
     """Layer 0, position 4: attn_q row 0, KV group 0's Logit and Attend: bit-exact, RTL cycles
     == model cycles."""
-    check_case("inflash", SMALL, simulator)
+    check_case("inflash", SMALL, simulator, stalled=False)
 
 
 #: The issue's size (about 60k cycles, most of them attn_q's 51 pages streaming);

@@ -17,6 +17,8 @@ from .launcher import SIMULATORS, simulator_runs
 #: make test: layer 1 at position 4 (5 tokens in the cache: each token's key and value costs an
 #: identity GEMV of 256 cycles on the preset), the first 8 outputs of attn_norm (attn_q rows 0-7,
 #: two passes of the 4 VACs) and KV group 0's Q.K^T and P.V.
+#: At full rate only (no stalled pass, cocotb_tests/realdata): the --slow cases repeat their ops
+#: under idle cycles and back-pressure, which the block's random cases check in make test.
 SMALL = {"layer": 1, "position": 4, "kinds": ["attn_norm", "attention"], "rows": 8,
          "groups": [0]}
 #: --slow: the issue's case at position 64 (65 tokens): the whole attn_norm (960 x 576, 35 WMEM
@@ -35,7 +37,7 @@ CLAMP = {"layer": 0, "position": 1, "kinds": ["attn_output"], "rows": 112}
 def test_realdata_rdxe_small(simulator):
     """Layer 1, position 4: 8 outputs of attn_norm, KV group 0's attention: bit-exact, RTL
     cycles == model cycles."""
-    check_case("rdxe", SMALL, simulator)
+    check_case("rdxe", SMALL, simulator, stalled=False)
 
 
 #: The issue's size (252k cycles, 138k of them WMEM loads; about 6 minutes under Verilator);

@@ -13,6 +13,12 @@ Two sides, one module per family (``cocotb_tests.realdata.<family>``, :data:`FAM
   and compares each op's outputs with the case's expected arrays bit for bit
   (:func:`first_mismatch`); ``model_cycles(run, op)`` gives the cycle model's prediction.
 
+Each family's test runs its ops at full rate (their cycles), then again under the testbench's
+random idle cycles and back-pressure and checks that both passes agree: the stalled pass, which
+``stalled=False`` (:data:`ENV_STALLED`) leaves out. make test's small cases leave it out: the
+blocks' random cases check the same stalls on the same Verilog, and the stalled pass was about a
+third of a small case's simulation (docs/verification.md).
+
 A family module defines ``runs(ops) -> list[Run]`` and ``model_cycles(run, op) -> int``, and
 cocotb tests named as its runs' ``testcase``.
 """
@@ -27,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ENV_CASE", "ENV_OPS", "ENV_RESULT", "FAMILY_MODULES", "Run", "OpResult",
-           "case_ops", "write_result", "first_mismatch", "run_ops", "check_case"]
+__all__ = ["ENV_CASE", "ENV_OPS", "ENV_RESULT", "ENV_STALLED", "FAMILY_MODULES", "Run",
+           "OpResult", "case_ops", "stalled_pass", "write_result", "first_mismatch", "run_ops", "check_case"]
 
 #: The case file (npz of :func:`sim.llm.cases.save_ops`) the simulator reads.
 ENV_CASE = "MEMWALL_CASE"
@@ -37,6 +43,8 @@ ENV_OPS = "MEMWALL_CASE_OPS"
 #: Where the simulator writes what the RTL produced (npz: ``<op>.<output>`` arrays and
 #: ``<op>.cycles``).
 ENV_RESULT = "MEMWALL_CASE_RESULT"
+#: "0": the simulator runs each op at full rate only, without the stalled pass (module notes).
+ENV_STALLED = "MEMWALL_CASE_STALLED"
 #: family -> the module of its cocotb tests and runs.
 FAMILY_MODULES = {f: f"cocotb_tests.realdata.{f}" for f in ("inflash", "flowkv", "rdxe", "edram")}
 
@@ -87,6 +95,12 @@ def case_ops() -> list:
     return [op for op in ops if op.name in wanted]
 
 
+def stalled_pass() -> bool:
+    """Whether this run repeats its ops under random idle cycles and back-pressure
+    (:data:`ENV_STALLED`; yes unless it is "0")."""
+    return os.environ.get(ENV_STALLED, "1") != "0"
+
+
 def write_result(op: str, outputs: dict, cycles: int) -> None:
     """Add one op's outputs (arrays, the expected arrays' names) and cycle count to the result
     file (:data:`ENV_RESULT`)."""
@@ -129,10 +143,11 @@ def family_module(family: str):
 
 
 def run_ops(family: str, ops: list, case_path: Path, simulator: str, *,
-            log: Path | None = None, progress=None) -> list[OpResult]:
+            log: Path | None = None, progress=None, stalled: bool = True) -> list[OpResult]:
     """Run ``ops`` (of the case in ``case_path``) on ``family``'s blocks under ``simulator`` and
     return one :class:`OpResult` per op, in the order of ``ops`` (module notes). With ``log``,
-    each run's simulator output goes to ``<log stem>.<testcase><log suffix>`` beside it."""
+    each run's simulator output goes to ``<log stem>.<testcase><log suffix>`` beside it;
+    ``stalled=False`` leaves out the stalled pass."""
     from .. import launcher
     module = family_module(family)
     case_path = Path(case_path).resolve()        # the simulator runs in its build folder
@@ -152,7 +167,8 @@ def run_ops(family: str, ops: list, case_path: Path, simulator: str, *,
             launcher.run_block(run.block, run.params, simulator, testcase=run.testcase,
                                module=module.__name__, log=run_log,
                                extra_env={ENV_CASE: str(case_path), ENV_OPS: ",".join(run.ops),
-                                          ENV_RESULT: str(out)})
+                                          ENV_RESULT: str(out),
+                                          ENV_STALLED: "1" if stalled else "0"})
         except AssertionError as exc:          # the block's own scoreboard stopped the run
             failure = " ".join(str(exc).split())
         seconds = time.perf_counter() - start
@@ -181,14 +197,16 @@ def results_json(family: str, layer: int, position: int, simulator: str,
             "match": bool(results) and all(r.match for r in results)}
 
 
-def check_case(family: str, spec: dict, simulator: str) -> list[OpResult]:
+def check_case(family: str, spec: dict, simulator: str, *,
+               stalled: bool = True) -> list[OpResult]:
     """The launchers' check (cocotb_tests/test_realdata_<family>.py): build the case ``spec``
-    (:func:`sim.llm.cases.case`'s layer, position and options) on the default model, run it, and
-    assert that every op ran, is bit-exact and took the cycles its model predicts."""
+    (:func:`sim.llm.cases.case`'s layer, position and options) on the default model, run it
+    (``stalled``: :func:`run_ops`), and assert that every op ran, is bit-exact and took the cycles
+    its model predicts."""
     from sim.llm.cases import case
     from sim.llm.score import model_file
     ops, path = case(model_file(None), family, **spec)
-    results = run_ops(family, ops, path, simulator)
+    results = run_ops(family, ops, path, simulator, stalled=stalled)
     assert [r.op for r in results] == [op.name for op in ops], "an op was not run"
     for r in results:
         assert r.match, f"{r.op} ({r.shape}) on {r.block} under {simulator}: {r.mismatch}"
