@@ -111,6 +111,9 @@ _LARGE_SLOW = ("14 to 17 s; the eDRAM and VAC handshake proofs in make test cove
 #: The engine holds the DXT and the controller's units.
 _DXE_SLOW = ("49 s; the eDRAM and VAC handshake proofs in make test cover the harness on "
              "blocks with queues")
+#: The ring holds two engines at small.
+_RING_SLOW = ("two engines, over rdxe-dxe's 49 s; the eDRAM and VAC handshake proofs in make test cover the harness on "
+              "blocks with queues, and cocotb_tests/test_rdxe_ring.py the ring's streams")
 #: What the bounded in-flash checks reach: not a computed result (tR alone is 40 cycles at the
 #: small preset).
 _IN_FLASH_BOUND = (f"bounded to depth {BOUND}, which covers a command's setup, its first page "
@@ -159,6 +162,9 @@ CONTRACTS = {
     "rdxe-dxe": _checks(lambda b, p, d: [Answers("run", "done"),
                                          Answers("ext", "ext_data", cause_when=lambda c: ~c.write)],
                         handshake_slow=_DXE_SLOW),
+    "rdxe-ring": _checks(lambda b, p, d: [Answers("input", "output"), *[
+        Answers(f"dxe.{i}.ext", f"dxe.{i}.ext_data", cause_when=lambda c: ~c.write)
+        for i in range(p.dxes)]], handshake_slow=_RING_SLOW),
 }
 
 
