@@ -65,9 +65,10 @@ OFF_PRESET = {
 }
 
 
-#: Blocks whose off-preset netlists take 5 to 25 s each (2 cores, loaded): they run with
-#: ``--slow``; ``make test`` checks their estimates at the presets (tests/test_blocks.py's lint
-#: cases call check_size_estimate), the same estimator at other parameters.
+#: Blocks whose off-preset netlists take 5 to 25 s each (2 cores, loaded; rdxe-ring's 25 and
+#: 70 s): they run with ``--slow``; ``make test`` checks their estimates at the presets
+#: (tests/test_blocks.py's lint cases call check_size_estimate), the same estimator at other
+#: parameters.
 _LARGE = {"inflash", "inflash-unit", "rdxe-dxt", "rdxe-dxe", "rdxe-ring", "flowkv",
           "flowkv-array", "flowkv-dqp"}
 
