@@ -30,6 +30,9 @@ SLOW = {("flowkv", "paper"), ("flowkv-array", "paper"), ("flowkv-array", "defaul
 #: Also with ``--slow``: the rDXE engine's SmolLM2 presets (about 4 min each, loaded machine: the
 #: paper's is 23 MB of Verilog); its small preset (33 s) is the same generator.
 SLOW |= {("rdxe-dxe", "default"), ("rdxe-dxe", "paper")}
+#: Also with ``--slow``: the ring's larger presets (2 DXEs of 2 layers, 160 s; 4 of 2, 208 s;
+#: load 4); its small preset (2 DXEs of 1 layer, 69 s) is the same generator.
+SLOW |= {("rdxe-ring", "default"), ("rdxe-ring", "paper")}
 #: Also with ``--slow``: the wider presets of blocks whose small preset is linted in make test
 #: and whose wider form is the same generator at other widths (4 to 10 s each, 20 s in all).
 SLOW |= {("arith-fdot", "default"), ("arith-fdot", "paper"), ("edram", "default"),

@@ -55,7 +55,7 @@ def test_list_shows_every_block_and_preset(capsys):
      "Placement seed count (seeds) must be an integer from 1 to 64, not 100"),
     (("synth", "rdxe", "--set", "lanes=4"),
      "--set needs one block, not the family 'rdxe'; its blocks are rdxe-vac, rdxe-dxt, "
-     "rdxe-dxe"),
+     "rdxe-dxe, rdxe-ring"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
     (("synth", "umdam", "--device", "XC7"),
      "Device for target 'ecp5' must be one of LFE5U-25F, LFE5U-45F, LFE5U-85F, not 'XC7'"),
@@ -66,7 +66,7 @@ def test_list_shows_every_block_and_preset(capsys):
      "keyword), not '3x'"),
     (("synth", "rdxe", "--name", "x"),
      "--name needs one block, not the family 'rdxe'; its blocks are rdxe-vac, rdxe-dxt, "
-     "rdxe-dxe"),
+     "rdxe-dxe, rdxe-ring"),
     (("build", "--device", "foo"),
      "--device must be one of LFE5U-25F, LFE5U-45F, LFE5U-85F, iCE40UP5K, not 'foo'"),
 ])

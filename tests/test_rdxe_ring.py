@@ -14,7 +14,7 @@ from hdl.rdxe.ctrl import CtrlConfig
 from hdl.rdxe.isa import ProgramSpace
 from hdl.rdxe.spec import DxtConfig
 from sim.rdxe.ring import Request, program_cycles, rtl_costs, schedule
-from cocotb_tests.rdxe.layer import HEAD_DIM, HEADS, HIDDEN, INPUTS, KV_HEADS, codes, layer_tables, tokens
+from cocotb_tests.rdxe.layer import HEAD_DIM, HEADS, INPUTS, KV_HEADS, Host, layer_tables, tokens
 from tests.test_rdxe_assemble import variant
 
 LANES, LAYERS, STAGES, SLOTS = 4, 4, 2, 2
@@ -40,23 +40,6 @@ def ring():
     shapes = {i: base.gemvs[n][0].shape for n, i in asm.gemvs.items()}
     costs = rtl_costs(CTRL, DXT, asm.words, shapes, R.split_layers(LAYERS, STAGES))
     return layers, asm, costs
-
-
-class Host:
-    """The host between a final hidden state and the next token's input: the greedy token of a
-    toy head (the residual's largest element, modulo the vocabulary), its embedding, and the
-    RoPE table of the position."""
-
-    def __init__(self):
-        rng = np.random.default_rng(5)
-        self.embed = [codes(rng, HIDDEN, -2.0, 2.0) for _ in range(5)]
-        self.rope = [(codes(rng, HEAD_DIM // 2, -1.0, 1.0), codes(rng, HEAD_DIM // 2, -1.0, 1.0))
-                     for _ in range(8)]
-
-    def __call__(self, request: int, position: int, hidden: dict) -> dict:
-        token = int(np.argmax(hidden["h"].view(np.float32))) % len(self.embed)
-        cos, sin = self.rope[position]
-        return {"h": self.embed[token], "cos": cos, "sin": sin}
 
 
 def _requests() -> list[R.RingRequest]:

@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 
 from cocotb_tests.rdxe.dxe_tb import dxt_loads, row_elements, row_values
-from cocotb_tests.rdxe.layer import HEAD_DIM, HEADS, INPUTS, KV_HEADS, layer_tables, program, \
-    tokens
+from cocotb_tests.rdxe.layer import HEAD_DIM, HEADS, INPUTS, KV_HEADS, Host, layer_tables, \
+    program, short, tokens
 from golden.rdxe import assemble as A
-from golden.rdxe import program as P
 from golden.rdxe import ring as R
 from golden.rdxe.dxe import rms_eps
 from hdl.rdxe.ctrl import CtrlConfig, Store
@@ -29,19 +28,13 @@ from sim.rdxe.ring import Request, rtl_costs, schedule
 from tests.stream_sim import set_payload, shared, simulate
 from tests.test_rdxe_assemble import variant
 from tests.test_rdxe_loop import _caches, _kv_image
-from tests.test_rdxe_ring import Host
 from tests.dxe_bench import DxeBench
 from tests.test_rdxe_side import load_dxe, send
 
 LANES, DXES, SLOTS = 4, 2, 2
-KV = KV_HEADS * HEAD_DIM
-#: A short layer for make test: the token's K and V (the residual's two halves, quantized) into
-#: its slot's cache, and the residual replaced by twice its rotation (reading cos and sin). The
-#: KV append is the slots' path; without the attention a token costs 229 cycles a DXE instead
-#: of the whole layer's 1,638.
-SHORT = [P.Quant("h", "k8", table="k_inv", part=(0, KV)),
-         P.Quant("h", "v8", table="v_inv", part=(KV, 2 * KV)),
-         P.KvAppend("k8", "v8", HEAD_DIM), P.Rope("h", "q", HEAD_DIM), P.Add("q", "q", "h")]
+#: The ring's short layer (cocotb_tests/rdxe/layer.py): the KV append and RoPE, 229 cycles a
+#: token a DXE.
+SHORT = short()
 #: The small preset's controller and DXT, memories cut to the short layer, a KV group for each
 #: of the two slots.
 SPACE = ProgramSpace(tb_words=64, rr_bytes=64, registers=4, const_words=48, gemvs=1, align=LANES)
@@ -210,7 +203,7 @@ def _run(case: Case, idle: float = 0.0, stall: int = 0, seed: int = 0):
 
     async def bench(ctx):
         for name, value in (("pc", 0), ("count", len(case.asm.words))):
-            ctx.set(getattr(ring.program, name), value)
+            ctx.set(getattr(ring.words, name), value)
         benches = [await _load(ctx, ring, case, d) for d in range(DXES)]
         # The host's reads through the ring: each DXE's program read back on its ext.
         run.programs = [await b.read_rows(Store.PROG, 0, len(case.asm.words)) for b in benches]
@@ -309,6 +302,12 @@ def short():
     return Case(SHORT, CTRL, DXT, DXES, LENGTHS)
 
 
+# --slow (32 s, 11 s of it the simulator's build of two DXEs):
+# cocotb_tests/test_rdxe_ring.py::test_rdxe_ring[rdxe-ring-small-icarus] runs the same check on
+# the generated Verilog in make test (three requests through 2 DXEs of 2 slots: every row, slot
+# and KV memory against the golden, every dispatch, run start and finish and exit against the
+# model); this one runs the RTL in Amaranth's simulator, for debugging without a build.
+@pytest.mark.slow
 def test_three_requests_pass_two_dxes(short):
     """Two DXEs of one layer (the short program), two slots, requests of 1 + 2, 1 + 1 and 2 + 1
     prompt + generated tokens, the third joining in the second's slot when its last token has

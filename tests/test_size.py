@@ -52,6 +52,8 @@ OFF_PRESET = {
     "rdxe-dxt": [("small", {"vacs": "8"}), ("small", {"lanes": "8"})],
     "rdxe-dxe": [("small", {"lanes": "8", "head_dim": "16"}),
                  ("small", {"vacs": "8", "tb_words": "256", "program_words": "128"})],
+    "rdxe-ring": [("small", {"dxes": "1", "rows": "3"}),
+                  ("small", {"dxes": "3", "slots": "1", "kv_groups": "1"})],
     "edram": [("default", {"banks": "16", "rows": "32"}), ("small", {"banks": "1"})],
     "edram-fpga": [("small", {"rows": "32", "cols": "64", "clk_mhz": "10"}),
                    ("default", {"banks": "1", "response_depth": "20"})],
@@ -63,11 +65,12 @@ OFF_PRESET = {
 }
 
 
-#: Blocks whose off-preset netlists take 5 to 25 s each (2 cores, loaded): they run with
-#: ``--slow``; ``make test`` checks their estimates at the presets (tests/test_blocks.py's lint
-#: cases call check_size_estimate), the same estimator at other parameters.
-_LARGE = {"inflash", "inflash-unit", "rdxe-dxt", "rdxe-dxe", "flowkv", "flowkv-array",
-          "flowkv-dqp"}
+#: Blocks whose off-preset netlists take 5 to 25 s each (2 cores, loaded; rdxe-ring's 25 and
+#: 70 s): they run with ``--slow``; ``make test`` checks their estimates at the presets
+#: (tests/test_blocks.py's lint cases call check_size_estimate), the same estimator at other
+#: parameters.
+_LARGE = {"inflash", "inflash-unit", "rdxe-dxt", "rdxe-dxe", "rdxe-ring", "flowkv",
+          "flowkv-array", "flowkv-dqp"}
 
 
 def _off_preset_cases():

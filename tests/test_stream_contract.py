@@ -111,6 +111,16 @@ _LARGE_SLOW = ("14 to 17 s; the eDRAM and VAC handshake proofs in make test cove
 #: The engine holds the DXT and the controller's units.
 _DXE_SLOW = ("49 s; the eDRAM and VAC handshake proofs in make test cover the harness on "
              "blocks with queues")
+#: Why the ring's check is bounded, and slow.
+_RING_NOTE = (f"induction does not close at k = 3 (UNKNOWN on output's payload held: from a state "
+              f"where a stage copies into its output link while that link is full, which no "
+              f"run reaches but the ports do not show; a stage may wait in that copy for any "
+              f"number of cycles, so no k closes it); bounded to depth {BOUND}, which covers "
+              f"the host's ext requests and answers, the first link's rows and the first DXE's "
+              f"copy in: a token reaches output after more than 40 cycles (6 rows in, then at "
+              f"each of the 2 DXEs 7 to copy in, its run and 7 to copy out)")
+_RING_SLOW = ("7 min here; make test proves the handshakes of the eDRAM and the VAC, and "
+              "cocotb_tests/test_rdxe_ring.py runs the ring's streams")
 #: What the bounded in-flash checks reach: not a computed result (tR alone is 40 cycles at the
 #: small preset).
 _IN_FLASH_BOUND = (f"bounded to depth {BOUND}, which covers a command's setup, its first page "
@@ -159,6 +169,9 @@ CONTRACTS = {
     "rdxe-dxe": _checks(lambda b, p, d: [Answers("run", "done"),
                                          Answers("ext", "ext_data", cause_when=lambda c: ~c.write)],
                         handshake_slow=_DXE_SLOW),
+    "rdxe-ring": (Contract(lambda b, p, d: [Answers("input", "output"), *[
+        Answers(f"dxe.{i}.ext", f"dxe.{i}.ext_data", cause_when=lambda c: ~c.write)
+        for i in range(p.dxes)]], mode="bmc", depth=BOUND, note=_RING_NOTE, slow=_RING_SLOW),),
 }
 
 

@@ -61,8 +61,8 @@ from ..streams import ClockService
 from ..tb import BlockTB, select_tb
 from . import layer as reduced
 
-__all__ = ["ENV_LAYER", "row_values", "row_elements", "dxt_loads", "model_cycles", "Layer",
-           "layer", "DxeModel", "DxeTB"]
+__all__ = ["ENV_LAYER", "row_values", "row_elements", "dxt_loads", "ext_writes", "host_loads",
+           "model_cycles", "Layer", "layer", "DxeModel", "DxeTB"]
 
 #: A pickled :class:`Layer` to run instead of the random one (the launcher's real layer).
 ENV_LAYER = "MEMWALL_RDXE_LAYER"
@@ -116,6 +116,46 @@ def dxt_loads(tables: P.LayerTables, asm: A.Assembled, dxt, flat: P.LayerTables 
             for e in range(d)]
     return wmem, ppu, table, {"identity": identity, "score_entry": score_entry,
                               "pv_entry": pv_entry, "score_scale": int(tables.score_scale)}
+
+
+def ext_writes(store: Store, first: int, values: list[int], lanes: int) -> list[dict]:
+    """``ext`` items that write ``values`` into rows ``first ..`` of ``store``, every lane."""
+    return [{"store": store.value, "row": first + i, "write": 1, "data": v,
+             "mask": (1 << lanes) - 1} for i, v in enumerate(values)]
+
+
+def host_loads(params, asm: A.Assembled, views: list) -> tuple[dict, dict]:
+    """What a host loads into an engine of ``params`` through its ports, for the layers whose
+    tables the words see as ``views`` (docs/rdxe.md 14.4): the plain inputs (``stride`` with
+    several layers or slots, the DXT side's fixed entries, RMSNorm's ``eps``: name -> value)
+    and the stream items (``scales`` with several layers; ``table``, ``wmem``, ``ppu``; on
+    ``ext`` the TB and rr-SRAM cleared, then the program and the constants: name -> items)."""
+    flat, L, ctrl = views[0], params.lanes, params.ctrl_config()
+    wmem, ppu, table, ports = dxt_loads(flat, asm, params, flat=flat)
+    streams = {}
+    if params.layers > 1 or params.slots > 1:
+        step = A.stride(asm)
+        value = stride_value(ctrl, params.dxt_config(), step.gemvs, step.const_words,
+                             step.kv_groups, params.slots)
+        ports["stride"] = stride_layout(ctrl).const(value).as_value().value
+    if params.layers > 1:
+        del ports["score_scale"]
+        streams["scales"] = [{"layer": l, "value": int(v.score_scale)}
+                             for l, v in enumerate(views)]
+    # fp32(127**2 eps): rms_eps of k = 1.0 is e itself (two products by 1.0).
+    one = np.float32(1.0).view(np.uint32)
+    ports["eps"] = int(rms_eps(np.array([one]), flat.rms_eps)[0])
+    streams["table"] = table
+    streams["wmem"] = [{"vac": w["vac"], "addr": w["addr"],
+                        **{f"data.{k}": x & 0xFF for k, x in enumerate(w["data"])}}
+                       for w in wmem]
+    streams["ppu"] = [{**e, "m": e["m"] & ((1 << params.mult_bits) - 1)} for e in ppu]
+    # Memories keep their contents over a reset: the host clears the TB and rr-SRAM.
+    streams["ext"] = [item for store in (Store.TB, Store.RR)
+                      for item in ext_writes(store, 0, [0] * ctrl.rows(store), L)] \
+        + ext_writes(Store.PROG, 0, list(asm.words), L) \
+        + ext_writes(Store.CONST, 0, row_values(flat.vectors.words, L, 32), L)
+    return ports, streams
 
 
 def model_cycles(ctrl, dxt, words, flat, tokens: int, groups: int | None = None) -> int:
@@ -312,8 +352,7 @@ class DxeTB(BlockTB):
     # --- the host ---------------------------------------------------------------------------
 
     def ext_writes(self, store: Store, first: int, values: list[int]):
-        self.send("ext", [{"store": store.value, "row": first + i, "write": 1, "data": v,
-                           "mask": (1 << self.lanes) - 1} for i, v in enumerate(values)])
+        self.send("ext", ext_writes(store, first, values, self.lanes))
 
     def ext_reads(self, store: Store, rows: int):
         self.send("ext", [{"store": store.value, "row": r, "write": 0, "data": 0, "mask": 0}
@@ -334,35 +373,13 @@ class DxeTB(BlockTB):
     async def load(self, position: int = 0):
         """The layer's loads (module notes), the TB and rr-SRAM cleared; then the program and
         constants read back."""
-        p = self.params
-        wmem, ppu, table, fixed = dxt_loads(self.layer.tables, self.asm, p, flat=self.flat)
-        if p.layers > 1 or p.slots > 1:
-            step = A.stride(self.asm)
-            value = stride_value(p.ctrl_config(), p.dxt_config(), step.gemvs, step.const_words,
-                                 step.kv_groups, p.slots)
-            self.dut.stride.value = stride_layout(p.ctrl_config()).const(value).as_value().value
-        if p.layers > 1:
-            del fixed["score_scale"]
-            self.send("scales", [{"layer": l, "value": int(v.score_scale)}
-                                 for l, v in enumerate(self.views)])
-        for name, value in fixed.items():
+        ports, streams = host_loads(self.params, self.asm, self.views)
+        for name, value in ports.items():
             getattr(self.dut, name).value = value
-        # fp32(127**2 eps): rms_eps of k = 1.0 is e itself (two products by 1.0).
-        one = np.float32(1.0).view(np.uint32)
-        self.dut.eps.value = int(rms_eps(np.array([one]), self.layer.tables.rms_eps)[0])
         await self.restart(position)
         L = self.lanes
-        self.send("table", table)
-        self.send("wmem", [{"vac": w["vac"], "addr": w["addr"],
-                            **{f"data.{k}": x & 0xFF for k, x in enumerate(w["data"])}}
-                           for w in wmem])
-        self.send("ppu", [{**e, "m": e["m"] & ((1 << self.params.mult_bits) - 1)} for e in ppu])
-        # Memories keep their contents over a reset: the host clears the TB and rr-SRAM.
-        ctrl = self.params.ctrl_config()
-        for store in (Store.TB, Store.RR):
-            self.ext_writes(store, 0, [0] * ctrl.rows(store))
-        self.ext_writes(Store.PROG, 0, list(self.asm.words))
-        self.ext_writes(Store.CONST, 0, row_values(self.flat.vectors.words, L, 32))
+        for name, items in streams.items():
+            self.send(name, items)
         self.ext_reads(Store.PROG, len(self.asm.words))
         self.ext_reads(Store.CONST, -(-len(self.flat.vectors.words) // L))
         wmem = self.drivers["wmem"]

@@ -113,7 +113,7 @@ class Stage(wiring.Component):
     -------
     ext, run : Out (to the DXE's ``ext`` and ``run``); ``ext_data``, ``done`` : In (from it).
     position, restart : Out, with one slot: the DXE's, driven in the run's cycle.
-    program : In(run_layout(ctrl))
+    words : In(run_layout(ctrl))
         The words a run executes (``pc``, ``count``), held.
     src_full, src_meta, src_data : In; src_addr, src_drain : Out
         The input link's read side.
@@ -141,7 +141,7 @@ class Stage(wiring.Component):
             "run": Out(stream.Signature(run)),
             "done": In(stream.Signature(done_layout(ctrl))),
             **({} if slots > 1 else {"position": Out(tokens), "restart": Out(1)}),
-            "program": In(run_layout(ctrl)),
+            "words": In(run_layout(ctrl)),
             "src_full": In(1), "src_meta": In(meta), "src_data": In(ctrl.data_bits),
             "src_addr": Out(rbits), "src_drain": Out(1),
             "dst_free": In(1),
@@ -164,7 +164,7 @@ class Stage(wiring.Component):
         m.d.comb += [rows.addr.eq(index), ext.row.eq(rows.data), ext.store.eq(Store.TB),
                      ext.mask.eq((1 << self.ctrl.lanes) - 1), ext.data.eq(self.src_data),
                      self.src_addr.eq(index), self.dst_meta.eq(meta),
-                     run.pc.eq(self.program.pc), run.count.eq(self.program.count),
+                     run.pc.eq(self.words.pc), run.count.eq(self.words.count),
                      self.dst.en.eq(back & self.ext_data.valid), self.dst.addr.eq(back_at),
                      self.dst.data.eq(self.ext_data.payload.data)]
         if self.slots > 1:
@@ -237,8 +237,9 @@ class Ring(wiring.Component):
     output : Out(stream.Signature({"data", "slot", "error"}))
         The last DXE's rows of a token in ``rows``' order, its slot, and whether a run ended on
         an error; back-pressure holds the last DXE.
-    program : In(run_layout(ctrl))
-        The words every run executes (``pc``, ``count``), held.
+    words : In(run_layout(ctrl))
+        The words every run executes (``pc``, ``count``), held (not ``program``: a
+        SystemVerilog keyword).
     dxe : Out(...).array(dxes)
         Each DXE's ports but ``run`` and ``done`` (and ``position``, ``restart``): its loads and
         ``ext``, the host's while no token runs.
@@ -279,7 +280,7 @@ class Ring(wiring.Component):
                 "data": width, **{n: f.shape for n, f in slot_layout(dxt, self.slots)}}))),
             "output": Out(stream.Signature(data.StructLayout({
                 "data": width, "slot": meta["slot"].shape, "error": 1}))),
-            "program": In(run_layout(self.cfg)),
+            "words": In(run_layout(self.cfg)),
             "dxe": Out(wiring.Signature({name: host[name] for name in self.host_ports}))
             .array(self.dxes),
         })
@@ -306,7 +307,7 @@ class Ring(wiring.Component):
         wiring.connect(m, engine.done, stage.done)
         if self.slots == 1:
             m.d.comb += [engine.position.eq(stage.position), engine.restart.eq(stage.restart)]
-        m.d.comb += [stage.program.eq(self.program),
+        m.d.comb += [stage.words.eq(self.words),
                      stage.src_full.eq(src.full), stage.src_meta.eq(src.meta),
                      stage.src_data.eq(src.data), src.addr.eq(stage.src_addr),
                      src.drain.eq(stage.src_drain),

@@ -602,6 +602,8 @@ class Schedule:
         Each request's slot (:func:`golden.rdxe.ring.dispatch_slots`).
     admitted, finished : np.ndarray
         Per request: the cycle it took its slot, the cycle its last token left the ring.
+    leaves : list
+        Per request: the cycle each of its passes left the ring (an ``np.ndarray`` each).
     """
 
     dispatch: list
@@ -612,6 +614,7 @@ class Schedule:
     slots: list
     admitted: np.ndarray
     finished: np.ndarray
+    leaves: list
 
     @property
     def order(self) -> list[int]:
@@ -681,7 +684,7 @@ def schedule(requests, costs, link: int | None, slots: int, buffer: int = 0,
     return Schedule([(int(o), int(k), int(t)) for o, k, t in dispatched], iv[:, dxe, 1],
                     iv[:, dxe, 2], busy.astype(np.int64), int(finished.max()),
                     dispatch_slots([r.passes for r in requests], slots,
-                                   [o for o, _, _ in dispatched]), admitted, finished)
+                                   [o for o, _, _ in dispatched]), admitted, finished, leaves)
 
 
 def _copy_servers(tables: list, rows: int, tmax: int) -> tuple[list, list]:
