@@ -6,10 +6,15 @@ loading each DXT through the ports that name it; the TB and rr-SRAM against
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from amaranth import Module
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
 
 from cocotb_tests.rdxe.dxe_tb import dxt_loads, model_cycles, row_values
 from cocotb_tests.rdxe.layer import HEAD_DIM, INPUTS, layer_tables, tokens
@@ -17,11 +22,12 @@ from golden.rdxe import assemble as A
 from golden.rdxe import program as P
 from golden.rdxe import command_cycles, word_cycles
 from golden.rdxe.vlink import dxe_layout, place
-from hdl.rdxe.ctrl import CtrlConfig, Store
+from hdl.rdxe.ctrl import CtrlConfig, Store, ext_layout
 from hdl.rdxe.dxe import Dxe
-from hdl.rdxe.dxts import output_shares, shared_cycles
+from hdl.rdxe.dxts import BroadcastIo, output_shares, shared_cycles
 from hdl.rdxe.dxtside import DxtSide
 from hdl.rdxe.isa import OPCODES, instruction_layout
+from hdl.rdxe.spec import chunk_layout, command_layout, response_layout, word_layout
 from memwall import registry
 from memwall.params import ParameterError
 from tests.stream_sim import shared, simulate
@@ -46,9 +52,9 @@ def layer():
 
 
 # --slow (75 s at a load of 5, about 50 s of CPU, most of it the two DXTs' simulation build: over
-# make test's 15 s): make test runs the parts without the simulator (the split, the write model,
-# the layout's and parameters' refusals, the ports) and the one-DXT RTL, which is the same Verilog
-# (tests/test_rdxe_side.py, cocotb_tests/test_rdxe_dxe.py).
+# make test's 15 s): make test runs the new plumbing in RTL (test_the_plumbing_broadcasts_and_
+# gathers), the split, the write model, the refusals and the ports, and the one-DXT RTL, whose
+# Verilog is unchanged (tests/test_rdxe_side.py, cocotb_tests/test_rdxe_dxe.py).
 @pytest.mark.slow
 def test_the_attention_and_a_gemv_run_on_two_dxts(layer):
     """The layer's words from the KV append through the O projection's dequantization, once,
@@ -192,3 +198,139 @@ def test_the_loads_name_their_dxt():
             n for n, _ in one[name].signature.members["payload"].shape}
     assert "first" in {n for n, _ in two["table"].signature.members["payload"].shape}
 
+
+
+class _Plumbing(wiring.Component):
+    """:class:`~hdl.rdxe.dxts.BroadcastIo` alone: each DXT's ``x``, ``o`` and ``resp`` as
+    ports (the bench plays the DXTs), ``ext`` and ``ext_data`` (the bench plays the rr-SRAM),
+    and a command's operands started on ``start``."""
+
+    def __init__(self, dxts: int):
+        self.cfg, self.dxts = CFG, dxts
+        lanes = DXT.lanes
+        first = command_layout(DXT)["outputs"].shape
+        members = {"ext": Out(stream.Signature(ext_layout(CFG))),
+                   "ext_data": In(stream.Signature(data.StructLayout({"data": CFG.data_bits}),
+                                                   always_ready=True)),
+                   "start": In(1), "row": In(8), "count": In(4), "dst": In(8), "keep": In(1),
+                   "on": In(dxts), "firsts": In(first).array(dxts),
+                   "done": Out(1), "error": Out(1)}
+        for j in range(dxts):
+            members[f"x{j}"] = Out(stream.Signature(chunk_layout(lanes)))
+            members[f"o{j}"] = In(stream.Signature(word_layout()))
+            members[f"resp{j}"] = In(stream.Signature(response_layout()))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        tiles = [SimpleNamespace(cfg=DXT, x=getattr(self, f"x{j}"), o=getattr(self, f"o{j}"),
+                                 resp=getattr(self, f"resp{j}")) for j in range(self.dxts)]
+        side = SimpleNamespace(ctrl=CFG, ext=self.ext, ext_data=self.ext_data)
+        io = BroadcastIo(m, side, tiles, 4)
+        with m.If(self.start):
+            m.d.sync += io.start(self.row, self.count, self.dst, self.keep, self.on,
+                                 list(self.firsts))
+        m.d.comb += [self.done.eq(io.resp), self.error.eq(io.error)]
+        return m
+
+
+@pytest.mark.parametrize("on", [0b111, 0b101, 0b010])
+def test_the_plumbing_broadcasts_and_gathers(on):
+    """Three DXTs played by the bench, each taking chunks at random, then giving its result
+    words at random and its response (the DXTs out of step, which the DXE's lockstep never
+    shows): every DXT in ``on`` gets each chunk once, in order, the others none; each DXT's
+    words land at ``dst + first + 4 w`` with their ``keep`` (the rr-SRAM ready at random);
+    ``done`` comes only when every DXT in ``on`` has answered and every word is written,
+    ``error`` if one refused. Each of these breaks it (checked by hand): a chunk leaving when
+    DXT 0 alone took it, or whenever any DXT takes it (``chunk_taken`` never set); ``on``
+    ignored for the chunks; ``done`` before the queues drained; ``first`` dropped; DXT 0's
+    address moved on for every DXT's write."""
+    D, lanes, count = 3, DXT.lanes, 5
+    top = _Plumbing(D)
+    rng = random.Random(on)
+    memory = {r: rng.getrandbits(8 * lanes) for r in range(64)}
+    firsts, dst, row = [0, 8, 20], 64, 3          # the results clear of the chunks
+    words = {j: [(rng.getrandbits(32), rng.choice([0xF, 0xF, 0x3])) for _ in range(2 + j)]
+             for j in range(D)}
+    refuses = 1 if on & 0b10 else None
+    seen, state = {j: [] for j in range(D)}, {"done_at": None}
+
+    async def bench(ctx):
+        for name, value in (("row", row), ("count", count), ("dst", dst), ("keep", 1),
+                            ("on", on)):
+            ctx.set(getattr(top, name), value)
+        for j, f in enumerate(firsts):
+            ctx.set(top.firsts[j], f)
+        ctx.set(top.start, 1)
+        await ctx.tick()
+        ctx.set(top.start, 0)
+        sent, answered, read = {j: 0 for j in range(D)}, set(), None
+        for cycle in range(400):
+            ctx.set(top.ext.ready, rng.random() < 0.5)
+            ctx.set(top.ext_data.valid, read is not None)
+            ctx.set(top.ext_data.payload.data, memory.get(read, 0) if read is not None else 0)
+            for j in range(D):
+                x, o, resp = (getattr(top, f"{n}{j}") for n in ("x", "o", "resp"))
+                ctx.set(x.ready, rng.random() < 0.5)
+                # A DXT's words after its chunks, as a GEMV's come.
+                ctx.set(o.valid, bool(on >> j & 1) and len(seen[j]) == count
+                        and sent[j] < len(words[j]) and rng.random() < 0.5)
+                if sent[j] < len(words[j]):
+                    value, keep = words[j][sent[j]]
+                    ctx.set(o.payload.data.as_value(), value)
+                    ctx.set(o.payload.keep, keep)
+                # The response as soon as the DXT is done: its last words may still wait.
+                ctx.set(resp.valid, bool(on >> j & 1) and j not in answered
+                        and sent[j] == len(words[j]) and len(seen[j]) == count)
+                ctx.set(resp.payload.error, j == refuses)
+            ext = top.ext.payload
+            take = ctx.get(top.ext.valid) and ctx.get(top.ext.ready)
+            request = (ctx.get(ext.write), ctx.get(ext.row), ctx.get(ext.data),
+                       ctx.get(ext.mask)) if take else None
+            for j in range(D):
+                x, o, resp = (getattr(top, f"{n}{j}") for n in ("x", "o", "resp"))
+                if ctx.get(x.valid) and ctx.get(x.ready):
+                    seen[j].append(ctx.get(x.payload.data.as_value()))
+                if ctx.get(o.valid) and ctx.get(o.ready):
+                    sent[j] += 1
+                if ctx.get(resp.valid):
+                    answered.add(j)
+            # done sees this cycle's responses; every word must be in and written.
+            if ctx.get(top.done) and state["done_at"] is None:
+                state["done_at"] = cycle
+                state["error"] = ctx.get(top.error)
+                assert answered >= {j for j in range(D) if on >> j & 1}, (cycle, answered)
+                assert all(sent[j] == len(words[j]) for j in range(D) if on >> j & 1)
+                assert request is None or not request[0], f"cycle {cycle}: done at a write"
+            assert state["done_at"] is None or request is None or not request[0], \
+                f"cycle {cycle}: a write after done (cycle {state['done_at']})"
+            await ctx.tick()
+            read = None
+            if request is not None:
+                write, r, value, mask = request
+                if write:
+                    for k in range(lanes):
+                        if mask >> k & 1:
+                            byte = 0xFF << 8 * k
+                            memory[r] = memory[r] & ~byte | value & byte
+                else:
+                    read = r
+            if state["done_at"] is not None and cycle > state["done_at"] + 4:
+                break
+
+    original = dict(memory)
+    simulate(top, bench)
+    assert state["done_at"] is not None, "done never came"
+    assert state["error"] == (refuses is not None)
+    chunks = [original[row + i] for i in range(count)]
+    for j in range(D):
+        assert seen[j] == (chunks if on >> j & 1 else []), f"DXT {j}'s chunks"
+    want = dict(original)
+    for j in (j for j in range(D) if on >> j & 1):
+        for w, (value, keep) in enumerate(words[j]):
+            for k in range(4):
+                if keep >> k & 1:
+                    byte = dst + firsts[j] + 4 * w + k
+                    r, lane = divmod(byte, lanes)
+                    want[r] = want[r] & ~(0xFF << 8 * lane) | (value >> 8 * k & 0xFF) << 8 * lane
+    assert memory == want, [r for r in memory if memory[r] != want[r]]
