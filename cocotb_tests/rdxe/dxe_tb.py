@@ -26,7 +26,8 @@ layer's score step on ``scales``, and the model runs the words layer after layer
 own KV cache. An engine of several ``slots`` (docs/rdxe.md 16.2) takes each run's request ``slot``
 and its restart in the ``run`` payload (the host holds ``stride`` then even for one layer), and
 the model keeps a token count and a KV cache a slot and layer; the layer's groups are the DXT's
-over ``slots x layers``.
+over ``slots x layers``. An engine of several ``dxts`` (docs/rdxe.md 16.5) runs a layer of
+``dxts`` x the DXT's groups; its loads name their DXT, each DXT's share of every GEMV.
 
 Tests: ``layer_tokens`` (two tokens, the second attending over both, idle and back-pressure),
 ``cache_full`` (a token at the KV cache's capacity: the run ends at the KV append with
@@ -161,7 +162,7 @@ def layer(params, count: int = 2) -> Layer:
     if path:
         with open(path, "rb") as handle:
             return pickle.load(handle)
-    d, kv = params.head_dim, params.kv_groups // (params.layers * params.slots)
+    d, kv = params.head_dim, params.kv_groups * params.dxts // (params.layers * params.slots)
     heads = params.group_size * kv
     hidden = heads * d
     return Layer(P.llama_layer(heads, kv, d),
@@ -348,7 +349,8 @@ class DxeTB(BlockTB):
         """The layer's loads (module notes), the TB and rr-SRAM cleared; then the program and
         constants read back."""
         p = self.params
-        wmem, ppu, table, fixed = dxt_loads(self.layer.tables, self.asm, p, flat=self.flat)
+        wmem, ppu, table, fixed = dxt_loads(self.layer.tables, self.asm, p, flat=self.flat,
+                                            dxts=p.dxts)
         if p.layers > 1 or p.slots > 1:
             step = A.stride(self.asm)
             value = stride_value(p.ctrl_config(), p.dxt_config(), step.gemvs, step.const_words,
@@ -367,8 +369,8 @@ class DxeTB(BlockTB):
         L = self.lanes
         self.send("table", table)
         self.send("wmem", [{"vac": w["vac"], "addr": w["addr"],
-                            **{f"data.{k}": x & 0xFF for k, x in enumerate(w["data"])}}
-                           for w in wmem])
+                            **{f"data.{k}": x & 0xFF for k, x in enumerate(w["data"])},
+                            **({"dxt": w["dxt"]} if p.dxts > 1 else {})} for w in wmem])
         self.send("ppu", [{**e, "m": e["m"] & ((1 << self.params.mult_bits) - 1)} for e in ppu])
         # Memories keep their contents over a reset: the host clears the TB and rr-SRAM.
         ctrl = self.params.ctrl_config()
@@ -411,7 +413,7 @@ class DxeTB(BlockTB):
         """Assert the run's cycles equal :func:`model_cycles`; return the model's."""
         words, tokens = self.dmodel.runs[run]
         want = model_cycles(self.params.ctrl_config(), self.params.dxt_config(), words,
-                            self.flat, tokens, self.groups)
+                            self.flat, tokens, self.groups, self.params.dxts)
         assert cycles == want, \
             f"run {run} (from cycle {self.taken[run]}): {cycles} cycles from run to done, " \
             f"the model {want}"
@@ -420,7 +422,8 @@ class DxeTB(BlockTB):
     def stall_cycles(self) -> int:
         """Cycles without an output a run may take: the model's cycles of a whole token."""
         return model_cycles(self.params.ctrl_config(), self.params.dxt_config(), self.asm.words,
-                            self.flat, self.params.dxt_config().capacity, self.groups) + 1000
+                            self.flat, self.params.dxt_config().capacity, self.groups,
+                            self.params.dxts) + 1000
 
 
 def _tb(dut, **kwargs) -> DxeTB:

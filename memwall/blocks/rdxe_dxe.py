@@ -178,7 +178,8 @@ def _timing(params, component) -> dict[str, StreamTiming]:
         "ext_data": StreamTiming(after="ext", latency=1, throughput=1.0,
                                  note="a host read's row, the cycle after; always ready"),
         "table": always,
-        "wmem": StreamTiming(throughput=1.0, note="one WMEM row of one VAC a cycle"),
+        "wmem": StreamTiming(throughput=1.0, note="one WMEM row of one VAC a cycle" + (
+            " (of DXT dxt)" if params.dxts > 1 else "")),
         "ppu": StreamTiming(throughput=1.0, note="one PPU entry a cycle; waits while an "
                                                  "attention writes its score entry"),
         # Several layers: each layer's score step (docs/rdxe.md 16.1).
