@@ -376,12 +376,14 @@ class DxtSide(wiring.Component):
 
 
 def _route(m, port, targets):
-    """Drive the DXTs' load ports ``targets`` from ``port``, each load to its ``dxt``."""
+    """Drive the DXTs' load ports ``targets`` from ``port``, each load to its ``dxt``; ready
+    when every DXT is (not from the payload's ``dxt``: ``ready`` must not follow an idle
+    payload, which may be X)."""
     names = [name for name, _ in targets[0].payload.shape()]
     for j, target in enumerate(targets):
         m.d.comb += [target.valid.eq(port.valid & (port.payload.dxt == j)),
                      *(getattr(target.payload, n).eq(getattr(port.payload, n)) for n in names)]
-    m.d.comb += port.ready.eq(Array(target.ready for target in targets)[port.payload.dxt])
+    m.d.comb += port.ready.eq(Cat(target.ready for target in targets).all())
 
 
 class _Tiles:
