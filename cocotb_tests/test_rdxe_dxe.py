@@ -23,10 +23,15 @@ LOOP = ("rdxe-dxe", "small", {"layers": "2", "kv_groups": "2", "wmem_depth": "51
 #: requests interleaved, and a slot's restart at the cache's capacity; tests/test_rdxe_slots.py
 #: runs two slots of two layers in make test.
 SLOTS = ("rdxe-dxe", "small", {"slots": "2", "kv_groups": "2"}, ["slot_tokens", "cache_full"])
-CASES = [("rdxe-dxe", "small", {}, ["layer_tokens", "cache_full"]), LOOP, SLOTS]
+#: With --slow under both, two DXTs of one head in one KV group each (docs/rdxe.md 16.5: the
+#: reduced layer's two heads in two groups, every GEMV split across the DXTs);
+#: tests/test_rdxe_dxts.py runs the plumbing in make test.
+DXTS = ("rdxe-dxe", "small", {"dxts": "2", "group_size": "1", "const_words": "256"},
+        ["layer_tokens", "cache_full"])
+CASES = [("rdxe-dxe", "small", {}, ["layer_tokens", "cache_full"]), LOOP, SLOTS, DXTS]
 
 RUNS = case_runs(CASES, verilator_slow={case_id(*CASES[0])},
-                 slow={case_id(*LOOP), case_id(*SLOTS)})
+                 slow={case_id(*LOOP), case_id(*SLOTS), case_id(*DXTS)})
 
 
 @pytest.mark.parametrize("case, simulator", RUNS)

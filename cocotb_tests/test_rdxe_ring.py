@@ -29,6 +29,7 @@ def test_rdxe_ring(case, simulator):
     ({"rows": "33"}, "Token rows must be between 1 and 32, not 33"),
     ({"slots": "17"}, "Slots must be between 1 and 16, not 17"),
     ({"lanes": "8"}, "Head dimension must be between 16 and 1024, not 8"),
+    ({"dxts": "2"}, "A ring's DXEs hold one DXT each: dxts must be 1, not 2"),
 ])
 def test_parameters_are_checked(overrides, message):
     """The ring's checks, and the engine's, name the parameter, its range and the value."""

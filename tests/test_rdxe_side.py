@@ -119,11 +119,17 @@ def test_the_reduced_layer_runs_on_the_dxt(layer):
             assert stopped == (len(asm.words), 0)
             got.append(images)
     simulate(top, bench)
+    check_tokens(got, want, lambda t: model_cycles(CFG, DXT, asm.words, flat, t + 1))
+
+
+def check_tokens(got, want, model):
+    """Each token's TB and rr-SRAM images and cycles (``got``: from :func:`token_images`)
+    against the golden's images (``want``) and the cycles ``model(t)`` of token ``t``."""
     for t, ((tb, rr, cycles), (want_tb, want_rr)) in enumerate(zip(got, want)):
         for what, have, need in (("TB", tb, want_tb), ("rr", rr, want_rr)):
             assert np.array_equal(have, need), \
                 f"token {t}: {what} differs at {np.flatnonzero(have != need)}"
-        assert cycles == model_cycles(CFG, DXT, asm.words, flat, t + 1), f"token {t}"
+        assert cycles == model(t), f"token {t}: {cycles} cycles, the model {model(t)}"
         print(f"token {t}: {cycles} cycles from run taken to done")
 
 

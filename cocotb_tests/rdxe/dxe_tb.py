@@ -26,7 +26,8 @@ layer's score step on ``scales``, and the model runs the words layer after layer
 own KV cache. An engine of several ``slots`` (docs/rdxe.md 16.2) takes each run's request ``slot``
 and its restart in the ``run`` payload (the host holds ``stride`` then even for one layer), and
 the model keeps a token count and a KV cache a slot and layer; the layer's groups are the DXT's
-over ``slots x layers``.
+over ``slots x layers``. An engine of several ``dxts`` (docs/rdxe.md 16.5) runs a layer of
+``dxts`` x the DXT's groups; its loads name their DXT, each DXT's share of every GEMV.
 
 Tests: ``layer_tokens`` (two tokens, the second attending over both, idle and back-pressure),
 ``cache_full`` (a token at the KV cache's capacity: the run ends at the KV append with
@@ -49,9 +50,11 @@ from golden.arith.float import from_float
 from golden.rdxe import assemble as A
 from golden.rdxe import program as P
 from golden.rdxe.dxe import rms_eps
+from golden.rdxe.vlink import dxe_layout
 from hdl.arith.format import FP32
 from hdl.rdxe.ctrl import Store, loop_cycles, stride_layout
 from hdl.rdxe.dxe import stride_value
+from hdl.rdxe.dxts import output_shares
 from hdl.rdxe.isa import OPCODES, instruction_layout
 
 from sim.rdxe.ring import program_cycles
@@ -86,34 +89,44 @@ def row_elements(value: int, lanes: int, bits: int) -> list[int]:
     return [(value >> (bits * n)) & ((1 << bits) - 1) for n in range(lanes)]
 
 
-def dxt_loads(tables: P.LayerTables, asm: A.Assembled, dxt, flat: P.LayerTables | None = None
-              ) -> tuple[list, list, list, dict]:
+def dxt_loads(tables: P.LayerTables, asm: A.Assembled, dxt, flat: P.LayerTables | None = None,
+              dxts: int = 1) -> tuple[list, list, list, dict]:
     """The DXT side's loads for a layer (docs/rdxe.md 14.3): WMEM rows and PPU entries of every
     GEMV by table index, the identity after them, then the score entry and P.V's; the ``table``
     entries; and the fixed inputs (``identity``, ``score_entry``, ``pv_entry``,
     ``score_scale``). ``flat``: the tables as the words see them (by default
-    ``flat_tables(tables, asm)``; a view of ``stacked_tables`` for several layers)."""
+    ``flat_tables(tables, asm)``; a view of ``stacked_tables`` for several layers). On several
+    ``dxts`` (docs/rdxe.md 16.5) each DXT gets its share of every GEMV's rows
+    (:func:`hdl.rdxe.dxts.output_shares`) and the whole identity, at the same rows and entries
+    on every DXT (room for the largest share), and every load names its ``dxt``."""
+    if dxts > 1:
+        dxe_layout(tables.params.heads, tables.params.kv_groups, dxts, dxt.kv_groups,
+                   dxt.group_size)
     flat = A.flat_tables(tables, asm) if flat is None else flat
     gemvs = dict(flat.gemvs)
     identity = len(gemvs)
     d = dxt.head_dim
     gemvs[identity] = (np.eye(d, dtype=np.int8), np.ones(d, np.int64), np.zeros(d, np.int64))
     N, L = dxt.vacs, dxt.lanes
+    named = (lambda j: {"dxt": j}) if dxts > 1 else (lambda j: {})
     wmem, ppu, table, row, entry = [], [], [], 0, 0
     for index, (W, m, shift) in sorted(gemvs.items()):
         M, K = W.shape
-        C, passes = -(-K // L), -(-M // N)
-        image = golden.wmem_image(W, dxt)
-        wmem += [{"vac": v, "addr": row + r, "data": [int(x) for x in image[v, r]]}
-                 for v in range(N) for r in range(passes * C)]
-        ppu += [{"vac": o % N, "addr": entry + o // N, "m": int(m[o]), "shift": int(shift[o])}
-                for o in range(M)]
-        table.append({"index": index, "row": row, "entry": entry, "outputs": M, "chunks": C,
-                      "inv_k": int(from_float(np.float32(1 / K), FP32))})
+        shares = output_shares(M, dxts, N) if dxts > 1 and index != identity else [(0, M)] * dxts
+        C, passes = -(-K // L), max(-(-n // N) for _, n in shares)
+        for j, (first, n) in enumerate(shares):
+            image = golden.wmem_image(W[first:first + n], dxt) if n else None
+            wmem += [{"vac": v, "addr": row + r, "data": [int(x) for x in image[v, r]],
+                      **named(j)} for v in range(N) for r in range(-(-n // N) * C)]
+            ppu += [{"vac": o % N, "addr": entry + o // N, "m": int(m[first + o]),
+                     "shift": int(shift[first + o]), **named(j)} for o in range(n)]
+            table.append({"index": index, "row": row, "entry": entry, "outputs": n, "chunks": C,
+                          "inv_k": int(from_float(np.float32(1 / K), FP32)),
+                          **({"dxt": j, "first": first} if dxts > 1 else {})})
         row, entry = row + passes * C, entry + passes
     score_entry, pv_entry = entry, entry + 1
-    ppu += [{"vac": e % N, "addr": pv_entry + e // N, "m": 1, "shift": dxt.prob_frac}
-            for e in range(d)]
+    ppu += [{"vac": e % N, "addr": pv_entry + e // N, "m": 1, "shift": dxt.prob_frac,
+             **named(j)} for j in range(dxts) for e in range(d)]
     return wmem, ppu, table, {"identity": identity, "score_entry": score_entry,
                               "pv_entry": pv_entry, "score_scale": int(tables.score_scale)}
 
@@ -131,7 +144,7 @@ def host_loads(params, asm: A.Assembled, views: list) -> tuple[dict, dict]:
     and the stream items (``scales`` with several layers; ``table``, ``wmem``, ``ppu``; on
     ``ext`` the TB and rr-SRAM cleared, then the program and the constants: name -> items)."""
     flat, L, ctrl = views[0], params.lanes, params.ctrl_config()
-    wmem, ppu, table, ports = dxt_loads(flat, asm, params, flat=flat)
+    wmem, ppu, table, ports = dxt_loads(flat, asm, params, flat=flat, dxts=params.dxts)
     streams = {}
     if params.layers > 1 or params.slots > 1:
         step = A.stride(asm)
@@ -147,8 +160,8 @@ def host_loads(params, asm: A.Assembled, views: list) -> tuple[dict, dict]:
     ports["eps"] = int(rms_eps(np.array([one]), flat.rms_eps)[0])
     streams["table"] = table
     streams["wmem"] = [{"vac": w["vac"], "addr": w["addr"],
-                        **{f"data.{k}": x & 0xFF for k, x in enumerate(w["data"])}}
-                       for w in wmem]
+                        **{f"data.{k}": x & 0xFF for k, x in enumerate(w["data"])},
+                        **({"dxt": w["dxt"]} if params.dxts > 1 else {})} for w in wmem]
     streams["ppu"] = [{**e, "m": e["m"] & ((1 << params.mult_bits) - 1)} for e in ppu]
     # Memories keep their contents over a reset: the host clears the TB and rr-SRAM.
     streams["ext"] = [item for store in (Store.TB, Store.RR)
@@ -158,7 +171,8 @@ def host_loads(params, asm: A.Assembled, views: list) -> tuple[dict, dict]:
     return ports, streams
 
 
-def model_cycles(ctrl, dxt, words, flat, tokens: int, groups: int | None = None) -> int:
+def model_cycles(ctrl, dxt, words, flat, tokens: int, groups: int | None = None,
+                 dxts: int = 1) -> int:
     """Cycles from ``run`` taken to ``done.valid`` for ``words``: the controller's model
     (:func:`hdl.rdxe.ctrl.run_cycles`), each DXT instruction's by the DXT side's
     (:func:`hdl.rdxe.dxtside.instruction_cycles`) with its commands timed by the DXT's
@@ -167,7 +181,7 @@ def model_cycles(ctrl, dxt, words, flat, tokens: int, groups: int | None = None)
     ``groups`` the KV groups a layer's words use (the DXT's by default)."""
     view = dxt if groups is None else dataclasses.replace(dxt, kv_groups=groups)
     one = program_cycles(ctrl, view, words, {i: g[0].shape for i, g in flat.gemvs.items()},
-                         tokens)
+                         tokens, dxts)
     return loop_cycles([one] * ctrl.layers)
 
 
@@ -188,7 +202,7 @@ def layer(params, count: int = 2) -> Layer:
     if path:
         with open(path, "rb") as handle:
             return pickle.load(handle)
-    d, kv = params.head_dim, params.kv_groups // (params.layers * params.slots)
+    d, kv = params.head_dim, params.kv_groups * params.dxts // (params.layers * params.slots)
     heads = params.group_size * kv
     hidden = heads * d
     return Layer(P.llama_layer(heads, kv, d),
@@ -415,7 +429,7 @@ class DxeTB(BlockTB):
         """Assert the run's cycles equal :func:`model_cycles`; return the model's."""
         words, tokens = self.dmodel.runs[run]
         want = model_cycles(self.params.ctrl_config(), self.params.dxt_config(), words,
-                            self.flat, tokens, self.groups)
+                            self.flat, tokens, self.groups, self.params.dxts)
         assert cycles == want, \
             f"run {run} (from cycle {self.taken[run]}): {cycles} cycles from run to done, " \
             f"the model {want}"
@@ -424,7 +438,8 @@ class DxeTB(BlockTB):
     def stall_cycles(self) -> int:
         """Cycles without an output a run may take: the model's cycles of a whole token."""
         return model_cycles(self.params.ctrl_config(), self.params.dxt_config(), self.asm.words,
-                            self.flat, self.params.dxt_config().capacity, self.groups) + 1000
+                            self.flat, self.params.dxt_config().capacity, self.groups,
+                            self.params.dxts) + 1000
 
 
 def _tb(dut, **kwargs) -> DxeTB:

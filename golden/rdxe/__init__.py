@@ -50,7 +50,7 @@ from .act import (ACT_CODE_ERROR, BETA_GELU, BETA_SILU, GELU_FORM_GAP, ActTrace,
                   act_values, gelu, gelu_form_gap, silu_glu)
 from .cycles import (Cycles, Latency, ReadCycles, command_cycles, gemv_cycles, kv_read_cycles,
                      kv_write_cycles, layout_cycles, qk_cycles, rmsnorm_gemv_cycles,
-                     softmax_pv_cycles)
+                     softmax_pv_cycles, word_cycles)
 from .kv import KVImage, kv_address, kv_capacity, kv_groups, kv_image, kv_read
 from .model import (RCFactor, RmsNormTrace, SoftmaxTrace, accumulate, attention, attention_cached,
                     eps_code, gemv, log2_scale, ppu, ppu_code, qk_scores, rcu, rms_rc, rmsnorm_gemv,
@@ -73,7 +73,7 @@ __all__ = [
     "qk_scores", "attention", "attention_cached",
     "gemv_reference", "rmsnorm_gemv_reference", "softmax_pv_reference",
     "rmsnorm_error_bound", "softmax_error_bound", "mode_gap_bound",
-    "gemv_cycles", "rmsnorm_gemv_cycles", "qk_cycles", "softmax_pv_cycles", "command_cycles",
+    "gemv_cycles", "rmsnorm_gemv_cycles", "qk_cycles", "softmax_pv_cycles", "command_cycles", "word_cycles",
     "kv_read_cycles", "kv_write_cycles", "layout_cycles",
     "BETA_SILU", "BETA_GELU", "ACT_CODE_ERROR", "GELU_FORM_GAP", "ActTrace", "act_constants",
     "act_values", "act_scale", "act_codes", "act", "silu_glu", "gelu", "act_reference",

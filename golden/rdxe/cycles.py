@@ -19,7 +19,7 @@ from .params import GBUS_BYTES, MAX_TOKENS, DxtConfig, _layout, _mode, _params, 
 
 __all__ = [
     "Latency", "Cycles", "ReadCycles", "gemv_cycles", "rmsnorm_gemv_cycles", "qk_cycles",
-    "softmax_pv_cycles", "command_cycles", "kv_read_cycles", "kv_write_cycles",
+    "softmax_pv_cycles", "command_cycles", "word_cycles", "kv_read_cycles", "kv_write_cycles",
     "layout_cycles",
 ]
 
@@ -180,16 +180,23 @@ def _acc_ready(outputs: int, inputs: int, params: VacConfig, N: int, lat: Latenc
     return (o // N) * C + (C - 1) + (o % N) + lat.dot(params.lanes) + lat.accumulate
 
 
-def _gbus(results: np.ndarray, lat: Latency) -> int:
-    """``done`` of results leaving the PPUs at ``results`` (every output of every pass, in output
-    order): a result is on its VAC's ``o`` ``queue`` cycles later and at the gatherer ``gather``
-    after that; GBUS word ``w`` (outputs ``4w .. 4w + 3``) moves at ``g_w = max(its results
-    there, g_(w-1) + 1)``; ``done = g_last + 1``."""
+def _gbus_moves(results: np.ndarray, lat: Latency) -> np.ndarray:
+    """The cycle ``g_w`` each GBUS word moves for results leaving the PPUs at ``results`` (every
+    output of every pass, in output order): a result is on its VAC's ``o`` ``queue`` cycles
+    later and at the gatherer ``gather`` after that; word ``w`` (outputs ``4w .. 4w + 3``)
+    moves at ``g_w = max(its results there, g_(w-1) + 1)``."""
     words = -(-len(results) // GBUS_BYTES)
     padded = np.full(words * GBUS_BYTES, -1, np.int64)
     padded[:len(results)] = results + lat.queue + lat.gather
     ready = padded.reshape(words, GBUS_BYTES).max(axis=1)
-    return int((ready + np.arange(words)[::-1]).max()) + 1   # g_last = max_w (R_w + W - 1 - w)
+    # g_w = max_(v <= w) (R_v + w - v)
+    return np.maximum.accumulate(ready - np.arange(words)) + np.arange(words)
+
+
+def _gbus(results: np.ndarray, lat: Latency) -> int:
+    """``done`` of results leaving the PPUs at ``results`` (:func:`_gbus_moves`): ``g_last +
+    1``."""
+    return int(_gbus_moves(results, lat)[-1]) + 1
 
 
 def _cycles(total: int, outputs: int, inputs: int, params: VacConfig, N: int, **extra
@@ -226,10 +233,10 @@ def _rc_ready(inputs: int, params: VacConfig, lat: Latency) -> int:
     return C - 1 + lat.dot(params.lanes) + lat.accumulate + lat.factor + lat.broadcast
 
 
-def _fused(outputs: int, inputs: int, params: VacConfig, N: int, lat: Latency, rc_ready: int
-           ) -> Cycles:
+def _fused_results(outputs: int, inputs: int, params: VacConfig, N: int, lat: Latency,
+                   rc_ready: int) -> np.ndarray:
+    """The cycle each output (padding included) leaves its PPU in the fused mode (:func:`_fused`)."""
     ready = _acc_ready(outputs, inputs, params, N, lat)
-    hold = int(np.count_nonzero(ready[::N] < rc_ready))
     # Each VAC's RCU takes one accumulator per cycle, in output order and not before the factor:
     # s_k = max(a_k, rc_ready, s_(k-1) + 1) over the VAC's outputs o = v, v + N, ...
     entry = np.zeros_like(ready)
@@ -238,7 +245,14 @@ def _fused(outputs: int, inputs: int, params: VacConfig, N: int, lat: Latency, r
         for index in range(v, len(ready), N):
             s = max(int(ready[index]), rc_ready, s + 1)
             entry[index] = s
-    results = entry + lat.rcu + lat.ppu
+    return entry + lat.rcu + lat.ppu
+
+
+def _fused(outputs: int, inputs: int, params: VacConfig, N: int, lat: Latency, rc_ready: int
+           ) -> Cycles:
+    ready = _acc_ready(outputs, inputs, params, N, lat)
+    hold = int(np.count_nonzero(ready[::N] < rc_ready))
+    results = _fused_results(outputs, inputs, params, N, lat, rc_ready)
     return _cycles(results.max() + 1, outputs, inputs, params, N, rc_ready=rc_ready, hold=hold,
                    done=_gbus(results, lat))
 
@@ -372,6 +386,28 @@ def command_cycles(kind: str, a: int, b: int, params: DxtConfig, *, mode: str = 
     else:
         raise ValueError(f"command kind must be one of gemv, rmsnorm, qk, pv, not {kind!r}")
     return lat.decode + lat.accept + lat.lead + c.done - 1 + lat.response
+
+
+def word_cycles(kind: str, a: int, b: int, params: DxtConfig) -> np.ndarray:
+    """Cycles from a DXT command taken to each of its result words on ``o`` (fused mode; the
+    words of padding outputs only are not sent), for a command as :func:`command_cycles` times
+    it: a word leaves ``o`` the cycle after the GBUS moves it, so the last one ``response - 1``
+    cycles before the response. ``kind`` is ``gemv``, ``rmsnorm`` (``a`` outputs, ``b``
+    inputs), ``qk`` or ``pv`` (``a`` tokens)."""
+    params = _params(params)
+    lat = Latency.of(params)
+    N = params.vacs
+    if kind in ("gemv", "qk"):
+        outputs, inputs = (a, b) if kind == "gemv" else (a, params.head_dim)
+        results = _acc_ready(outputs, inputs, params, N, lat) + lat.ppu
+    elif kind in ("rmsnorm", "pv"):
+        outputs, inputs = (a, b) if kind == "rmsnorm" else (params.head_dim, a)
+        results = _fused_results(outputs, inputs, params, N, lat,
+                                 _rc_ready(inputs, params, lat))
+    else:
+        raise ValueError(f"command kind must be one of gemv, rmsnorm, qk, pv, not {kind!r}")
+    moves = _gbus_moves(results, lat)
+    return moves[:-(-outputs // GBUS_BYTES)] + lat.decode + lat.accept + lat.lead + 1
 
 
 def kv_read_cycles(tokens: int, op: str, params: DxtConfig, layout: str = "iwur"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from hdl.validate import integer
 
-__all__ = ["Placement", "place"]
+__all__ = ["Placement", "place", "dxe_layout"]
 
 
 @dataclass(frozen=True)
@@ -77,3 +77,29 @@ def place(heads: int, kv_heads: int, dxts: int) -> Placement:
     g = heads // kv_heads
     return Placement(heads, kv_heads, dxts, head_dxt, tuple(head_dxt[k * g]
                                                              for k in range(kv_heads)))
+
+
+def dxe_layout(heads: int, kv_heads: int, dxts: int, dxt_groups: int, group_size: int
+               ) -> Placement:
+    """The placement of a layer of ``heads`` query heads in ``kv_heads`` KV groups on a DXE of
+    ``dxts`` DXTs without VLINK (``hdl.rdxe.dxtside.DxtSide`` with ``dxts``, docs/rdxe.md 16.5),
+    each DXT holding ``dxt_groups`` groups of ``group_size`` heads: :func:`place`'s, which then
+    gives DXT ``j`` groups ``j dxt_groups ..``.
+
+    Raises
+    ------
+    ValueError
+        A group whose query heads :func:`place` puts on two DXTs (it needs VLINK), or a layer
+        whose groups or group size are not the DXE's (``dxts x dxt_groups`` of
+        ``group_size``); what :func:`place` raises.
+    """
+    placement = place(heads, kv_heads, dxts)
+    if placement.reads:
+        h, home, d = placement.reads[0]
+        raise ValueError(f"{kv_heads} KV groups of {heads} query heads on {dxts} DXTs need "
+                         f"VLINK: query head {h} is on DXT {d}, its group's cache on DXT {home}")
+    if kv_heads != dxts * dxt_groups or placement.group_size != group_size:
+        raise ValueError(f"A layer on {dxts} DXTs of {dxt_groups} KV groups of {group_size} "
+                         f"query heads has {dxts * dxt_groups} groups of {group_size}, not "
+                         f"{kv_heads} of {placement.group_size}")
+    return placement

@@ -1,6 +1,7 @@
-"""The rDXE decoder engine (DXE) with one DXT: the layer controller (:mod:`hdl.rdxe.ctrl`) and the
-DXT side (:mod:`hdl.rdxe.dxtside`) joined, so that a decoder layer runs from its program with
-the host only loading the layer's tables and each token's inputs (docs/rdxe.md 14.3).
+"""The rDXE decoder engine (DXE) with one DXT or several: the layer controller
+(:mod:`hdl.rdxe.ctrl`) and the DXT side (:mod:`hdl.rdxe.dxtside`) joined, so that a decoder
+layer runs from its program with the host only loading the layer's tables and each token's
+inputs (docs/rdxe.md 14.3).
 
 The host's memory requests (``ext``) reach the controller when the DXT side makes none: the host
 uses ``ext`` while the DXE is idle, the DXT side while a DXT op runs, so the two never wait on
@@ -9,6 +10,10 @@ each other in a correct use; ``ext_data`` answers the host's reads only.
 A DXE of several ``slots`` (docs/rdxe.md 16.2) serves that many resident requests: its ``run``
 also carries the token's request ``slot`` and ``restart``/``position`` (that slot starts over at
 ``position`` before the run); the controller takes ``pc`` and ``count``, the DXT side the rest.
+
+A DXE of several ``dxts`` (docs/rdxe.md 16.5) runs each GEMV on all of them at once, each on its
+share of the outputs, every chunk read once for all; its KV groups and query heads are ``dxts``
+x the DXT's, DXT ``j`` holding the ``j``-th DXT's worth. The host's loads name their DXT.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ def slot_run_layout(ctrl: CtrlConfig, dxt: DxtConfig, slots: int) -> data.Struct
 
 
 class Dxe(wiring.Component):
-    """Run a decoder layer's program on one DXT (module notes).
+    """Run a decoder layer's program on one DXT or several (module notes).
 
     Parameters
     ----------
@@ -48,6 +53,8 @@ class Dxe(wiring.Component):
     slots : int
         Resident requests, 1 to 16 (1): the DXT's KV groups hold ``slots x layers`` layers'
         caches of ``stride.kv_groups`` groups (module notes).
+    dxts : int
+        DXTs, 1 to 8 (1); above 1 with one layer and one slot (module notes).
 
     Members
     -------
@@ -68,10 +75,11 @@ class Dxe(wiring.Component):
     Bad parameters raise ``TypeError``/``ValueError`` naming them (the parts' checks).
     """
 
-    def __init__(self, ctrl: CtrlConfig, dxt: DxtConfig, *, slots: int = 1):
-        self.side = DxtSide(ctrl, dxt, slots=slots)
+    def __init__(self, ctrl: CtrlConfig, dxt: DxtConfig, *, slots: int = 1, dxts: int = 1):
+        self.side = DxtSide(ctrl, dxt, slots=slots, dxts=dxts)
         self.ctrl = DxeController(ctrl)
         self.cfg, self.dxt_cfg, self.slots = ctrl, dxt, self.side.slots
+        self.dxts = self.side.dxts
         members = self.ctrl.signature.members
         side = self.side.signature.members
         super().__init__({

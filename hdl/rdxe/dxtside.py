@@ -30,11 +30,16 @@ run comes with its request's ``slot`` (and whether that slot starts over at a ``
 stride.kv_groups`` groups and ``slot x layers x stride.heads`` heads, to the layer's first KV
 group and query head. The base is a product in logic, made once a run (no multiplier block,
 no cycle).
+
+With ``dxts`` above 1 (docs/rdxe.md 16.5, :mod:`hdl.rdxe.dxts`) a GEMV goes to every DXT at
+once, each with its own table entry (its share of the outputs, from ``first``), its chunks read
+once for all and its results written through a queue a DXT; a KV append's groups and an
+attention's heads run one at a time on the DXT that holds them. The host's loads name their DXT.
 """
 
 from __future__ import annotations
 
-from amaranth import Array, Const, Module, Mux, Signal, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
@@ -45,6 +50,7 @@ from ..arith.fpmul import logic_product
 from ..validate import index_bits, integer
 from .ctrl import CtrlConfig, Store, dxt_layout, ext_layout, op_is, stride_layout
 from .dxt import Dxt
+from .dxts import BroadcastIo, check_dxts, count_reads, one_hot
 from .spec import (CODE_BITS, DESTS, GBUS_BYTES, OPS, DxtConfig, check_config, command_layout,
                    rc_layout)
 
@@ -57,13 +63,23 @@ _CHUNKS = 4
 MAX_SLOTS = 16
 
 
-def gemv_table_layout(dxt: DxtConfig, tables: int) -> data.StructLayout:
+def gemv_table_layout(dxt: DxtConfig, tables: int, dxts: int = 1) -> data.StructLayout:
     """Payload of a ``table`` load: GEMV ``index``'s first WMEM ``row``, first PPU ``entry``,
-    ``outputs`` M, ``chunks`` C and ``inv_k`` = fp32(1/K)."""
+    ``outputs`` M, ``chunks`` C and ``inv_k`` = fp32(1/K); with several ``dxts``, on DXT
+    ``dxt``, whose share of the outputs (``outputs`` of them, none: it sits the GEMV out)
+    starts at output ``first``."""
     cmd = {name: field.shape for name, field in command_layout(dxt)}
+    several = {"dxt": index_bits(dxts), "first": cmd["outputs"]} if dxts > 1 else {}
     return data.StructLayout({"index": index_bits(tables), "row": cmd["row"],
                               "entry": cmd["entry"], "outputs": cmd["outputs"],
-                              "chunks": cmd["chunks"], "inv_k": FP32.width})
+                              "chunks": cmd["chunks"], "inv_k": FP32.width, **several})
+
+
+def _addressed(port, dxts: int):
+    """A DXT's load port (``wmem``, ``ppu``) with the ``dxt`` it goes to, for several."""
+    layout = port.signature.members["payload"].shape
+    return In(stream.Signature(data.StructLayout({**{name: f.shape for name, f in layout},
+                                                  "dxt": index_bits(dxts)})))
 
 
 def scale_layout(ctrl: CtrlConfig) -> data.StructLayout:
@@ -83,27 +99,36 @@ def slot_layout(dxt: DxtConfig, slots: int) -> data.StructLayout:
 _OVERHEAD = 3
 
 
-def instruction_cycles(cfg: DxtConfig, op: str, commands) -> int:
+def instruction_cycles(cfg: DxtConfig, op: str, commands, dxts: int = 1) -> int:
     """Cycles of one DXT instruction ``op`` (an opcode name) from ``dxt.valid`` rising to
     ``dxt_done`` taken, the controller's ``dxt_cycles``
     (:func:`hdl.rdxe.ctrl.instruction_cycles`). ``commands``: the DXT commands it runs, in order,
     as ``(cycles, chunked)``: cycles from the command taken to its response (the DXT's model,
     ``golden.rdxe.command_cycles``), and whether it reads chunks (its first chunk comes a cycle
     later than the DXT's model has it: the read on ``ext``). Each command adds a cycle for the
-    state that sees its response; an attention adds the score entry's writes, one a VAC, and a
-    cycle a head."""
-    extra = cfg.vacs + cfg.heads if op == "attend" else 0
+    state that sees its response; an attention adds the score entry's writes, one a VAC (on
+    every DXT at once), and a cycle a head (``dxts x`` the DXT's heads). On several ``dxts`` a
+    command's cycles run to the side seeing its results written too
+    (:func:`hdl.rdxe.dxts.shared_cycles`)."""
+    extra = cfg.vacs + check_dxts(dxts) * cfg.heads if op == "attend" else 0
     return _OVERHEAD + extra + sum(c + 1 + bool(chunked) for c, chunked in commands)
 
 
 class DxtSide(wiring.Component):
-    """Run the controller's DXT instructions on one DXT (module notes).
+    """Run the controller's DXT instructions on one DXT, or on ``dxts`` (module notes).
 
     Parameters
     ----------
     ctrl : CtrlConfig
         The controller's; its lanes must be the DXT's and its head dimension the DXT's.
     dxt : DxtConfig
+        Each DXT's.
+    slots : int
+        Resident requests, 1 to :data:`MAX_SLOTS`.
+    dxts : int
+        DXTs, 1 to :data:`~hdl.rdxe.dxts.MAX_DXTS` (docs/rdxe.md 16.5); above 1 with one layer
+        and one slot only. The DXE's KV groups and query heads are then ``dxts x`` the DXT's,
+        DXT ``j`` holding groups ``j kv_groups ..`` and their heads.
 
     Members
     -------
@@ -115,10 +140,11 @@ class DxtSide(wiring.Component):
         To the controller's ``ext``: chunk reads and result writes of rr rows.
     ext_data : In(stream.Signature({"data": ...}, always_ready=True))
         From the controller's ``ext_data``.
-    table : In(stream.Signature(gemv_table_layout(dxt, gemvs), always_ready=True))
-        Where GEMV ``index`` is in the WMEM and PPU tables.
+    table : In(stream.Signature(gemv_table_layout(dxt, gemvs, dxts), always_ready=True))
+        Where GEMV ``index`` is in the WMEM and PPU tables (of DXT ``dxt``, and its share).
     wmem, ppu : the DXT's, for the host's loads (``ppu`` waits while an attention writes its
-        score entry).
+        score entry); with several DXTs with the ``dxt`` they go to (one port for all: the
+        loads come once per layer, one row a cycle, off the token's path).
     identity, score_entry, pv_entry, score_scale, position : In
         The identity GEMV's table index, the PPU entries of Q.K^T and P.V, fp32 ``log2(e)``
         times one score step; ``position`` is loaded into the token count on ``restart``.
@@ -133,7 +159,8 @@ class DxtSide(wiring.Component):
         With ``slots`` above 1, instead of ``position`` and ``restart``: the slot of the run the
         controller takes in the same cycle, and whether it starts over.
 
-    Bad ``slots`` (1 to :data:`MAX_SLOTS`) raises ``TypeError``/``ValueError`` naming it.
+    Bad ``slots`` (1 to :data:`MAX_SLOTS`) or ``dxts`` (1 to 8; 1 with several layers or
+    slots) raises ``TypeError``/``ValueError`` naming it.
     """
 
     @staticmethod
@@ -141,26 +168,33 @@ class DxtSide(wiring.Component):
         """``slots`` if it is a count of resident requests the side can serve."""
         return integer(slots, "Slots", 1, MAX_SLOTS)
 
-    def __init__(self, ctrl: CtrlConfig, dxt: DxtConfig, *, slots: int = 1):
+    def __init__(self, ctrl: CtrlConfig, dxt: DxtConfig, *, slots: int = 1, dxts: int = 1):
         self.slots = self.check_slots(slots)
+        self.dxts = D = check_dxts(dxts)
         if not isinstance(ctrl, CtrlConfig):
             raise TypeError(f"DXT side controller configuration must be a CtrlConfig, not "
                             f"{ctrl!r}")
+        if D > 1 and (ctrl.layers > 1 or self.slots > 1):
+            raise ValueError(f"Several DXTs run one layer of one request: with {D} DXTs the "
+                             f"layers and slots must be 1, not {ctrl.layers} and {self.slots}")
         self.dxt_cfg = check_config(dxt, DxtConfig, "DXT")
         if ctrl.lanes != dxt.lanes or ctrl.head_dim != dxt.head_dim:
             raise ValueError(f"The controller's lanes and head dimension ({ctrl.lanes}, "
                              f"{ctrl.head_dim}) must be the DXT's ({dxt.lanes}, {dxt.head_dim})")
         self.ctrl = ctrl
-        self.dxt = Dxt(dxt)
+        self.tiles = [Dxt(dxt) for _ in range(D)]
+        self.dxt = self.tiles[0]
         cmd = {name: field.shape for name, field in command_layout(dxt)}
         sig = self.dxt.signature.members
+        if D > 1:
+            sig = {name: _addressed(sig[name], D) for name in ("wmem", "ppu")}
         super().__init__({
             "insn": In(stream.Signature(dxt_layout(ctrl))),
             "done": Out(stream.Signature(data.StructLayout({"error": 1}))),
             "ext": Out(stream.Signature(ext_layout(ctrl))),
             "ext_data": In(stream.Signature(data.StructLayout({"data": ctrl.data_bits}),
                                             always_ready=True)),
-            "table": In(stream.Signature(gemv_table_layout(dxt, ctrl.space.gemvs),
+            "table": In(stream.Signature(gemv_table_layout(dxt, ctrl.space.gemvs, D),
                                          always_ready=True)),
             "wmem": sig["wmem"],
             "ppu": sig["ppu"],
@@ -176,15 +210,28 @@ class DxtSide(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.dxt = dxt = self.dxt
         cfg, ctrl = self.dxt_cfg, self.ctrl
-        tables = Array(Signal(gemv_table_layout(cfg, ctrl.space.gemvs), name=f"gemv{i}")
-                       for i in range(ctrl.space.gemvs))
-        with m.If(self.table.valid):
-            m.d.sync += tables[self.table.payload.index].eq(self.table.payload)
-        wiring.connect(m, wiring.flipped(self.wmem), dxt.wmem)
-        io = _Io(m, self, dxt)
-        self._sequence(m, dxt, tables, io)
+        if self.dxts == 1:
+            m.submodules.dxt = dxt = self.dxt
+            tables = Array(Signal(gemv_table_layout(cfg, ctrl.space.gemvs), name=f"gemv{i}")
+                           for i in range(ctrl.space.gemvs))
+            with m.If(self.table.valid):
+                m.d.sync += tables[self.table.payload.index].eq(self.table.payload)
+            wiring.connect(m, wiring.flipped(self.wmem), dxt.wmem)
+            io = _Io(m, self, dxt)
+        else:
+            layout = gemv_table_layout(cfg, ctrl.space.gemvs, self.dxts)
+            for j, tile in enumerate(self.tiles):
+                m.submodules[f"dxt{j}"] = tile
+            # DXT j's tables (all DXTs' for one GEMV: ``tables[j][i]``).
+            tables = Array(Array(Signal(layout, name=f"dxt{j}_gemv{i}")
+                                 for i in range(ctrl.space.gemvs)) for j in range(self.dxts))
+            load = self.table.payload
+            with m.If(self.table.valid):
+                m.d.sync += tables[load.dxt][load.index].eq(load)
+            _route(m, self.wmem, [tile.wmem for tile in self.tiles])
+            io = BroadcastIo(m, self, self.tiles, _CHUNKS)
+        self._sequence(m, self.dxt, tables, io)
         return m
 
     def _sequence(self, m, dxt, tables, io):
@@ -198,12 +245,15 @@ class DxtSide(wiring.Component):
         layer = _Layer(m, self, tokens)
         slot = _Slot(m, self, tokens)
         group, head = slot.group(layer.group), slot.head(layer.head)     # the op's first ones
-        index = Signal(range(max(cfg.heads, cfg.kv_groups) + 1))
+        index = Signal(range(max(cfg.heads, cfg.kv_groups) * self.dxts + 1))
         vac = Signal(range(cfg.vacs + 1))
         error = Signal()
-        cmd = dxt.cmd.payload
-        gemv = tables[insn.table]
-        ident = tables[self.identity]
+        tiles = _Tiles(m, self)
+        cmd = tiles.cmd
+        at = insn.table           # not captured below: the signals keep their traced names
+        gemv, shares = (tables[at], None) if self.dxts == 1 else (
+            tables[0][at], [tables[j][at] for j in range(self.dxts)])
+        ident = tables[self.identity] if self.dxts == 1 else tables[0][self.identity]
 
         def is_op(*names):
             return op_is(op, *names)
@@ -215,11 +265,15 @@ class DxtSide(wiring.Component):
         with m.FSM(name="side"):
             with m.State("Idle"):
                 m.d.comb += self.insn.ready.eq(1)
-                wiring.connect(m, wiring.flipped(self.ppu), dxt.ppu)
+                if self.dxts == 1:
+                    wiring.connect(m, wiring.flipped(self.ppu), dxt.ppu)
+                else:
+                    _route(m, self.ppu, [tile.ppu for tile in self.tiles])
                 with m.If(self.insn.valid):
                     m.d.sync += [insn.eq(self.insn.payload.insn), value.eq(self.insn.payload.value),
                                  index.eq(0), vac.eq(0), error.eq(0),
-                                 layer.take(self.insn.payload), slot.take(self.insn.payload)]
+                                 layer.take(self.insn.payload), slot.take(self.insn.payload),
+                                 *tiles.first()]
                     m.next = "Dispatch"
             with m.State("Dispatch"):
                 with m.If(is_op("gemv", "gemv_norm")):
@@ -229,25 +283,33 @@ class DxtSide(wiring.Component):
                 with m.Else():
                     m.next = "Score"
             with m.State("Gemv"):
-                m.d.comb += [dxt.cmd.valid.eq(1),
-                             cmd.op.eq(Mux(is_op("gemv_norm"), OPS.index("rmsnorm"),
+                # Each DXT its share (its own table); one that has none sits the GEMV out.
+                taken = tiles.issue(m, shares and Cat(t.outputs != 0 for t in shares))
+                m.d.comb += [cmd.op.eq(Mux(is_op("gemv_norm"), OPS.index("rmsnorm"),
                                            OPS.index("gemv"))),
                              cmd.dest.eq(DESTS.index("out")), cmd.outputs.eq(gemv.outputs),
                              cmd.chunks.eq(gemv.chunks), cmd.row.eq(gemv.row),
                              cmd.entry.eq(gemv.entry), cmd.inv_k.eq(gemv.inv_k),
                              cmd.eps.eq(value)]
-                with m.If(dxt.cmd.ready):
-                    m.d.sync += io.start((insn.a >> shift), gemv.chunks, insn.dst, True)
+                for tile, share in zip(self.tiles, shares or ()):
+                    m.d.comb += [tile.cmd.payload.outputs.eq(share.outputs),
+                                 tile.cmd.payload.row.eq(share.row),
+                                 tile.cmd.payload.entry.eq(share.entry)]
+                with m.If(taken):
+                    m.d.sync += tiles.start(io, (insn.a >> shift), gemv.chunks, insn.dst, True,
+                                            shares and [t.first for t in shares])
                     m.next = "Last"
             for name, dest, base in (("Key", "key", insn.a), ("Value", "value", insn.b)):
                 with m.State(name):
-                    m.d.comb += [dxt.cmd.valid.eq(1), cmd.op.eq(OPS.index("gemv")),
+                    taken = tiles.issue(m)
+                    m.d.comb += [cmd.op.eq(OPS.index("gemv")),
                                  cmd.dest.eq(DESTS.index(dest)), cmd.outputs.eq(cfg.head_dim),
                                  cmd.chunks.eq(ident.chunks), cmd.row.eq(ident.row),
-                                 cmd.entry.eq(ident.entry), cmd.head.eq(group + index),
+                                 cmd.entry.eq(ident.entry), cmd.head.eq(tiles.at(group + index)),
                                  cmd.tokens.eq(tokens)]
-                    with m.If(dxt.cmd.ready):
-                        m.d.sync += io.start((base >> shift) + index * rows, rows, 0, False)
+                    with m.If(taken):
+                        m.d.sync += tiles.start(io, (base >> shift) + index * rows, rows, 0,
+                                                False)
                         m.next = f"{name}Wait"
                 with m.State(f"{name}Wait"):
                     with m.If(io.resp):
@@ -255,41 +317,48 @@ class DxtSide(wiring.Component):
                         if dest == "key":
                             m.next = "Value"
                         else:
-                            m.d.sync += index.eq(index + 1)
+                            m.d.sync += [index.eq(index + 1), *tiles.next(cfg.kv_groups)]
                             with m.If(index == layer.groups - 1):
                                 m.d.sync += layer.appended()
                                 m.next = "Done"
                             with m.Else():
                                 m.next = "Key"
             with m.State("Score"):
-                m.d.comb += [dxt.ppu.valid.eq(1), dxt.ppu.payload.vac.eq(vac),
-                             dxt.ppu.payload.addr.eq(self.score_entry),
-                             dxt.ppu.payload.m.eq(rc.m), dxt.ppu.payload.shift.eq(rc.shift)]
-                with m.If(dxt.ppu.ready):
+                # The score entry on every VAC of every DXT at once.
+                for tile in self.tiles:
+                    m.d.comb += [tile.ppu.valid.eq(1), tile.ppu.payload.vac.eq(vac),
+                                 tile.ppu.payload.addr.eq(self.score_entry),
+                                 tile.ppu.payload.m.eq(rc.m), tile.ppu.payload.shift.eq(rc.shift)]
+                ready = dxt.ppu.ready if self.dxts == 1 else Cat(
+                    tile.ppu.ready for tile in self.tiles).all()
+                with m.If(ready):
                     m.d.sync += vac.eq(vac + 1)
                     with m.If(vac == cfg.vacs - 1):
                         m.next = "Qk"
             with m.State("Qk"):
-                m.d.comb += [dxt.cmd.valid.eq(1), cmd.op.eq(OPS.index("qk")),
-                             cmd.head.eq(head + index), cmd.tokens.eq(layer.context),
+                taken = tiles.issue(m)
+                m.d.comb += [cmd.op.eq(OPS.index("qk")),
+                             cmd.head.eq(tiles.at(head + index)), cmd.tokens.eq(layer.context),
                              cmd.entry.eq(self.score_entry)]
-                with m.If(dxt.cmd.ready):
-                    m.d.sync += io.start((insn.a >> shift) + index * rows, rows, 0, False)
+                with m.If(taken):
+                    m.d.sync += tiles.start(io, (insn.a >> shift) + index * rows, rows, 0, False)
                     m.next = "QkWait"
             with m.State("QkWait"):
                 with m.If(io.resp):
                     m.d.sync += error.eq(error | io.error)
                     m.next = "Pv"
             with m.State("Pv"):
-                m.d.comb += [dxt.cmd.valid.eq(1), cmd.op.eq(OPS.index("pv")),
-                             cmd.head.eq(head + index), cmd.tokens.eq(layer.context),
+                taken = tiles.issue(m)
+                m.d.comb += [cmd.op.eq(OPS.index("pv")),
+                             cmd.head.eq(tiles.at(head + index)), cmd.tokens.eq(layer.context),
                              cmd.entry.eq(self.pv_entry), cmd.scale.eq(layer.scale)]
-                with m.If(dxt.cmd.ready):
-                    m.d.sync += io.start(0, 0, insn.dst + index * cfg.head_dim, True)
+                with m.If(taken):
+                    m.d.sync += tiles.start(io, 0, 0, insn.dst + index * cfg.head_dim, True)
                     m.next = "PvWait"
             with m.State("PvWait"):
                 with m.If(io.resp):
-                    m.d.sync += [error.eq(error | io.error), index.eq(index + 1)]
+                    m.d.sync += [error.eq(error | io.error), index.eq(index + 1),
+                                 *tiles.next(cfg.heads)]
                     m.next = "PvNext"
             with m.State("PvNext"):
                 with m.If(index == layer.heads):
@@ -306,6 +375,77 @@ class DxtSide(wiring.Component):
                     m.next = "Idle"
 
 
+def _route(m, port, targets):
+    """Drive the DXTs' load ports ``targets`` from ``port``, each load to its ``dxt``; ready
+    when every DXT is (not from the payload's ``dxt``: ``ready`` must not follow an idle
+    payload, which may be X)."""
+    names = [name for name, _ in targets[0].payload.shape()]
+    for j, target in enumerate(targets):
+        m.d.comb += [target.valid.eq(port.valid & (port.payload.dxt == j)),
+                     *(getattr(target.payload, n).eq(getattr(port.payload, n)) for n in names)]
+    m.d.comb += port.ready.eq(Cat(target.ready for target in targets).all())
+
+
+class _Tiles:
+    """The DXTs a command goes to (module notes). One DXT: its own ``cmd``. Several: a command
+    every DXT sees, taken once by each DXT in ``on`` (``sent``: those that took it); a KV append
+    or attention runs its groups or heads on the DXT that holds them (``target``), as that
+    DXT's own group or head (``local``)."""
+
+    def __init__(self, m, side: DxtSide):
+        self.tiles, self.many = side.tiles, side.dxts > 1
+        if not self.many:
+            self.cmd = side.dxt.cmd.payload
+            return
+        cfg, D = side.dxt_cfg, side.dxts
+        self.cmd = Signal(command_layout(cfg), name="command")
+        self.on = Signal(D, name="command_on")
+        self.sent = Signal(D, name="command_sent")
+        self.target = Signal(range(D + 1), name="target")
+        self.local = Signal(range(max(cfg.heads, cfg.kv_groups) + 1), name="local")
+        for tile in self.tiles:
+            m.d.comb += tile.cmd.payload.eq(self.cmd)
+
+    def issue(self, m, on=None):
+        """Offer the command in this state to the DXTs in ``on`` (the target by default);
+        return what is true in the cycle the last of them takes it."""
+        if not self.many:
+            m.d.comb += self.tiles[0].cmd.valid.eq(1)
+            return self.tiles[0].cmd.ready
+        D = len(self.tiles)
+        m.d.comb += self.on.eq(one_hot(self.target, D) if on is None else on)
+        for j, tile in enumerate(self.tiles):
+            m.d.comb += tile.cmd.valid.eq(self.on[j] & ~self.sent[j])
+        taken = Cat(~self.on[j] | self.sent[j] | t.cmd.ready
+                    for j, t in enumerate(self.tiles)).all()
+        m.d.sync += self.sent.eq(Mux(taken, 0, self.sent | Cat(t.cmd.valid & t.cmd.ready
+                                                                for t in self.tiles)))
+        return taken
+
+    def start(self, io, row, count, dst, keep, firsts=None) -> list:
+        """The operands' start (``io.start``), on the DXTs the command went to; DXT ``j``'s
+        results from ``dst + firsts[j]``."""
+        if not self.many:
+            return io.start(row, count, dst, keep)
+        return io.start(row, count, dst, keep, self.on, firsts)
+
+    def at(self, number):
+        """The group or head ``number`` of the DXE as the command gives it: on several DXTs the
+        target DXT's own."""
+        return self.local if self.many else number
+
+    def first(self) -> list:
+        return [self.target.eq(0), self.local.eq(0)] if self.many else []
+
+    def next(self, per: int) -> list:
+        """Statements that move on to the next group or head, ``per`` of them a DXT."""
+        if not self.many:
+            return []
+        wrap = self.local == per - 1
+        return [self.local.eq(Mux(wrap, 0, self.local + 1)),
+                self.target.eq(Mux(wrap, self.target + 1, self.target))]
+
+
 class _Layer:
     """The instruction's layer (module notes): its first KV group and query head, its counts of
     them, its score step, and the count of tokens its attention reads (``context``); for a DXE of
@@ -315,7 +455,9 @@ class _Layer:
         cfg, ctrl = side.dxt_cfg, side.ctrl
         self.tokens, self.looped = tokens, ctrl.layers > 1
         if not self.looped:
-            self.group, self.head, self.groups, self.heads = 0, 0, cfg.kv_groups, cfg.heads
+            # Several DXTs: the DXE's groups and heads, DXT j holding the j-th DXT's worth.
+            self.group, self.head = 0, 0
+            self.groups, self.heads = side.dxts * cfg.kv_groups, side.dxts * cfg.heads
             if side.slots > 1:                   # a slot's groups, not the DXT's
                 self.groups, self.heads = side.stride.kv_groups, side.stride.heads
             self.scale, self.context = side.score_scale, tokens
@@ -428,15 +570,7 @@ class _Io:
             dxt.x.valid.eq(fifo.r_rdy), dxt.x.payload.data.as_value().eq(fifo.r_data),
             fifo.r_en.eq(dxt.x.ready),
         ]
-        issued = read & ext.ready
-        popped = fifo.r_rdy & dxt.x.ready
-        # ext_data answers whoever read: only the rows this side asked for go to the queue.
-        asked = Signal(name="chunk_asked")
-        m.d.sync += asked.eq(issued)
-        m.d.comb += fifo.w_en.eq(side.ext_data.valid & asked)
-        m.d.sync += pending.eq(pending + issued - popped)
-        with m.If(issued):
-            m.d.sync += [self.row.eq(self.row + 1), self.left.eq(self.left - 1)]
+        count_reads(m, side, fifo, self, read, fifo.r_rdy & dxt.x.ready, pending)
         with m.If(write & ext.ready):
             m.d.sync += self.dst.eq(self.dst + GBUS_BYTES)
         self.resp, self.error = dxt.resp.valid, dxt.resp.payload.error

@@ -1,5 +1,6 @@
-"""Registry entry of the rDXE decoder engine with one DXT (``rdxe-dxe``): the layer controller and
-the DXT side behind the host's ports (:class:`hdl.rdxe.dxe.Dxe`, docs/rdxe.md 14.4)."""
+"""Registry entry of the rDXE decoder engine (``rdxe-dxe``): the layer controller and the DXT side
+with one DXT or several behind the host's ports (:class:`hdl.rdxe.dxe.Dxe`, docs/rdxe.md 14.4,
+16.5)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from hdl.rdxe.act import GatedActivation, act_out_layout
 from hdl.rdxe.ctrl import CtrlConfig, Store
 from hdl.rdxe.dxe import Dxe
 from hdl.rdxe.dxtside import _CHUNKS
+from hdl.rdxe.dxts import result_queue_depth
 from hdl.rdxe.gppu import Gppu, gppu_out_layout
 from hdl.rdxe.isa import ProgramSpace, instruction_layout
 from hdl.rdxe.scalar import ScalarUnit, scalar_out_layout
-from hdl.rdxe.spec import CODE_BITS, DxtConfig, command_layout
+from hdl.rdxe.spec import CODE_BITS, GBUS_BYTES, DxtConfig, command_layout
 
 from ..params import BlockParams
 from ..registry import Block, Size, StreamTiming, SynthSettings, register
@@ -48,6 +50,9 @@ class DxeParams(BlockParams, DxtConfig):
     slots : int
         Resident requests (docs/rdxe.md 16.2): 1 to 16. Above 1 ``run`` carries the token's
         ``slot``, ``restart`` and ``position``, and the engine takes ``stride``.
+    dxts : int
+        DXTs (docs/rdxe.md 16.5): 1 to 8, above 1 with one layer and one slot. The DXT fields
+        are each DXT's; the engine's KV groups and query heads are ``dxts`` x the DXT's.
     """
 
     tb_words: int = 4096
@@ -58,6 +63,7 @@ class DxeParams(BlockParams, DxtConfig):
     program_words: int = 64
     layers: int = 1
     slots: int = 1
+    dxts: int = 1
 
     def space(self) -> ProgramSpace:
         """The storage a program is assembled into (rows of ``lanes``)."""
@@ -117,6 +123,11 @@ _SIDE_CELLS = 400
 #: Cells of the DXT side's slots (the bases' products in logic, their registers, the counts'
 #: ports): the netlist's 31 at ``slots=2 kv_groups=2``, 61 at 16 slots of 16 groups.
 _SLOT_CELLS = 31
+#: Cells of each DXT beyond the first (its GEMV tables, its command and chunk handshakes, its
+#: result queue's pointers and the write arbiter's share), fitted to the netlist at the small
+#: preset with ``group_size=1`` and ``dxts`` 2 and 4: 22,031 and 34,933 cells (estimated
+#: 21,924 and 35,000), storage exact (157,632 and 293,632 bits).
+_DXT_CELLS = 850
 
 
 def _size(params: DxeParams) -> Size:
@@ -141,11 +152,14 @@ def _size(params: DxeParams) -> Size:
         storage += FP32.width * params.layers
     if params.slots > 1:                     # and its token count a slot
         storage += command_layout(dxt)["tokens"].shape.width * params.slots
+    D = params.dxts
+    if D > 1:                                # each DXT's result queue of GBUS words and keeps
+        storage += D * result_queue_depth(dxt) * (CODE_BITS + 1) * GBUS_BYTES
     tile = _dxt_size(dxt)
-    return Size(storage_bits=tile.storage_bits + storage,
-                multipliers=tile.multipliers + _CTRL_LANE_PRODUCTS * L + _CTRL_PRODUCTS,
-                cells=tile.cells + _CTRL_LANE_CELLS * L + _CTRL_CELLS + _SIDE_CELLS
-                + (_SLOT_CELLS if params.slots > 1 else 0))
+    return Size(storage_bits=D * tile.storage_bits + storage,
+                multipliers=D * tile.multipliers + _CTRL_LANE_PRODUCTS * L + _CTRL_PRODUCTS,
+                cells=D * tile.cells + _CTRL_LANE_CELLS * L + _CTRL_CELLS + _SIDE_CELLS
+                + (_SLOT_CELLS if params.slots > 1 else 0) + _DXT_CELLS * (D - 1))
 
 
 def _timing(params, component) -> dict[str, StreamTiming]:
@@ -164,7 +178,8 @@ def _timing(params, component) -> dict[str, StreamTiming]:
         "ext_data": StreamTiming(after="ext", latency=1, throughput=1.0,
                                  note="a host read's row, the cycle after; always ready"),
         "table": always,
-        "wmem": StreamTiming(throughput=1.0, note="one WMEM row of one VAC a cycle"),
+        "wmem": StreamTiming(throughput=1.0, note="one WMEM row of one VAC a cycle" + (
+            " (of DXT dxt)" if params.dxts > 1 else "")),
         "ppu": StreamTiming(throughput=1.0, note="one PPU entry a cycle; waits while an "
                                                  "attention writes its score entry"),
         # Several layers: each layer's score step (docs/rdxe.md 16.1).
@@ -175,11 +190,11 @@ def _timing(params, component) -> dict[str, StreamTiming]:
 register(Block(
     name="rdxe-dxe",
     family="rdxe",
-    summary="rDXE decoder engine with one DXT: a layer controller running a decoder layer's "
-            "program (TB, rr-SRAM, quantizer, GPPU, SwiGLU, scalar path) and the DXT side",
+    summary="rDXE decoder engine: a layer controller running a decoder layer's program (TB, "
+            "rr-SRAM, quantizer, GPPU, SwiGLU, scalar path) and the DXT side with 1 to 8 DXTs",
     params=DxeParams,
     presets=_PRESETS,
-    build=lambda p: Dxe(p.ctrl_config(), p.dxt_config(), slots=p.slots),
+    build=lambda p: Dxe(p.ctrl_config(), p.dxt_config(), slots=p.slots, dxts=p.dxts),
     golden="golden.rdxe.assemble",
     testbench="cocotb_tests.rdxe.dxe_tb",
     timing=_timing,

@@ -40,6 +40,8 @@ class RingParams(DxeParams):
 
 
 def _build(p: RingParams) -> Ring:
+    if p.dxts != 1:          # DxeParams' field; Ring builds one-DXT engines (docs/rdxe.md 16.5)
+        raise ValueError(f"A ring's DXEs hold one DXT each: dxts must be 1, not {p.dxts}")
     ctrl = p.ctrl_config()
     rows = integer(p.rows, "Token rows", 1, min(MAX_ROWS, ctrl.rows(Store.TB)))
     return Ring(ctrl, p.dxt_config(), dxes=p.dxes, slots=p.slots, rows=range(rows))

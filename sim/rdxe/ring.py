@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from golden.rdxe import MAX_TOKENS, DxtConfig, command_cycles, kv_capacity
+from golden.rdxe import MAX_TOKENS, DxtConfig, command_cycles, kv_capacity, word_cycles
 from golden.rdxe.ring import dispatch_slots, split_layers
 from hdl.rdxe.ctrl import LAYER_OVERHEAD, CtrlConfig, run_cycles
+from hdl.rdxe.dxts import check_dxts, output_shares, result_queue_depth, shared_cycles
 from hdl.rdxe.dxtside import instruction_cycles as dxt_instruction_cycles
 from hdl.rdxe.isa import OPCODES, instruction_layout
 from hdl.rdxe.ring import MAX_ROWS, copy_cycles
@@ -534,33 +535,51 @@ def run_point(point: Point) -> dict:
 # --- the ring on the RTL's costs ------------------------------------------------------------------
 
 
-def program_cycles(ctrl: CtrlConfig, dxt: DxtConfig, words, gemv_shapes: dict, tokens: int
-                   ) -> int:
+def program_cycles(ctrl: CtrlConfig, dxt: DxtConfig, words, gemv_shapes: dict, tokens: int,
+                   dxts: int = 1) -> int:
     """Cycles from ``run`` taken to ``done.valid`` for one layer's ``words``: the controller's
     model (:func:`hdl.rdxe.ctrl.run_cycles`), each DXT instruction's by the DXT side's
     (:func:`hdl.rdxe.dxtside.instruction_cycles`) with its commands timed by the DXT's
     (:func:`golden.rdxe.command_cycles`). ``gemv_shapes``: ``(M, K)`` by GEMV table index;
     ``dxt``: the DXT as the layer sees it (its ``kv_groups`` the layer's KV groups, the groups
     the DXT side appends to and attends over); ``tokens``: the context, the KV cache's tokens
-    after the run's append. Only the attention depends on it."""
+    after the run's append. Only the attention depends on it. On several ``dxts`` (docs/rdxe.md
+    16.5) a GEMV runs on each DXT's share of its outputs at once, and every command's cycles
+    run to its results written (:func:`hdl.rdxe.dxts.shared_cycles`); the KV groups and heads
+    are ``dxts`` x the DXT's, one at a time."""
     tokens = integer(tokens, "Context length", 1, MAX_TOKENS)
+    D = check_dxts(dxts)
     cycles = []
     for word in words:
         f = instruction_layout(ctrl.space).from_bits(word)
         op = OPCODES[f.op]
         if op in ("gemv", "gemv_norm"):
             M, K = gemv_shapes[f.table]
-            commands = [(command_cycles("gemv" if op == "gemv" else "rmsnorm", M, K, dxt), True)]
+            kind = "gemv" if op == "gemv" else "rmsnorm"
+            commands = [(_on_dxts(dxt, D, kind, M, K, split=True), True)]
         elif op == "kv_append":
-            one = command_cycles("gemv", dxt.head_dim, dxt.head_dim, dxt)
-            commands = [(one, True)] * (2 * dxt.kv_groups)
+            one = _on_dxts(dxt, D, "gemv", dxt.head_dim, dxt.head_dim, keep=False)
+            commands = [(one, True)] * (2 * dxt.kv_groups * D)
         elif op == "attend":
-            commands = [(command_cycles("qk", tokens, 0, dxt), True),
-                        (command_cycles("pv", tokens, 0, dxt), False)] * dxt.heads
+            commands = [(_on_dxts(dxt, D, "qk", tokens, 0, keep=False), True),
+                        (_on_dxts(dxt, D, "pv", tokens, 0), False)] * dxt.heads * D
         else:
             continue
-        cycles.append(dxt_instruction_cycles(dxt, op, commands))
+        cycles.append(dxt_instruction_cycles(dxt, op, commands, D))
     return run_cycles(ctrl, words, cycles)
+
+
+def _on_dxts(dxt: DxtConfig, dxts: int, kind: str, a: int, b: int, keep: bool = True,
+             split: bool = False) -> int:
+    """A command's cycles on ``dxts`` DXTs (:func:`golden.rdxe.command_cycles` for one): a GEMV
+    on each DXT's share (``split``), or on one DXT; its result words written unless not
+    ``keep`` (:func:`hdl.rdxe.dxts.shared_cycles`)."""
+    if dxts == 1:
+        return command_cycles(kind, a, b, dxt)
+    shares = [n for _, n in output_shares(a, dxts, dxt.vacs) if n] if split else [a]
+    return shared_cycles([(command_cycles(kind, n, b, dxt),
+                           word_cycles(kind, n, b, dxt) if keep else ()) for n in shares],
+                         result_queue_depth(dxt))
 
 
 def rtl_costs(ctrl: CtrlConfig, dxt: DxtConfig, words, gemv_shapes: dict, layers,
