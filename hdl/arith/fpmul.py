@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Sequence
 
 from amaranth import Cat, Const, Module, Mux, Value
@@ -14,7 +15,8 @@ from .dsp import ECP5_MULT_WIDTH, ecp5_product, family
 from .float import normal_significand, round_pack, unpack
 from .format import FP32, FloatFormat, float_format
 
-__all__ = ["FloatMultiplier", "exact_product", "logic_product", "CUT_POINTS", "SPLITS"]
+__all__ = ["FloatMultiplier", "exact_product", "logic_product", "CUT_POINTS", "SPLITS",
+           "FP32_ONE_BLOCK"]
 
 #: Cut points of the multiplier datapath: 0 after unpacking, 1 after the partial products of
 #: the significand pieces, 2 after their sum, 3 after normalization, 4 inside the rounding (after
@@ -371,3 +373,10 @@ class FloatMultiplier(wiring.Component):
                        cut=pipe.cut)
         pipe.output(self.o, {"y": y})
         return m
+
+
+
+#: An fp32 x fp32 -> fp32 multiplier on one multiplier block (``"dsp18"`` with
+#: ``narrow_in_logic``: the 18 x 6, 6 x 18 and 6 x 6 pieces in logic), as a unit factory; the
+#: DXE controller's units use it (docs/rdxe.md 14.2).
+FP32_ONE_BLOCK = partial(FloatMultiplier, FP32, FP32, FP32, split="dsp18", narrow_in_logic=True)
