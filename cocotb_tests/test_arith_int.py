@@ -58,3 +58,16 @@ ECP5_CASES = [
                                   for c in ECP5_CASES])
 def test_arith_int_ecp5(case):
     run_case(case, "icarus", target="ecp5")
+
+
+#: The VAC's RCU as the DXE builds it (docs/rdxe.md 14.2): INT32 x a 19-bit unsigned multiplier
+#: with ``narrow_in_logic``, its two pieces with the 2-bit top slice in logic beside the two on
+#: blocks (the same cut and bits: the generic path's in-process test is
+#: tests/test_arith_int_requant.py::test_narrow_in_logic_matches_golden).
+NARROW_CASE = ("arith-requant", "paper", {**BLOCKS, "mult_signed": "false", "stages": "6",
+                                          "mult_bits": "19", "out_bits": "32",
+                                          "narrow_in_logic": "true"})
+
+
+def test_arith_int_ecp5_narrow():
+    run_case(NARROW_CASE, "icarus", target="ecp5")

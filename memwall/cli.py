@@ -309,11 +309,12 @@ def _build_block(block, params, args, stage: Path, final, tag: str,
     if not lint_report.ok:
         _status(f"{tag}: lint found {lint_report.errors} error(s); see "
                 f"{final(lint_report.log_path)}")
-    if not (args.target or block.synth.targets):
-        entry["synth_skipped"] = block.synth.skip_reason
-        _status(f"{tag}: not synthesized: {block.synth.skip_reason}")
+    skipped = "" if args.target else block.synth.skip_at(args.preset)
+    if skipped:
+        entry["synth_skipped"] = skipped
+        _status(f"{tag}: not synthesized: {skipped}")
     jobs = []
-    for target in args.target or block.synth.targets:
+    for target in [] if skipped else args.target or block.synth.targets:
         synth_text = (block.verilog(params, target, cache=cache)[0] if target in FAMILIES
                       else text)
         device = args.device if args.device in [d[2] for d in devices(target)] else None
@@ -349,7 +350,7 @@ def _largest_first(chosen: list, preset: str) -> list[int]:
     longest, third)."""
     def weight(i: int) -> int:
         block = chosen[i]
-        if not block.synth.targets:
+        if block.synth.skip_at(preset):
             return 0
         size = block.size(block.parameters(preset))
         return size.cells + size.storage_bits // _BITS_PER_CELL

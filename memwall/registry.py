@@ -67,7 +67,9 @@ class SynthSettings:
         (the default) keeps nextpnr's own.
     skip_reason : str
         Why the block is not synthesized, required when ``targets`` is empty; the build report
-        shows it in place of the block's row.
+        shows it in place of the block's row. With ``targets``, why the presets left out of
+        ``presets`` are not: ``memwall build`` at such a preset then skips the block
+        (:meth:`skip_at`).
     """
 
     freq_mhz: float = 100.0
@@ -79,6 +81,13 @@ class SynthSettings:
     def __post_init__(self):
         if not self.targets and not self.skip_reason:
             raise ValueError("SynthSettings without targets needs a skip_reason saying why")
+
+    def skip_at(self, preset: str) -> str:
+        """Why ``memwall build`` at ``preset`` does not synthesize the block; empty when it does:
+        without targets, and at a preset left out of ``presets`` when ``skip_reason`` says why."""
+        if not self.targets or (self.skip_reason and preset not in self.presets):
+            return self.skip_reason
+        return ""
 
     def flow_options(self) -> dict:
         """Keyword arguments of ``synth.flow.synthesize`` that these settings fix."""

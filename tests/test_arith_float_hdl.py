@@ -111,6 +111,37 @@ def test_multiplier_split_private(fmts, stages, copy):
           [{"a": x, "b": y} for x, y in zip(a, b)], fmul(a, b, *fmts))
 
 
+# narrow_in_logic: every piece with a side of at most 8 bits in logic (the DXE controller's
+# fp32 x fp32 multipliers under "dsp18": one block; a bf16 operand's pieces all in logic, and
+# under "both" the 12 x 4 pieces of fp32 x bf16). The same bits and latency.
+@pytest.mark.parametrize("fmts, split", [((FP32, FP32, FP32), "dsp18"),
+                                         ((BF16, FP32, FP32), "dsp18"),
+                                         ((FP32, BF16, FP32), "both")])
+def test_multiplier_narrow_in_logic(fmts, split):
+    a, b = operand_pairs(np.random.default_rng(SEED + 20), fmts[0], fmts[1], 800)
+    unit = FloatMultiplier(*fmts, split=split, narrow_in_logic=True)
+    assert unit.latency == FloatMultiplier.latency_of(*fmts, split=split, narrow_in_logic=True)
+    check(unit, [{"a": x, "b": y} for x, y in zip(a, b)], fmul(a, b, *fmts))
+
+
+@pytest.mark.parametrize("fmts, split, products", [
+    ((FP32, FP32, FP32), "dsp18", 1), ((FP32, FP32, FP32), "both", 4),
+    ((BF16, FP32, FP32), "dsp18", 0), ((FP32, BF16, FP32), "both", 0)])
+def test_multiplier_narrow_in_logic_products(fmts, split, products):
+    """The products left to multiplier blocks (RTLIL ``$mul``; the pieces in logic have none)."""
+    from amaranth.back import rtlil
+    unit = FloatMultiplier(*fmts, split=split, narrow_in_logic=True)
+    assert registry.rtlil_size(rtlil.convert(
+        unit, ports=registry.port_values(unit))).multipliers == products
+
+
+def test_multiplier_narrow_in_logic_must_be_a_bool():
+    for check_ in (FloatMultiplier, FloatMultiplier.latency_of):
+        with pytest.raises(TypeError, match=r"^Multiplier narrow_in_logic must be True or "
+                                            r"False, not 1$"):
+            check_(FP32, FP32, FP32, narrow_in_logic=1)
+
+
 # --slow: each stage count once in make test, the formats taking turns (fp32 at the default 6);
 # the cuts fall in the same logic whatever the width.
 @pytest.mark.parametrize("fmt, stages", covering(

@@ -111,6 +111,34 @@ def test_golden_vs_reference(out_bits, clamp):
 def test_rtl_matches_golden(stages, in_bits, out_bits, mult_bits, mult_signed, clamp):
     dut = Requantizer(in_bits, out_bits, clamp=clamp, mult_bits=mult_bits,
                       mult_signed=mult_signed, stages=stages)
+    _check_against_golden(dut, stages, in_bits, out_bits, mult_bits, mult_signed, clamp)
+
+
+# narrow_in_logic: the partial products with a slice of at most 8 bits in logic: the VAC's RCU
+# (INT32 x 19-bit unsigned, 2 of 4 pieces), the VE's normalizer (INT8 x 19-bit unsigned: both),
+# a signed 3-bit top slice of x beside a 9-bit multiplier in a block. The same bits and cycles.
+@pytest.mark.parametrize("in_bits, out_bits, mult_bits, mult_signed, clamp, stages, products", [
+    (32, 32, 19, False, "full", 6, 2), (8, 8, 19, False, "symmetric", 4, 0),
+    (20, 6, 9, True, "full", 3, 1)])
+def test_narrow_in_logic_matches_golden(in_bits, out_bits, mult_bits, mult_signed, clamp,
+                                        stages, products):
+    from amaranth.back import rtlil
+    dut = Requantizer(in_bits, out_bits, clamp=clamp, mult_bits=mult_bits,
+                      mult_signed=mult_signed, stages=stages, narrow_in_logic=True)
+    assert registry.rtlil_size(rtlil.convert(
+        dut, ports=registry.port_values(dut))).multipliers == products
+    _check_against_golden(dut, stages, in_bits, out_bits, mult_bits, mult_signed, clamp)
+
+
+def test_narrow_in_logic_must_be_a_bool():
+    for check in (Requantizer, Requantizer.latency_of):
+        with pytest.raises(TypeError, match=exact("Requantizer narrow_in_logic must be True or "
+                                                  "False, not 1")):
+            check(narrow_in_logic=1)
+
+
+def _check_against_golden(dut, stages, in_bits, out_bits, mult_bits, mult_signed, clamp):
+    """Corner cases and 600 random items with bubbles, bit for bit and at ``stages`` cycles."""
     assert dut.latency == stages
     rng = random.Random(SEED + stages)
     m_lo, m_hi = ((-(1 << (mult_bits - 1)), (1 << (mult_bits - 1)) - 1) if mult_signed

@@ -141,6 +141,17 @@ def test_a_block_left_unsynthesized_says_why():
         assert block.synth.targets or block.synth.skip_reason, block.name
 
 
+def test_build_skips_a_preset_left_out_with_a_reason():
+    """``memwall build`` synthesizes rdxe-dxe at small only (its other presets hold an ASIC's
+    memory), rdxe-dxt at every preset (no reason given), a block without targets at none."""
+    dxe, dxt = registry.get("rdxe-dxe").synth, registry.get("rdxe-dxt").synth
+    assert dxe.skip_at("small") == ""
+    assert dxe.skip_at("default") == dxe.skip_at("paper") == dxe.skip_reason != ""
+    assert all(dxt.skip_at(p) == "" for p in registry.PRESETS)
+    flowkv_array = registry.get("flowkv-array").synth
+    assert flowkv_array.skip_at("small") == flowkv_array.skip_reason != ""
+
+
 def _unused_warnings(action) -> list:
     """The UnusedElaboratable warnings of ``action()``, collected garbage included, once
     elaboration has begun (Amaranth keeps the warning silent until then)."""

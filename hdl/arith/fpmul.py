@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Sequence
 
 from amaranth import Cat, Const, Module, Mux, Value
@@ -14,7 +15,8 @@ from .dsp import ECP5_MULT_WIDTH, ecp5_product, family
 from .float import normal_significand, round_pack, unpack
 from .format import FP32, FloatFormat, float_format
 
-__all__ = ["FloatMultiplier", "exact_product", "logic_product", "CUT_POINTS", "SPLITS"]
+__all__ = ["FloatMultiplier", "exact_product", "logic_product", "CUT_POINTS", "SPLITS",
+           "FP32_ONE_BLOCK"]
 
 #: Cut points of the multiplier datapath: 0 after unpacking, 1 after the partial products of
 #: the significand pieces, 2 after their sum, 3 after normalization, 4 inside the rounding (after
@@ -36,6 +38,10 @@ SPLITS = ("both", "wide", "dsp18")
 #: :data:`_LOGIC_WIDE` (6 x 6 and 6 x 8 products: a few dozen LUTs).
 _LOGIC_NARROW = 6
 _LOGIC_WIDE = 8
+#: With ``narrow_in_logic``, a piece whose narrower side has at most this many bits is computed
+#: in logic whatever its wider side (the 18 x 6 pieces of fp32 x fp32 under ``"dsp18"``), as
+#: :class:`~hdl.arith.recip.Reciprocal`'s option of the same name.
+_NARROW_BITS = 8
 
 
 def logic_product(x: Value, y: Value) -> Value:
@@ -164,17 +170,24 @@ class FloatMultiplier(wiring.Component):
         ``True``: the pieces' products registered once more before their sum (one cycle more
         than ``stages``), so that the route from a multiplier block the placer puts far away
         has a cycle to itself. The same bits. Default ``False``.
+    narrow_in_logic : bool
+        ``True``: every piece whose narrower side has at most 8 bits is computed in logic
+        (:func:`logic_product`) instead of a multiplier block: with ``split="dsp18"`` an fp32 x
+        fp32 product takes one block (the low 18 x 18 bits; the 18 x 6, 6 x 18 and 6 x 6 pieces
+        in logic, about 300 LUT4 more). As any piece in logic, it keeps the generic registers
+        with ``block_registers``. The same latency and bits. Default ``False``.
     """
 
     def __init__(self, a_fmt: FloatFormat | str = FP32, b_fmt: FloatFormat | str = FP32,
                  out_fmt: FloatFormat | str = FP32, *, stages: int = 5,
                  cuts: Sequence[int] | None = None, split: str = "both",
                  private_operands: bool = False, operand_copy: int = 0,
-                 block_registers: bool = False, land_pieces: bool = False):
+                 block_registers: bool = False, land_pieces: bool = False,
+                 narrow_in_logic: bool = False):
         (self._a_fmt, self._b_fmt, self._out_fmt, self._stages, self._order, self._split,
-         self._private, self._blocks, self._copy, self._land) = self._checked(
+         self._private, self._blocks, self._copy, self._narrow, self._land) = self._checked(
             a_fmt, b_fmt, out_fmt, stages, cuts, split, private_operands, operand_copy,
-            block_registers, land_pieces)
+            block_registers, land_pieces, narrow_in_logic)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"a": self._a_fmt.width,
                                                         "b": self._b_fmt.width}),
@@ -185,7 +198,7 @@ class FloatMultiplier(wiring.Component):
 
     @staticmethod
     def _checked(a_fmt, b_fmt, out_fmt, stages, cuts, split, private_operands, operand_copy,
-                 block_registers, land_pieces) -> tuple:
+                 block_registers, land_pieces, narrow_in_logic=False) -> tuple:
         """The constructor's arguments checked and normalized, in the order of its fields."""
         fmts = float_format(a_fmt), float_format(b_fmt), float_format(out_fmt)
         stages = integer(stages, "Multiplier stage count", 1, len(_CUT_ORDER) + 1)
@@ -196,25 +209,28 @@ class FloatMultiplier(wiring.Component):
         if not isinstance(private_operands, bool):
             raise TypeError(f"Multiplier private_operands must be True or False, not "
                             f"{private_operands!r}")
-        for flag, value in (("block_registers", block_registers), ("land_pieces", land_pieces)):
+        for flag, value in (("block_registers", block_registers), ("land_pieces", land_pieces),
+                            ("narrow_in_logic", narrow_in_logic)):
             if not isinstance(value, bool):
                 raise TypeError(f"Multiplier {flag} must be True or False, not {value!r}")
         copy = integer(operand_copy, "Multiplier operand copy", 0, 1)
-        return (*fmts, stages, order, split, private_operands, block_registers, copy, land_pieces)
+        return (*fmts, stages, order, split, private_operands, block_registers, copy,
+                narrow_in_logic, land_pieces)
 
     @classmethod
     def latency_of(cls, a_fmt: FloatFormat | str = FP32, b_fmt: FloatFormat | str = FP32,
                    out_fmt: FloatFormat | str = FP32, *, stages: int = 5,
                    cuts: Sequence[int] | None = None, split: str = "both",
                    private_operands: bool = False, operand_copy: int = 0,
-                   block_registers: bool = False, land_pieces: bool = False) -> int:
+                   block_registers: bool = False, land_pieces: bool = False,
+                   narrow_in_logic: bool = False) -> int:
         """Return the latency of a multiplier with these arguments, without building it.
 
         The arguments are the constructor's, checked as it checks them (the same exceptions);
         the latency is ``stages`` cycles, one more with ``land_pieces``.
         """
         checked = cls._checked(a_fmt, b_fmt, out_fmt, stages, cuts, split, private_operands,
-                               operand_copy, block_registers, land_pieces)
+                               operand_copy, block_registers, land_pieces, narrow_in_logic)
         return checked[3] + checked[-1]                            # stages + land_pieces
 
     a_fmt = property(lambda self: self._a_fmt)
@@ -226,6 +242,7 @@ class FloatMultiplier(wiring.Component):
     block_registers = property(lambda self: self._blocks)
 
     land_pieces = property(lambda self: self._land)
+    narrow_in_logic = property(lambda self: self._narrow)
 
     @property
     def latency(self) -> int:
@@ -255,6 +272,8 @@ class FloatMultiplier(wiring.Component):
     def _in_logic(self, pa, pb) -> bool:
         """Whether the product of pieces ``pa`` and ``pb`` is computed without a multiplier."""
         widths = sorted((pa[1] - pa[0], pb[1] - pb[0]))
+        if self._narrow and widths[0] <= _NARROW_BITS:
+            return True
         return (self._split == "dsp18" and widths[0] <= _LOGIC_NARROW
                 and widths[1] <= _LOGIC_WIDE)
 
@@ -354,3 +373,10 @@ class FloatMultiplier(wiring.Component):
                        cut=pipe.cut)
         pipe.output(self.o, {"y": y})
         return m
+
+
+
+#: An fp32 x fp32 -> fp32 multiplier on one multiplier block (``"dsp18"`` with
+#: ``narrow_in_logic``: the 18 x 6, 6 x 18 and 6 x 6 pieces in logic), as a unit factory; the
+#: DXE controller's units use it (docs/rdxe.md 14.2).
+FP32_ONE_BLOCK = partial(FloatMultiplier, FP32, FP32, FP32, split="dsp18", narrow_in_logic=True)

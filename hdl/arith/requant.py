@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from ..pipeline import delay
 from ..validate import integer
 from .dsp import ecp5_product, family
+from .fpmul import logic_product
 
 __all__ = ["Requantizer", "CLAMPS", "SHIFT_BITS"]
 
@@ -27,6 +28,10 @@ _BOUNDARIES = {1: ("saturated",), 2: ("product", "saturated"),
                6: ("partial", "landed", "product", "coarse", "shifted", "saturated")}
 #: The shift in two steps at the ``coarse`` boundary: by whole groups of this many bits first.
 _COARSE = 8
+#: With ``narrow_in_logic``, a partial product whose narrower slice has at most this many bits
+#: is computed in logic (an INT8 input's, or the 2-bit top slice of a 19-bit multiplier), as
+#: :class:`~hdl.arith.recip.Reciprocal`'s option of the same name.
+_NARROW_BITS = 8
 
 
 def _slices(value, width: int, is_signed: bool):
@@ -88,6 +93,13 @@ class Requantizer(wiring.Component):
         (:func:`hdl.arith.dsp.ecp5_product` without input registers): the multiply no longer
         sits between two fabric routes. The same latency and bits. Default ``False``: generic
         registers for every target.
+    narrow_in_logic : bool
+        ``True``: every partial product whose narrower slice has at most 8 bits is computed in
+        logic (:func:`~hdl.arith.fpmul.logic_product`, shifts and adds) instead of a multiplier
+        block: an INT32 input times a 19-bit unsigned multiplier takes two blocks instead of
+        four, an INT8 input none. With ``block_registers`` the other pieces stay on their blocks
+        (the ones in logic get a fabric register at the same cut). The same latency and bits.
+        Default ``False``.
 
     Members
     -------
@@ -105,13 +117,14 @@ class Requantizer(wiring.Component):
 
     def __init__(self, in_bits: int = 32, out_bits: int = 8, *, clamp: str = "symmetric",
                  mult_bits: int = 32, mult_signed: bool = True, stages: int = 4,
-                 block_registers: bool = False):
+                 block_registers: bool = False, narrow_in_logic: bool = False):
         self.latency_of(in_bits, out_bits, clamp=clamp, mult_bits=mult_bits,
                         mult_signed=mult_signed, stages=stages,
-                        block_registers=block_registers)          # one copy of the checks
+                        block_registers=block_registers,
+                        narrow_in_logic=narrow_in_logic)          # one copy of the checks
         self._in_bits, self._out_bits, self._clamp = in_bits, out_bits, clamp
         self._mult_bits, self._mult_signed = mult_bits, mult_signed
-        self._stages, self._blocks = stages, block_registers
+        self._stages, self._blocks, self._narrow = stages, block_registers, narrow_in_logic
         mult_shape = signed(mult_bits) if mult_signed else unsigned(mult_bits)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
@@ -124,7 +137,7 @@ class Requantizer(wiring.Component):
     @staticmethod
     def latency_of(in_bits: int = 32, out_bits: int = 8, *, clamp: str = "symmetric",
                    mult_bits: int = 32, mult_signed: bool = True, stages: int = 4,
-                   block_registers: bool = False) -> int:
+                   block_registers: bool = False, narrow_in_logic: bool = False) -> int:
         """Return the latency of a requantizer with these arguments, without building it.
 
         The arguments are the constructor's, checked as it checks them (the same exceptions);
@@ -139,9 +152,10 @@ class Requantizer(wiring.Component):
         if not isinstance(mult_signed, bool):
             raise TypeError(f"Multiplier signedness must be True or False, not {mult_signed!r}")
         stages = integer(stages, "Pipeline stages", 1, len(_BOUNDARIES))
-        if not isinstance(block_registers, bool):
-            raise TypeError(f"Requantizer block_registers must be True or False, not "
-                            f"{block_registers!r}")
+        for flag, value in (("block_registers", block_registers),
+                            ("narrow_in_logic", narrow_in_logic)):
+            if not isinstance(value, bool):
+                raise TypeError(f"Requantizer {flag} must be True or False, not {value!r}")
         return stages
 
     @property
@@ -184,16 +198,17 @@ class Requantizer(wiring.Component):
             for m_lsb, m_piece in _slices(mult, self._mult_bits, self._mult_signed):
                 product = Signal(signed(x_piece.shape().width + m_piece.shape().width + 1),
                                  name=f"pp_{x_lsb}_{m_lsb}")
-                if blocks:
+                in_logic = self._narrow and min(len(x_piece), len(m_piece)) <= _NARROW_BITS
+                if blocks and not in_logic:
                     m.d.comb += product.eq(ecp5_product(
                         m, x_piece.as_unsigned(), m_piece.as_unsigned(),
                         name=f"dsp_{x_lsb}_{m_lsb}", input_registers=False,
                         signs=(x_piece.shape().signed, m_piece.shape().signed)))
                     partials.append((x_lsb + m_lsb, stage("landed", product)))
-                else:
-                    m.d.comb += product.eq(x_piece * m_piece)
-                    partials.append((x_lsb + m_lsb,
-                                     stage("landed", stage("partial", product))))
+                    continue
+                m.d.comb += product.eq(logic_product(x_piece, m_piece) if in_logic
+                                       else x_piece * m_piece)
+                partials.append((x_lsb + m_lsb, stage("landed", stage("partial", product))))
         shift = stage("landed", stage("partial", self.i.payload.shift))
 
         # Exact product x * m (fits product_bits as a signed number).

@@ -44,7 +44,7 @@ from amaranth.lib.wiring import In, Out
 from ..arith.convert import IntToFloat
 from ..arith.format import FP32
 from ..arith.fpadd import FloatAdder
-from ..arith.fpmul import FloatMultiplier
+from ..arith.fpmul import FP32_ONE_BLOCK, FloatMultiplier
 from ..latency import unit_latencies
 from ..pipeline import delay, queued_pipeline
 from ..validate import power_of_two
@@ -54,7 +54,7 @@ __all__ = ["Gppu", "GppuOp", "gppu_in_layout", "gppu_out_layout"]
 
 _UNITS = {
     "to_fp32": partial(IntToFloat, CODE_BITS, FP32),
-    "mul": partial(FloatMultiplier, FP32, FP32, FP32, split="dsp18"),
+    "mul": FP32_ONE_BLOCK,
     "add": partial(FloatAdder, FP32),
 }
 

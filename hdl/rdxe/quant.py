@@ -25,20 +25,19 @@ the cache) is one pass with each channel's factor in its lane.
 
 from __future__ import annotations
 
-from functools import partial
 
 from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arith.format import FP32
-from ..arith.fpmul import FloatMultiplier
+from ..arith.fpmul import FP32_ONE_BLOCK
 from ..arith.requant import SHIFT_BITS, Requantizer
 from ..latency import unit_latencies
 from ..pipeline import delay, queued_pipeline
 from ..validate import power_of_two
 from .spec import CODE_BITS
-from .ve import P_ONE
+from .ve import P_ONE_REQUANTIZER, times_p_one
 
 __all__ = ["QuantCore", "Quantizer", "quant_in_layout", "quant_out_layout", "UNITS"]
 
@@ -47,19 +46,12 @@ _SPLIT = 1
 #: Magnitude bits of an fp32 code (its order is the value's order for non-negative values).
 _MAG_BITS = 31
 
-#: ``P_ONE = 127 = 2**7 - 1``: ``127 x`` is ``(x << 7) - x``, one subtraction and no multiplier
-#: block (Yosys maps every product of 2 x 2 bits or more, a constant one too, to a
-#: ``MULT18X18D``).
-_P_ONE_SHIFT = P_ONE.bit_length()
-
-#: The shared units of a lane, by name: the fp32 multiplier (``"dsp18"``: three multiplier
-#: blocks, the small product of the significands' top bits in logic) and the requantizer of
-#: ``127 sig``, whose multiplier is 1 (``requantize(127 sig, 1, shift)``; a product by the
-#: constant 1 is a wire in synthesis, as in :class:`~hdl.rdxe.ve.ToRc`).
+#: The shared units of a lane, by name: the fp32 multiplier (``"dsp18"`` with the narrow pieces
+#: in logic: one multiplier block, the products of the significands' top 6 bits in logic) and
+#: the requantizer of ``127 sig`` (:data:`~hdl.rdxe.ve.P_ONE_REQUANTIZER`).
 UNITS = {
-    "mul": partial(FloatMultiplier, FP32, FP32, FP32, split="dsp18"),
-    "quant": partial(Requantizer, FP32.precision + 1 + _P_ONE_SHIFT, CODE_BITS,
-                     clamp="symmetric", mult_bits=2),
+    "mul": FP32_ONE_BLOCK,
+    "quant": P_ONE_REQUANTIZER,
 }
 
 
@@ -185,7 +177,7 @@ class QuantCore(wiring.Component):
         split = delay(m, sig, _SPLIT, name=f"split_sig{n}")
         m.d.comb += [
             quant.i.valid.eq(delay(m, mul_w.o.valid, _SPLIT, name=f"split_go{n}", reset=True)),
-            quant.i.payload.x.eq((split << _P_ONE_SHIFT) - split),
+            quant.i.payload.x.eq(times_p_one(split)),
             quant.i.payload.m.eq(1),
             quant.i.payload.shift.eq(delay(m, shift, _SPLIT, name=f"split_shift{n}"))]
         return quant

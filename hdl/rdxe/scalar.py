@@ -29,7 +29,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arith.format import FP32
-from ..arith.fpmul import FloatMultiplier
+from ..arith.fpmul import FP32_ONE_BLOCK
 from ..arith.recip import Reciprocal
 from ..latency import unit_latencies
 from ..pipeline import delay, queued_pipeline
@@ -43,7 +43,7 @@ __all__ = ["ScalarOp", "ScalarUnit", "scalar_in_layout", "scalar_out_layout", "U
 #: are the same bits, for when a placement spreads it across the die.
 UNITS = {
     "recip": partial(Reciprocal, narrow_in_logic=True),
-    "mul": partial(FloatMultiplier, FP32, FP32, FP32, split="dsp18"),
+    "mul": FP32_ONE_BLOCK,
 }
 
 _INF = Const(FP32.infinity(0), FP32.width)

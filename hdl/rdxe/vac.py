@@ -189,7 +189,7 @@ class Vac(wiring.Component):
         (docs/rdxe.md 9.1)."""
         return partial(Requantizer, ACC_BITS, ACC_BITS, clamp="full",
                        mult_bits=cfg.rc_mant_bits, mult_signed=False, stages=6,
-                       block_registers=True)
+                       block_registers=True, narrow_in_logic=True)
 
     @staticmethod
     def row_latency_of(cfg: VacConfig) -> int:

@@ -44,10 +44,27 @@ from .spec import (ACC_BITS, CODE_BITS, GBUS_BYTES, VeConfig, check_config, chun
                    ve_rc_layout, ve_tap_layout)
 from .vac import dot_accumulator
 
-__all__ = ["RcUnit", "Activations", "Normalizer", "ToRc", "P_ONE"]
+__all__ = ["RcUnit", "Activations", "Normalizer", "ToRc", "P_ONE", "P_ONE_REQUANTIZER",
+           "times_p_one"]
 
 #: INT8 activation of exp(0) = 1 (``golden.rdxe.P_ONE``).
 P_ONE = 127
+#: ``P_ONE = 127 = 2**7 - 1``: ``127 x`` is ``(x << 7) - x``, one subtraction and no multiplier
+#: block (Yosys maps every product of 2 x 2 bits or more, a constant one too, to a
+#: ``MULT18X18D``).
+P_ONE_SHIFT = P_ONE.bit_length()
+#: The requantizer of ``127 sig`` for a signed fp32 significand ``sig`` (:func:`times_p_one`),
+#: whose multiplier is 1: ``requantize(127 sig, 1, shift) = requantize(sig, 127, shift)`` (a
+#: product by the constant 1 is a wire in synthesis, as in :class:`ToRc`). The VE's activation
+#: lanes and the DXE's quantizer (:mod:`hdl.rdxe.quant`) use it.
+P_ONE_REQUANTIZER = partial(Requantizer, FP32.precision + 1 + P_ONE_SHIFT, CODE_BITS,
+                            clamp="symmetric", mult_bits=2)
+
+
+def times_p_one(x):
+    """``127 x`` as ``(x << 7) - x`` (:data:`P_ONE_SHIFT`): exact in :data:`P_ONE_REQUANTIZER`'s
+    input for an fp32 significand."""
+    return (x << P_ONE_SHIFT) - x
 #: Largest requantizer shift.
 _SHIFT_MAX = (1 << SHIFT_BITS) - 1
 #: Cycles of the score buffer's read: the synchronous read and a register behind it.
@@ -355,14 +372,14 @@ class Activations(wiring.Component):
     def _units() -> tuple[partial, ...]:
         # The multipliers' registers are the ECP5 blocks' own when built for that target
         # (hdl.arith.dsp): the VE's blocks sit far from its logic, so the scale multiply's
-        # pieces land in a register of their own before their sum. The conversion registers
-        # its magnitude (four stages): ``s - max`` and its negation are two carry chains.
+        # pieces (two: "wide") land in a register of their own before their sum. The
+        # conversion registers its magnitude (four stages): ``s - max`` and its negation are
+        # two carry chains. ``127 sig`` is a subtraction, not a product (docs/rdxe.md 14.2).
         return (partial(IntToFloat, CODE_BITS + 1, BF16, stages=4),
-                partial(FloatMultiplier, BF16, FP32, FP32, block_registers=True,
+                partial(FloatMultiplier, BF16, FP32, FP32, split="wide", block_registers=True,
                         land_pieces=True),
                 partial(Exp2, block_registers=True),
-                partial(Requantizer, FP32.precision + 1, CODE_BITS, clamp="symmetric",
-                        mult_bits=CODE_BITS, block_registers=True))
+                P_ONE_REQUANTIZER)
 
     @classmethod
     def latencies_of(cls, cfg: VeConfig) -> dict:
@@ -456,8 +473,8 @@ class Activations(wiring.Component):
                          mul.i.valid.eq(to_float.o.valid), mul.i.payload.a.eq(to_float.o.payload.y),
                          mul.i.payload.b.eq(scale),
                          exp.i.valid.eq(mul.o.valid), exp.i.payload.x.eq(mul.o.payload.y)]
-            # p = RNE(127 * e) = requantize(sig, 127, 23 - exp), the shift capped at 63; the
-            # split is registered so that the requantizer's multipliers start from flip-flops.
+            # p = RNE(127 * e) = requantize(127 sig, 1, 23 - exp), the shift capped at 63; the
+            # split is registered, and 127 sig made in the requantizer's first cycle.
             sig, field, _ = _fp32_fields(m, exp.o.payload.y, f"exp{k}")
             shift = Signal(SHIFT_BITS, name=f"pshift{k}")
             m.d.comb += shift.eq(Mux(field < FP32.bias + FP32.man_bits - _SHIFT_MAX, _SHIFT_MAX,
@@ -465,8 +482,8 @@ class Activations(wiring.Component):
             m.d.comb += [
                 quant.i.valid.eq(delay(m, exp.o.valid, _SPLIT, name=f"split_valid{k}",
                                        reset=True)),
-                quant.i.payload.x.eq(delay(m, sig, _SPLIT, name=f"split_sig{k}")),
-                quant.i.payload.m.eq(P_ONE),
+                quant.i.payload.x.eq(times_p_one(delay(m, sig, _SPLIT, name=f"split_sig{k}"))),
+                quant.i.payload.m.eq(1),
                 quant.i.payload.shift.eq(delay(m, shift, _SPLIT, name=f"split_shift{k}"))]
             live = delay(m, k < count, keep_lat, name=f"live{k}")
             m.d.comb += self.p.payload.data[k].eq(Mux(live, quant.o.payload.y, 0))
@@ -501,7 +518,8 @@ class Normalizer(wiring.Component):
     @staticmethod
     def _unit(cfg: VeConfig) -> partial:
         return partial(Requantizer, CODE_BITS, CODE_BITS, clamp=cfg.clamp,
-                       mult_bits=cfg.rc_mant_bits, mult_signed=False, block_registers=True)
+                       mult_bits=cfg.rc_mant_bits, mult_signed=False, block_registers=True,
+                       narrow_in_logic=True)
 
     @classmethod
     def latency_of(cls, cfg: VeConfig) -> int:

@@ -14,8 +14,8 @@ from . import units
 
 @dataclass(frozen=True)
 class RequantParams(BlockParams):
-    """Requantizer widths, clamp range, multiplier width and signedness, pipeline depth and
-    ``block_registers``.
+    """Requantizer widths, clamp range, multiplier width and signedness, pipeline depth,
+    ``block_registers`` and ``narrow_in_logic``.
 
     The parameters are checked by :class:`hdl.arith.requant.Requantizer` (the registry builds the
     component to validate them).
@@ -28,6 +28,7 @@ class RequantParams(BlockParams):
     mult_signed: bool = True
     stages: int = 4
     block_registers: bool = False
+    narrow_in_logic: bool = False
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ class IntDotParams(BlockParams):
 def _requant_size(p: "RequantParams") -> Size:
     """The partial products of x * m, then about 14 cells for each one's sum and 40 for the
     rounding and the clamp (calibrated on the presets' netlists)."""
-    products = units.requant_products(p.in_bits, p.mult_bits + (not p.mult_signed))
+    products = units.requant_products(p.in_bits, p.mult_bits + (not p.mult_signed),
+                                      p.narrow_in_logic)
     return Size(storage_bits=0, multipliers=products, cells=40 + 14 * products)
 
 
@@ -65,7 +67,8 @@ register(Block(
     },
     build=lambda p: Requantizer(p.in_bits, p.out_bits, clamp=p.clamp, mult_bits=p.mult_bits,
                                 mult_signed=p.mult_signed, stages=p.stages,
-                                block_registers=p.block_registers),
+                                block_registers=p.block_registers,
+                                narrow_in_logic=p.narrow_in_logic),
     golden="golden.arith.requant",
     testbench="cocotb_tests.arith_int_tb",
     timing=lambda p, c: pipelined(c.latency),

@@ -12,7 +12,7 @@ from hdl.rdxe.dxt import _QUEUE_SLACK
 from hdl.rdxe.gbus import _RESP_QUEUE
 from hdl.rdxe.sequencer import _CONST_QUEUE, _OP_QUEUE, op_layout, queued_layout
 from hdl.rdxe.spec import ACC_BITS, CODE_BITS, VeConfig
-from hdl.rdxe.ve import Activations
+from hdl.rdxe.ve import P_ONE_SHIFT, Activations
 
 from ..params import BlockParams
 from ..registry import Block, Size, StreamTiming, SynthSettings, register
@@ -83,7 +83,7 @@ def _vac_size(cfg: VacConfig) -> Size:
                + cfg.rc_bits * q                                       # RC factor queue
                + CODE_BITS * q)                                        # result queue
     multipliers = (cfg.lanes + _requant(ACC_BITS, cfg.mult_bits)       # lanes, PPU
-                   + _requant(ACC_BITS, cfg.rc_mant_bits))             # RCU
+                   + _requant(ACC_BITS, cfg.rc_mant_bits, True))       # RCU
     cells = _VAC_CELLS + _KV_CELLS * (cfg.kv_rows > 0) + _VAC_LANE_CELLS * cfg.lanes
     return Size(storage_bits=storage, multipliers=multipliers, cells=cells)
 
@@ -93,8 +93,8 @@ def _vac_size(cfg: VacConfig) -> Size:
 _REQUEST_LATENCY = Activations.latency_of(VeConfig()) - 1 + READ_LATENCY
 #: Products of the VE's fixed units: the factor path (FloatMAC(FP32) 4, RSqrt 21, Reciprocal
 #: 10), the sequencer's address products (4), and per activation lane (FloatMultiplier(BF16,
-#: FP32) 4, Exp2 1); from their structure at their default parameters.
-_FACTOR_PRODUCTS, _SEQ_PRODUCTS, _ACT_LANE_PRODUCTS = 4 + 21 + 10, 4, 4 + 1
+#: FP32, split="wide") 2, Exp2 1); from their structure at their default parameters.
+_FACTOR_PRODUCTS, _SEQ_PRODUCTS, _ACT_LANE_PRODUCTS = 4 + 21 + 10, 4, 2 + 1
 #: Cells per VE lane: an activation lane's IntToFloat, FloatMultiplier, Exp2 and Requantizer
 #: (67 + 103 + 138 + 60, each unit's netlist), the normalizer's Requantizer (54), the lane's
 #: muxes and the factor path's IntDot lane (38). Per VAC of the tile: its HLINK source credit
@@ -120,10 +120,10 @@ def _dxt_size(cfg: DxtConfig) -> Size:
                + queued_layout(cfg).size * (_REQUEST_LATENCY + _QUEUE_SLACK - 1)  # chunk queue
                + 1 * (_RESP_QUEUE - 1))                                 # response queue
     multipliers = (N * vac.multipliers + 4 * N                          # VACs, KV writer
-                   + L * _requant(CODE_BITS, cfg.rc_mant_bits)          # normalizer lanes
+                   + L * _requant(CODE_BITS, cfg.rc_mant_bits, True)    # normalizer lanes
                    + L + _FACTOR_PRODUCTS                               # factor path:
                    + _requant(max(FP32.precision + 1, cfg.rc_mant_bits + 2), 2)  # IntDot, to RC
-                   + L * (_ACT_LANE_PRODUCTS + _requant(FP32.precision + 1, CODE_BITS))
+                   + L * (_ACT_LANE_PRODUCTS + _requant(FP32.precision + 1 + P_ONE_SHIFT, 2))
                    + 1 + _SEQ_PRODUCTS)                                 # score select; sequencer
     cells = N * (vac.cells + _TILE_VAC_CELLS) + L * _VE_LANE_CELLS + _TILE_CELLS
     return Size(storage_bits=storage, multipliers=multipliers, cells=cells)
@@ -161,10 +161,11 @@ _DXT_PRESETS = {
     "small": DxtParams(lanes=4, vacs=4, wmem_depth=160, ppu_depth=64, kv_rows=32,
                        queue_depth=8, head_dim=16, max_inputs=64),
     # The largest tile that fits the largest ECP5 (LFE5U-85F, 156 MULT18X18D): 4 VACs of 4 lanes
-    # use 48 of them (16 lanes, 4 each for the PPU's 32 x 32 and the RCU's 32 x 19), the VE the
-    # rest (per lane: the bf16 x fp32 multiply 4, exp2 1, the activation and normalizing
-    # requantizers 2 each; the RMSNorm/softmax factor path ~40). 4 VACs of 8 lanes need 175
-    # (measured). d = 64 and 2048 cache rows: 256 tokens per KV group.
+    # use 40 of them (16 lanes, 4 for each PPU's 32 x 32, 2 for each RCU's 32 x 19 with its
+    # narrow pieces in logic), the VE the rest (per lane: the bf16 x fp32 multiply 2, exp2 1;
+    # the activation requantizer's 127 x a subtraction, the normalizer's INT8 products in
+    # logic; the RMSNorm/softmax factor path ~36). 4 VACs of 8 lanes needed 175 before these
+    # moves (measured). d = 64 and 2048 cache rows: 256 tokens per KV group.
     "default": DxtParams(lanes=4, vacs=4, kv_rows=2048, head_dim=64, max_inputs=4096),
     # The paper's DXT: 16 VACs of 16 multipliers (Sec. III), d = 64; 1024 cache rows hold the MT5
     # evaluation's 960 + 64 tokens (2048 per group). Generated and linted, not synthesized: it
