@@ -14,8 +14,9 @@ from memwall import registry
 #: Cycles checked after the reset is released.
 CHECKED_CYCLES = 16
 #: Variants built from the same tiles as a block checked in ``make test`` (flowkv, inflash), 20 to
-#: 27 s each on 2 cores: they run with ``--slow``.
-SLOW = {"flowkv-array", "inflash-unit"}
+#: 27 s each on 2 cores, and the ring of rdxe-dxe engines (its links and stages reset with the
+#: engines, 45 s in make test with the design's elaboration): they run with ``--slow``.
+SLOW = {"flowkv-array", "inflash-unit", "rdxe-ring"}
 
 
 def xcheck_bench(top: str, ports: list[dict], reset_cycles: int) -> str:
