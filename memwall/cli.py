@@ -442,7 +442,7 @@ def _build_blocks(client: Callable, chosen: list, args, out: Path) -> tuple[list
 
 def _build_report(preset: str, elapsed: float, results: list, rows: list, names: list) -> str:
     """The Markdown report of ``memwall build``."""
-    from synth.report import markdown_table, timing_verdict
+    from synth.report import markdown_table
     from synth.toolchain import tool_versions
 
     from . import version_line
