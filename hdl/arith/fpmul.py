@@ -15,8 +15,8 @@ from .dsp import ECP5_MULT_WIDTH, ecp5_product, family
 from .float import normal_significand, round_pack, unpack
 from .format import FP32, FloatFormat, float_format
 
-__all__ = ["FloatMultiplier", "exact_product", "logic_product", "CUT_POINTS", "SPLITS",
-           "FP32_ONE_BLOCK"]
+__all__ = ["FloatMultiplier", "exact_product", "logic_product", "narrow_piece", "CUT_POINTS",
+           "SPLITS", "FP32_ONE_BLOCK", "NARROW_LOGIC_BITS"]
 
 #: Cut points of the multiplier datapath: 0 after unpacking, 1 after the partial products of
 #: the significand pieces, 2 after their sum, 3 after normalization, 4 inside the rounding (after
@@ -38,10 +38,16 @@ SPLITS = ("both", "wide", "dsp18")
 #: :data:`_LOGIC_WIDE` (6 x 6 and 6 x 8 products: a few dozen LUTs).
 _LOGIC_NARROW = 6
 _LOGIC_WIDE = 8
-#: With ``narrow_in_logic``, a piece whose narrower side has at most this many bits is computed
-#: in logic whatever its wider side (the 18 x 6 pieces of fp32 x fp32 under ``"dsp18"``), as
-#: :class:`~hdl.arith.recip.Reciprocal`'s option of the same name.
-_NARROW_BITS = 8
+#: The units' ``narrow_in_logic`` options (this multiplier's, ``Reciprocal``/``RSqrt``'s,
+#: ``Requantizer``'s): a partial product whose narrower side has at most this many bits is
+#: computed in logic whatever its wider side (:func:`narrow_piece`).
+NARROW_LOGIC_BITS = 8
+
+
+def narrow_piece(a_bits: int, b_bits: int) -> bool:
+    """Whether a partial product of ``a_bits`` x ``b_bits`` is narrow enough for logic under a
+    unit's ``narrow_in_logic`` (:data:`NARROW_LOGIC_BITS`)."""
+    return min(a_bits, b_bits) <= NARROW_LOGIC_BITS
 
 
 def logic_product(x: Value, y: Value) -> Value:
@@ -272,7 +278,7 @@ class FloatMultiplier(wiring.Component):
     def _in_logic(self, pa, pb) -> bool:
         """Whether the product of pieces ``pa`` and ``pb`` is computed without a multiplier."""
         widths = sorted((pa[1] - pa[0], pb[1] - pb[0]))
-        if self._narrow and widths[0] <= _NARROW_BITS:
+        if self._narrow and narrow_piece(*widths):
             return True
         return (self._split == "dsp18" and widths[0] <= _LOGIC_NARROW
                 and widths[1] <= _LOGIC_WIDE)

@@ -17,7 +17,7 @@ from amaranth.lib.wiring import In, Out
 from ..pipeline import Pipeline
 from ..validate import integer
 from .dsp import ecp5_product, family
-from .fpmul import logic_product
+from .fpmul import logic_product, narrow_piece
 from .float import normal_significand, round_pack, unpack
 from .format import FP32
 
@@ -273,15 +273,12 @@ def _block_partials(m, a, b, name: str, *, input_registers: bool) -> list:
             for n, (sa, sb) in enumerate((sa, sb) for _, sa in _slices(a) for _, sb in _slices(b))]
 
 
-#: With ``narrow_in_logic``, a partial product whose narrower slice has at most this many bits
-#: is computed in logic (the slices of 7 and 8 bits of a 24- or 25-bit operand's top).
-_LOGIC_BITS = 8
-
-
 def _partials(a, b, narrow_in_logic: bool = False) -> list:
     """The partial products of ``a * b``, one per pair of slices (each fits one 18x18 DSP); with
-    ``narrow_in_logic`` the narrow ones in logic (:func:`~hdl.arith.fpmul.logic_product`)."""
-    return [logic_product(sa, sb) if narrow_in_logic and min(len(sa), len(sb)) <= _LOGIC_BITS
+    ``narrow_in_logic`` the narrow ones (:func:`~hdl.arith.fpmul.narrow_piece`: the slices of 7
+    and 8 bits of a 24- or 25-bit operand's top) in logic (:func:`~hdl.arith.fpmul.
+    logic_product`)."""
+    return [logic_product(sa, sb) if narrow_in_logic and narrow_piece(len(sa), len(sb))
             else sa * sb for _, sa in _slices(a) for _, sb in _slices(b)]
 
 

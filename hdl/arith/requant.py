@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from ..pipeline import delay
 from ..validate import integer
 from .dsp import ecp5_product, family
-from .fpmul import logic_product
+from .fpmul import logic_product, narrow_piece
 
 __all__ = ["Requantizer", "CLAMPS", "SHIFT_BITS"]
 
@@ -28,10 +28,6 @@ _BOUNDARIES = {1: ("saturated",), 2: ("product", "saturated"),
                6: ("partial", "landed", "product", "coarse", "shifted", "saturated")}
 #: The shift in two steps at the ``coarse`` boundary: by whole groups of this many bits first.
 _COARSE = 8
-#: With ``narrow_in_logic``, a partial product whose narrower slice has at most this many bits
-#: is computed in logic (an INT8 input's, or the 2-bit top slice of a 19-bit multiplier), as
-#: :class:`~hdl.arith.recip.Reciprocal`'s option of the same name.
-_NARROW_BITS = 8
 
 
 def _slices(value, width: int, is_signed: bool):
@@ -198,7 +194,7 @@ class Requantizer(wiring.Component):
             for m_lsb, m_piece in _slices(mult, self._mult_bits, self._mult_signed):
                 product = Signal(signed(x_piece.shape().width + m_piece.shape().width + 1),
                                  name=f"pp_{x_lsb}_{m_lsb}")
-                in_logic = self._narrow and min(len(x_piece), len(m_piece)) <= _NARROW_BITS
+                in_logic = self._narrow and narrow_piece(len(x_piece), len(m_piece))
                 if blocks and not in_logic:
                     m.d.comb += product.eq(ecp5_product(
                         m, x_piece.as_unsigned(), m_piece.as_unsigned(),
