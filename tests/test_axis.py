@@ -15,6 +15,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
+from cocotb_tests.launcher import design_group
 from memwall import registry
 from memwall.axis import AxisWrapper, tdata_width
 from memwall.cli import main
@@ -75,6 +76,11 @@ def test_valid_only_streams_have_no_tready(capsys, tmp_path):
     assert ports["m_axis_o_tdata"] == ("output", 16)          # bf16 result at the small preset
 
 
+#: The in-flash PE wrapped at `small`: these two tests share one elaboration on one worker.
+INFLASH_AXIS = design_group("inflash", "small", {"interface": "axis"})
+
+
+@INFLASH_AXIS
 def test_tlast_where_the_payload_has_a_last_field(capsys, tmp_path):
     verilog, manifest = generate(capsys, tmp_path, "inflash", "--interface", "axis")
     jsonschema.validate(manifest, schema())
@@ -98,6 +104,7 @@ def test_ports_in_no_stream_pass_through_under_their_own_names(capsys, tmp_path)
         assert declared[name][1] == widths[name], name
 
 
+@INFLASH_AXIS
 def test_wrapped_verilog_lints_clean_with_the_waivers(tmp_path):
     entry = registry.get("inflash")
     text, _ = entry.verilog(entry.parameters("small"), interface="axis")
