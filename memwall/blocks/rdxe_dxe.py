@@ -87,7 +87,7 @@ _SMOL_SPACE = dict(tb_words=4096, rr_bytes=8192, registers=16, const_words=8192,
                    program_words=64)
 
 _PRESETS = {
-    # The reduced Llama layer of cocotb_tests/rdxe/layer.py (2 heads of 8 in one KV group, hidden 16,
+    # The reduced Llama layer of sim/rdxe/reduced.py (2 heads of 8 in one KV group, hidden 16,
     # FFN 32) on the DXT tests/test_rdxe_side.py uses: 4 VACs of 4 lanes, WMEM for every GEMV and
     # the identity at once (256 rows), 64 KV-cache rows (64 tokens).
     "small": DxeParams(lanes=4, vacs=4, head_dim=8, group_size=2, kv_groups=1, wmem_depth=256,
