@@ -8,9 +8,10 @@ import pytest
 
 from memwall import registry
 from memwall.params import ParameterError
+from sim.rdxe.host import Layer
 
 from .launcher import case_id, case_runs, run_block, run_case
-from .rdxe.dxe_tb import ENV_LAYER, Layer
+from .rdxe.dxe_tb import ENV_LAYER
 
 #: The small preset runs the reduced layer: two tokens with idle and back-pressure, a token at
 #: the cache's capacity. Under Verilator with --slow: the same testbench on the same Verilog.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cocotb_tests.rdxe.dxe_tb import row_elements, row_values
+from sim.rdxe.host import row_elements, row_values
 from golden.rdxe import assemble as A
 from golden.rdxe import program as P
 from golden.rdxe.model import RCFactor

@@ -26,11 +26,12 @@ from collections import deque
 import pytest
 from amaranth import Module
 from amaranth.back import verilog
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.sim import Simulator
 
 from hdl.board import BoardTop, Command, Harness, Status
 from hdl.rdxe import VacConfig, VacRing
+from hdl.rdxe.hosted import DxeBoard, HostItem, HostSequencer
 from memwall import registry
 from memwall.board.host import (BoardError, HarnessHost, parse_capture, parse_record,
                                 read_payload, run_payload, write_payload)
@@ -190,14 +191,15 @@ def test_harness_numbers_several_streams_of_several_widths():
 
 
 def test_harness_takes_every_registry_block_with_stream_ports():
-    """Every block (in its board form: the VAC behind its ring's source) but the eDRAM
-    controller with its macro ports (``edram-fpga`` is its board form) and the rDXE engine and
-    its ring with their DXT sides' fixed entries (no preset fits a board: docs/rdxe.md 14.4 and
-    16.4) is taken, with exactly the streams its registry entry gives timing for."""
+    """Every block (in its board form: the VAC behind its ring's source, the rDXE engine
+    behind its host sequencer) but the eDRAM controller with its macro ports (``edram-fpga`` is
+    its board form) and the rDXE ring with its DXEs' fixed entries (no preset fits a board:
+    docs/rdxe.md 16.4) is taken, with exactly the streams its registry entry gives timing
+    for."""
     for entry in registry.blocks():
         params = entry.parameters("small", force=True)
         block = entry.board_component(params)
-        if entry.name in ("edram", "rdxe-dxe", "rdxe-ring"):
+        if entry.name in ("edram", "rdxe-ring"):
             with pytest.raises(ValueError, match="not the plain input"):
                 Harness(block, stimulus_depth=4, capture_depth=4)
             continue
@@ -258,6 +260,80 @@ def test_vac_ring_keeps_credits_and_releases_factors():
     # Factor A: taken in cycle 2 only; factor B: the cycle after B started, then no more.
     assert [k for k, (_, rc) in enumerate(seen) if rc] == [2, started[4] + 1], seen
     assert not any(ready for ready, _ in seen[4:started[4]]), seen
+
+
+def test_dxe_host_sequencer_keeps_the_host_order():
+    """rdxe-dxe's board form's sequencer before an engine stand-in (``ext`` and ``run`` taken
+    at random, a run's ``done`` 2 to 9 cycles after it was taken, ``done`` back-pressured at
+    random): every host item reaches the engine once, in order; none is offered from the
+    cycle after a run is taken until the cycle after its ``done`` is taken; ``done`` passes
+    unchanged, in its cycle."""
+    seq = HostSequencer(data.StructLayout({"row": 4}), data.StructLayout({"pc": 4}),
+                        data.StructLayout({"pc": 4}))
+    items = [(HostItem.EXT, 0), (HostItem.EXT, 1), (HostItem.RUN, 2), (HostItem.EXT, 3),
+             (HostItem.RUN, 4), (HostItem.RUN, 5), (HostItem.EXT, 6), (HostItem.EXT, 7)]
+    rng, taken, dones, offered_out = random.Random(SEED), [], [], []
+
+    async def body(ctx):
+        k, out, done_at = 0, None, None
+        for cycle in range(300):
+            if k == len(items) and out is None:
+                break
+            kind, value = items[min(k, len(items) - 1)]
+            ctx.set(seq.i.valid, k < len(items))
+            ctx.set(seq.i.payload.kind, kind)
+            ctx.set(seq.i.payload.ext.row, value)
+            ctx.set(seq.i.payload.run.pc, value)
+            ctx.set(seq.ext.ready, rng.random() < 0.6)
+            ctx.set(seq.run.ready, rng.random() < 0.6)
+            ctx.set(seq.dxe_done.valid, done_at is not None and cycle >= done_at)
+            ctx.set(seq.dxe_done.payload.pc, out if out is not None else 0)
+            ctx.set(seq.done.ready, rng.random() < 0.5)
+            ext = ctx.get(seq.ext.valid) and ctx.get(seq.ext.ready)
+            run = ctx.get(seq.run.valid) and ctx.get(seq.run.ready)
+            done = ctx.get(seq.done.valid) and ctx.get(seq.done.ready)
+            assert (ctx.get(seq.i.valid) and ctx.get(seq.i.ready)) == (ext or run), cycle
+            if out is not None and (ctx.get(seq.ext.valid) or ctx.get(seq.run.valid)):
+                offered_out.append(cycle)
+            if ext or run:
+                taken.append((HostItem.EXT if ext else HostItem.RUN,
+                              ctx.get(seq.ext.payload.row if ext else seq.run.payload.pc)))
+                k += 1
+            if done:
+                dones.append(ctx.get(seq.done.payload.pc))
+                out = done_at = None
+            if run:
+                out, done_at = taken[-1][1], cycle + rng.randint(2, 9)
+            await ctx.tick()
+
+    sim = Simulator(seq)
+    sim.add_clock(1e-8)
+    sim.add_testbench(body)
+    sim.run()
+    assert taken == items and dones == [2, 4, 5], (taken, dones)
+    assert not offered_out, offered_out
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (lambda i: {k: v for k, v in i.items() if k != "eps"}, ValueError,
+     "DxeBoard inputs (inputs) must name exactly the engine's plain inputs eps, identity, "
+     "pv_entry, score_entry, score_scale, not identity, pv_entry, score_entry, score_scale"),
+    (lambda i: {**i, "position": 0}, ValueError,
+     "DxeBoard inputs (inputs) must name exactly the engine's plain inputs eps, identity, "
+     "pv_entry, score_entry, score_scale, not eps, identity, position, pv_entry, score_entry, "
+     "score_scale"),
+    (lambda i: {**i, "identity": 8}, ValueError,
+     "DxeBoard input identity (inputs) must be 0 to 7 (its 3 bits), not 8"),
+    (lambda i: {**i, "eps": 1.0}, TypeError, "DxeBoard input eps (inputs) must be an integer, "
+                                             "not 1.0"),
+])
+def test_dxe_board_refuses_inputs_by_name(change, error, message):
+    entry = registry.get("rdxe-dxe")
+    params = entry.parameters("small")
+    inputs = {"eps": 0, "identity": 4, "score_entry": 34, "pv_entry": 35, "score_scale": 0}
+    with pytest.raises(error) as info:
+        DxeBoard(params.ctrl_config(), params.dxt_config(), inputs=change(inputs))
+    assert str(info.value) == message
 
 
 # --------------------------------------------------------------------------------------------------

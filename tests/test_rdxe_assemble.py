@@ -13,7 +13,7 @@ import pytest
 from golden.rdxe import assemble as A
 from golden.rdxe import program as P
 from hdl.rdxe.isa import OPCODES, ProgramSpace, instruction_layout
-from cocotb_tests.rdxe.layer import HEAD_DIM, HEADS, HIDDEN, INPUTS, KV_HEADS, layer_tables, tokens
+from sim.rdxe.reduced import HEAD_DIM, HEADS, HIDDEN, INPUTS, KV_HEADS, layer_tables, tokens
 
 SPACE = ProgramSpace(tb_words=256, rr_bytes=256, registers=4, const_words=256, gemvs=4)
 

@@ -1,5 +1,5 @@
 """The DXE's layer controller (hdl/rdxe/ctrl.py) in Amaranth's simulator: the reduced Llama layer's
-assembled program (cocotb_tests/rdxe/layer.py) runs token by token, its vector and scalar ops on the
+assembled program (sim/rdxe/reduced.py) runs token by token, its vector and scalar ops on the
 controller's units and its DXT ops by a model of the DXT side on ``dxt``/``ext`` (the golden
 step of each, :func:`golden.rdxe.assemble.decode`); after every token the whole token buffer
 and rr-SRAM equal :func:`golden.rdxe.assemble.run_words`'s bit for bit."""
@@ -16,7 +16,7 @@ from golden.rdxe import program as P
 from hdl.rdxe.ctrl import DXT_OPS, CtrlConfig, DxeController, Store, run_cycles
 from hdl.rdxe.isa import OPCODES, ProgramSpace, instruction_layout
 from tests.dxe_bench import DxeBench, golden_images
-from cocotb_tests.rdxe.layer import HEAD_DIM, HIDDEN, INPUTS, layer_tables, program, tokens
+from sim.rdxe.reduced import HEAD_DIM, HIDDEN, INPUTS, layer_tables, program, tokens
 from tests.stream_sim import shared, simulate
 
 LANES = 4

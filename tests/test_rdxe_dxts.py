@@ -16,8 +16,8 @@ from amaranth import Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from cocotb_tests.rdxe.dxe_tb import dxt_loads, model_cycles, row_values
-from cocotb_tests.rdxe.layer import HEAD_DIM, INPUTS, layer_tables, tokens
+from sim.rdxe.host import dxt_loads, model_cycles, row_values
+from sim.rdxe.reduced import HEAD_DIM, INPUTS, layer_tables, tokens
 from golden.rdxe import assemble as A
 from golden.rdxe import program as P
 from golden.rdxe import command_cycles, word_cycles

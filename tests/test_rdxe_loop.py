@@ -1,5 +1,5 @@
 """The DXE's layer loop (hdl/rdxe/ctrl.py, hdl/rdxe/dxtside.py; docs/rdxe.md 16.1) in Amaranth's
-simulator: the reduced Llama layer (cocotb_tests/rdxe/layer.py) assembled to loop (the residual in
+simulator: the reduced Llama layer (sim/rdxe/reduced.py) assembled to loop (the residual in
 place, RoPE's table kept), two layers of distinct tables stacked at the program's stride
 (:func:`golden.rdxe.assemble.stacked_tables`), one ``run`` a token. After each token the whole
 token buffer and rr-SRAM equal :func:`golden.rdxe.assemble.run_words` run layer after layer,
@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from cocotb_tests.rdxe.dxe_tb import dxt_loads, row_values
+from sim.rdxe.host import dxt_loads, row_values
 from golden import rdxe as golden
 from golden.rdxe import assemble as A
 from hdl.rdxe.ctrl import CtrlConfig, DxeController, Store, loop_cycles, run_cycles
@@ -24,7 +24,7 @@ from memwall import registry
 from memwall.params import ParameterError
 from sim.rdxe.ring import program_cycles, rtl_costs
 from tests.dxe_bench import DxeBench
-from cocotb_tests.rdxe.layer import HEAD_DIM, HEADS, INPUTS, KV_HEADS, layer_tables, program, tokens
+from sim.rdxe.reduced import HEAD_DIM, HEADS, INPUTS, KV_HEADS, layer_tables, program, tokens
 from tests.stream_sim import shared, simulate
 from tests.test_rdxe_assemble import variant
 from tests.test_rdxe_side import load_dxe, send, token_images

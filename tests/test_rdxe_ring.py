@@ -1,5 +1,5 @@
 """The ring of DXEs: its golden (golden/rdxe/ring.py) and its cycle model on the RTL's costs
-(sim/rdxe/ring.py, ``schedule``), on the reduced Llama layer (cocotb_tests/rdxe/layer.py): 2 DXEs of 2
+(sim/rdxe/ring.py, ``schedule``), on the reduced Llama layer (sim/rdxe/reduced.py): 2 DXEs of 2
 layers, 3 requests of different prompt and generation lengths, 2 slots (docs/rdxe.md, 16)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hdl.rdxe.ctrl import CtrlConfig
 from hdl.rdxe.isa import ProgramSpace
 from hdl.rdxe.spec import DxtConfig
 from sim.rdxe.ring import Request, program_cycles, rtl_costs, schedule
-from cocotb_tests.rdxe.layer import HEAD_DIM, HEADS, INPUTS, KV_HEADS, Host, layer_tables, tokens
+from sim.rdxe.reduced import HEAD_DIM, HEADS, INPUTS, KV_HEADS, Host, layer_tables, tokens
 from tests.test_rdxe_assemble import variant
 
 LANES, LAYERS, STAGES, SLOTS = 4, 4, 2, 2

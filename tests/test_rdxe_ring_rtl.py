@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from cocotb_tests.rdxe.dxe_tb import dxt_loads, row_elements, row_values
-from cocotb_tests.rdxe.layer import HEAD_DIM, HEADS, INPUTS, KV_HEADS, Host, layer_tables, \
+from sim.rdxe.host import dxt_loads, row_elements, row_values
+from sim.rdxe.reduced import HEAD_DIM, HEADS, INPUTS, KV_HEADS, Host, layer_tables, \
     program, short, tokens
 from golden.rdxe import assemble as A
 from golden.rdxe import ring as R
@@ -32,7 +32,7 @@ from tests.dxe_bench import DxeBench
 from tests.test_rdxe_side import load_dxe, send
 
 LANES, DXES, SLOTS = 4, 2, 2
-#: The ring's short layer (cocotb_tests/rdxe/layer.py): the KV append and RoPE, 229 cycles a
+#: The ring's short layer (sim/rdxe/reduced.py): the KV append and RoPE, 229 cycles a
 #: token a DXE.
 SHORT = short()
 #: The small preset's controller and DXT, memories cut to the short layer, a KV group for each
@@ -383,7 +383,7 @@ def test_one_slot_runs_the_requests_in_turn():
     print(f"\none slot: makespan {case.schedule.makespan}, utilization {utilization:.4f}")
 
 
-#: The whole reduced layer (cocotb_tests/rdxe/layer.py), 2 DXEs of 2 layers: the loop's
+#: The whole reduced layer (sim/rdxe/reduced.py), 2 DXEs of 2 layers: the loop's
 #: controller (tests/test_rdxe_loop.py) and the slots' DXT (a KV group for each of 2 slots x 2
 #: layers, tests/test_rdxe_slots.py); the requests of tests/test_rdxe_ring.py.
 FULL_LENGTHS = ((2, 3), (1, 2), (3, 1))

@@ -1,5 +1,5 @@
 """The DXE's layer program on RTL end to end (hdl/rdxe/dxe.py: the controller and the DXT side
-with a DXT): the reduced Llama layer (cocotb_tests/rdxe/layer.py), every operation in Amaranth's simulator,
+with a DXT): the reduced Llama layer (sim/rdxe/reduced.py), every operation in Amaranth's simulator,
 the host only loading the layer's tables and the token's inputs; after each token the whole token
 buffer and rr-SRAM equal :func:`golden.rdxe.assemble.run_words`' bit for bit."""
 
@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from cocotb_tests.rdxe.dxe_tb import dxt_loads, model_cycles
+from sim.rdxe.host import dxt_loads, model_cycles
 from golden import rdxe as golden
 from golden.rdxe import assemble as A
 from hdl.rdxe.ctrl import Store
@@ -20,7 +20,7 @@ from hdl.rdxe.isa import OPCODES, instruction_layout
 from hdl.rdxe.spec import DxtConfig
 from memwall import registry
 from tests.dxe_bench import DxeBench, golden_images
-from cocotb_tests.rdxe.layer import HEAD_DIM, INPUTS, layer_tables, program, tokens
+from sim.rdxe.reduced import HEAD_DIM, INPUTS, layer_tables, program, tokens
 from tests.stream_sim import set_payload, shared, simulate
 
 #: The registry's small preset (memwall/blocks/rdxe_dxe.py): the layer's DXT with 4 lanes (a
@@ -73,7 +73,7 @@ def layer():
 
 async def load_dxe(ctx, top, asm, flat, loads: tuple, position: int = 0,
                    restart: bool = True) -> DxeBench:
-    """Load the DXT side's ``loads`` (:func:`~cocotb_tests.rdxe.dxe_tb.dxt_loads`: WMEM, PPU,
+    """Load the DXT side's ``loads`` (:func:`~sim.rdxe.host.dxt_loads`: WMEM, PPU,
     GEMV tables, the fixed inputs), then the program and the constants of ``flat``; the next KV
     append is token ``position`` (a DXE of several slots takes its restarts with its runs, and
     so does a ring's DXE: ``restart`` False)."""

@@ -18,8 +18,8 @@ from hdl.rdxe.dxtside import DxtSide
 from memwall import registry
 from memwall.params import ParameterError
 from sim.rdxe.ring import program_cycles
-from cocotb_tests.rdxe.dxe_tb import row_values
-from cocotb_tests.rdxe.layer import HEAD_DIM, KV_HEADS, layer_tables
+from sim.rdxe.host import row_values
+from sim.rdxe.reduced import HEAD_DIM, KV_HEADS, layer_tables
 from tests.stream_sim import shared, simulate
 from tests.test_rdxe_assemble import variant
 from tests.test_rdxe_loop import CFG, DXT as LOOP_DXT, LAYERS, _attention, _caches, _kv_image, \

@@ -1,2 +1,2 @@
-"""cocotb testbenches of the rDXE blocks (``cocotb_tests.rdxe.tb``, ``dxt_tb``, ``dxe_tb``) and the
-reduced Llama layer their DXE cases and tests run (``layer``)."""
+"""cocotb testbenches of the rDXE blocks (``cocotb_tests.rdxe.tb``, ``dxt_tb``, ``dxe_tb``,
+``ring_tb``); the reduced Llama layer their DXE cases run is :mod:`sim.rdxe.reduced`."""

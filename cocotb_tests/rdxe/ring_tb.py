@@ -1,24 +1,24 @@
 """cocotb testbench of the ring of DXEs (``rdxe-ring``, docs/rdxe.md 16.4).
 
 The host's part, through the ring's ports only: each DXE loaded on its ``dxe[i]`` ports as the
-``rdxe-dxe`` testbench loads an engine (:func:`~cocotb_tests.rdxe.dxe_tb.host_loads`: the
+``rdxe-dxe`` testbench loads an engine (:func:`~sim.rdxe.host.host_loads`: the
 stride, each layer's score step, the DXT side's fixed entries, tables, WMEM rows and PPU
 entries, ``eps``; the TB and rr-SRAM cleared, the program and the layers' stacked constants
 written), the program read back on ``ext``, ``words`` held at the whole program; then requests played through ``input`` and ``output`` as the ring's host
 (:class:`Dispatcher`): tokens in the cycle model's order, each as soon as it is ready (a
 request's first token once it holds a slot, a prompt token after the one before it, a generated
 one once the pass before it has left ``output``, its inputs made from that pass's rows by the
-toy host of cocotb_tests/rdxe/layer.py); at the end each DXE's token rows and KV caches read
+toy host of sim/rdxe/reduced.py); at the end each DXE's token rows and KV caches read
 back (the rows on ``ext``, the caches through the simulator's hierarchy).
 
-The layer: :func:`cocotb_tests.rdxe.layer.attention` at the block's shape (query heads
+The layer: :func:`sim.rdxe.reduced.attention` at the block's shape (query heads
 ``group_size x kv_groups / (layers x slots)`` of ``head_dim``, the residual ``heads x
 head_dim``), assembled to loop, ``layers`` distinct layers a DXE (tests/test_rdxe_assemble.py's
 ``variant``). Its output reads the slot's KV cache, so a token run in another slot, or a slot
 not started over, gives other rows.
 
 The model (:class:`RingModel`) is fed by the input monitors: it mirrors each DXE's memories
-from the ``ext`` writes (:class:`~cocotb_tests.rdxe.dxe_tb.DxeModel`) and answers the host's
+from the ``ext`` writes (:class:`~sim.rdxe.host.DxeModel`) and answers the host's
 reads from them; for each token that entered on ``input`` (its rows, slot, restart) it runs the
 ring's golden DXEs (:class:`golden.rdxe.ring.Dxe`) in turn and expects the rows, the slot and
 no error on ``output``. At the end every request's outputs are also checked against
@@ -45,13 +45,13 @@ from golden.rdxe import assemble as A
 from golden.rdxe import ring as R
 from hdl.rdxe.ctrl import Store
 from hdl.rdxe.ring import copy_cycles
+from sim.rdxe import reduced
+from sim.rdxe.host import DxeModel, host_loads, row_elements, row_values
 from sim.rdxe.ring import Request, rtl_costs, schedule
 
 from ..functional import sampler
 from ..streams import ClockService, PayloadCodec, StreamSink
 from ..tb import BlockTB, block_params, select_tb
-from . import layer as reduced
-from .dxe_tb import DxeModel, host_loads, row_elements, row_values
 
 __all__ = ["RingLayer", "ring_layer", "RingModel", "Dispatcher", "RingTB"]
 

@@ -14,6 +14,7 @@ from hdl.rdxe.dxe import Dxe
 from hdl.rdxe.dxtside import _CHUNKS
 from hdl.rdxe.dxts import result_queue_depth
 from hdl.rdxe.gppu import Gppu, gppu_out_layout
+from hdl.rdxe.hosted import DxeBoard
 from hdl.rdxe.isa import ProgramSpace, instruction_layout
 from hdl.rdxe.scalar import ScalarUnit, scalar_out_layout
 from hdl.rdxe.spec import CODE_BITS, GBUS_BYTES, DxtConfig, command_layout
@@ -87,7 +88,7 @@ _SMOL_SPACE = dict(tb_words=4096, rr_bytes=8192, registers=16, const_words=8192,
                    program_words=64)
 
 _PRESETS = {
-    # The reduced Llama layer of cocotb_tests/rdxe/layer.py (2 heads of 8 in one KV group, hidden 16,
+    # The reduced Llama layer of sim/rdxe/reduced.py (2 heads of 8 in one KV group, hidden 16,
     # FFN 32) on the DXT tests/test_rdxe_side.py uses: 4 VACs of 4 lanes, WMEM for every GEMV and
     # the identity at once (256 rows), 64 KV-cache rows (64 tokens).
     "small": DxeParams(lanes=4, vacs=4, head_dim=8, group_size=2, kv_groups=1, wmem_depth=256,
@@ -162,11 +163,22 @@ def _size(params: DxeParams) -> Size:
                 + (_SLOT_CELLS if params.slots > 1 else 0) + _DXT_CELLS * (D - 1))
 
 
+def _board(params: DxeParams) -> DxeBoard:
+    """The engine as the board harness drives it (:class:`hdl.rdxe.hosted.DxeBoard`): the
+    host's requests in one ordered stream, the plain inputs held at the reduced layer's
+    (:func:`sim.rdxe.host.board_layer`, whose loads the board vectors play)."""
+    # Imported here: the host and the golden assembler double the registry's import time.
+    from sim.rdxe.host import board_layer
+
+    return DxeBoard(params.ctrl_config(), params.dxt_config(), inputs=board_layer(params).ports,
+                    slots=params.slots, dxts=params.dxts)
+
+
 def _timing(params, component) -> dict[str, StreamTiming]:
     model = ("hdl.rdxe.ctrl.run_cycles with hdl.rdxe.dxtside.instruction_cycles and "
              "golden.rdxe.command_cycles (docs/rdxe.md 14.2 to 14.4)")
     always = StreamTiming(throughput=1.0, note="one transfer a cycle; always ready")
-    return {
+    streams = {
         "run": StreamTiming(model=model, note="one run of count instructions from pc; taken "
                                               "while idle" + ("; in the token's slot, which "
                                                               "restart starts at position"
@@ -185,6 +197,11 @@ def _timing(params, component) -> dict[str, StreamTiming]:
         # Several layers: each layer's score step (docs/rdxe.md 16.1).
         **({"scales": always} if params.layers > 1 else {}),
     }
+    if isinstance(component, DxeBoard):      # the board form: ext and run in one stream
+        del streams["ext"], streams["run"]
+        streams["host"] = StreamTiming(throughput=1.0, note="ext requests and runs in order, "
+                                                            "one a cycle; held while a run is out")
+    return streams
 
 
 register(Block(
@@ -199,6 +216,7 @@ register(Block(
     testbench="cocotb_tests.rdxe.dxe_tb",
     timing=_timing,
     size=_size,
+    board=_board,
     # small fits the LFE5U-85F (147 of its 156 MULT18X18D, docs/rdxe.md 14.4); the other two
     # hold SmolLM2's layer, whose WMEM alone is 28.3 Mbit.
     synth=SynthSettings(presets=("small",),

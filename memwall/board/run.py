@@ -367,7 +367,8 @@ def add_run_parser(subparsers):
                    help="override one parameter (repeatable; tuples comma-separated)")
     p.add_argument("--vectors", type=int, default=64, metavar="N",
                    help="items per input stream (commands, for a block that answers a command "
-                        "with many items; GEMVs for rdxe-vac) (default: 64)")
+                        "with many items; GEMVs for rdxe-vac; tokens of the reduced layer for "
+                        "rdxe-dxe) (default: 64)")
     p.add_argument("--seed", type=int, default=1, help="seed of the random vectors (default: 1)")
     p.add_argument("--bitstream", metavar="PATH",
                    help="the bitstream, or the `memwall board build` output folder holding it "

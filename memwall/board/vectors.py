@@ -34,10 +34,14 @@ from hdl.edram import Op, TensorClass
 from hdl.flowkv import FlowKVConfig
 from hdl.inflash.spec import Mode, Op as InflashOp
 from hdl.rdxe import DESTS, GBUS_BYTES, OPS, DxtConfig
+from hdl.rdxe.ctrl import Store
+from hdl.rdxe.hosted import HostItem
+from sim.rdxe.host import DxeModel, board_layer, ext_writes, row_values
 
 from ..params import BlockParams, ParameterError
+from ..registry import layout_fields
 
-__all__ = ["Vectors", "GENERATORS", "vectors", "pack", "covered"]
+__all__ = ["Vectors", "GENERATORS", "vectors", "pack", "pack_fields", "covered"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,18 @@ class Vectors:
 def pack(layout, values) -> int:
     """The payload bits of one item: ``values`` (a field -> value mapping) in ``layout``."""
     return layout.const(values).as_bits()
+
+
+def pack_fields(layout, item: dict) -> int:
+    """The payload bits of an item named by flat fields (``data.0``, ``ext.row``: the names
+    :func:`memwall.registry.layout_fields` gives, as the cocotb testbenches' items use them),
+    each value taken modulo its width; an unknown name raises ``KeyError``."""
+    fields = {f["name"]: f for f in layout_fields(layout)}
+    unknown = set(item) - set(fields)
+    if unknown:
+        raise KeyError(f"no field(s) {sorted(unknown)} in {sorted(fields)}")
+    return sum((int(v) & ((1 << fields[k]["width"]) - 1)) << fields[k]["offset"]
+               for k, v in item.items())
 
 
 def _layouts(block, *names):
@@ -684,8 +700,62 @@ def _dxt(params, block, rng: random.Random, count: int) -> Vectors:
     return out
 
 
+def _dxe(params, block, rng: random.Random, count: int) -> Vectors:
+    """The reduced layer of :func:`sim.rdxe.host.board_layer` (its tables fixed: the board form
+    holds its plain inputs) and ``count`` tokens of it, their inputs drawn from the seed. Setup:
+    :func:`~sim.rdxe.host.host_loads`' WMEM rows and PPU entries, and on ``host`` the TB and
+    rr-SRAM cleared, the program and the constants written (the engine's testbench's loads).
+    Then the GEMV tables (registers, which the harness's reset before the run clears), and on
+    ``host`` the program and constants read back and per token its inputs written, a run of the
+    whole program and the TB and rr-SRAM rows the layer uses read back (every row it writes). ``done`` and ``ext_data`` from
+    :class:`~sim.rdxe.host.DxeModel` fed the same items in order (``golden.rdxe.assemble.
+    run_words`` on its mirror of the memories)."""
+    capacity = params.dxt_config().capacity
+    if count > capacity:
+        raise ParameterError(f"rdxe-dxe vector count (--vectors) is tokens of the reduced layer, "
+                             f"1 to {capacity} (its KV cache's capacity), not {count}")
+    names = ("host", "table", "wmem", "ppu", "done", "ext_data")
+    layouts = dict(zip(names, _layouts(block, *names)))
+    try:
+        board = board_layer(params, count, rng.randrange(1 << 32))
+    except ValueError as exc:
+        raise ParameterError(str(exc)) from None
+    model, L = DxeModel(params, board.asm, board.views), params.lanes
+    out = Vectors({"host": [], "table": []}, {"done": [], "ext_data": []},
+                  {"host": [], "wmem": [], "ppu": []})
+
+    def host(items, kind=HostItem.EXT, into=out.stimulus):
+        for item in items:
+            answer = model.ext(item) if kind == HostItem.EXT else model.run(item)
+            into["host"].append(pack_fields(layouts["host"], {
+                "kind": kind.value, **{f"{kind.name.lower()}.{k}": v for k, v in item.items()}}))
+            stream = "ext_data" if kind == HostItem.EXT else "done"
+            out.expected[stream] += [pack(layouts[stream], a) for a in answer]
+
+    def reads(store: Store, rows: int):
+        host({"store": store.value, "row": r, "write": 0, "data": 0, "mask": 0}
+             for r in range(rows))
+
+    for name in ("wmem", "ppu"):
+        out.setup[name] = [pack_fields(layouts[name], item) for item in board.streams[name]]
+    host(board.streams["ext"], into=out.setup)
+    out.stimulus["table"] = [pack_fields(layouts["table"], t) for t in board.streams["table"]]
+    reads(Store.PROG, len(board.asm.words))
+    reads(Store.CONST, -(-len(board.views[0].vectors.words) // L))
+    used = board.asm.used           # the rows the layer writes lie within its storage
+    for inputs in board.layer.tokens:
+        for name, value in inputs.items():
+            host(ext_writes(Store.TB, board.asm.inputs[name] // L,
+                            row_values(np.asarray(value, np.uint32), L, 32), L))
+        host([{"pc": 0, "count": len(board.asm.words)}], HostItem.RUN)
+        reads(Store.TB, -(-used["tb_words"] // L))
+        reads(Store.RR, -(-used["rr_bytes"] // L))
+    return out
+
+
 #: Block name -> ``generator(params, component, rng, count) -> Vectors``; ``count`` is the
-#: number of items per sink (commands, for a block that answers a command with many items).
+#: number of items per sink (commands, for a block that answers a command with many items;
+#: tokens of the reduced layer for ``rdxe-dxe``).
 GENERATORS: dict[str, Callable[[BlockParams, object, random.Random, int], Vectors]] = {
     "umdam": _umdam,
     "umdam-tilegen": _tilegen,
@@ -708,6 +778,7 @@ GENERATORS: dict[str, Callable[[BlockParams, object, random.Random, int], Vector
     "inflash": _inflash,
     "rdxe-vac": _vac,
     "rdxe-dxt": _dxt,
+    "rdxe-dxe": _dxe,
 }
 
 

@@ -51,7 +51,9 @@ utilizations is the ratio of throughputs.
 
 The package holds one module per part: :mod:`sim.rdxe.layers` (cost of one layer operation),
 :mod:`sim.rdxe.ring` (workloads, the ring, the baseline and sweep points) and
-:mod:`sim.rdxe.report` (``memwall reproduce rdxe``).
+:mod:`sim.rdxe.report` (``memwall reproduce rdxe``); beside them, for the RTL's tests and board
+vectors, :mod:`sim.rdxe.reduced` (the reduced Llama layer) and :mod:`sim.rdxe.host` (a DXE's
+host: its loads, the engine's contract at its ports, its cycle model).
 """
 
 from __future__ import annotations

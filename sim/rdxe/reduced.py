@@ -1,6 +1,7 @@
 """A reduced Llama layer for the DXE's program tests (tests/test_rdxe_assemble.py,
-tests/test_rdxe_ctrl.py, the ``rdxe-dxe`` testbench): 2 heads, one KV group of 8, hidden 16, FFN
-32, on a small DXT, with random tables and tokens (fixed seeds); other shapes by keyword."""
+tests/test_rdxe_ctrl.py, the ``rdxe-dxe`` testbench and board vectors): 2 heads, one KV group of
+8, hidden 16, FFN 32, on a small DXT, with random tables and tokens (fixed seeds); other shapes
+by keyword."""
 
 from __future__ import annotations
 
@@ -46,9 +47,15 @@ def layer_tables(hidden: int = HIDDEN, ffn: int = FFN, heads: int = HEADS,
                          codes(rng, 1, 0.02, 0.05)[0], 1e-5, params)
 
 
-def tokens(count: int, hidden: int = HIDDEN, head_dim: int = HEAD_DIM) -> list[dict]:
-    """``count`` tokens' inputs: the residual ``h`` and the RoPE table ``cos``, ``sin``."""
-    rng = np.random.default_rng(11)
+#: The seed of :func:`tokens`' inputs by default.
+TOKEN_SEED = 11
+
+
+def tokens(count: int, hidden: int = HIDDEN, head_dim: int = HEAD_DIM,
+           seed: int = TOKEN_SEED) -> list[dict]:
+    """``count`` tokens' inputs drawn from ``seed``: the residual ``h`` and the RoPE table
+    ``cos``, ``sin``."""
+    rng = np.random.default_rng(seed)
     return [{"h": codes(rng, hidden, -2.0, 2.0), "cos": codes(rng, head_dim // 2, -1.0, 1.0),
              "sin": codes(rng, head_dim // 2, -1.0, 1.0)} for _ in range(count)]
 
