@@ -61,6 +61,12 @@ CASES = [
     # Covered by rdxe-vac (the setup run, the VACs and their ring) and by the tile's own cocotb
     # cases; 12 commands (GEMVs and an attention episode of 4 tokens): 89 s cold, 37 s built.
     ("rdxe-dxt", 12, (pytest.mark.slow,)),
+    # Covered by rdxe-vac (the setup run), the engine's own cocotb cases (the same loads and
+    # model, cocotb_tests/rdxe/dxe_tb.py), tests/test_board_run.py (its vectors) and
+    # tests/test_board_harness.py (its board form's sequencer): 2 tokens of the reduced layer;
+    # the second attends over both. 646,834 cycles (15.5 kB over the UART): 8 min built on a
+    # free core, 28 min at nice 10 beside two placements.
+    ("rdxe-dxe", 2, (pytest.mark.slow,)),
 ]
 
 
