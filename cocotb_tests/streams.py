@@ -23,6 +23,8 @@ import numpy as np
 from cocotb.simtime import get_sim_time
 from cocotb.triggers import Event, ReadOnly, RisingEdge
 
+from memwall.registry import PayloadCodec  # re-exported: the testbenches import it from here
+
 __all__ = ["stream_port", "PayloadCodec", "StreamDriver", "StreamSink", "StreamMonitor",
            "Scoreboard", "ClockService", "CycleCounter", "to_signed", "to_unsigned"]
 
@@ -40,38 +42,6 @@ def to_signed(value, bits: int):
 def to_unsigned(value: int, bits: int) -> int:
     """The ``bits``-bit field that holds ``value`` (two's complement for a negative one)."""
     return int(value) & ((1 << bits) - 1)
-
-
-class PayloadCodec:
-    """Pack and unpack a stream payload between a dict of fields and the port's integer value.
-
-    Parameters
-    ----------
-    port : dict
-        A port description from :func:`memwall.registry.ports` (``name``, ``width`` and, for a
-        structured payload, ``fields`` with ``name``, ``offset``, ``width``).
-    """
-
-    def __init__(self, port: dict):
-        self.name = port["name"]
-        self.width = port["width"]
-        self.fields = port.get("fields") or [{"name": "value", "offset": 0, "width": self.width}]
-
-    def pack(self, values: dict[str, int]) -> int:
-        unknown = set(values) - {f["name"] for f in self.fields}
-        if unknown:
-            raise KeyError(f"{self.name}: no field(s) {sorted(unknown)}; fields are "
-                           f"{[f['name'] for f in self.fields]}")
-        word = 0
-        for f in self.fields:
-            value = int(values.get(f["name"], 0))
-            if not 0 <= value < 1 << f["width"]:
-                raise ValueError(f"{self.name}.{f['name']}={value} does not fit {f['width']} bits")
-            word |= value << f["offset"]
-        return word
-
-    def unpack(self, word: int) -> dict[str, int]:
-        return {f["name"]: (word >> f["offset"]) & ((1 << f["width"]) - 1) for f in self.fields}
 
 
 #: A stream member's AXI4-Stream signal, on a design generated with ``--interface axis``

@@ -565,6 +565,49 @@ def layout_fields(layout, prefix: str = "", base: int = 0) -> list[dict]:
     return out
 
 
+class PayloadCodec:
+    """Pack and unpack a stream payload between a dict of fields and the port's integer value
+    (the testbenches' drivers and the board vectors both use it).
+
+    Parameters
+    ----------
+    port : dict
+        A port description from :func:`ports` (``name``, ``width`` and, for a structured payload,
+        ``fields`` with ``name``, ``offset``, ``width``, as :func:`layout_fields` gives them).
+    """
+
+    def __init__(self, port: dict):
+        self.name = port["name"]
+        self.width = port["width"]
+        self.fields = port.get("fields") or [{"name": "value", "offset": 0, "width": self.width}]
+
+    @classmethod
+    def of_layout(cls, layout, name: str = "payload") -> "PayloadCodec":
+        """The codec of a data layout's flat fields (``data.0``, ``ext.row``)."""
+        return cls({"name": name, "width": layout.size, "fields": layout_fields(layout)})
+
+    def pack(self, values: dict[str, int], *, wrap: bool = False) -> int:
+        """The word of ``values`` (fields not named are 0). A value outside its field's width
+        raises ``ValueError``, or with ``wrap`` is taken modulo it (two's complement of a
+        negative one); an unknown field raises ``KeyError``."""
+        unknown = set(values) - {f["name"] for f in self.fields}
+        if unknown:
+            raise KeyError(f"{self.name}: no field(s) {sorted(unknown)}; fields are "
+                           f"{[f['name'] for f in self.fields]}")
+        word = 0
+        for f in self.fields:
+            value, mask = int(values.get(f["name"], 0)), (1 << f["width"]) - 1
+            if wrap:
+                value &= mask
+            elif not 0 <= value <= mask:
+                raise ValueError(f"{self.name}.{f['name']}={value} does not fit {f['width']} bits")
+            word |= value << f["offset"]
+        return word
+
+    def unpack(self, word: int) -> dict[str, int]:
+        return {f["name"]: (word >> f["offset"]) & ((1 << f["width"]) - 1) for f in self.fields}
+
+
 _REGISTRY: dict[str, Block] = {}
 
 

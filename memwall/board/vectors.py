@@ -39,9 +39,9 @@ from hdl.rdxe.hosted import HostItem
 from sim.rdxe.host import DxeModel, board_layer, ext_writes, row_values
 
 from ..params import BlockParams, ParameterError
-from ..registry import layout_fields
+from ..registry import PayloadCodec
 
-__all__ = ["Vectors", "GENERATORS", "vectors", "pack", "pack_fields", "covered"]
+__all__ = ["Vectors", "GENERATORS", "vectors", "pack", "covered"]
 
 
 @dataclass(frozen=True)
@@ -61,18 +61,6 @@ class Vectors:
 def pack(layout, values) -> int:
     """The payload bits of one item: ``values`` (a field -> value mapping) in ``layout``."""
     return layout.const(values).as_bits()
-
-
-def pack_fields(layout, item: dict) -> int:
-    """The payload bits of an item named by flat fields (``data.0``, ``ext.row``: the names
-    :func:`memwall.registry.layout_fields` gives, as the cocotb testbenches' items use them),
-    each value taken modulo its width; an unknown name raises ``KeyError``."""
-    fields = {f["name"]: f for f in layout_fields(layout)}
-    unknown = set(item) - set(fields)
-    if unknown:
-        raise KeyError(f"no field(s) {sorted(unknown)} in {sorted(fields)}")
-    return sum((int(v) & ((1 << fields[k]["width"]) - 1)) << fields[k]["offset"]
-               for k, v in item.items())
 
 
 def _layouts(block, *names):
@@ -724,11 +712,14 @@ def _dxe(params, block, rng: random.Random, count: int) -> Vectors:
     out = Vectors({"host": [], "table": []}, {"done": [], "ext_data": []},
                   {"host": [], "wmem": [], "ppu": []})
 
+    host_codec = PayloadCodec.of_layout(layouts["host"])
+
     def host(items, kind=HostItem.EXT, into=out.stimulus):
         for item in items:
             answer = model.ext(item) if kind == HostItem.EXT else model.run(item)
-            into["host"].append(pack_fields(layouts["host"], {
-                "kind": kind.value, **{f"{kind.name.lower()}.{k}": v for k, v in item.items()}}))
+            into["host"].append(host_codec.pack({
+                "kind": kind.value, **{f"{kind.name.lower()}.{k}": v for k, v in item.items()}},
+                wrap=True))
             stream = "ext_data" if kind == HostItem.EXT else "done"
             out.expected[stream] += [pack(layouts[stream], a) for a in answer]
 
@@ -737,9 +728,11 @@ def _dxe(params, block, rng: random.Random, count: int) -> Vectors:
              for r in range(rows))
 
     for name in ("wmem", "ppu"):
-        out.setup[name] = [pack_fields(layouts[name], item) for item in board.streams[name]]
+        codec = PayloadCodec.of_layout(layouts[name])
+        out.setup[name] = [codec.pack(item, wrap=True) for item in board.streams[name]]
     host(board.streams["ext"], into=out.setup)
-    out.stimulus["table"] = [pack_fields(layouts["table"], t) for t in board.streams["table"]]
+    table = PayloadCodec.of_layout(layouts["table"])
+    out.stimulus["table"] = [table.pack(t, wrap=True) for t in board.streams["table"]]
     reads(Store.PROG, len(board.asm.words))
     reads(Store.CONST, -(-len(board.views[0].vectors.words) // L))
     used = board.asm.used           # the rows the layer writes lie within its storage
