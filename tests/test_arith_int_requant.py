@@ -114,17 +114,21 @@ def test_rtl_matches_golden(stages, in_bits, out_bits, mult_bits, mult_signed, c
     _check_against_golden(dut, stages, in_bits, out_bits, mult_bits, mult_signed, clamp)
 
 
-# narrow_in_logic: the partial products with a slice of at most 8 bits in logic: the VAC's RCU
-# (INT32 x 19-bit unsigned, 2 of 4 pieces), the VE's normalizer (INT8 x 19-bit unsigned: both),
-# a signed 3-bit top slice of x beside a 9-bit multiplier in a block. The same bits and cycles.
-@pytest.mark.parametrize("in_bits, out_bits, mult_bits, mult_signed, clamp, stages, products", [
-    (32, 32, 19, False, "full", 6, 2), (8, 8, 19, False, "symmetric", 4, 0),
-    (20, 6, 9, True, "full", 3, 1)])
+# narrow_in_logic: the partial products with a slice of at most narrow_bits (default 8) in
+# logic: the VAC's RCU (INT32 x 19-bit unsigned, 2 of 4 pieces), INT8 x 19-bit unsigned (both
+# pieces; at narrow_bits 4, the VE's normalizer, the x 2-bit one only), a signed 3-bit top slice
+# of x beside a 9-bit multiplier in a block (at narrow_bits 2: none). The same bits and cycles.
+@pytest.mark.parametrize(
+    "in_bits, out_bits, mult_bits, mult_signed, clamp, stages, narrow_bits, products", [
+        (32, 32, 19, False, "full", 6, 8, 2), (8, 8, 19, False, "symmetric", 4, 8, 0),
+        (8, 8, 19, False, "symmetric", 4, 4, 1), (20, 6, 9, True, "full", 3, 8, 1),
+        (20, 6, 9, True, "full", 3, 2, 2)])
 def test_narrow_in_logic_matches_golden(in_bits, out_bits, mult_bits, mult_signed, clamp,
-                                        stages, products):
+                                        stages, narrow_bits, products):
     from amaranth.back import rtlil
     dut = Requantizer(in_bits, out_bits, clamp=clamp, mult_bits=mult_bits,
-                      mult_signed=mult_signed, stages=stages, narrow_in_logic=True)
+                      mult_signed=mult_signed, stages=stages, narrow_in_logic=True,
+                      narrow_bits=narrow_bits)
     assert registry.rtlil_size(rtlil.convert(
         dut, ports=registry.port_values(dut))).multipliers == products
     _check_against_golden(dut, stages, in_bits, out_bits, mult_bits, mult_signed, clamp)
@@ -135,6 +139,9 @@ def test_narrow_in_logic_must_be_a_bool():
         with pytest.raises(TypeError, match=exact("Requantizer narrow_in_logic must be True or "
                                                   "False, not 1")):
             check(narrow_in_logic=1)
+        with pytest.raises(ValueError, match=exact("Requantizer narrow_bits must be between 1 "
+                                                   "and 8, not 9")):
+            check(narrow_in_logic=True, narrow_bits=9)
 
 
 def _check_against_golden(dut, stages, in_bits, out_bits, mult_bits, mult_signed, clamp):

@@ -44,10 +44,10 @@ _LOGIC_WIDE = 8
 NARROW_LOGIC_BITS = 8
 
 
-def narrow_piece(a_bits: int, b_bits: int) -> bool:
+def narrow_piece(a_bits: int, b_bits: int, bits: int = NARROW_LOGIC_BITS) -> bool:
     """Whether a partial product of ``a_bits`` x ``b_bits`` is narrow enough for logic under a
-    unit's ``narrow_in_logic`` (:data:`NARROW_LOGIC_BITS`)."""
-    return min(a_bits, b_bits) <= NARROW_LOGIC_BITS
+    unit's ``narrow_in_logic``: its narrower side at most ``bits`` (:data:`NARROW_LOGIC_BITS`)."""
+    return min(a_bits, b_bits) <= bits
 
 
 def logic_product(x: Value, y: Value) -> Value:

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from ..pipeline import delay
 from ..validate import integer
 from .dsp import ecp5_product, family
-from .fpmul import logic_product, narrow_piece
+from .fpmul import NARROW_LOGIC_BITS, logic_product, narrow_piece
 
 __all__ = ["Requantizer", "CLAMPS", "SHIFT_BITS"]
 
@@ -96,6 +96,11 @@ class Requantizer(wiring.Component):
         four, an INT8 input none. With ``block_registers`` the other pieces stay on their blocks
         (the ones in logic get a fabric register at the same cut). The same latency and bits.
         Default ``False``.
+    narrow_bits : int
+        With ``narrow_in_logic``, the narrower slice's greatest width for logic, 1 to
+        :data:`~hdl.arith.fpmul.NARROW_LOGIC_BITS` (the default): a piece of ``n`` rows is
+        ``ceil(log2(n))`` adder levels in the partial-product cycle, so a lower bound keeps a deep
+        piece (INT8 x 17 bits: three levels) on its block and a shallow one (x 2 bits) in logic.
 
     Members
     -------
@@ -113,14 +118,16 @@ class Requantizer(wiring.Component):
 
     def __init__(self, in_bits: int = 32, out_bits: int = 8, *, clamp: str = "symmetric",
                  mult_bits: int = 32, mult_signed: bool = True, stages: int = 4,
-                 block_registers: bool = False, narrow_in_logic: bool = False):
+                 block_registers: bool = False, narrow_in_logic: bool = False,
+                 narrow_bits: int = NARROW_LOGIC_BITS):
         self.latency_of(in_bits, out_bits, clamp=clamp, mult_bits=mult_bits,
                         mult_signed=mult_signed, stages=stages,
-                        block_registers=block_registers,
-                        narrow_in_logic=narrow_in_logic)          # one copy of the checks
+                        block_registers=block_registers, narrow_in_logic=narrow_in_logic,
+                        narrow_bits=narrow_bits)                  # one copy of the checks
         self._in_bits, self._out_bits, self._clamp = in_bits, out_bits, clamp
         self._mult_bits, self._mult_signed = mult_bits, mult_signed
         self._stages, self._blocks, self._narrow = stages, block_registers, narrow_in_logic
+        self._narrow_bits = narrow_bits
         mult_shape = signed(mult_bits) if mult_signed else unsigned(mult_bits)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
@@ -133,7 +140,8 @@ class Requantizer(wiring.Component):
     @staticmethod
     def latency_of(in_bits: int = 32, out_bits: int = 8, *, clamp: str = "symmetric",
                    mult_bits: int = 32, mult_signed: bool = True, stages: int = 4,
-                   block_registers: bool = False, narrow_in_logic: bool = False) -> int:
+                   block_registers: bool = False, narrow_in_logic: bool = False,
+                   narrow_bits: int = NARROW_LOGIC_BITS) -> int:
         """Return the latency of a requantizer with these arguments, without building it.
 
         The arguments are the constructor's, checked as it checks them (the same exceptions);
@@ -152,6 +160,7 @@ class Requantizer(wiring.Component):
                             ("narrow_in_logic", narrow_in_logic)):
             if not isinstance(value, bool):
                 raise TypeError(f"Requantizer {flag} must be True or False, not {value!r}")
+        integer(narrow_bits, "Requantizer narrow_bits", 1, NARROW_LOGIC_BITS)
         return stages
 
     @property
@@ -194,7 +203,8 @@ class Requantizer(wiring.Component):
             for m_lsb, m_piece in _slices(mult, self._mult_bits, self._mult_signed):
                 product = Signal(signed(x_piece.shape().width + m_piece.shape().width + 1),
                                  name=f"pp_{x_lsb}_{m_lsb}")
-                in_logic = self._narrow and narrow_piece(len(x_piece), len(m_piece))
+                in_logic = self._narrow and narrow_piece(len(x_piece), len(m_piece),
+                                                             self._narrow_bits)
                 if blocks and not in_logic:
                     m.d.comb += product.eq(ecp5_product(
                         m, x_piece.as_unsigned(), m_piece.as_unsigned(),

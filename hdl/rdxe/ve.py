@@ -45,7 +45,7 @@ from .spec import (ACC_BITS, CODE_BITS, GBUS_BYTES, VeConfig, check_config, chun
 from .vac import dot_accumulator
 
 __all__ = ["RcUnit", "Activations", "Normalizer", "ToRc", "P_ONE", "P_ONE_REQUANTIZER",
-           "times_p_one"]
+           "NORMALIZER_NARROW_BITS", "times_p_one"]
 
 #: INT8 activation of exp(0) = 1 (``golden.rdxe.P_ONE``).
 P_ONE = 127
@@ -65,6 +65,10 @@ def times_p_one(x):
     """``127 x`` as ``(x << 7) - x`` (:data:`P_ONE_SHIFT`): exact in :data:`P_ONE_REQUANTIZER`'s
     input for an fp32 significand."""
     return (x << P_ONE_SHIFT) - x
+#: The normalizer's requantizer slices in logic (``Requantizer(narrow_bits=...)``): at 19-bit RC
+#: factors the INT8 x 2-bit piece (one add); the INT8 x 17-bit piece stays on its block, whose
+#: three adder levels in logic cost the DXT its 100 MHz (docs/rdxe.md 14.4).
+NORMALIZER_NARROW_BITS = 4
 #: Largest requantizer shift.
 _SHIFT_MAX = (1 << SHIFT_BITS) - 1
 #: Cycles of the score buffer's read: the synchronous read and a register behind it.
@@ -519,7 +523,7 @@ class Normalizer(wiring.Component):
     def _unit(cfg: VeConfig) -> partial:
         return partial(Requantizer, CODE_BITS, CODE_BITS, clamp=cfg.clamp,
                        mult_bits=cfg.rc_mant_bits, mult_signed=False, block_registers=True,
-                       narrow_in_logic=True)
+                       narrow_in_logic=True, narrow_bits=NORMALIZER_NARROW_BITS)
 
     @classmethod
     def latency_of(cls, cfg: VeConfig) -> int:

@@ -12,7 +12,7 @@ from hdl.rdxe.dxt import _QUEUE_SLACK
 from hdl.rdxe.gbus import _RESP_QUEUE
 from hdl.rdxe.sequencer import _CONST_QUEUE, _OP_QUEUE, op_layout, queued_layout
 from hdl.rdxe.spec import ACC_BITS, CODE_BITS, VeConfig
-from hdl.rdxe.ve import P_ONE_SHIFT, Activations
+from hdl.rdxe.ve import NORMALIZER_NARROW_BITS, P_ONE_SHIFT, Activations
 
 from ..params import BlockParams
 from ..registry import Block, Size, StreamTiming, SynthSettings, register
@@ -120,7 +120,8 @@ def _dxt_size(cfg: DxtConfig) -> Size:
                + queued_layout(cfg).size * (_REQUEST_LATENCY + _QUEUE_SLACK - 1)  # chunk queue
                + 1 * (_RESP_QUEUE - 1))                                 # response queue
     multipliers = (N * vac.multipliers + 4 * N                          # VACs, KV writer
-                   + L * _requant(CODE_BITS, cfg.rc_mant_bits, True)    # normalizer lanes
+                   + L * _requant(CODE_BITS, cfg.rc_mant_bits, True,    # normalizer lanes
+                                  NORMALIZER_NARROW_BITS)
                    + L + _FACTOR_PRODUCTS                               # factor path:
                    + _requant(max(FP32.precision + 1, cfg.rc_mant_bits + 2), 2)  # IntDot, to RC
                    + L * (_ACT_LANE_PRODUCTS + _requant(FP32.precision + 1 + P_ONE_SHIFT, 2))

@@ -9,7 +9,7 @@ from hdl.arith.convert import IntToFloat
 from hdl.arith.exp2 import Exp2
 from hdl.arith.fdot import FloatDot
 from hdl.arith.fpadd import FloatAdder
-from hdl.arith.fpmul import FloatMultiplier, narrow_piece
+from hdl.arith.fpmul import NARROW_LOGIC_BITS, FloatMultiplier, narrow_piece
 from hdl.arith.requant import _SLICE, Requantizer
 
 __all__ = ["ADD_STAGES", "MUL_STAGES", "DOT_MUL_STAGES", "DOT_ADD_STAGES", "INT2FP_STAGES",
@@ -36,11 +36,13 @@ FPMUL_CELLS, FPMUL_WIDE_CELLS = 85, 103
 INT2FP_CELLS, EXP2_CELLS, RECIP_CELLS, REQUANT_CELLS = 67, 138, 187, 60
 
 
-def requant_products(in_bits: int, mult_bits: int, narrow_in_logic: bool = False) -> int:
+def requant_products(in_bits: int, mult_bits: int, narrow_in_logic: bool = False,
+                     narrow_bits: int = NARROW_LOGIC_BITS) -> int:
     """Partial products of a :class:`~hdl.arith.requant.Requantizer`'s ``x * m``: it cuts each
     operand into 17-bit slices from the LSB and multiplies every pair; with ``narrow_in_logic``
-    the narrow pairs (:func:`~hdl.arith.fpmul.narrow_piece`) are logic, not products."""
+    the narrow pairs (:func:`~hdl.arith.fpmul.narrow_piece` at ``narrow_bits``) are logic, not
+    products."""
     def widths(bits):
         return [min(_SLICE, bits - lsb) for lsb in range(0, bits, _SLICE)]
     return sum(1 for a in widths(in_bits) for b in widths(mult_bits)
-               if not (narrow_in_logic and narrow_piece(a, b)))
+               if not (narrow_in_logic and narrow_piece(a, b, narrow_bits)))
