@@ -40,7 +40,7 @@ def test_parameters_are_checked(overrides, message):
 
 def test_a_ring_of_smollm2_layers_is_refused():
     """Two DXEs of rdxe-dxe's paper preset (SmolLM2's layer in WMEM, 31.2 Mbit each) are over
-    the size guard's storage, and their multipliers too at five (841 each): the registry refuses
+    the size guard's storage, and their multipliers too at five (826 each): the registry refuses
     them before building (docs/rdxe.md 16.4)."""
     from dataclasses import fields
 
@@ -52,6 +52,6 @@ def test_a_ring_of_smollm2_layers_is_refused():
     with pytest.raises(TooLarge, match=r"^rdxe-ring at these parameters is estimated at "
                                        r"6[\d,]+ storage bits \(limit 33,554,432\); check"):
         registry.get("rdxe-ring").parameters("small", {**smollm2, "rows": "40", "dxes": "2"})
-    with pytest.raises(TooLarge, match=r"storage bits \(limit 33,554,432\) and 4,205 "
+    with pytest.raises(TooLarge, match=r"storage bits \(limit 33,554,432\) and 4,130 "
                                        r"multipliers \(limit 4,096\)"):
         registry.get("rdxe-ring").parameters("small", {**smollm2, "rows": "40", "dxes": "5"})

@@ -32,10 +32,18 @@ def layer():
     return tables, asm, A.flat_tables(tables, asm)
 
 
-def test_the_reduced_layer_runs_bit_for_bit(layer):
-    """Two tokens of the reduced layer (the second attends over both): after each, the TB and rr-SRAM equal the golden's."""
+#: The controller with vector units of half its lanes: two sub-beats a beat.
+HALF = CtrlConfig(SPACE, lanes=LANES, head_dim=HEAD_DIM, program_words=64,
+                  vector_lanes=LANES // 2)
+
+
+@pytest.mark.parametrize("cfg", [CFG, HALF], ids=["full", "half"])
+def test_the_reduced_layer_runs_bit_for_bit(layer, cfg):
+    """Two tokens of the reduced layer (the second attends over both): after each, the TB and
+    rr-SRAM equal the golden's, and each run takes :func:`run_cycles`, with vector units of
+    the controller's lanes and of half of them."""
     tables, asm, flat = layer
-    dut = shared(DxeController, CFG)
+    dut = shared(DxeController, cfg)
     inputs = tokens(2)
     want = golden_images(asm, flat, inputs)
     got, b_runs = [], []
@@ -55,7 +63,7 @@ def test_the_reduced_layer_runs_bit_for_bit(layer):
             assert np.array_equal(have, need), \
                 f"token {t}: {what} differs at {np.flatnonzero(have != need)}"
     for cycles, dxt in b_runs:
-        assert cycles == run_cycles(CFG, asm.words, dxt)
+        assert cycles == run_cycles(cfg, asm.words, dxt)
     out = asm.outputs["h"]
     assert not np.array_equal(want[-1][0][out:out + HIDDEN], want[-2][0][out:out + HIDDEN])
     assert sum(OPCODES[instruction_layout(SPACE).from_bits(w).op] in DXT_OPS
@@ -104,9 +112,33 @@ def test_errors_stop_the_run_and_ext_waits(layer):
                                    r"12"),
     ({"program_words": 0}, ValueError, "Program words must be between 1 and 65536, not 0"),
     ({"space": 3}, TypeError, "Controller space must be a ProgramSpace, not 3"),
-], ids=["lanes", "align", "head_dim", "program_words", "space"])
+    ({"vector_lanes": 3}, ValueError, "Vector unit lane count must be a power of two between 2 "
+                                      "and 4, not 3"),
+    ({"vector_lanes": 8}, ValueError, "Vector unit lane count must be a power of two between 2 "
+                                      "and 4, not 8"),
+], ids=["lanes", "align", "head_dim", "program_words", "space", "vector_lanes", "wide_vector"])
 def test_parameters_are_checked(kwargs, error, message):
     with pytest.raises(error, match=f"^{message}$"):
         CtrlConfig(**{"space": SPACE, "lanes": LANES, "head_dim": HEAD_DIM, **kwargs})
     with pytest.raises(TypeError, match="^Controller configuration must be a CtrlConfig, not 3$"):
         DxeController(3)
+
+
+def test_vector_cycles_sum_the_run(layer):
+    """``sim.rdxe.host.vector_cycles`` (the docs' SmolLM2 table) is the run's model without the
+    DXT ops and the run's own two cycles, here on the reduced layer; halving the vector lanes
+    slows every op whose beats read one slot, RoPE (three slots a beat) by its last sub-beat."""
+    from sim.rdxe.host import vector_cycles
+    from sim.rdxe.reduced import FFN, HEADS, KV_HEADS
+
+    _, asm, _ = layer
+    shape = (HIDDEN, FFN, HEADS, KV_HEADS, HEAD_DIM)
+    dxt = sum(OPCODES[instruction_layout(SPACE).from_bits(w).op] in DXT_OPS for w in asm.words)
+    for cfg in (CFG, HALF):
+        by = vector_cycles(LANES, cfg.vector_lanes, shape)
+        assert sum(by.values()) == run_cycles(cfg, asm.words, [0] * dxt) - 2 - 2 * dxt
+    full, half = vector_cycles(LANES, None, shape), vector_cycles(LANES, 2, shape)
+    assert all(half[op] > full[op] for op in ("max", "quant", "dequant"))
+    ropes = sum(OPCODES[instruction_layout(SPACE).from_bits(w).op] == "rope" for w in asm.words)
+    assert half["rope"] == full["rope"] + ropes     # 3 slots a beat hide 2 sub-beats: +1 an op
+

@@ -99,7 +99,7 @@ FIGURES = {
     "2^-17.9": _func_bound("2^-17.9", "EXP2_ERROR"),
     "2^-23.9": _func_bound("2^-23.9", "RECIP_ERROR", "RSQRT_ERROR"),
     "102.8 MHz": _docs("rdxe.md", "102.8 MHz"),
-    "86.5 MHz": _docs("rdxe.md", "86.5 MHz"),
+    "99.6 MHz": _docs("rdxe.md", "99.6 MHz"),
     "50 MHz": _docs("rdxe.md", "50 MHz"),               # rdxe-dxe placed, 46 to 50 MHz
     "100 MHz": _docs("rdxe.md", "100 MHz"),             # the clock it misses
     "19.0K LUTs": _docs("rdxe.md", "19.0K LUTs"),

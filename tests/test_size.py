@@ -51,6 +51,7 @@ OFF_PRESET = {
                  ("small", {"kv_rows": "0", "queue_depth": "9"})],
     "rdxe-dxt": [("small", {"vacs": "8"}), ("small", {"lanes": "8"})],
     "rdxe-dxe": [("small", {"lanes": "8", "head_dim": "16"}),
+                 ("small", {"lanes": "8", "head_dim": "16", "vector_lanes": "4"}),
                  ("small", {"vacs": "8", "tb_words": "256", "program_words": "128"}),
                  ("small", {"dxts": "2", "group_size": "1"})],
     "rdxe-ring": [("small", {"dxes": "1", "rows": "3"}),

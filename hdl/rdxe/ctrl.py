@@ -20,9 +20,14 @@ The quantizer is the activation unit's second input (``GatedActivation(lanes, qu
 one core and one result queue for both, which never run at once here).
 
 A memory has one read port, so a beat that needs two rows of one memory takes two cycles (add,
-the activation) and RoPE's three: vector ops run at ``lanes / slots`` elements a cycle, against a
-GEMV's thousands of cycles a token. Instructions run one after another: the next is fetched once
-every result of this one is written, so an op reads what the one before wrote.
+the activation) and RoPE's three. A beat's rows go into the issue register (no unit input sits
+behind a block RAM's output), which hands them to the units in ``lanes / vector_lanes``
+sub-beats of ``vector_lanes`` elements, a cycle each, while the next beat's rows are read; the
+results are written back a sub-beat at a time (the memories' lane write enables). Vector ops
+run at ``lanes / max(slots, sub-beats)`` elements a cycle, against a GEMV's thousands of cycles
+a token, so narrow units cost little time and save most of the controller's logic.
+Instructions run one after another: the next is fetched once every result of this one is
+written, so an op reads what the one before wrote.
 
 The memories are reached from outside on ``ext`` while the controller waits (idle, or while a
 DXT op runs): the host loads the program, the constants and the token's inputs, and reads the
@@ -39,7 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import Array, Cat, Module, Mux, Signal, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -89,7 +94,8 @@ def _latency(cfg: "CtrlConfig", name: str) -> int:
     unit's queue. The quantizer's beats take the activation unit's core directly."""
     if name == "scalar":
         return ScalarUnit.latency_of(cfg.ve)
-    return {"quant": QuantCore, "gppu": Gppu, "act": GatedActivation}[name].latency_of(cfg.lanes)
+    return {"quant": QuantCore, "gppu": Gppu,
+            "act": GatedActivation}[name].latency_of(cfg.unit_lanes)
 
 
 class Store(enum.Enum, shape=2):
@@ -121,6 +127,11 @@ class CtrlConfig:
     layers : int
         Layers a ``run`` loops over, 1 to 64 (module notes). A DXE holds its layers stationary
         and every token passes all of them, so the count is the DXE's, not a run's.
+    vector_lanes : int or None
+        Lanes of the vector units (the GPPU, the activation unit and its quantizer): a power of
+        two from 2 (a RoPE pair) to ``lanes``; ``None`` (default) for ``lanes``. A beat's row
+        then goes to them in ``lanes / vector_lanes`` sub-beats, a cycle each (module notes):
+        the units' logic shrinks by that factor and a vector op's beats take that many cycles.
     """
 
     space: ProgramSpace
@@ -129,6 +140,7 @@ class CtrlConfig:
     program_words: int = 64
     rc_bits: int = 25
     layers: int = 1
+    vector_lanes: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.space, ProgramSpace):
@@ -144,6 +156,18 @@ class CtrlConfig:
         integer(self.program_words, "Program words", 1, 1 << 16)
         VeConfig(rc_bits=self.rc_bits)
         integer(self.layers, "Layers", 1, MAX_LAYERS)
+        if self.vector_lanes is not None:
+            power_of_two(self.vector_lanes, "Vector unit lane count", 2, self.lanes)
+
+    @property
+    def unit_lanes(self) -> int:
+        """Lanes of the vector units (``vector_lanes``, or ``lanes``)."""
+        return self.lanes if self.vector_lanes is None else self.vector_lanes
+
+    @property
+    def sub_beats(self) -> int:
+        """Sub-beats of a vector op's beat: ``lanes / unit_lanes``."""
+        return self.lanes // self.unit_lanes
 
     @property
     def ve(self) -> VeConfig:
@@ -165,7 +189,8 @@ class CtrlConfig:
 
 #: Cycles of an instruction besides its beats and its unit: fetch (the program memory's read,
 #: then the word registered), the operand rows' read, the result queue to ``valid``, and the
-#: cycle in which the last result's count ends the instruction.
+#: cycle in which the last result's count ends the instruction. (The issue register behind the
+#: read is counted with the sub-beats: :func:`instruction_cycles`.)
 _FETCH, _READ, _RETIRE = 2, 1, 1
 #: Cycles of a run besides its instructions: the ``run`` handshake, the check that ends it.
 _RUN = 2
@@ -178,16 +203,20 @@ LAYER_OVERHEAD = 1
 
 def instruction_cycles(cfg: CtrlConfig, word: int, dxt_cycles: int = 0) -> int:
     """Cycles of one instruction, from its fetch to the next's, with every result taken as it
-    comes: ``2 + slots x beats + 1 + unit latency + 2 + 1`` for a vector or scalar op (a scalar
-    op is one beat); ``2 + dxt_cycles`` for a DXT op, ``dxt_cycles`` counted from the cycle
-    ``dxt.valid`` rises to the cycle ``dxt_done`` is taken, both included."""
+    comes: ``2 + slots + (beats - 1) max(slots, S) + S + 1 + unit latency + 2 + 1`` for a
+    vector or scalar op, ``S`` its sub-beats (:attr:`CtrlConfig.sub_beats`; a scalar op is one
+    beat of one); ``2 + dxt_cycles`` for a DXT op, ``dxt_cycles`` counted from the cycle
+    ``dxt.valid`` rises to the cycle ``dxt_done`` is taken, both included. A beat's rows are
+    read a slot a cycle while the issue register hands the beat before to the unit a sub-beat
+    a cycle, so beats follow each other every ``max(slots, S)`` cycles."""
     f = instruction_layout(_check(cfg).space).from_bits(word)
     op = OPCODES[f.op]
     if op in DXT_OPS:
         return _FETCH + dxt_cycles
     unit = _unit_of(op)
-    beats = 1 if unit == "scalar" else f.n // cfg.lanes
-    return (_FETCH + _SLOTS.get(op, 1) * beats + _READ + _latency(cfg, unit)
+    beats, subs = (1, 1) if unit == "scalar" else (f.n // cfg.lanes, cfg.sub_beats)
+    slots = _SLOTS.get(op, 1)
+    return (_FETCH + slots + (beats - 1) * max(slots, subs) + subs + _READ + _latency(cfg, unit)
             + ResultQueue.LATENCY + _RETIRE)
 
 
@@ -308,8 +337,8 @@ class DxeController(wiring.Component):
         regs = Array(Signal(_FP32, name=f"reg{i}") for i in range(cfg.space.registers))
         units, results = self._units(m)
         ctl = _Control(m, cfg, insn)
-        ctl.issue(m, mems, self._ready(units, ctl))
-        self._beats(m, units, ctl, regs)
+        ctl.issue(m, mems, self._ready(units, ctl), regs[insn.r_in])
+        self._beats(m, units, ctl)
         self._results(m, results, ctl, mems, regs)
         waiting = self._sequence(m, ctl, insn, mems, regs)
         self._ext(m, mems, waiting)
@@ -334,8 +363,8 @@ class DxeController(wiring.Component):
         (``ve``: the quantizer's and the activation's, one core and one queue, docs/rdxe.md
         14.2: the two never run at once here, since instructions run one after another)."""
         cfg = self.cfg
-        m.submodules.ve = ve = GatedActivation(cfg.lanes, quantizer=True)
-        m.submodules.gppu = gppu = Gppu(cfg.lanes)
+        m.submodules.ve = ve = GatedActivation(cfg.unit_lanes, quantizer=True)
+        m.submodules.gppu = gppu = Gppu(cfg.unit_lanes)
         m.submodules.scalar = scalar = ScalarUnit(cfg.ve)
         results = {"ve": ve.o, "gppu": gppu.o, "scalar": scalar.o}
         for o in results.values():
@@ -347,67 +376,74 @@ class DxeController(wiring.Component):
         """The ``ready`` of the unit input the instruction's opcode runs on."""
         return Cat(*(ctl.is_(name) & i.ready for name, i in units.items())).any()
 
-    def _beats(self, m, units, ctl, regs):
-        """Each unit's beat from the rows read (``live``: the last slot's, at the read ports;
-        ``held``: the earlier slots')."""
-        cfg, insn = self.cfg, ctl.insn
-        live, held = ctl.live, ctl.held
-        first, factor = ctl.rk == 0, regs[insn.r_in]
+    def _beats(self, m, units, ctl):
+        """Each unit's sub-beat from the issue register (``ctl.buf``: the rows of the beat's
+        slots, ``live`` the last slot's and ``held`` the earlier ones', and its factor)."""
+        cfg, buf = self.cfg, ctl.buf
+        first, factor = ctl.buf_first, ctl.buf_factor
         q, g, a, s = (units[n] for n in ("quant", "gppu", "act", "scalar"))
-        m.d.comb += [q.valid.eq(ctl.beat & ctl.is_("quant")),
-                     g.valid.eq(ctl.beat & ctl.is_("gppu")),
-                     a.valid.eq(ctl.beat & ctl.is_("act")),
-                     s.valid.eq(ctl.beat & ctl.is_("scalar"))]
-        lanes = range(cfg.lanes)
-        for n in lanes:
-            word = live[Store.TB].word_select(n, _FP32)
-            const = live[Store.CONST].word_select(n, _FP32)
-            m.d.comb += [q.payload.x[n].eq(word),
+        m.d.comb += [q.valid.eq(ctl.issuing & ctl.is_("quant")),
+                     g.valid.eq(ctl.issuing & ctl.is_("gppu")),
+                     a.valid.eq(ctl.issuing & ctl.is_("act")),
+                     s.valid.eq(ctl.issuing & ctl.is_("scalar"))]
+        for n in range(cfg.unit_lanes):
+            const = ctl.lane(buf["live", Store.CONST], n, _FP32)
+            m.d.comb += [q.payload.x[n].eq(ctl.lane(buf["live", Store.TB], n, _FP32)),
                          q.payload.k[n].eq(Mux(ctl.op_is("quant"), factor,
                                                Mux(ctl.op_is("quant_table"), const, 0))),
-                         a.payload.x[n].eq(held[Store.RR].word_select(n, CODE_BITS)),
-                         a.payload.y[n].eq(live[Store.RR].word_select(n, CODE_BITS)),
-                         a.payload.a[n].eq(held[Store.CONST].word_select(n, _FP32)),
+                         a.payload.x[n].eq(ctl.lane(buf["held", Store.RR], n, CODE_BITS)),
+                         a.payload.y[n].eq(ctl.lane(buf["live", Store.RR], n, CODE_BITS)),
+                         a.payload.a[n].eq(ctl.lane(buf["held", Store.CONST], n, _FP32)),
                          a.payload.c[n].eq(const)]
         m.d.comb += [q.payload.first.eq(first), a.payload.first.eq(first),
                      a.payload.k.eq(Mux(ctl.op_is("act"), factor, 0))]
-        self._gppu_beat(m, g, ctl, factor)
-        lane = insn.table[:index_bits(cfg.lanes)] if cfg.lanes > 1 else 0
+        self._gppu_beat(m, g, ctl)
+        lane = ctl.insn.table[:index_bits(cfg.lanes)] if cfg.lanes > 1 else 0
         m.d.comb += [s.payload.x.eq(factor),
                      s.payload.c.eq(Mux(ctl.op_is("eps"), self.eps,
-                                        live[Store.CONST].word_select(lane, _FP32))),
+                                        buf["live", Store.CONST].word_select(lane, _FP32))),
                      s.payload.op.eq(Mux(ctl.op_is("recip"), ScalarOp.RECIP,
                                          Mux(ctl.op_is("eps"), ScalarOp.RMS_EPS,
                                              ScalarOp.SCORE_FACTOR)))]
 
-    def _gppu_beat(self, m, g, ctl, factor):
-        """The GPPU's beat: one member of its ``args`` union by opcode."""
-        lanes, half = self.cfg.lanes, self.cfg.lanes // 2
-        live, held, args = ctl.live, ctl.held, g.payload.args
-        side = ctl.rj[0]
+    def _gppu_beat(self, m, g, ctl):
+        """The GPPU's sub-beat: one member of its ``args`` union by opcode (RoPE's ``cos`` and
+        ``sin``: the beat's half of their rows, which hold two beats' pairs)."""
+        buf, args = ctl.buf, g.payload.args
+        lanes, pairs = self.cfg.unit_lanes, self.cfg.unit_lanes // 2
         with m.If(ctl.op_is("add")):
-            m.d.comb += [g.payload.op.eq(GppuOp.RESIDUAL_ADD),
-                         args.add.h.eq(held[Store.TB]), args.add.y.eq(live[Store.TB])]
+            m.d.comb += g.payload.op.eq(GppuOp.RESIDUAL_ADD)
+            for n in range(lanes):
+                m.d.comb += [args.add.h[n].eq(ctl.lane(buf["held", Store.TB], n, _FP32)),
+                             args.add.y[n].eq(ctl.lane(buf["live", Store.TB], n, _FP32))]
         with m.Elif(ctl.op_is("rope")):
-            m.d.comb += [g.payload.op.eq(GppuOp.ROPE), args.rope.x.eq(held[Store.TB])]
-            for p in range(half):
-                m.d.comb += [
-                    args.rope.cos[p].eq(held["cos"].word_select(side * half + p, _FP32)),
-                    args.rope.sin[p].eq(live[Store.TB].word_select(side * half + p, _FP32))]
+            m.d.comb += g.payload.op.eq(GppuOp.ROPE)
+            for n in range(lanes):
+                m.d.comb += args.rope.x[n].eq(ctl.lane(buf["held", Store.TB], n, _FP32))
+            for p in range(pairs):
+                m.d.comb += [args.rope.cos[p].eq(ctl.lane(buf["cos"], p, _FP32)),
+                             args.rope.sin[p].eq(ctl.lane(buf["sin"], p, _FP32))]
         with m.Else():
             m.d.comb += [g.payload.op.eq(Mux(ctl.op_is("dequant"), GppuOp.DEQUANTIZE,
                                              GppuOp.DEQUANTIZE_TOKEN)),
-                         args.dequantize.scale.eq(live[Store.CONST]),
-                         args.dequantize.top.eq(factor)]
+                         args.dequantize.top.eq(ctl.buf_factor)]
             for n in range(lanes):
-                m.d.comb += args.dequantize.codes[n].eq(
-                    live[Store.RR].word_select(n, CODE_BITS))
+                m.d.comb += [
+                    args.dequantize.scale[n].eq(ctl.lane(buf["live", Store.CONST], n, _FP32)),
+                    args.dequantize.codes[n].eq(ctl.lane(buf["live", Store.RR], n, CODE_BITS))]
 
     def _results(self, m, results, ctl, mems, regs):
-        """Write each unit's results as they come: rows at ``dst`` on, or the register."""
-        insn, w = ctl.insn, ctl.written
-        last = w == ctl.beats - 1
-        row = (insn.dst >> ctl.shift) + w
+        """Write each unit's results as they come: a sub-beat's lanes of the rows at ``dst`` on
+        (the row's other lanes kept by the write enables), or the register."""
+        cfg, insn, w = self.cfg, ctl.insn, ctl.written
+        subs = cfg.sub_beats
+        step = subs.bit_length() - 1
+        last = w == ctl.total - 1
+        row = (insn.dst >> ctl.shift) + (w >> step)
+        enable = Signal(cfg.lanes)
+        lanes = Const((1 << cfg.unit_lanes) - 1, cfg.lanes)
+        m.d.comb += enable.eq(Array(lanes << g * cfg.unit_lanes for g in range(subs))[w[:step]]
+                              if step else lanes)
         tb_w, rr_w = mems[Store.TB][1], mems[Store.RR][1]
         v, g, s = (results[n] for n in ("ve", "gppu", "scalar"))
         with m.If(v.valid):
@@ -416,11 +452,12 @@ class DxeController(wiring.Component):
                 with m.If(last):
                     m.d.sync += regs[insn.r_out].eq(v.payload.max)
             with m.Else():
-                m.d.comb += [rr_w.addr.eq(row), rr_w.en.eq(-1),
-                             rr_w.data.eq(v.payload.codes.as_value())]
+                m.d.comb += [rr_w.addr.eq(row), rr_w.en.eq(enable),
+                             rr_w.data.eq(Cat(*[v.payload.codes.as_value()] * subs))]
         with m.If(g.valid):
             m.d.sync += w.eq(w + 1)
-            m.d.comb += [tb_w.addr.eq(row), tb_w.en.eq(-1), tb_w.data.eq(g.payload.y.as_value())]
+            m.d.comb += [tb_w.addr.eq(row), tb_w.en.eq(enable),
+                         tb_w.data.eq(Cat(*[g.payload.y.as_value()] * subs))]
         with m.If(s.valid):
             m.d.sync += [w.eq(w + 1), regs[insn.r_out].eq(s.payload.as_value()[:_FP32])]
 
@@ -466,7 +503,8 @@ class DxeController(wiring.Component):
                     m.d.sync += pc.eq(loop.start)
                     m.next = "Check"
             with m.State("Decode"):
-                m.d.sync += [insn.eq(prog_r.data), loop.moved(insn, prog_r.data)]
+                m.d.sync += [insn.eq(prog_r.data), loop.moved(insn, prog_r.data),
+                             ctl.decode(prog_r.data)]
                 m.d.sync += ctl.restart()
                 m.next = "Execute"
             with m.State("Execute"):
@@ -476,7 +514,11 @@ class DxeController(wiring.Component):
                         m.next = "Dxt"
                 with m.Else():
                     m.d.comb += ctl.running.eq(1)
-                    with m.If(ctl.finished):
+                    with m.If(ctl.refused):          # a unit refused a beat: stop here
+                        m.d.sync += error.eq(1)
+                    with m.If(error):
+                        m.next = "Check"
+                    with m.Elif(ctl.finished):
                         m.d.sync += pc.eq(pc + 1)
                         m.next = "Check"
             with m.State("Dxt"):
@@ -568,8 +610,9 @@ class _Loop:
 
 class _Control:
     """The issue side of a vector or scalar op: beat and slot counters, the read addresses of
-    each slot, the rows read (``live`` at the ports, ``held`` from earlier slots) and the
-    results written."""
+    each slot, the rows read (``live`` at the ports, ``held`` from earlier slots), the issue
+    register that hands a beat's rows to the unit a sub-beat a cycle, and the results
+    written."""
 
     def __init__(self, m, cfg: CtrlConfig, insn):
         self.cfg, self.insn = cfg, insn
@@ -582,8 +625,8 @@ class _Control:
         self.rvalid, self.rs = Signal(name="read_valid"), Signal(2, name="read_slot")
         self.rk, self.rj = Signal.like(self.k, name="read_beat"), Signal.like(self.j)
         self.running = Signal()
-        op = insn.op
-        self.op = op
+        # The opcode one-hot, registered with the word (no comparator on a decision path).
+        self.onehot = Signal(len(OPCODES), name="op_onehot")
         self.slots = Signal(2)
         m.d.comb += self.slots.eq(1)
         for name, slots in _SLOTS.items():
@@ -591,37 +634,101 @@ class _Control:
                 m.d.comb += self.slots.eq(slots)
         self.beats = Signal.like(self.k)
         m.d.comb += self.beats.eq(Mux(self.is_("scalar"), 1, insn.n >> self.shift))
+        # Results of the op: a beat's sub-beats each (a scalar op's one).
+        self.total = Signal(bits + cfg.sub_beats.bit_length())
+        m.d.comb += self.total.eq(Mux(self.is_("scalar"), 1,
+                                      self.beats << (cfg.sub_beats.bit_length() - 1)))
         self.beat = Signal(name="beat_valid")
         self.finished = Signal()
+        # The issue register: its sub-beat, whether it holds a beat, and that beat's first flag,
+        # RoPE half and factor.
+        self.sub = Signal(range(cfg.sub_beats), name="sub_beat")
+        self.issuing, self.buf_first = Signal(name="issue_valid"), Signal(name="issue_first")
+        self.buf_factor, self.refused = Signal(_FP32, name="factor"), Signal()
 
     def op_is(self, *names):
-        return op_is(self.op, *names)
+        return Cat(*(self.onehot[OPCODES.index(n)] for n in names)).any()
+
+    def decode(self, word) -> list:
+        """Statements that register the one-hot of the fetched ``word``'s opcode."""
+        op = data.View(instruction_layout(self.cfg.space), word).op
+        return [self.onehot.eq(Const(1, len(OPCODES)) << op)]
 
     def is_(self, unit: str):
         return self.op_is(*_UNIT_OPS[unit])
 
+    @staticmethod
+    def lane(row, n: int, width: int):
+        """Element ``n`` (of ``width`` bits) of the sub-beat the issue register hands out: its
+        lowest lanes (it shifts down after each sub-beat)."""
+        return row.word_select(n, width)
+
     def restart(self) -> list:
         return [self.k.eq(0), self.s.eq(0), self.j.eq(0), self.written.eq(0),
-                self.rvalid.eq(0)]
+                self.rvalid.eq(0), self.issuing.eq(0), self.sub.eq(0)]
 
-    def issue(self, m, mems, unit_ready) -> None:
-        """Read a slot a cycle while the op has beats left and the beat at the ports is taken."""
+    def _issue_register(self, m, unit_ready, factor):
+        """The issue register: loaded with a beat's rows when it is free (empty, or handing out
+        its last sub-beat) and shifted down a sub-beat after each it hands out, so that a unit
+        reads its lowest lanes, never a multiplexer; RoPE's ``cos`` and ``sin`` are the beat's
+        half of their rows. Return whether it is free.
+
+        The units take every sub-beat (their result queues are at full-rate depth and results
+        are written as they come, docs/rdxe.md 14.2), so no unit's ``ready`` is on the issue
+        path; one refused would set ``refused``, which ends the run with an error."""
+        cfg, u = self.cfg, self.cfg.unit_lanes
+        free, last_sub = Signal(), Signal()
+        m.d.comb += [last_sub.eq(self.sub == Mux(self.is_("scalar"), 0, cfg.sub_beats - 1)),
+                     free.eq(~self.issuing | last_sub),
+                     self.refused.eq(self.issuing & ~unit_ready)]
+        half = cfg.lanes // 2 * _FP32
+        sources = {("live", Store.TB): self.live[Store.TB], ("held", Store.TB): self.held[Store.TB],
+                   ("live", Store.RR): self.live[Store.RR], ("held", Store.RR): self.held[Store.RR],
+                   ("live", Store.CONST): self.live[Store.CONST],
+                   ("held", Store.CONST): self.held[Store.CONST],
+                   "cos": Mux(self.rj[0], self.held["cos"][half:], self.held["cos"][:half]),
+                   "sin": Mux(self.rj[0], self.live[Store.TB][half:], self.live[Store.TB][:half])}
+        step = {Store.TB: u * _FP32, Store.RR: u * CODE_BITS, Store.CONST: u * _FP32,
+                "cos": u // 2 * _FP32, "sin": u // 2 * _FP32}
+        def store(key):
+            return key[1] if isinstance(key, tuple) else key
+
+        self.buf = {key: Signal(len(value), name=f"issue_{key[0]}_{key[1].name.lower()}"
+                                if isinstance(key, tuple) else f"issue_{key}")
+                    for key, value in sources.items()}
+        with m.If(self.issuing):
+            m.d.sync += self.sub.eq(Mux(last_sub, 0, self.sub + 1))
+            if cfg.sub_beats > 1:
+                m.d.sync += [reg.eq(reg >> step[store(key)]) for key, reg in self.buf.items()]
+            with m.If(last_sub):
+                m.d.sync += self.issuing.eq(0)
+        with m.If(self.running & self.beat & free):
+            m.d.sync += [self.issuing.eq(1), self.buf_first.eq(self.rk == 0),
+                         self.buf_factor.eq(factor)]
+            m.d.sync += [self.buf[key].eq(value) for key, value in sources.items()]
+        return free
+
+    def issue(self, m, mems, unit_ready, factor) -> None:
+        """Read a slot a cycle while the op has beats left and the issue register can take the
+        beat at the ports."""
         cfg = self.cfg
-        stall = Signal()
-        m.d.comb += [self.beat.eq(self.rvalid & (self.rs == self.slots - 1)),
-                     stall.eq(self.beat & ~unit_ready)]
-        more = self.running & (self.k < self.beats)
-        go = more & ~stall
-        m.d.comb += self.finished.eq(~more & ~self.rvalid & (self.written == self.beats))
         self.live = {s: mems[s][0].data for s in (Store.TB, Store.RR, Store.CONST)}
         self.held = {s: Signal.like(mems[s][0].data, name=f"held_{s.name.lower()}")
                      for s in (Store.TB, Store.RR, Store.CONST)}
         self.held["cos"] = Signal.like(mems[Store.TB][0].data, name="held_cos")
-        with m.If(self.running & ~stall & self.rvalid):
-            with m.If(self.rs == 0):
-                m.d.sync += [self.held[s].eq(self.live[s]) for s in self.live]
-            with m.If(self.rs == 1):
-                m.d.sync += self.held["cos"].eq(self.live[Store.TB])
+        stall = Signal()
+        m.d.comb += self.beat.eq(self.rvalid & (self.rs == self.slots - 1))
+        free = self._issue_register(m, unit_ready, factor)
+        m.d.comb += stall.eq(self.beat & ~free)
+        more = self.running & (self.k < self.beats)
+        go = more & ~stall
+        m.d.comb += self.finished.eq(~more & ~self.rvalid & (self.written == self.total))
+        # Earlier slots' rows, kept without the stall: a stalled beat's last slot is never
+        # slot 0 of a beat that reads more, and a stalled port keeps its row.
+        with m.If(self.rvalid & (self.rs == 0)):
+            m.d.sync += [self.held[s].eq(self.live[s]) for s in self.live]
+        with m.If(self.rvalid & (self.rs == 1)):
+            m.d.sync += self.held["cos"].eq(self.live[Store.TB])
         with m.If(~stall):
             m.d.sync += [self.rvalid.eq(go), self.rs.eq(self.s), self.rk.eq(self.k),
                          self.rj.eq(self.j)]

@@ -54,6 +54,10 @@ class DxeParams(BlockParams, DxtConfig):
     dxts : int
         DXTs (docs/rdxe.md 16.5): 1 to 8, above 1 with one layer and one slot. The DXT fields
         are each DXT's; the engine's KV groups and query heads are ``dxts`` x the DXT's.
+    vector_lanes : int or None
+        Lanes of the controller's vector units (GPPU, activation, quantizer): a power of two
+        from 2 to ``lanes``, or ``None`` for ``lanes``; a row goes to them in ``lanes /
+        vector_lanes`` sub-beats (:class:`hdl.rdxe.ctrl.CtrlConfig`, docs/rdxe.md 14.2).
     """
 
     tb_words: int = 4096
@@ -65,6 +69,7 @@ class DxeParams(BlockParams, DxtConfig):
     layers: int = 1
     slots: int = 1
     dxts: int = 1
+    vector_lanes: int | None = None
 
     def space(self) -> ProgramSpace:
         """The storage a program is assembled into (rows of ``lanes``)."""
@@ -75,7 +80,7 @@ class DxeParams(BlockParams, DxtConfig):
     def ctrl_config(self) -> CtrlConfig:
         return CtrlConfig(self.space(), lanes=self.lanes, head_dim=self.head_dim,
                           program_words=self.program_words, rc_bits=self.rc_bits,
-                          layers=self.layers)
+                          layers=self.layers, vector_lanes=self.vector_lanes)
 
     def dxt_config(self) -> DxtConfig:
         return DxtConfig(**{f.name: getattr(self, f.name) for f in fields(DxtConfig)})
@@ -90,10 +95,12 @@ _SMOL_SPACE = dict(tb_words=4096, rr_bytes=8192, registers=16, const_words=8192,
 _PRESETS = {
     # The reduced Llama layer of sim/rdxe/reduced.py (2 heads of 8 in one KV group, hidden 16,
     # FFN 32) on the DXT tests/test_rdxe_side.py uses: 4 VACs of 4 lanes, WMEM for every GEMV and
-    # the identity at once (256 rows), 64 KV-cache rows (64 tokens).
+    # the identity at once (256 rows), 64 KV-cache rows (64 tokens); the controller's vector
+    # units at 2 lanes (the engine's ECP5 preset: docs/rdxe.md 14.4).
     "small": DxeParams(lanes=4, vacs=4, head_dim=8, group_size=2, kv_groups=1, wmem_depth=256,
                        ppu_depth=64, kv_rows=64, max_inputs=64, tb_words=128, rr_bytes=192,
-                       registers=4, const_words=192, gemvs=5, program_words=64),
+                       registers=4, const_words=192, gemvs=5, program_words=64,
+                       vector_lanes=2),
     # SmolLM2's layer on the rdxe-dxt default tile (4 VACs of 4 lanes, the controller at 4 lanes):
     # the layer's 3,538,944 weight bytes are 221,184 WMEM rows a VAC, and the 64 x 64 identity
     # 256 more; PPU entries 1,296 for the GEMVs, 16 for the identity, 1 score, 16 for P.V;
@@ -112,14 +119,15 @@ _PRESETS = {
 }
 
 
-#: Netlist cells and multipliers of the controller per lane and besides its lanes (its units'
-#: lanes, the memories' row muxes; the sequencer, the scalar path), and cells of the DXT side
-#: (its state machine, the GEMV tables, the operand queue): fitted to the whole engine's RTLIL
-#: at the small preset and at 8 lanes (``lanes=8 head_dim=16``), the DXT's own estimate taken
-#: off: 16,168 and 26,632 cells, 205 and 313 multipliers (session 23, after the fp32
-#: multipliers' 18 x 6 pieces, the RCUs' and normalizer's narrow pieces moved into logic).
-_CTRL_LANE_CELLS, _CTRL_CELLS = 2136, 1536
-_CTRL_LANE_PRODUCTS, _CTRL_PRODUCTS = 17, 15
+#: Netlist cells and multipliers of the controller per vector-unit lane (``vector_lanes``: the
+#: GPPU's, the activation unit's) and besides them (the memories' row muxes, the issue
+#: register, the sequencer, the scalar path), and cells of the DXT side (its state machine, the
+#: GEMV tables, the operand queue): fitted to the whole engine's RTLIL at 4 and 8 lanes with
+#: vector units of 8, 4 and 2 lanes (``lanes=8 head_dim=16``), the DXT's own estimate taken
+#: off: 16,096, 11,903, 26,456, 18,068 and 13,874 cells, 202, 172, 306, 246 and 216
+#: multipliers (session 25; the memories' lanes add no more than 15 cells a lane).
+_CTRL_LANE_CELLS, _CTRL_CELLS = 2100, 1620
+_CTRL_LANE_PRODUCTS, _CTRL_PRODUCTS = 15, 16
 _SIDE_CELLS = 400
 #: Cells of the DXT side's slots (the bases' products in logic, their registers, the counts'
 #: ports): the netlist's 31 at ``slots=2 kv_groups=2``, 61 at 16 slots of 16 groups.
@@ -136,15 +144,15 @@ def _size(params: DxeParams) -> Size:
     ``lanes`` elements), its units' result queues (``SyncFIFOBuffered`` of the unit's
     :meth:`~hdl.pipeline.ResultQueue.full_rate_depth`: ``depth - 1`` places in memory) and the DXT
     side's chunk queue (and its table of score steps for several layers, its token counts for
-    several slots); multipliers and cells per controller lane and for the rest."""
+    several slots); multipliers and cells per vector-unit lane and for the rest."""
     ctrl, dxt = params.ctrl_config(), params.dxt_config()
-    L = params.lanes
+    L, U = params.lanes, ctrl.unit_lanes
     widths = {Store.PROG: instruction_layout(ctrl.space).size, Store.TB: FP32.width * L,
               Store.RR: CODE_BITS * L, Store.CONST: FP32.width * L}
     storage = sum(width * ctrl.rows(store) for store, width in widths.items())
     # The quantizer's results share the activation unit's queue (one core for both).
-    units = ((Gppu.latency_of(L), gppu_out_layout(L)),
-             (GatedActivation.latency_of(L), act_out_layout(L)),
+    units = ((Gppu.latency_of(U), gppu_out_layout(U)),
+             (GatedActivation.latency_of(U), act_out_layout(U)),
              (ScalarUnit.latency_of(ctrl.ve), scalar_out_layout(ctrl.ve)))
     storage += sum((ResultQueue.full_rate_depth(latency) - 1) * layout.size
                    for latency, layout in units)
@@ -158,8 +166,8 @@ def _size(params: DxeParams) -> Size:
         storage += D * result_queue_depth(dxt) * (CODE_BITS + 1) * GBUS_BYTES
     tile = _dxt_size(dxt)
     return Size(storage_bits=D * tile.storage_bits + storage,
-                multipliers=D * tile.multipliers + _CTRL_LANE_PRODUCTS * L + _CTRL_PRODUCTS,
-                cells=D * tile.cells + _CTRL_LANE_CELLS * L + _CTRL_CELLS + _SIDE_CELLS
+                multipliers=D * tile.multipliers + _CTRL_LANE_PRODUCTS * U + _CTRL_PRODUCTS,
+                cells=D * tile.cells + _CTRL_LANE_CELLS * U + _CTRL_CELLS + _SIDE_CELLS
                 + (_SLOT_CELLS if params.slots > 1 else 0) + _DXT_CELLS * (D - 1))
 
 

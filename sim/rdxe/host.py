@@ -32,7 +32,7 @@ from .ring import program_cycles
 
 __all__ = ["row_values", "row_elements", "dxt_loads", "ext_writes", "host_loads",
            "model_cycles", "Layer", "reduced_layer", "assemble_layer", "BoardLayer",
-           "board_layer", "DxeModel"]
+           "board_layer", "DxeModel", "SMOLLM2_LAYER", "vector_cycles", "vector_cycle_table"]
 
 
 # --- the host's images and loads ----------------------------------------------------------------
@@ -145,6 +145,43 @@ def model_cycles(ctrl, dxt, words, flat, tokens: int, groups: int | None = None,
     one = program_cycles(ctrl, view, words, {i: g[0].shape for i, g in flat.gemvs.items()},
                          tokens, dxts)
     return loop_cycles([one] * ctrl.layers)
+
+
+#: SmolLM2-135M's layer shape: hidden, FFN, query heads, KV heads, head dimension.
+SMOLLM2_LAYER = (576, 1536, 9, 3, 64)
+
+
+def vector_cycles(lanes: int, vector_lanes: int | None = None,
+                  shape: tuple = SMOLLM2_LAYER) -> dict[str, int]:
+    """Cycles of a token's vector and scalar ops by opcode (the DXT ops not counted) on a
+    controller of ``lanes`` and ``vector_lanes`` (:func:`hdl.rdxe.ctrl.instruction_cycles`) for
+    a Llama layer of ``shape`` (its tables' sizes only matter: ``reduced.layer_tables`` at that
+    shape), in SmolLM2's space (docs/rdxe.md 14.2)."""
+    from hdl.rdxe.ctrl import DXT_OPS, CtrlConfig, instruction_cycles
+    from hdl.rdxe.isa import ProgramSpace
+
+    hidden, ffn, heads, kv, d = shape
+    space = ProgramSpace(tb_words=4096, rr_bytes=8192, registers=16, const_words=8192, gemvs=4,
+                         align=lanes)
+    asm = A.assemble(P.llama_layer(heads, kv, d), reduced.layer_tables(hidden, ffn, heads, kv, d),
+                     {"h": hidden, "cos": d // 2, "sin": d // 2}, ["h"], space, d)
+    cfg = CtrlConfig(space, lanes=lanes, head_dim=d, program_words=64, vector_lanes=vector_lanes)
+    by: dict[str, int] = {}
+    for word in asm.words:
+        op = OPCODES[instruction_layout(space).from_bits(word).op]
+        if op not in DXT_OPS:
+            by[op] = by.get(op, 0) + instruction_cycles(cfg, word)
+    return by
+
+
+def vector_cycle_table() -> str:
+    """SmolLM2's vector and scalar ops a token by lanes and vector lanes (``python -m
+    sim.rdxe``)."""
+    lines = ["lanes  vector lanes  cycles a token (no DXT ops)"]
+    for lanes in (4, 8, 16):
+        for vector in (lanes, lanes // 2):
+            lines.append(f"{lanes:5d}  {vector:12d}  {sum(vector_cycles(lanes, vector).values()):,}")
+    return "\n".join(lines)
 
 
 @dataclasses.dataclass
