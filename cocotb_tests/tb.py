@@ -57,6 +57,14 @@ def select_tb(dut, classes: dict[str, type], **kwargs) -> "BlockTB":
     return classes[block.name](dut, **kwargs)
 
 
+
+def _plain(value):
+    """A NumPy scalar or array as the Python number or list it holds, for ``json``."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 class BlockTB(abc.ABC):
     """Clock, reset, streams and scoreboard for one block.
 
@@ -161,7 +169,8 @@ class BlockTB(abc.ABC):
         if path:
             existing = json.loads(Path(path).read_text()) if Path(path).exists() else {}
             existing[test] = figures
-            Path(path).write_text(json.dumps(existing, indent=2))
+            # NumPy scalars (a model's counts) as the Python numbers they hold.
+            Path(path).write_text(json.dumps(existing, indent=2, default=_plain))
 
     def check_full_rate(self, items: int, latency: int, *, source: str = "i", sink: str = "o",
                         latency_meaning: str = "input valid to output valid"):
