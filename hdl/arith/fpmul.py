@@ -384,5 +384,6 @@ class FloatMultiplier(wiring.Component):
 
 #: An fp32 x fp32 -> fp32 multiplier on one multiplier block (``"dsp18"`` with
 #: ``narrow_in_logic``: the 18 x 6, 6 x 18 and 6 x 6 pieces in logic), as a unit factory; the
-#: DXE controller's units use it (docs/rdxe.md 14.2).
-FP32_ONE_BLOCK = partial(FloatMultiplier, FP32, FP32, FP32, split="dsp18", narrow_in_logic=True)
+#: DXE controller's units use it (docs/rdxe.md 14.2). Six stages: the rounding cut in two.
+FP32_ONE_BLOCK = partial(FloatMultiplier, FP32, FP32, FP32, split="dsp18", narrow_in_logic=True,
+                         stages=6)

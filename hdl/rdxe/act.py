@@ -59,7 +59,7 @@ _UNITS = {
     "to_bf16": partial(IntToFloat, CODE_BITS, BF16),
     "arg": partial(FloatMultiplier, BF16, FP32, FP32, split="dsp18"),
     "exp2": partial(Exp2),
-    "add": partial(FloatAdder, FP32),
+    "add": partial(FloatAdder, FP32, stages=8),     # every cut: the alignment and the rounding
     "recip": partial(Reciprocal, narrow_in_logic=True),
     "to_fp32": partial(IntToFloat, 2 * CODE_BITS, FP32),
     **QUANT_UNITS,                                     # "mul" and the tail's "quant"

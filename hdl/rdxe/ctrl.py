@@ -438,7 +438,7 @@ class DxeController(wiring.Component):
         cfg, insn, w = self.cfg, ctl.insn, ctl.written
         subs = cfg.sub_beats
         step = subs.bit_length() - 1
-        last = w == ctl.total - 1
+        last = ctl.left == 1
         row = (insn.dst >> ctl.shift) + (w >> step)
         enable = Signal(cfg.lanes)
         lanes = Const((1 << cfg.unit_lanes) - 1, cfg.lanes)
@@ -447,7 +447,7 @@ class DxeController(wiring.Component):
         tb_w, rr_w = mems[Store.TB][1], mems[Store.RR][1]
         v, g, s = (results[n] for n in ("ve", "gppu", "scalar"))
         with m.If(v.valid):
-            m.d.sync += w.eq(w + 1)
+            m.d.sync += [w.eq(w + 1), ctl.left.eq(ctl.left - 1)]
             with m.If(ctl.op_is("max", "act_max")):
                 with m.If(last):
                     m.d.sync += regs[insn.r_out].eq(v.payload.max)
@@ -455,11 +455,12 @@ class DxeController(wiring.Component):
                 m.d.comb += [rr_w.addr.eq(row), rr_w.en.eq(enable),
                              rr_w.data.eq(Cat(*[v.payload.codes.as_value()] * subs))]
         with m.If(g.valid):
-            m.d.sync += w.eq(w + 1)
+            m.d.sync += [w.eq(w + 1), ctl.left.eq(ctl.left - 1)]
             m.d.comb += [tb_w.addr.eq(row), tb_w.en.eq(enable),
                          tb_w.data.eq(Cat(*[g.payload.y.as_value()] * subs))]
         with m.If(s.valid):
-            m.d.sync += [w.eq(w + 1), regs[insn.r_out].eq(s.payload.as_value()[:_FP32])]
+            m.d.sync += [w.eq(w + 1), ctl.left.eq(ctl.left - 1),
+                         regs[insn.r_out].eq(s.payload.as_value()[:_FP32])]
 
     def _sequence(self, m, ctl, insn, mems, regs) -> Signal:
         """Fetch, run and hand out instructions; return the signal of the states in which
@@ -634,10 +635,9 @@ class _Control:
                 m.d.comb += self.slots.eq(slots)
         self.beats = Signal.like(self.k)
         m.d.comb += self.beats.eq(Mux(self.is_("scalar"), 1, insn.n >> self.shift))
-        # Results of the op: a beat's sub-beats each (a scalar op's one).
-        self.total = Signal(bits + cfg.sub_beats.bit_length())
-        m.d.comb += self.total.eq(Mux(self.is_("scalar"), 1,
-                                      self.beats << (cfg.sub_beats.bit_length() - 1)))
+        # Results of the op still to come (a beat's sub-beats each, a scalar op's one), set at
+        # decode: the last result and the op's end are compares of a register with a constant.
+        self.left = Signal(bits + cfg.sub_beats.bit_length(), name="results_left")
         self.beat = Signal(name="beat_valid")
         self.finished = Signal()
         # The issue register: its sub-beat, whether it holds a beat, and that beat's first flag,
@@ -650,9 +650,12 @@ class _Control:
         return Cat(*(self.onehot[OPCODES.index(n)] for n in names)).any()
 
     def decode(self, word) -> list:
-        """Statements that register the one-hot of the fetched ``word``'s opcode."""
-        op = data.View(instruction_layout(self.cfg.space), word).op
-        return [self.onehot.eq(Const(1, len(OPCODES)) << op)]
+        """Statements that register the one-hot of the fetched ``word``'s opcode and the count of
+        its results."""
+        f = data.View(instruction_layout(self.cfg.space), word)
+        step = self.cfg.sub_beats.bit_length() - 1
+        total = Mux(op_is(f.op, *_UNIT_OPS["scalar"]), 1, (f.n >> self.shift) << step)
+        return [self.onehot.eq(Const(1, len(OPCODES)) << f.op), self.left.eq(total)]
 
     def is_(self, unit: str):
         return self.op_is(*_UNIT_OPS[unit])
@@ -722,7 +725,7 @@ class _Control:
         m.d.comb += stall.eq(self.beat & ~free)
         more = self.running & (self.k < self.beats)
         go = more & ~stall
-        m.d.comb += self.finished.eq(~more & ~self.rvalid & (self.written == self.total))
+        m.d.comb += self.finished.eq(~more & ~self.rvalid & (self.left == 0))
         # Earlier slots' rows, kept without the stall: a stalled beat's last slot is never
         # slot 0 of a beat that reads more, and a stalled port keeps its row.
         with m.If(self.rvalid & (self.rs == 0)):

@@ -55,8 +55,10 @@ __all__ = ["Gppu", "GppuOp", "gppu_in_layout", "gppu_out_layout"]
 _UNITS = {
     "to_fp32": partial(IntToFloat, CODE_BITS, FP32),
     "mul": FP32_ONE_BLOCK,
-    "add": partial(FloatAdder, FP32),
+    "add": partial(FloatAdder, FP32, stages=8),     # every cut: the alignment and the rounding
 }
+#: The register on the adder's operands, chosen by op behind multiplier b.
+_ADD_IN = 1
 
 #: fp32 1.0, the multiplier's identity.
 _ONE = Const(FP32.pack(0, FP32.bias, 0), FP32.width)
@@ -137,7 +139,8 @@ class Gppu(wiring.Component):
         ``residual_add(h, y)`` or ``rope(x, cos, sin)`` on the beat's operands.
 
     Latency :meth:`latency_of` cycles from a beat taken to its result written into the queue
-    (defaults: ``to_fp32 3 + mul 5 + mul 5 + add 6 = 19``), then two to ``o.valid`` in an empty
+    (``to_fp32 3 + mul 6 + mul 6 + 1 + add 8 = 24``: the 1 registers the adder's operands),
+    then two to ``o.valid`` in an empty
     queue; one beat per cycle of any mix of ops while ``o`` is ready (the queue has
     :meth:`~hdl.pipeline.ResultQueue.full_rate_depth` places: a place's round trip). Hardware
     per lane: one IntToFloat (INT8), two FloatMultipliers in series, one FloatAdder, and
@@ -162,7 +165,7 @@ class Gppu(wiring.Component):
         unit (``lanes`` does not change it; checked)."""
         _lanes(lanes)
         lat = cls.latencies()
-        return lat["to_fp32"] + 2 * lat["mul"] + lat["add"]
+        return lat["to_fp32"] + 2 * lat["mul"] + _ADD_IN + lat["add"]
 
     @property
     def latency(self) -> int:
@@ -202,9 +205,12 @@ class Gppu(wiring.Component):
                 if not odd:                                 # x0 cos - x1 sin
                     product = Mux(_is(op_at[t_s], GppuOp.ROPE), product ^ _SIGN, product)
                 m.submodules[f"add{n}"] = add = _UNITS["add"]()
-                m.d.comb += [add.i.valid.eq(mul_b.o.valid),
-                             add.i.payload.a.eq(Mux(_is(op_at[t_s], *_DEQUANTIZE), _SIGN, held)),
-                             add.i.payload.b.eq(product)]
+                m.d.comb += [
+                    add.i.valid.eq(delay(m, mul_b.o.valid, _ADD_IN, name=f"add_valid{n}",
+                                         reset=True)),
+                    add.i.payload.a.eq(delay(m, Mux(_is(op_at[t_s], *_DEQUANTIZE), _SIGN, held),
+                                             _ADD_IN, name=f"add_a{n}")),
+                    add.i.payload.b.eq(delay(m, product, _ADD_IN, name=f"add_b{n}"))]
                 adds.append(add)
         m.d.comb += queue.w.valid.eq(adds[0].o.valid)
         for n, add in enumerate(adds):
