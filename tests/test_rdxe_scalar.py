@@ -178,10 +178,11 @@ def _taken(ops, mul: int) -> list[int]:
 def test_full_rate_latency():
     """No idle input, no back-pressure, more beats than the result queue has places: a beat a
     cycle but the second pass's, each result ``latency_of`` plus the queue's two cycles after
-    its beat; RMS_EPS alone runs at half rate (five beats, then five second passes)."""
+    its beat; RMS_EPS alone runs at half rate (six beats, then six second passes: the
+    multiplier's six stages)."""
     lat = ScalarUnit.latencies_of(CFG)
     latency = ScalarUnit.latency_of(CFG)
-    assert latency == lat["recip"] == 12 and max(2 * lat["mul"], lat["mul"] + lat["to_rc"]) == 10
+    assert latency == lat["recip"] == 12 and max(2 * lat["mul"], lat["mul"] + lat["to_rc"]) == 12
     rng = np.random.default_rng(6)
     pool = [CASES[op](rng) for op in CASES]
     for pick in ((0, 2), (0, 1, 2), (1,)):
@@ -194,7 +195,7 @@ def test_full_rate_latency():
         taken = _taken([b["op"] for b in beats], lat["mul"])
         assert accepted["i"] == taken, (pick, accepted["i"], taken)
         assert cycles == taken[-1] + 1 + latency + 2, (pick, cycles)
-    assert taken[:11] == [0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 20]
+    assert taken[:13] == [0, 1, 2, 3, 4, 5, 12, 13, 14, 15, 16, 17, 24]
 
 
 def test_parameter_messages():

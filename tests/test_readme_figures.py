@@ -100,7 +100,7 @@ FIGURES = {
     "2^-23.9": _func_bound("2^-23.9", "RECIP_ERROR", "RSQRT_ERROR"),
     "102.8 MHz": _docs("rdxe.md", "102.8 MHz"),
     "99.6 MHz": _docs("rdxe.md", "99.6 MHz"),
-    "50 MHz": _docs("rdxe.md", "50 MHz"),               # rdxe-dxe placed, 46 to 50 MHz
+    "62.4 MHz": _docs("rdxe.md", "62.4 MHz"),           # rdxe-dxe routed, one seed
     "100 MHz": _docs("rdxe.md", "100 MHz"),             # the clock it misses
     "19.0K LUTs": _docs("rdxe.md", "19.0K LUTs"),
     "625 against 10000 page reads": _page_reads,

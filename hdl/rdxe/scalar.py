@@ -100,7 +100,7 @@ class ScalarUnit(wiring.Component):
 
     Latency :meth:`latency_of` cycles from a beat taken to its result written into the queue
     (the reciprocal's, 12 by default), then two to ``o.valid`` in an empty queue. A beat a cycle
-    while ``o`` is ready, except the cycle ``mul`` (5) after each ``RMS_EPS`` beat. Bad ``cfg``
+    while ``o`` is ready, except the cycle ``mul`` (6) after each ``RMS_EPS`` beat. Bad ``cfg``
     raises ``TypeError`` naming it.
     """
 
