@@ -99,7 +99,7 @@ FIGURES = {
     "2^-17.9": _func_bound("2^-17.9", "EXP2_ERROR"),
     "2^-23.9": _func_bound("2^-23.9", "RECIP_ERROR", "RSQRT_ERROR"),
     "102.8 MHz": _docs("rdxe.md", "102.8 MHz"),
-    "99.6 MHz": _docs("rdxe.md", "99.6 MHz"),
+    "96.9 MHz": _docs("rdxe.md", "96.9 MHz"),
     "62.4 MHz": _docs("rdxe.md", "62.4 MHz"),           # rdxe-dxe routed, one seed
     "100 MHz": _docs("rdxe.md", "100 MHz"),             # the clock it misses
     "19.0K LUTs": _docs("rdxe.md", "19.0K LUTs"),
