@@ -421,8 +421,8 @@ class DxeController(wiring.Component):
             for n in range(lanes):
                 m.d.comb += args.rope.x[n].eq(ctl.lane(buf["held", Store.TB], n, _FP32))
             for p in range(pairs):
-                m.d.comb += [args.rope.cos[p].eq(ctl.lane(buf["cos"], p, _FP32)),
-                             args.rope.sin[p].eq(ctl.lane(buf["sin"], p, _FP32))]
+                m.d.comb += [args.rope.cos[p].eq(ctl.lane(buf["held", "cos"], p, _FP32)),
+                             args.rope.sin[p].eq(ctl.lane(buf["live", "sin"], p, _FP32))]
         with m.Else():
             m.d.comb += [g.payload.op.eq(Mux(ctl.op_is("dequant"), GppuOp.DEQUANTIZE,
                                              GppuOp.DEQUANTIZE_TOKEN)),
@@ -633,10 +633,10 @@ class _Control:
         for name, slots in _SLOTS.items():
             with m.If(self.op_is(name)):
                 m.d.comb += self.slots.eq(slots)
-        self.beats = Signal.like(self.k)
-        m.d.comb += self.beats.eq(Mux(self.is_("scalar"), 1, insn.n >> self.shift))
-        # Results of the op still to come (a beat's sub-beats each, a scalar op's one), set at
-        # decode: the last result and the op's end are compares of a register with a constant.
+        # The op's beats (a scalar op's one) and its results still to come (a beat's sub-beats
+        # each), both set at decode: the last result and the op's end are compares of a
+        # register with a constant.
+        self.beats = Signal.like(self.k, name="beats")
         self.left = Signal(bits + cfg.sub_beats.bit_length(), name="results_left")
         self.beat = Signal(name="beat_valid")
         self.finished = Signal()
@@ -650,12 +650,14 @@ class _Control:
         return Cat(*(self.onehot[OPCODES.index(n)] for n in names)).any()
 
     def decode(self, word) -> list:
-        """Statements that register the one-hot of the fetched ``word``'s opcode and the count of
-        its results."""
+        """Statements that register the one-hot of the fetched ``word``'s opcode, its beats and
+        the count of its results."""
         f = data.View(instruction_layout(self.cfg.space), word)
+        scalar = op_is(f.op, *_UNIT_OPS["scalar"])
         step = self.cfg.sub_beats.bit_length() - 1
-        total = Mux(op_is(f.op, *_UNIT_OPS["scalar"]), 1, (f.n >> self.shift) << step)
-        return [self.onehot.eq(Const(1, len(OPCODES)) << f.op), self.left.eq(total)]
+        return [self.onehot.eq(Const(1, len(OPCODES)) << f.op),
+                self.beats.eq(Mux(scalar, 1, f.n >> self.shift)),
+                self.left.eq(Mux(scalar, 1, (f.n >> self.shift) << step))]
 
     def is_(self, unit: str):
         return self.op_is(*_UNIT_OPS[unit])
@@ -685,24 +687,21 @@ class _Control:
                      free.eq(~self.issuing | last_sub),
                      self.refused.eq(self.issuing & ~unit_ready)]
         half = cfg.lanes // 2 * _FP32
-        sources = {("live", Store.TB): self.live[Store.TB], ("held", Store.TB): self.held[Store.TB],
-                   ("live", Store.RR): self.live[Store.RR], ("held", Store.RR): self.held[Store.RR],
-                   ("live", Store.CONST): self.live[Store.CONST],
-                   ("held", Store.CONST): self.held[Store.CONST],
-                   "cos": Mux(self.rj[0], self.held["cos"][half:], self.held["cos"][:half]),
-                   "sin": Mux(self.rj[0], self.live[Store.TB][half:], self.live[Store.TB][:half])}
+        # (kind, store) -> the rows loaded; a sub-beat's bits of each.
+        sources = {(kind, s): rows[s] for kind, rows in (("live", self.live), ("held", self.held))
+                   for s in (Store.TB, Store.RR, Store.CONST)}
+        sources["held", "cos"] = Mux(self.rj[0], self.held["cos"][half:], self.held["cos"][:half])
+        sources["live", "sin"] = Mux(self.rj[0], self.live[Store.TB][half:],
+                                     self.live[Store.TB][:half])
         step = {Store.TB: u * _FP32, Store.RR: u * CODE_BITS, Store.CONST: u * _FP32,
                 "cos": u // 2 * _FP32, "sin": u // 2 * _FP32}
-        def store(key):
-            return key[1] if isinstance(key, tuple) else key
-
-        self.buf = {key: Signal(len(value), name=f"issue_{key[0]}_{key[1].name.lower()}"
-                                if isinstance(key, tuple) else f"issue_{key}")
-                    for key, value in sources.items()}
+        self.buf = {(kind, s): Signal(len(value),
+                                      name=f"issue_{kind}_{getattr(s, 'name', s).lower()}")
+                    for (kind, s), value in sources.items()}
         with m.If(self.issuing):
             m.d.sync += self.sub.eq(Mux(last_sub, 0, self.sub + 1))
             if cfg.sub_beats > 1:
-                m.d.sync += [reg.eq(reg >> step[store(key)]) for key, reg in self.buf.items()]
+                m.d.sync += [reg.eq(reg >> step[s]) for (_, s), reg in self.buf.items()]
             with m.If(last_sub):
                 m.d.sync += self.issuing.eq(0)
         with m.If(self.running & self.beat & free):
