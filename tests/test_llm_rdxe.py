@@ -15,7 +15,7 @@ from golden.rdxe import program as P
 from golden.rdxe.act import act
 from golden.rdxe.kv import kv_image
 
-from hdl.rdxe.isa import ProgramSpace
+from hdl.rdxe.isa import SMOLLM2_STORAGE, ProgramSpace
 from sim.llm.backends.rdxe import RDXE, quantize_rows
 from sim.llm.model import Llama, Numerics, rope_tables, silu
 from sim.llm.score import default_text, log_probs, metrics
@@ -311,7 +311,7 @@ def test_dxe_close_to_float_on_three_tokens(mf, ids, dxe):
 
 #: The storage SmolLM2's layer program is assembled into (docs/rdxe.md 14.1: it uses 2,368 TB
 #: words, 4,608 rr-SRAM bytes, 2 registers and 6,145 constant words).
-SMOL_SPACE = ProgramSpace(tb_words=4096, rr_bytes=8192, registers=16, const_words=8192, gemvs=4)
+SMOL_SPACE = ProgramSpace(**SMOLLM2_STORAGE, gemvs=4)
 
 
 def _layer_case(mf, ids, dxe, layer: int, T: int):
@@ -359,8 +359,7 @@ def test_dxe_program_is_the_back_ends_layer(mf, ids, dxe):
 
 
 #: The controller's space for the real layer: SMOL_SPACE in rows of 4 (docs/rdxe.md 14.2).
-CTRL_SPACE = ProgramSpace(tb_words=4096, rr_bytes=8192, registers=16, const_words=8192, gemvs=4,
-                          align=4)
+CTRL_SPACE = ProgramSpace(**SMOLLM2_STORAGE, gemvs=4, align=4)
 
 
 #: Minutes in Amaranth's simulator (docs/rdxe.md 14.2); the reduced layer runs the same

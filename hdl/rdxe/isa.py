@@ -40,7 +40,7 @@ from amaranth.lib import data
 
 from ..validate import index_bits, integer, power_of_two
 
-__all__ = ["OPCODES", "ProgramSpace", "instruction_layout", "MAX_WORDS", "MAX_REGISTERS",
+__all__ = ["OPCODES", "ProgramSpace", "SMOLLM2_STORAGE", "instruction_layout", "MAX_WORDS", "MAX_REGISTERS",
            "MAX_TABLES"]
 
 #: The controller's operations, by opcode (the index).
@@ -80,6 +80,13 @@ class ProgramSpace:
     @property
     def address_bits(self) -> int:
         return index_bits(max(self.tb_words, self.rr_bytes))
+
+
+#: A :class:`ProgramSpace`'s storage for SmolLM2-135M's layer (d_model 576, 9 query heads of 64 in
+#: 3 KV groups, FFN 1,536), each the power of two above what the layer's program uses: 2,368 TB
+#: words, 4,608 rr-SRAM bytes, 6,160 constant words (docs/rdxe.md 14.2). The GEMV tables are the
+#: user's to add: the layer's 4, and the KV append's identity on a whole DXE.
+SMOLLM2_STORAGE = {"tb_words": 4096, "rr_bytes": 8192, "registers": 16, "const_words": 8192}
 
 
 def instruction_layout(space: ProgramSpace) -> data.StructLayout:

@@ -15,7 +15,7 @@ from hdl.rdxe.dxtside import _CHUNKS
 from hdl.rdxe.dxts import result_queue_depth
 from hdl.rdxe.gppu import Gppu, gppu_out_layout
 from hdl.rdxe.hosted import DxeBoard
-from hdl.rdxe.isa import ProgramSpace, instruction_layout
+from hdl.rdxe.isa import SMOLLM2_STORAGE, ProgramSpace, instruction_layout
 from hdl.rdxe.scalar import ScalarUnit, scalar_out_layout
 from hdl.rdxe.spec import CODE_BITS, GBUS_BYTES, DxtConfig, command_layout
 
@@ -60,10 +60,10 @@ class DxeParams(BlockParams, DxtConfig):
         vector_lanes`` sub-beats (:class:`hdl.rdxe.ctrl.CtrlConfig`, docs/rdxe.md 14.2).
     """
 
-    tb_words: int = 4096
-    rr_bytes: int = 8192
-    registers: int = 16
-    const_words: int = 8192
+    tb_words: int = SMOLLM2_STORAGE["tb_words"]
+    rr_bytes: int = SMOLLM2_STORAGE["rr_bytes"]
+    registers: int = SMOLLM2_STORAGE["registers"]
+    const_words: int = SMOLLM2_STORAGE["const_words"]
     gemvs: int = 5
     program_words: int = 64
     layers: int = 1
@@ -86,11 +86,8 @@ class DxeParams(BlockParams, DxtConfig):
         return DxtConfig(**{f.name: getattr(self, f.name) for f in fields(DxtConfig)})
 
 
-#: SmolLM2-135M's layer (d_model 576, 9 query heads of 64 in 3 KV groups, FFN 1,536): its
-#: controller space in rows of 16 (2,368 TB words, 4,608 rr-SRAM bytes and 6,160 constant words
-#: used, docs/rdxe.md 14.2; the identity is the fifth GEMV table).
-_SMOL_SPACE = dict(tb_words=4096, rr_bytes=8192, registers=16, const_words=8192, gemvs=5,
-                   program_words=64)
+#: SmolLM2-135M's layer's controller space (the identity is the fifth GEMV table).
+_SMOL_SPACE = dict(SMOLLM2_STORAGE, gemvs=5, program_words=64)
 
 _PRESETS = {
     # The reduced Llama layer of sim/rdxe/reduced.py (2 heads of 8 in one KV group, hidden 16,

@@ -158,11 +158,10 @@ def vector_cycles(lanes: int, vector_lanes: int | None = None,
     a Llama layer of ``shape`` (its tables' sizes only matter: ``reduced.layer_tables`` at that
     shape), in SmolLM2's space (docs/rdxe.md 14.2)."""
     from hdl.rdxe.ctrl import DXT_OPS, CtrlConfig, instruction_cycles
-    from hdl.rdxe.isa import ProgramSpace
+    from hdl.rdxe.isa import SMOLLM2_STORAGE, ProgramSpace
 
     hidden, ffn, heads, kv, d = shape
-    space = ProgramSpace(tb_words=4096, rr_bytes=8192, registers=16, const_words=8192, gemvs=4,
-                         align=lanes)
+    space = ProgramSpace(**SMOLLM2_STORAGE, gemvs=4, align=lanes)
     asm = A.assemble(P.llama_layer(heads, kv, d), reduced.layer_tables(hidden, ffn, heads, kv, d),
                      {"h": hidden, "cos": d // 2, "sin": d // 2}, ["h"], space, d)
     cfg = CtrlConfig(space, lanes=lanes, head_dim=d, program_words=64, vector_lanes=vector_lanes)
