@@ -20,6 +20,8 @@ __all__ = ["TokenBuffer", "ChunkFeed"]
 #: read and a register behind each half (a block RAM's 5.8 ns clock-to-output leaves no time for
 #: the half's selection and a queue's write, nor for a multiplier).
 READ_LATENCY = 2
+#: The register a normalization request passes before the halves' read (``norm_latency``).
+_NORM_IN = 1
 
 
 class TokenBuffer(wiring.Component):
@@ -46,11 +48,14 @@ class TokenBuffer(wiring.Component):
         activation being stored).
     norm : In(stream.Signature(normalize_request_layout(cfg), always_ready=True))
         Chunk ``j`` of ``half`` to rewrite as ``requantize(x, m, shift)`` (the sequential
-        mode): read, registered, scaled by a :class:`~hdl.rdxe.ve.Normalizer`, written back
-        :attr:`norm_latency` cycles later. Not in the same cycle as ``read``.
+        mode): registered, read, registered, scaled by a :class:`~hdl.rdxe.ve.Normalizer`,
+        written back :attr:`norm_latency` cycles later. Its read (a cycle after the request)
+        not in the same cycle as a ``read``; the sequencer's plain GEMV after ``NORM`` reads
+        its first chunk ``Dxt.act_latency - 1`` cycles after its issue, long after the
+        normalized chunks are written (23 cycles against 7 at every preset).
     data : Out(ArrayLayout(signed(8), lanes))
-        The chunk read (``read`` or ``norm``) :data:`READ_LATENCY` cycles before, from a
-        register behind each half and the selection of the half.
+        The chunk read (``read``; ``norm``'s a cycle later) :data:`READ_LATENCY` cycles before,
+        from a register behind each half and the selection of the half.
 
     One read and one write per half per cycle; no back-pressure.
     """
@@ -69,14 +74,18 @@ class TokenBuffer(wiring.Component):
     @property
     def norm_latency(self) -> int:
         """Cycles from a ``norm`` request to the write of its normalized chunk."""
-        return READ_LATENCY + Normalizer.latency_of(self.cfg.ve_config())
+        return _NORM_IN + READ_LATENCY + Normalizer.latency_of(self.cfg.ve_config())
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
         row_shape = data.ArrayLayout(signed(CODE_BITS), cfg.lanes)
         m.submodules.normalizer = norm = Normalizer(cfg.ve_config())
-        req = self.norm.payload
+        # A normalization request is registered first: the sequencer's state decode then ends
+        # here, not at the halves' LUT-RAM read address (docs/rdxe.md 14.4).
+        req = data.View(self.norm.payload.shape(),
+                        delay(m, self.norm.payload.as_value(), _NORM_IN, name="norm_req"))
+        norm_valid = delay(m, self.norm.valid, _NORM_IN, name="norm_req_valid", reset=True)
         norm_j = delay(m, req.j, READ_LATENCY + norm.latency, name="norm_j")
         norm_half = delay(m, req.half, READ_LATENCY + norm.latency, name="norm_half")
         # An x chunk is written a cycle after it is taken: the sequencer's decision to issue then
@@ -92,7 +101,7 @@ class TokenBuffer(wiring.Component):
             mine_x = store_valid & (store.half == h)
             mine_act = self.act.valid & (self.act.payload.half == h)
             mine_norm = norm.o.valid & (norm_half == h)
-            norm_read = self.norm.valid & (req.half == h)
+            norm_read = norm_valid & (req.half == h)
             m.d.comb += [
                 wr.en.eq(mine_x | mine_act | mine_norm),
                 wr.addr.eq(Mux(mine_x, store.j, Mux(mine_act, self.act.payload.j, norm_j))),
@@ -104,12 +113,12 @@ class TokenBuffer(wiring.Component):
             reads.append(delay(m, rd.data.as_value(), READ_LATENCY - 1, name=f"read{h}"))
         # Two copies of the half's selection, so that the chunk queue's and the normalizer's
         # multiplexers are separate logic, each placed beside its own load.
-        half = delay(m, Mux(self.norm.valid, req.half, self.read.payload.half),
+        half = delay(m, Mux(norm_valid, req.half, self.read.payload.half),
                      READ_LATENCY - 1, name="read_half")
         to_queue, to_norm = distinct_copies(m, [half], 2, name="read_half")
         m.d.comb += self.data.eq(Mux(to_queue, reads[1], reads[0]))
         m.d.comb += [
-            norm.i.valid.eq(delay(m, self.norm.valid, READ_LATENCY, name="norm_valid",
+            norm.i.valid.eq(delay(m, norm_valid, READ_LATENCY, name="norm_valid",
                                   reset=True)),
             norm.i.payload.data.eq(Mux(to_norm, reads[1], reads[0])),
             norm.i.payload.m.eq(delay(m, req.m, READ_LATENCY, name="norm_m")),
