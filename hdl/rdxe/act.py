@@ -174,16 +174,19 @@ class GatedActivation(wiring.Component):
         first = delay(m, beat.first, t_v, name="first")
         arrived = Signal(name="act_arrived")                  # an activation beat at the core
         act_go, quant_go = self._owner(m, request, go, arrived, t_v)
+        # The core's operands are chosen by ``arrived``, a register, not by ``quant_go``: a q
+        # beat is never taken in a cycle an activation beat arrives (``_owner``), so the choice
+        # is the same, and the queue's credits stay out of the core's first multiplier stage.
         for n in range(self.lanes):
             v_valid, v = self._value(m, n, act_go, beat, lat, t_r)
             if self.quantizer:
                 q = self.q.payload
-                m.d.comb += [tail.i.payload.x[n].eq(Mux(quant_go, q.x[n], v)),
-                             tail.i.payload.k[n].eq(Mux(quant_go, q.k[n], k))]
+                m.d.comb += [tail.i.payload.x[n].eq(Mux(arrived, v, q.x[n])),
+                             tail.i.payload.k[n].eq(Mux(arrived, k, q.k[n]))]
             else:
                 m.d.comb += [tail.i.payload.x[n].eq(v), tail.i.payload.k[n].eq(k)]
         if self.quantizer:
-            m.d.comb += tail.i.payload.first.eq(Mux(quant_go, self.q.payload.first, first))
+            m.d.comb += tail.i.payload.first.eq(Mux(arrived, first, self.q.payload.first))
         else:
             m.d.comb += tail.i.payload.first.eq(first)
         m.d.comb += [arrived.eq(v_valid), tail.i.valid.eq(v_valid | quant_go)]

@@ -469,7 +469,9 @@ class DxeController(wiring.Component):
         pc = Signal(index_bits(cfg.program_words + 1))
         end = Signal.like(pc)
         error = Signal()
-        waiting = Signal()
+        # A register, set as the FSM enters Idle or Dxt and cleared as it leaves: ``ext``'s
+        # choice of the memories' ports then starts at a flip-flop, not at the state's decode.
+        waiting = Signal(init=1)
         prog_r = mems[Store.PROG][0]
         loop = _Loop(m, cfg, getattr(self, "stride", None))
         m.d.comb += [self.done.payload.pc.eq(pc), self.done.payload.error.eq(error),
@@ -477,12 +479,12 @@ class DxeController(wiring.Component):
                      loop.payload(self.dxt.payload)]
         with m.FSM(name="sequence"):
             with m.State("Idle"):
-                m.d.comb += [waiting.eq(1), self.run.ready.eq(1)]
+                m.d.comb += self.run.ready.eq(1)
                 with m.If(self.run.valid):
                     start, count = self.run.payload.pc, self.run.payload.count
                     over = start + count > cfg.program_words
                     m.d.sync += [pc.eq(start), end.eq(start + count), error.eq(over),
-                                 loop.first(start)]
+                                 loop.first(start), waiting.eq(0)]
                     m.next = "Check"
             with m.State("Check"):
                 with m.If(error | (pc == end)):
@@ -512,6 +514,7 @@ class DxeController(wiring.Component):
                 with m.If(ctl.op_is(*DXT_OPS)):
                     m.d.comb += self.dxt.valid.eq(1)
                     with m.If(self.dxt.ready):
+                        m.d.sync += waiting.eq(1)
                         m.next = "Dxt"
                 with m.Else():
                     m.d.comb += ctl.running.eq(1)
@@ -523,15 +526,16 @@ class DxeController(wiring.Component):
                         m.d.sync += pc.eq(pc + 1)
                         m.next = "Check"
             with m.State("Dxt"):
-                m.d.comb += [waiting.eq(1), self.dxt_done.ready.eq(1)]
+                m.d.comb += self.dxt_done.ready.eq(1)
                 with m.If(self.dxt_done.valid):
-                    m.d.sync += error.eq(self.dxt_done.payload.error)
+                    m.d.sync += [error.eq(self.dxt_done.payload.error), waiting.eq(0)]
                     with m.If(~self.dxt_done.payload.error):
                         m.d.sync += pc.eq(pc + 1)
                     m.next = "Check"
             with m.State("Done"):
                 m.d.comb += self.done.valid.eq(1)
                 with m.If(self.done.ready):
+                    m.d.sync += waiting.eq(1)
                     m.next = "Idle"
         return waiting
 

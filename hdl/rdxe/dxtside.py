@@ -262,13 +262,14 @@ class DxtSide(wiring.Component):
         rc_bits = rc_layout(cfg.vac_config())
         rc = data.View(rc_bits, value[:rc_bits.size])
         m.d.comb += self.done.payload.error.eq(error)
+        ppus = _registered_ppu(m, self.tiles)
         with m.FSM(name="side"):
             with m.State("Idle"):
                 m.d.comb += self.insn.ready.eq(1)
                 if self.dxts == 1:
-                    wiring.connect(m, wiring.flipped(self.ppu), dxt.ppu)
+                    wiring.connect(m, wiring.flipped(self.ppu), ppus[0])
                 else:
-                    _route(m, self.ppu, [tile.ppu for tile in self.tiles])
+                    _route(m, self.ppu, ppus)
                 with m.If(self.insn.valid):
                     m.d.sync += [insn.eq(self.insn.payload.insn), value.eq(self.insn.payload.value),
                                  index.eq(0), vac.eq(0), error.eq(0),
@@ -325,12 +326,11 @@ class DxtSide(wiring.Component):
                                 m.next = "Key"
             with m.State("Score"):
                 # The score entry on every VAC of every DXT at once.
-                for tile in self.tiles:
-                    m.d.comb += [tile.ppu.valid.eq(1), tile.ppu.payload.vac.eq(vac),
-                                 tile.ppu.payload.addr.eq(self.score_entry),
-                                 tile.ppu.payload.m.eq(rc.m), tile.ppu.payload.shift.eq(rc.shift)]
-                ready = dxt.ppu.ready if self.dxts == 1 else Cat(
-                    tile.ppu.ready for tile in self.tiles).all()
+                for port in ppus:
+                    m.d.comb += [port.valid.eq(1), port.payload.vac.eq(vac),
+                                 port.payload.addr.eq(self.score_entry),
+                                 port.payload.m.eq(rc.m), port.payload.shift.eq(rc.shift)]
+                ready = Cat(port.ready for port in ppus).all()
                 with m.If(ready):
                     m.d.sync += vac.eq(vac + 1)
                     with m.If(vac == cfg.vacs - 1):
@@ -373,6 +373,20 @@ class DxtSide(wiring.Component):
                 m.d.comb += self.done.valid.eq(1)
                 with m.If(self.done.ready):
                     m.next = "Idle"
+
+
+def _registered_ppu(m, tiles) -> list:
+    """A port a DXT for its ``ppu`` writes, each behind a register: the side's choice between
+    the host's loads and the score entry then ends at a flip-flop, not at every VAC's PPU memory.
+    A DXT's ``ppu`` is always ready (:class:`~hdl.rdxe.dxt.Dxt`), so the register is a whole
+    stage; a write lands a cycle later, long before a command reads its entry."""
+    ports = []
+    for j, tile in enumerate(tiles):
+        port = stream.Signature(tile.ppu.payload.shape()).flip().create(path=(f"ppu{j}",))
+        m.d.sync += [tile.ppu.valid.eq(port.valid), tile.ppu.payload.eq(port.payload)]
+        m.d.comb += port.ready.eq(tile.ppu.ready)
+        ports.append(port)
+    return ports
 
 
 def _route(m, port, targets):
