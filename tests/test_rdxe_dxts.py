@@ -25,7 +25,7 @@ from golden.rdxe.vlink import dxe_layout, place
 from hdl.rdxe.ctrl import CtrlConfig, Store, ext_layout
 from hdl.rdxe.dxe import Dxe
 from hdl.rdxe.dxts import BroadcastIo, output_shares, shared_cycles
-from hdl.rdxe.dxtside import DxtSide
+from hdl.rdxe.dxtside import DxtSide, ext_stage
 from hdl.rdxe.isa import OPCODES, instruction_layout
 from hdl.rdxe.spec import chunk_layout, command_layout, response_layout, word_layout
 from memwall import registry
@@ -226,11 +226,13 @@ class _Plumbing(wiring.Component):
         tiles = [SimpleNamespace(cfg=DXT, x=getattr(self, f"x{j}"), o=getattr(self, f"o{j}"),
                                  resp=getattr(self, f"resp{j}")) for j in range(self.dxts)]
         side = SimpleNamespace(ctrl=CFG, ext=self.ext, ext_data=self.ext_data)
+        side.requests, side.asked = ext_stage(m, side)
         io = BroadcastIo(m, side, tiles, 4)
         with m.If(self.start):
             m.d.sync += io.start(self.row, self.count, self.dst, self.keep, self.on,
                                  list(self.firsts))
-        m.d.comb += [self.done.eq(io.resp), self.error.eq(io.error)]
+        # As the DXT side's done: not before the last write has left the request register.
+        m.d.comb += [self.done.eq(io.resp & ~self.ext.valid), self.error.eq(io.error)]
         return m
 
 

@@ -103,7 +103,7 @@ class BroadcastIo:
         refused = Signal(name="refused")
         m.submodules.chunks = fifo = SyncFIFO(width=CODE_BITS * lanes, depth=chunks)
         pending = Signal(range(chunks + 1))
-        ext = side.ext
+        ext = side.requests
         word_bits = CODE_BITS * GBUS_BYTES
         queues = []
         for j, tile in enumerate(tiles):
@@ -166,14 +166,12 @@ class BroadcastIo:
 
 
 def count_reads(m, side, fifo, io, read, popped, pending):
-    """A DXT side's chunk reads (``read`` offered on ``ext``, ``popped`` chunks leaving the
-    queue ``fifo``): the reads in flight or queued (``pending``), ``io``'s next row and chunks
-    left; ``ext_data`` answers whoever read, so only the rows this side asked for go into the
-    queue."""
-    issued = read & side.ext.ready
-    asked = Signal(name="chunk_asked")
-    m.d.sync += asked.eq(issued)
-    m.d.comb += fifo.w_en.eq(side.ext_data.valid & asked)
+    """A DXT side's chunk reads (``read`` offered on its ``requests``, ``popped`` chunks leaving
+    the queue ``fifo``): the reads in flight or queued (``pending``), ``io``'s next row and
+    chunks left; ``ext_data`` answers whoever read, so only the rows this side asked for
+    (``side.asked``) go into the queue."""
+    issued = read & side.requests.ready
+    m.d.comb += fifo.w_en.eq(side.ext_data.valid & side.asked)
     m.d.sync += pending.eq(pending + issued - popped)
     with m.If(issued):
         m.d.sync += [io.row.eq(io.row + 1), io.left.eq(io.left - 1)]

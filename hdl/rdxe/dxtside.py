@@ -55,7 +55,7 @@ from .spec import (CODE_BITS, DESTS, GBUS_BYTES, OPS, DxtConfig, check_config, c
                    rc_layout)
 
 __all__ = ["DxtSide", "gemv_table_layout", "scale_layout", "slot_layout", "instruction_cycles",
-           "MAX_SLOTS"]
+           "ext_stage", "READ_DELAY", "MAX_SLOTS"]
 
 #: Chunk reads in flight or waiting for the DXT.
 _CHUNKS = 4
@@ -97,6 +97,10 @@ def slot_layout(dxt: DxtConfig, slots: int) -> data.StructLayout:
 
 #: Cycles of an instruction besides its commands: the ``dxt`` handshake, the dispatch, ``done``.
 _OVERHEAD = 3
+#: Cycles from a chunk read offered to its row on ``ext_data``: the register on the side's way to
+#: the controller's ``ext`` (so that the side's requests cross the engine from flip-flops), then
+#: the memory's read.
+READ_DELAY = 2
 
 
 def instruction_cycles(cfg: DxtConfig, op: str, commands, dxts: int = 1) -> int:
@@ -104,14 +108,15 @@ def instruction_cycles(cfg: DxtConfig, op: str, commands, dxts: int = 1) -> int:
     ``dxt_done`` taken, the controller's ``dxt_cycles``
     (:func:`hdl.rdxe.ctrl.instruction_cycles`). ``commands``: the DXT commands it runs, in order,
     as ``(cycles, chunked)``: cycles from the command taken to its response (the DXT's model,
-    ``golden.rdxe.command_cycles``), and whether it reads chunks (its first chunk comes a cycle
-    later than the DXT's model has it: the read on ``ext``). Each command adds a cycle for the
-    state that sees its response; an attention adds the score entry's writes, one a VAC (on
+    ``golden.rdxe.command_cycles``), and whether it reads chunks (its first chunk comes
+    :data:`READ_DELAY` cycles later than the DXT's model has it: the read on ``ext``, every
+    later chunk as many: four reads in flight keep one a cycle). Each command adds a cycle for
+    the state that sees its response; an attention adds the score entry's writes, one a VAC (on
     every DXT at once), and a cycle a head (``dxts x`` the DXT's heads). On several ``dxts`` a
     command's cycles run to the side seeing its results written too
     (:func:`hdl.rdxe.dxts.shared_cycles`)."""
     extra = cfg.vacs + check_dxts(dxts) * cfg.heads if op == "attend" else 0
-    return _OVERHEAD + extra + sum(c + 1 + bool(chunked) for c, chunked in commands)
+    return _OVERHEAD + extra + sum(c + 1 + READ_DELAY * bool(chunked) for c, chunked in commands)
 
 
 class DxtSide(wiring.Component):
@@ -211,6 +216,7 @@ class DxtSide(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg, ctrl = self.dxt_cfg, self.ctrl
+        self.requests, self.asked = ext_stage(m, self)
         if self.dxts == 1:
             m.submodules.dxt = dxt = self.dxt
             tables = Array(Signal(gemv_table_layout(cfg, ctrl.space.gemvs), name=f"gemv{i}")
@@ -251,8 +257,12 @@ class DxtSide(wiring.Component):
         tiles = _Tiles(m, self)
         cmd = tiles.cmd
         at = insn.table           # not captured below: the signals keep their traced names
-        gemv, shares = (tables[at], None) if self.dxts == 1 else (
-            tables[0][at], [tables[j][at] for j in range(self.dxts)])
+        # The instruction's table entries, looked up in Dispatch and registered: the lookup
+        # then does not sit in front of the DXTs' command decode (``insn`` moves only in Idle).
+        entry = gemv_table_layout(cfg, self.ctrl.space.gemvs, self.dxts)
+        gemv, shares = (_held(m, tables[at], entry, "gemv"), None) if self.dxts == 1 else (
+            _held(m, tables[0][at], entry, "gemv"),
+            [_held(m, tables[j][at], entry, f"share{j}") for j in range(self.dxts)])
         ident = tables[self.identity] if self.dxts == 1 else tables[0][self.identity]
 
         def is_op(*names):
@@ -370,9 +380,32 @@ class DxtSide(wiring.Component):
                     m.d.sync += error.eq(io.error)
                     m.next = "Done"
             with m.State("Done"):
-                m.d.comb += self.done.valid.eq(1)
-                with m.If(self.done.ready):
+                # Not before the last result write has left the register towards ``ext``.
+                m.d.comb += self.done.valid.eq(~self.ext.valid)
+                with m.If(self.done.valid & self.done.ready):
                     m.next = "Idle"
+
+
+def _held(m, value, layout, name: str) -> data.View:
+    """``value`` (a table entry of ``layout``) a cycle later, in a register."""
+    held = Signal(layout, name=f"{name}_entry")
+    m.d.sync += held.eq(value)
+    return held
+
+
+def ext_stage(m, side):
+    """The side's requests to the controller, through a register to ``side.ext`` (one place,
+    taken when empty or as it leaves). Return the stream the operands drive, and ``asked``:
+    high the cycle a read's row is on ``ext_data`` (the read left the register the cycle
+    before), whoever else reads."""
+    requests = stream.Signature(ext_layout(side.ctrl)).flip().create(path=("requests",))
+    ext = side.ext
+    m.d.comb += requests.ready.eq(~ext.valid | ext.ready)
+    with m.If(requests.ready):
+        m.d.sync += [ext.valid.eq(requests.valid), ext.payload.eq(requests.payload)]
+    asked = Signal(name="chunk_asked")
+    m.d.sync += asked.eq(ext.valid & ext.ready & ~ext.payload.write)
+    return requests, asked
 
 
 def _registered_ppu(m, tiles) -> list:
@@ -565,7 +598,7 @@ class _Io:
         self.keep = Signal(name="write_results")
         m.submodules.chunks = fifo = SyncFIFO(width=CODE_BITS * lanes, depth=_CHUNKS)
         pending = Signal(range(_CHUNKS + 1))
-        ext, word = side.ext, dxt.o
+        ext, word = side.requests, dxt.o
         # Results first (the DXT's GBUS never waits on a chunk), then a chunk read with a place.
         write = word.valid & self.keep
         read = ~write & (self.left != 0) & (pending < _CHUNKS)
