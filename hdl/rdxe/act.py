@@ -57,7 +57,8 @@ __all__ = ["GatedActivation", "act_in_layout", "act_out_layout"]
 
 _UNITS = {
     "to_bf16": partial(IntToFloat, CODE_BITS, BF16),
-    "arg": partial(FloatMultiplier, BF16, FP32, FP32, split="dsp18"),
+    # Every cut: the rounding's increment and choice fed exp2's first stage (synth.depth).
+    "arg": partial(FloatMultiplier, BF16, FP32, FP32, split="dsp18", stages=6),
     "exp2": partial(Exp2),
     "add": partial(FloatAdder, FP32, stages=8),     # every cut: the alignment and the rounding
     "recip": partial(Reciprocal, narrow_in_logic=True),
@@ -116,10 +117,10 @@ class GatedActivation(wiring.Component):
         maximum is the core's: a token's beats must not interleave with the other input's.
 
     Latency :meth:`latency_of` cycles from a beat taken to its result written into the queue
-    (defaults: ``to_bf16 3 + arg 5 + exp2 7 + add 6 + recip 12 + mul 5 + mul 5 + mul 5 + split
-    1 + quant 4 = 53``, the last three :class:`~hdl.rdxe.quant.QuantCore`'s), then two to
+    (defaults: ``to_bf16 3 + arg 6 + exp2 7 + add 8 + recip 12 + mul 6 + mul 6 + mul 6 + split
+    1 + quant 4 = 59``, the last three :class:`~hdl.rdxe.quant.QuantCore`'s), then two to
     ``o.valid`` in an empty queue; a ``q`` beat's is the core's
-    (:meth:`~hdl.rdxe.quant.QuantCore.latency_of`, 10). One beat per cycle while ``o`` is
+    (:meth:`~hdl.rdxe.quant.QuantCore.latency_of`, 11). One beat per cycle while ``o`` is
     ready. Bad ``lanes`` raise ``TypeError``/``ValueError`` naming it, a ``quantizer`` not a
     bool ``TypeError``.
     """
