@@ -102,7 +102,7 @@ FIGURES = {
     "96.9 MHz": _docs("rdxe.md", "96.9 MHz"),
     "62.4 MHz": _docs("rdxe.md", "62.4 MHz"),           # rdxe-dxe routed, one seed
     "100 MHz": _docs("rdxe.md", "100 MHz"),             # the clock it misses
-    "19.0K LUTs": _docs("rdxe.md", "19.0K LUTs"),
+    "18.3K LUTs": _docs("rdxe.md", "18.3K LUTs"),
     "625 against 10000 page reads": _page_reads,
     "29.5K LUTs": _docs("inflash.md", "29.5K LUTs"),
     "103.2 MHz": _docs("inflash.md", "103.2 MHz"),
