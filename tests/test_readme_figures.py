@@ -100,7 +100,9 @@ FIGURES = {
     "2^-23.9": _func_bound("2^-23.9", "RECIP_ERROR", "RSQRT_ERROR"),
     "102.8 MHz": _docs("rdxe.md", "102.8 MHz"),
     "96.9 MHz": _docs("rdxe.md", "96.9 MHz"),
-    "62.4 MHz": _docs("rdxe.md", "62.4 MHz"),           # rdxe-dxe routed, one seed
+    "62.4 MHz": _docs("rdxe.md", "62.4 MHz"),           # rdxe-dxe routed, session 25
+    "78.7 MHz": _docs("rdxe.md", "78.7 MHz"),           # rdxe-dxe routed, session 26's seeds
+    "71.2 MHz": _docs("rdxe.md", "71.2 MHz"),
     "100 MHz": _docs("rdxe.md", "100 MHz"),             # the clock it misses
     "18.3K LUTs": _docs("rdxe.md", "18.3K LUTs"),
     "625 against 10000 page reads": _page_reads,
