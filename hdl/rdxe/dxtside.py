@@ -142,7 +142,8 @@ class DxtSide(wiring.Component):
     done : Out(stream.Signature({"error": 1}))
         To the controller's ``dxt_done``; ``error`` when a DXT command was refused.
     ext : Out(stream.Signature(ext_layout(ctrl)))
-        To the controller's ``ext``: chunk reads and result writes of rr rows.
+        To the controller's ``ext``: chunk reads and result writes of rr rows, from a register
+        (:func:`ext_stage`; a read's row comes :data:`READ_DELAY` cycles after it is offered).
     ext_data : In(stream.Signature({"data": ...}, always_ready=True))
         From the controller's ``ext_data``.
     table : In(stream.Signature(gemv_table_layout(dxt, gemvs, dxts), always_ready=True))
