@@ -39,7 +39,7 @@ attention's heads run one at a time on the DXT that holds them. The host's loads
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
@@ -47,6 +47,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..arith.format import FP32
 from ..arith.fpmul import logic_product
+from ..pipeline import delay, stream_stage
 from ..validate import index_bits, integer
 from .ctrl import CtrlConfig, Store, dxt_layout, ext_layout, op_is, stride_layout
 from .dxt import Dxt
@@ -261,9 +262,11 @@ class DxtSide(wiring.Component):
         # The instruction's table entries, looked up in Dispatch and registered: the lookup
         # then does not sit in front of the DXTs' command decode (``insn`` moves only in Idle).
         entry = gemv_table_layout(cfg, self.ctrl.space.gemvs, self.dxts)
-        gemv, shares = (_held(m, tables[at], entry, "gemv"), None) if self.dxts == 1 else (
-            _held(m, tables[0][at], entry, "gemv"),
-            [_held(m, tables[j][at], entry, f"share{j}") for j in range(self.dxts)])
+        def held(value, name):
+            return data.View(entry, delay(m, Value.cast(value), 1, name=f"{name}_entry"))
+        gemv, shares = (held(tables[at], "gemv"), None) if self.dxts == 1 else (
+            held(tables[0][at], "gemv"), [held(tables[j][at], f"share{j}")
+                                          for j in range(self.dxts)])
         ident = tables[self.identity] if self.dxts == 1 else tables[0][self.identity]
 
         def is_op(*names):
@@ -387,13 +390,6 @@ class DxtSide(wiring.Component):
                     m.next = "Idle"
 
 
-def _held(m, value, layout, name: str) -> data.View:
-    """``value`` (a table entry of ``layout``) a cycle later, in a register."""
-    held = Signal(layout, name=f"{name}_entry")
-    m.d.sync += held.eq(value)
-    return held
-
-
 def ext_stage(m, side):
     """The side's requests to the controller, through a register to ``side.ext`` (one place,
     taken when empty or as it leaves). Return the stream the operands drive, and ``asked``:
@@ -401,24 +397,20 @@ def ext_stage(m, side):
     before), whoever else reads."""
     requests = stream.Signature(ext_layout(side.ctrl)).flip().create(path=("requests",))
     ext = side.ext
-    m.d.comb += requests.ready.eq(~ext.valid | ext.ready)
-    with m.If(requests.ready):
-        m.d.sync += [ext.valid.eq(requests.valid), ext.payload.eq(requests.payload)]
+    stream_stage(m, requests, ext, requests.payload)
     asked = Signal(name="chunk_asked")
     m.d.sync += asked.eq(ext.valid & ext.ready & ~ext.payload.write)
     return requests, asked
 
 
 def _registered_ppu(m, tiles) -> list:
-    """A port a DXT for its ``ppu`` writes, each behind a register: the side's choice between
-    the host's loads and the score entry then ends at a flip-flop, not at every VAC's PPU memory.
-    A DXT's ``ppu`` is always ready (:class:`~hdl.rdxe.dxt.Dxt`), so the register is a whole
-    stage; a write lands a cycle later, long before a command reads its entry."""
+    """A port a DXT for its ``ppu`` writes, each behind a register stage: the side's choice
+    between the host's loads and the score entry then ends at a flip-flop, not at every VAC's
+    PPU memory. A write lands a cycle later, long before a command reads its entry."""
     ports = []
     for j, tile in enumerate(tiles):
         port = stream.Signature(tile.ppu.payload.shape()).flip().create(path=(f"ppu{j}",))
-        m.d.sync += [tile.ppu.valid.eq(port.valid), tile.ppu.payload.eq(port.payload)]
-        m.d.comb += port.ready.eq(tile.ppu.ready)
+        stream_stage(m, port, tile.ppu, port.payload)
         ports.append(port)
     return ports
 

@@ -40,8 +40,8 @@ from amaranth.lib import data
 
 from ..validate import index_bits, integer, power_of_two
 
-__all__ = ["OPCODES", "ProgramSpace", "SMOLLM2_STORAGE", "instruction_layout", "MAX_WORDS", "MAX_REGISTERS",
-           "MAX_TABLES"]
+__all__ = ["OPCODES", "ProgramSpace", "SMOLLM2_STORAGE", "instruction_layout", "MAX_WORDS",
+           "MAX_REGISTERS", "MAX_TABLES"]
 
 #: The controller's operations, by opcode (the index).
 OPCODES = ("max", "recip", "eps", "score", "quant", "quant_table", "gemv", "gemv_norm", "dequant",

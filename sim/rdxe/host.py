@@ -179,7 +179,8 @@ def vector_cycle_table() -> str:
     lines = ["lanes  vector lanes  cycles a token (no DXT ops)"]
     for lanes in (4, 8, 16):
         for vector in (lanes, lanes // 2):
-            lines.append(f"{lanes:5d}  {vector:12d}  {sum(vector_cycles(lanes, vector).values()):,}")
+            cycles = sum(vector_cycles(lanes, vector).values())
+        lines.append(f"{lanes:5d}  {vector:12d}  {cycles:,}")
     return "\n".join(lines)
 
 
