@@ -23,7 +23,7 @@ LANES, LAYERS, STAGES, SLOTS = 4, 4, 2, 2
 #: ops and its cuts a cycle or more to the GPPU, quantizer and activation, docs/rdxe.md 14.2;
 #: 1,726 before session 26's request register added one to each of its 8 chunked DXT commands
 #: and the activation's argument multiplier a cycle to its 2 activation ops, 14.4).
-TOKEN = 1736
+TOKEN = 1738
 SPACE = ProgramSpace(tb_words=128, rr_bytes=192, registers=4, const_words=192, gemvs=5,
                      align=LANES)
 CTRL = CtrlConfig(SPACE, lanes=LANES, head_dim=HEAD_DIM, program_words=64)

@@ -340,8 +340,7 @@ class DxeController(wiring.Component):
         ctl.issue(m, mems, self._ready(units, ctl), regs[insn.r_in])
         self._beats(m, units, ctl)
         self._results(m, results, ctl, mems, regs)
-        waiting = self._sequence(m, ctl, insn, mems, regs)
-        self._ext(m, mems, waiting)
+        self._ext(m, mems, *self._sequence(m, ctl, insn, mems, regs))
         return m
 
     # --- parts ----------------------------------------------------------------------------------
@@ -464,7 +463,7 @@ class DxeController(wiring.Component):
 
     def _sequence(self, m, ctl, insn, mems, regs) -> Signal:
         """Fetch, run and hand out instructions; return the signal of the states in which
-        ``ext`` reaches the memories."""
+        ``ext`` reaches the memories, and its inverse (two registers)."""
         cfg = self.cfg
         pc = Signal(index_bits(cfg.program_words + 1))
         end = Signal.like(pc)
@@ -472,6 +471,12 @@ class DxeController(wiring.Component):
         # A register, set as the FSM enters Idle or Dxt and cleared as it leaves: ``ext``'s
         # choice of the memories' ports then starts at a flip-flop, not at the state's decode.
         waiting = Signal(init=1)
+        # Its copy for ``ext.ready`` (inverted, so that synthesis keeps it apart): that one fans
+        # out to the DXT side's request register across the engine, this one to the ports.
+        shut = Signal(name="ext_shut")
+
+        def wait(value: int) -> list:
+            return [waiting.eq(value), shut.eq(1 - value)]
         prog_r = mems[Store.PROG][0]
         loop = _Loop(m, cfg, getattr(self, "stride", None))
         m.d.comb += [self.done.payload.pc.eq(pc), self.done.payload.error.eq(error),
@@ -484,7 +489,7 @@ class DxeController(wiring.Component):
                     start, count = self.run.payload.pc, self.run.payload.count
                     over = start + count > cfg.program_words
                     m.d.sync += [pc.eq(start), end.eq(start + count), error.eq(over),
-                                 loop.first(start), waiting.eq(0)]
+                                 loop.first(start), *wait(0)]
                     m.next = "Check"
             with m.State("Check"):
                 with m.If(error | (pc == end)):
@@ -514,7 +519,7 @@ class DxeController(wiring.Component):
                 with m.If(ctl.op_is(*DXT_OPS)):
                     m.d.comb += self.dxt.valid.eq(1)
                     with m.If(self.dxt.ready):
-                        m.d.sync += waiting.eq(1)
+                        m.d.sync += wait(1)
                         m.next = "Dxt"
                 with m.Else():
                     m.d.comb += ctl.running.eq(1)
@@ -528,22 +533,22 @@ class DxeController(wiring.Component):
             with m.State("Dxt"):
                 m.d.comb += self.dxt_done.ready.eq(1)
                 with m.If(self.dxt_done.valid):
-                    m.d.sync += [error.eq(self.dxt_done.payload.error), waiting.eq(0)]
+                    m.d.sync += [error.eq(self.dxt_done.payload.error), *wait(0)]
                     with m.If(~self.dxt_done.payload.error):
                         m.d.sync += pc.eq(pc + 1)
                     m.next = "Check"
             with m.State("Done"):
                 m.d.comb += self.done.valid.eq(1)
                 with m.If(self.done.ready):
-                    m.d.sync += waiting.eq(1)
+                    m.d.sync += wait(1)
                     m.next = "Idle"
-        return waiting
+        return waiting, shut
 
-    def _ext(self, m, mems, waiting):
+    def _ext(self, m, mems, waiting, shut):
         """``ext`` drives the memories' ports while the controller waits."""
         req, taken = self.ext.payload, self.ext.valid & waiting
         store = Signal(Store)
-        m.d.comb += self.ext.ready.eq(waiting)
+        m.d.comb += self.ext.ready.eq(~shut)
         m.d.sync += [self.ext_data.valid.eq(taken & ~req.write), store.eq(req.store)]
         datas = {}
         for s, (rd, wr) in mems.items():

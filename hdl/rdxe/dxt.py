@@ -8,7 +8,7 @@ from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..pipeline import DelayLine, delay
+from ..pipeline import DelayLine, SkidBuffer, delay
 from ..validate import index_bits
 from .chunks import READ_LATENCY, ChunkFeed, TokenBuffer
 from .gbus import Gatherer, KvWriter
@@ -165,7 +165,12 @@ class Dxt(wiring.Component):
         wiring.connect(m, seq.store, tokens.store)
         wiring.connect(m, seq.norm, tokens.norm)
         wiring.connect(m, seq.act, acts.req)
-        wiring.connect(m, seq.consts, rcu.consts)
+        # Through a skid buffer: the RC unit takes a constant as a sum reaches its multiply-add,
+        # and that decision must not reach the sequencer's queue placed apart (a cycle of its
+        # lead is spent; the constant is queued as the operation starts).
+        m.submodules.consts = consts = SkidBuffer(seq.consts.payload.shape())
+        wiring.connect(m, seq.consts, consts.i)
+        wiring.connect(m, consts.o, rcu.consts)
         # A request as the token buffer is read, a cycle later as its activation comes (and is
         # stored), and as its chunk reaches the feed, from registers on both paths.
         req_read, req_act, req_feed = line.o.payload, tail.o.payload, to_feed.o.payload

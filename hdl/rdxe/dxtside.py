@@ -56,7 +56,7 @@ from .spec import (CODE_BITS, DESTS, GBUS_BYTES, OPS, DxtConfig, check_config, c
                    rc_layout)
 
 __all__ = ["DxtSide", "gemv_table_layout", "scale_layout", "slot_layout", "instruction_cycles",
-           "ext_stage", "READ_DELAY", "MAX_SLOTS"]
+           "ext_stage", "READ_DELAY", "COMMAND_DELAY", "MAX_SLOTS"]
 
 #: Chunk reads in flight or waiting for the DXT.
 _CHUNKS = 4
@@ -102,6 +102,10 @@ _OVERHEAD = 3
 #: the controller's ``ext`` (so that the side's requests cross the engine from flip-flops), then
 #: the memory's read.
 READ_DELAY = 2
+#: Cycles from a command offered to the DXT taking it: the register on the side's way to the
+#: DXT's ``cmd`` (the chunk reads leave when the command is offered, so a chunked command does not
+#: wait for it).
+COMMAND_DELAY = 1
 
 
 def instruction_cycles(cfg: DxtConfig, op: str, commands, dxts: int = 1) -> int:
@@ -111,13 +115,15 @@ def instruction_cycles(cfg: DxtConfig, op: str, commands, dxts: int = 1) -> int:
     as ``(cycles, chunked)``: cycles from the command taken to its response (the DXT's model,
     ``golden.rdxe.command_cycles``), and whether it reads chunks (its first chunk comes
     :data:`READ_DELAY` cycles later than the DXT's model has it: the read on ``ext``, every
-    later chunk as many: four reads in flight keep one a cycle). Each command adds a cycle for
+    later chunk as many: four reads in flight keep one a cycle; one without chunks comes
+    :data:`COMMAND_DELAY` later, the command's register). Each command adds a cycle for
     the state that sees its response; an attention adds the score entry's writes, one a VAC (on
     every DXT at once), and a cycle a head (``dxts x`` the DXT's heads). On several ``dxts`` a
     command's cycles run to the side seeing its results written too
     (:func:`hdl.rdxe.dxts.shared_cycles`)."""
     extra = cfg.vacs + check_dxts(dxts) * cfg.heads if op == "attend" else 0
-    return _OVERHEAD + extra + sum(c + 1 + READ_DELAY * bool(chunked) for c, chunked in commands)
+    return _OVERHEAD + extra + sum(c + 1 + max(COMMAND_DELAY, READ_DELAY * bool(chunked))
+                                   for c, chunked in commands)
 
 
 class DxtSide(wiring.Component):
@@ -276,7 +282,7 @@ class DxtSide(wiring.Component):
         rc_bits = rc_layout(cfg.vac_config())
         rc = data.View(rc_bits, value[:rc_bits.size])
         m.d.comb += self.done.payload.error.eq(error)
-        ppus = _registered_ppu(m, self.tiles)
+        ppus = _registered(m, self.tiles, "ppu")
         with m.FSM(name="side"):
             with m.State("Idle"):
                 m.d.comb += self.insn.ready.eq(1)
@@ -306,10 +312,10 @@ class DxtSide(wiring.Component):
                              cmd.chunks.eq(gemv.chunks), cmd.row.eq(gemv.row),
                              cmd.entry.eq(gemv.entry), cmd.inv_k.eq(gemv.inv_k),
                              cmd.eps.eq(value)]
-                for tile, share in zip(self.tiles, shares or ()):
-                    m.d.comb += [tile.cmd.payload.outputs.eq(share.outputs),
-                                 tile.cmd.payload.row.eq(share.row),
-                                 tile.cmd.payload.entry.eq(share.entry)]
+                for port, share in zip(tiles.ports, shares or ()):
+                    m.d.comb += [port.payload.outputs.eq(share.outputs),
+                                 port.payload.row.eq(share.row),
+                                 port.payload.entry.eq(share.entry)]
                 with m.If(taken):
                     m.d.sync += tiles.start(io, (insn.a >> shift), gemv.chunks, insn.dst, True,
                                             shares and [t.first for t in shares])
@@ -403,14 +409,18 @@ def ext_stage(m, side):
     return requests, asked
 
 
-def _registered_ppu(m, tiles) -> list:
-    """A port a DXT for its ``ppu`` writes, each behind a register stage: the side's choice
-    between the host's loads and the score entry then ends at a flip-flop, not at every VAC's
-    PPU memory. A write lands a cycle later, long before a command reads its entry."""
+def _registered(m, tiles, member: str) -> list:
+    """A port a DXT for its stream ``member`` (``cmd`` or ``ppu``), each behind a register
+    stage, so that the side's choices end at a flip-flop and not across the engine in every
+    DXT: a command's fields chosen by the side's state (not in the DXT's command decode; a
+    command reaches its DXT a cycle after the side offers it), the choice between the host's
+    PPU loads and the score entry (not at every VAC's PPU memory; a write lands a cycle later,
+    long before a command reads its entry)."""
     ports = []
     for j, tile in enumerate(tiles):
-        port = stream.Signature(tile.ppu.payload.shape()).flip().create(path=(f"ppu{j}",))
-        stream_stage(m, port, tile.ppu, port.payload)
+        sink = getattr(tile, member)
+        port = stream.Signature(sink.payload.shape()).flip().create(path=(f"{member}{j}",))
+        stream_stage(m, port, sink, port.payload)
         ports.append(port)
     return ports
 
@@ -434,8 +444,9 @@ class _Tiles:
 
     def __init__(self, m, side: DxtSide):
         self.tiles, self.many = side.tiles, side.dxts > 1
+        self.ports = _registered(m, self.tiles, "cmd")
         if not self.many:
-            self.cmd = side.dxt.cmd.payload
+            self.cmd = self.ports[0].payload
             return
         cfg, D = side.dxt_cfg, side.dxts
         self.cmd = Signal(command_layout(cfg), name="command")
@@ -443,23 +454,23 @@ class _Tiles:
         self.sent = Signal(D, name="command_sent")
         self.target = Signal(range(D + 1), name="target")
         self.local = Signal(range(max(cfg.heads, cfg.kv_groups) + 1), name="local")
-        for tile in self.tiles:
-            m.d.comb += tile.cmd.payload.eq(self.cmd)
+        for port in self.ports:
+            m.d.comb += port.payload.eq(self.cmd)
 
     def issue(self, m, on=None):
         """Offer the command in this state to the DXTs in ``on`` (the target by default);
         return what is true in the cycle the last of them takes it."""
         if not self.many:
-            m.d.comb += self.tiles[0].cmd.valid.eq(1)
-            return self.tiles[0].cmd.ready
-        D = len(self.tiles)
+            m.d.comb += self.ports[0].valid.eq(1)
+            return self.ports[0].ready
+        D = len(self.ports)
         m.d.comb += self.on.eq(one_hot(self.target, D) if on is None else on)
-        for j, tile in enumerate(self.tiles):
-            m.d.comb += tile.cmd.valid.eq(self.on[j] & ~self.sent[j])
-        taken = Cat(~self.on[j] | self.sent[j] | t.cmd.ready
-                    for j, t in enumerate(self.tiles)).all()
-        m.d.sync += self.sent.eq(Mux(taken, 0, self.sent | Cat(t.cmd.valid & t.cmd.ready
-                                                                for t in self.tiles)))
+        for j, port in enumerate(self.ports):
+            m.d.comb += port.valid.eq(self.on[j] & ~self.sent[j])
+        taken = Cat(~self.on[j] | self.sent[j] | p.ready
+                    for j, p in enumerate(self.ports)).all()
+        m.d.sync += self.sent.eq(Mux(taken, 0, self.sent | Cat(p.valid & p.ready
+                                                                for p in self.ports)))
         return taken
 
     def start(self, io, row, count, dst, keep, firsts=None) -> list:
