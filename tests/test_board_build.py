@@ -228,6 +228,9 @@ def test_board_list_names_each_board_and_what_fits(capsys):
     assert "| edram | – | – | – | – |" in out
     assert "from the registry's size estimate" in out
     assert "- rdxe-dxt on icebreaker: small: " in out
+    # Over on the estimated multipliers (172 of 156) by less than the estimate's tolerance.
+    assert "| rdxe-dxe | small? | – | – | small? |" in out
+    assert "`?`: over the device on the estimate's multipliers or netlist cells" in out
 
 
 # --- `memwall board build`: errors --------------------------------------------------------------

@@ -183,13 +183,15 @@ def measuring():
 
 
 def fit(board: Board, block, params, depth: int, memories=None, *,
-        memory_only: bool = False) -> list[str]:
+        memory_only: bool = False, tolerance: float = 1.0) -> list[str]:
     """Why ``block`` at ``params`` does not fit ``board``, from the registry's size estimate
     (:meth:`memwall.registry.Size.over`, the size guard's check) against :attr:`Board.limits`,
     with the harness's memories at ``depth`` items, in whole block RAMs, added to the block's
     memory bits: one phrase per resource over, empty when it fits. A block the harness cannot
     take gives its reason. ``memories``: :func:`harness_memories`' answer, if known;
-    ``memory_only``: check the memory bits alone (the one exact figure of the estimate).
+    ``memory_only``: check the memory bits alone (the one exact figure of the estimate);
+    ``tolerance``: the multiplier and cell limits that many times the device's (the estimate's
+    own, :data:`~memwall.registry.SIZE_TOLERANCE`: what a placement may still find fits).
     """
     if memories is None:
         with measuring():
@@ -205,4 +207,8 @@ def fit(board: Board, block, params, depth: int, memories=None, *,
     if memory_only:
         limits = Size(storage_bits=limits.storage_bits, multipliers=sys.maxsize,
                       cells=sys.maxsize)
+    elif tolerance != 1.0:
+        limits = Size(storage_bits=limits.storage_bits,
+                      multipliers=int(limits.multipliers * tolerance),
+                      cells=int(limits.cells * tolerance))
     return size.over(limits)

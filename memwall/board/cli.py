@@ -48,7 +48,7 @@ def cmd_list(args) -> int:
           f"word.")
     print("| block | " + " | ".join(BOARDS) + " |")
     print("|---|" + "---|" * len(BOARDS))
-    reasons = {}
+    reasons, undecided = {}, False
     with measuring():
         memories = {(block.name, preset): harness_memories(block, params, args.depth)
                     for block in blocks for preset, params in block.presets.items()}
@@ -58,11 +58,21 @@ def cmd_list(args) -> int:
             fits = []
             for preset, params in block.presets.items():
                 over = fit(b, block, params, args.depth, memories[block.name, preset])
-                fits += [preset] if not over else []
+                if not over:
+                    fits.append(preset)
+                elif not fit(b, block, params, args.depth, memories[block.name, preset],
+                             tolerance=registry.SIZE_TOLERANCE):
+                    fits.append(f"{preset}?")
+                    undecided = True
                 if over and (block.name, b.name) not in reasons:
                     reasons[block.name, b.name] = f"{preset}: {'; '.join(over)}"
             cells.append(", ".join(fits) or "–")
         print(f"| {block.name} | " + " | ".join(cells) + " |")
+    if undecided:
+        print(f"\n`?`: over the device on the estimate's multipliers or netlist cells, by less "
+              f"than the estimate's own tolerance (x{registry.SIZE_TOLERANCE:g}; its memory bits "
+              f"fit): only a placement tells (`memwall board build`, which refuses on memory "
+              f"bits only, takes it).")
     if args.verbose:
         print("\nWhy not (the first preset that does not fit):")
         for (name, b), why in reasons.items():
