@@ -168,3 +168,20 @@ def test_the_size_estimate_holds_for_slots():
     params = entry.parameters("small", _SLOTTED)
     netlist, _ = entry.rtlil(params)
     check_size_estimate(entry, params, netlist)
+
+
+def test_the_engine_bench_has_a_bin_for_each_slot_and_restart():
+    """The engine testbench's functional coverage with slots (cocotb_tests/rdxe/dxe_tb.py): a
+    run in each slot, starting over and going on, and their cross; one slot adds no ``run``
+    point. slot_tokens's four runs (slot 0 and slot 1 each start over, then go on) fill them."""
+    from cocotb_coverage.coverage import coverage_db
+
+    from cocotb_tests.rdxe.dxe_tb import _samplers
+    assert set(_samplers("slots-test-one", 1)) == {"ext", "done"}
+    sample = _samplers("slots-test", 2)["run"]
+    cross = coverage_db["slots-test.run_slot_restart"]
+    for n, (slot, restart) in enumerate(((0, 1), (1, 1), (1, 0), (0, 0))):
+        assert cross.coverage == n
+        sample({"slot": slot, "restart": restart, "position": 0, "pc": 0, "count": 1})
+    assert (cross.coverage, cross.size) == (4, 4)
+    assert coverage_db["slots-test.run_slot"].coverage == 2

@@ -76,15 +76,22 @@ def layer(params, count: int = 2) -> Layer:
 # --- the testbench ----------------------------------------------------------------------------
 
 
-def _samplers(block: str) -> dict:
+def _samplers(block: str, slots: int) -> dict:
     """Coverpoints of what the engine took and gave: each memory read and written on ``ext``,
-    and a run that ends at its last word or at a refused op."""
+    and a run that ends at its last word or at a refused op; with several ``slots``, a run in
+    each slot that starts its request over and one that goes on (``run``)."""
     accesses = [f"{s.name.lower()}_{w}" for s in Store for w in ("write", "read")]
     ext = sampler({f"{block}.ext": (lambda i: f"{Store(i['store']).name.lower()}_"
                                               f"{'write' if i['write'] else 'read'}", accesses)})
     done = sampler({f"{block}.done": (lambda i: "error" if i["error"] else "end",
                                       ("end", "error"))})
-    return {"ext": ext, "done": done}
+    if slots == 1:
+        return {"ext": ext, "done": done}
+    slot, restart = f"{block}.run_slot", f"{block}.run_restart"
+    run = sampler({slot: (lambda i: i["slot"], list(range(slots))),
+                   restart: (lambda i: i["restart"], [0, 1])},
+                  {f"{block}.run_slot_restart": [slot, restart]})
+    return {"ext": ext, "done": done, "run": run}
 
 
 class DxeTB(BlockTB):
@@ -110,7 +117,7 @@ class DxeTB(BlockTB):
         self.flat = self.views[0]
         self.groups = A.stride(self.asm).kv_groups if p.layers > 1 or p.slots > 1 else None
         self.dmodel = DxeModel(p, self.asm, self.views)
-        self.samplers = _samplers(self.block.name)
+        self.samplers = _samplers(self.block.name, p.slots)
         self.lanes = p.lanes
         #: Per run: the cycle it was taken in and the first cycle of ``done.valid``.
         self.taken: list[int] = []
