@@ -41,10 +41,17 @@ HALF = CtrlConfig(SPACE, lanes=LANES, head_dim=HEAD_DIM, program_words=64,
 def test_the_reduced_layer_runs_bit_for_bit(layer, cfg):
     """Two tokens of the reduced layer (the second attends over both): after each, the TB and
     rr-SRAM equal the golden's, and each run takes :func:`run_cycles`, with vector units of
-    the controller's lanes and of half of them."""
+    the controller's lanes and of half of them. The first token's largest ``|h|`` is in the
+    first sub-beat of its first row, the second's in the second: at half the lanes each
+    running maximum must keep its token's first sub-beat (until session 27 the second
+    sub-beat restarted it, and a token like the first took a wrong ``M``)."""
     tables, asm, flat = layer
     dut = shared(DxeController, cfg)
-    inputs = tokens(2)
+    first, _, third = tokens(3)
+    inputs = [third, first]
+    where = [int(np.argmax(np.abs(np.asarray(t["h"], np.uint32).view(np.float32))))
+             for t in inputs]
+    assert where == [1, 3], where         # HALF's sub-beats: elements 0-1, then 2-3
     want = golden_images(asm, flat, inputs)
     got, b_runs = [], []
 

@@ -708,7 +708,9 @@ class _Control:
                                       name=f"issue_{kind}_{getattr(s, 'name', s).lower()}")
                     for (kind, s), value in sources.items()}
         with m.If(self.issuing):
-            m.d.sync += self.sub.eq(Mux(last_sub, 0, self.sub + 1))
+            # Only a token's first sub-beat restarts a running maximum: its later sub-beats
+            # carry the first beat's other lanes.
+            m.d.sync += [self.sub.eq(Mux(last_sub, 0, self.sub + 1)), self.buf_first.eq(0)]
             if cfg.sub_beats > 1:
                 m.d.sync += [reg.eq(reg >> step[s]) for (_, s), reg in self.buf.items()]
             with m.If(last_sub):
