@@ -103,6 +103,8 @@ FIGURES = {
     "62.4 MHz": _docs("rdxe.md", "62.4 MHz"),           # rdxe-dxe routed, session 25
     "78.7 MHz": _docs("rdxe.md", "78.7 MHz"),           # rdxe-dxe routed, session 26's seeds
     "71.2 MHz": _docs("rdxe.md", "71.2 MHz"),
+    "72.2 MHz": _docs("rdxe.md", "72.2 MHz"),           # session 27's seeds
+    "74.1 MHz": _docs("rdxe.md", "74.1 MHz"),
     "100 MHz": _docs("rdxe.md", "100 MHz"),             # the clock it misses
     "18.3K LUTs": _docs("rdxe.md", "18.3K LUTs"),
     "625 against 10000 page reads": _page_reads,

@@ -461,7 +461,7 @@ class DxeController(wiring.Component):
             m.d.sync += [w.eq(w + 1), ctl.left.eq(ctl.left - 1),
                          regs[insn.r_out].eq(s.payload.as_value()[:_FP32])]
 
-    def _sequence(self, m, ctl, insn, mems, regs) -> Signal:
+    def _sequence(self, m, ctl, insn, mems, regs) -> tuple:
         """Fetch, run and hand out instructions; return the signal of the states in which
         ``ext`` reaches the memories, and its inverse (two registers)."""
         cfg = self.cfg
