@@ -333,3 +333,15 @@ def test_reproduce_quick(tmp_path):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     assert result.tables and result.notes
     assert any("golden/rdxe.py" in n for n in result.notes)
+
+
+def test_vector_cycle_table_has_a_row_for_each_width():
+    """``python -m sim.rdxe``'s table: a row for every lane count at vector units of all its
+    lanes and of half, each the sum of :func:`sim.rdxe.host.vector_cycles` (a session-26 edit
+    had dropped the all-lanes rows)."""
+    from sim.rdxe.host import vector_cycle_table, vector_cycles
+    rows = [line.split() for line in vector_cycle_table().splitlines()[1:]]
+    pairs = [(lanes, vector) for lanes in (4, 8, 16) for vector in (lanes, lanes // 2)]
+    assert [(int(a), int(b)) for a, b, _ in rows] == pairs
+    assert all(int(c.replace(",", "")) == sum(vector_cycles(a, b).values())
+               for (a, b), (_, _, c) in zip(pairs, rows))

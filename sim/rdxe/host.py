@@ -180,7 +180,7 @@ def vector_cycle_table() -> str:
     for lanes in (4, 8, 16):
         for vector in (lanes, lanes // 2):
             cycles = sum(vector_cycles(lanes, vector).values())
-        lines.append(f"{lanes:5d}  {vector:12d}  {cycles:,}")
+            lines.append(f"{lanes:5d}  {vector:12d}  {cycles:,}")
     return "\n".join(lines)
 
 
