@@ -258,7 +258,10 @@ def cmd_synth(args) -> int:
             raise UsageError(str(exc)) from None
         with Staged(args.output) as stage:
             workdir = stage / block.name / args.preset / args.target
-            report = synthesize(text, top, args.target, workdir, **options, cache=_cache(args),
+            # A cached report has no SDF beside it: --sdf runs the tools.
+            cache = None if args.sdf else _cache(args)
+            report = synthesize(text, top, args.target, workdir, **options, sdf=args.sdf,
+                                cache=cache,
                                 progress=None if args.json
                                 else lambda s, t=tag: _status(f"  {t}{s}"))
         reports.append(report)
@@ -781,6 +784,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print JSON (Fmax under fmax_mhz: the median over the seeds; "
                         "fmax_mhz_min, fmax_mhz_max, fmax_mhz_seeds)")
+    p.add_argument("--sdf", action="store_true",
+                   help="also write each placement's routed delays (routed.sdf, "
+                        "routed_seed<k>.sdf) for python -m synth.routed; runs the tools even "
+                        "when the cache holds the report")
     device_arg(p, "the part to place on (default: the target's smallest that fits)")
     fail_on_timing(p)
     no_cache(p)

@@ -67,7 +67,8 @@ Placement moves Fmax by 5 to 10 % on large designs, so one placement says little
 there are cores): ``fmax_mhz`` is then the median over the seeds, and ``fmax_mhz_min``,
 ``fmax_mhz_max`` and ``fmax_mhz_seeds`` (one per seed, in seed order) keep the spread. Seed 1
 writes ``report.json`` and ``nextpnr_<device>.log``; seed ``k > 1`` writes ``report_seed<k>.json``
-and ``nextpnr_<device>_seed<k>.log``.
+and ``nextpnr_<device>_seed<k>.log`` (and with ``sdf`` the routed delays, ``routed.sdf`` and
+``routed_seed<k>.sdf``).
 """
 
 from __future__ import annotations
@@ -670,24 +671,26 @@ def _netlist(verilog_name: str, verilog: str, top: str, target: str, workdir: Pa
     return stat_cells(step, workdir / "stat.json", workdir / f"synth_{target}.log", top)
 
 
-def _seed_files(device: str, seed: int) -> tuple[str, str]:
-    """The report and log names of one placement seed (seed 1 keeps the plain names)."""
+def _seed_files(device: str, seed: int) -> tuple[str, str, str]:
+    """The report, log and SDF names of one placement seed (seed 1 keeps the plain names)."""
     if seed == 1:
-        return "report.json", f"nextpnr_{device}.log"
-    return f"report_seed{seed}.json", f"nextpnr_{device}_seed{seed}.log"
+        return "report.json", f"nextpnr_{device}.log", "routed.sdf"
+    return f"report_seed{seed}.json", f"nextpnr_{device}_seed{seed}.log", f"routed_seed{seed}.sdf"
 
 
 def _place(step: str, argv: list[str], device: str, seeds: int, workdir: Path, timeout,
-           progress) -> list[tuple[dict, Path]] | dict[str, tuple[int, int]]:
+           progress, sdf: bool = False) -> list[tuple[dict, Path]] | dict[str, tuple[int, int]]:
     """Place and route with seeds 1 to ``seeds``, as many at once as there are cores.
 
     Returns each seed's ``(report, log path)`` in seed order, or the over-used resources when
     placement showed that the design does not fit after all. Any other failure raises.
     """
     def one(seed: int):
-        report_name, log_name = _seed_files(device, seed)
+        report_name, log_name, sdf_name = _seed_files(device, seed)
         (workdir / report_name).unlink(missing_ok=True)
         run_argv = [*argv, "--report", report_name, "--seed", str(seed)]
+        if sdf:
+            run_argv += ["--sdf", sdf_name]
         label = step if seeds == 1 else f"{step}, seed {seed} of {seeds}"
         try:
             _run(label, run_argv, workdir / log_name, workdir, timeout, progress)
@@ -760,7 +763,7 @@ def _timing(reports: list[tuple[dict, Path]], cells: dict[str, int], target: str
 
 def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path, freq_mhz: float,
           wrap: bool, timeout, progress, timing_weight: int | None = None,
-          seeds: int = 1, part_name: str | None = None) -> dict:
+          seeds: int = 1, part_name: str | None = None, sdf: bool = False) -> dict:
     cells = _netlist(verilog_name, verilog, top, target, workdir, wrap, timeout, progress)
     nextpnr = tool_path(f"yowasp-nextpnr-{target}")
     tried = [d for d in devices(target) if part_name in (None, d[2])]
@@ -783,7 +786,7 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
             pass    # an over-full device may fail packing; its utilisation is in the log
         over = overused_resources(pack_log)
         if not over:
-            placed = _place(step, argv, device, seeds, workdir, timeout, progress)
+            placed = _place(step, argv, device, seeds, workdir, timeout, progress, sdf)
             if not isinstance(placed, dict):
                 return _timing(placed, cells, target, where, wrap, timing_weight)
             over = placed
@@ -801,7 +804,7 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
 
 def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: float = 100.0,
                timing_weight: int | None = None, seeds: int = 1, device: str | None = None,
-               wrap: bool | None = None,
+               wrap: bool | None = None, sdf: bool = False,
                timeout: float | None = None,
                progress: Callable[[str], None] | None = None) -> SynthReport:
     """Synthesize ``verilog`` for ``target`` and report its area and timing.
@@ -835,6 +838,10 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: 
         ``None`` (the default) means ``True`` for ``ecp5`` and ``ice40``. ``False`` is allowed for
         ``ecp5`` only and times register-to-register paths inside the bare block (faster, but blind
         to port paths). Ignored for ``generic``.
+    sdf : bool
+        Also write each placement's routed delays, ``routed.sdf`` (seed ``k > 1``:
+        ``routed_seed<k>.sdf``), for ``python -m synth.routed``: every failing path, not the one
+        nextpnr prints. Ignored for ``generic``.
     timeout : float or None
         Seconds each tool run may take before the flow fails; ``None`` for no limit.
     progress : callable or None
@@ -874,7 +881,7 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: 
         fields = _generic(verilog_name, top, workdir, timeout, progress)
     else:
         fields = _fpga(verilog_name, verilog, top, target, workdir, float(freq_mhz), wrap,
-                       timeout, progress, timing_weight, seeds, device)
+                       timeout, progress, timing_weight, seeds, device, bool(sdf))
     cells = fields.pop("cells_by_type")
     return SynthReport(target=target, top=top, cells=sum(cells.values()), cells_by_type=cells,
                        freq_mhz=float(freq_mhz), seconds=time.monotonic() - start,
