@@ -12,8 +12,9 @@ from amaranth import ClockDomain, Elaboratable, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.sim import Simulator
 
-from hdl.pipeline import (DelayLine, HeadQueue, Pipeline, ResultQueue, SkidBuffer, cut_order,
-                          control_copies, delay, distinct_copies, next_values, shared, spread, stream_stage)
+from hdl.pipeline import (DelayLine, HeadQueue, Pipeline, ResultQueue, SkidBuffer,
+                          control_copies, cut_order, delay, distinct_copies, next_values, shared,
+                          spread, stream_stage)
 
 from .pipeline_sim import run_pipeline
 

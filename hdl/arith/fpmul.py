@@ -151,10 +151,10 @@ class FloatMultiplier(wiring.Component):
         whose cuts 0 (operands) and 1 (pieces) are both registers instantiates one
         ``MULT18X18D`` per piece on a block and uses the block's input and output registers for
         those two cuts (:func:`hdl.arith.dsp.ecp5_product`); pieces in logic (``"dsp18"``'s
-        narrow ones, ``narrow_in_logic``) keep fabric registers there; ``private_operands`` and
-        ``operand_copy`` then have nothing left to do. The same latency and bits. Default ``False``: generic registers for
-        every target (whether the blocks' registers help depends on the placement around them:
-        docs/arith.md).
+        narrow ones, ``narrow_in_logic``) keep fabric registers there, and ``private_operands``
+        and ``operand_copy`` are not applied to them. The same latency and bits. Default
+        ``False``: generic registers for every target (whether the blocks' registers help
+        depends on the placement around them: docs/arith.md).
 
     Members
     -------
