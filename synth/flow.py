@@ -675,7 +675,8 @@ def _seed_files(device: str, seed: int) -> tuple[str, str, str]:
     """The report, log and SDF names of one placement seed (seed 1 keeps the plain names)."""
     if seed == 1:
         return "report.json", f"nextpnr_{device}.log", "routed.sdf"
-    return f"report_seed{seed}.json", f"nextpnr_{device}_seed{seed}.log", f"routed_seed{seed}.sdf"
+    return (f"report_seed{seed}.json", f"nextpnr_{device}_seed{seed}.log",
+            f"routed_seed{seed}.sdf")
 
 
 def _place(step: str, argv: list[str], device: str, seeds: int, workdir: Path, timeout,
@@ -683,7 +684,8 @@ def _place(step: str, argv: list[str], device: str, seeds: int, workdir: Path, t
     """Place and route with seeds 1 to ``seeds``, as many at once as there are cores.
 
     Returns each seed's ``(report, log path)`` in seed order, or the over-used resources when
-    placement showed that the design does not fit after all. Any other failure raises.
+    placement showed that the design does not fit after all. Any other failure raises. With
+    ``sdf`` each seed also writes its routed delays (:func:`_seed_files`).
     """
     def one(seed: int):
         report_name, log_name, sdf_name = _seed_files(device, seed)

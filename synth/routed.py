@@ -157,9 +157,9 @@ def report(t: Timing, period_ns: float = 10.0, paths: int = 12, route_ns: float 
         key = (signal(chain[0][0], levels), signal(p, levels))
         groups[key] += 1
         heads.setdefault(key, (s, chain))
-        for pin, _, ps, kind in chain:
+        for (driver, *_), (_, _, ps, kind) in zip(chain, chain[1:]):
             if kind == "route" and ps >= route_ns * 1000:
-                crossings[signal(_driver(chain, pin))].append(ps)
+                crossings[signal(driver)].append(ps)
     lines += [f"  {n:6,}  worst {heads[k][0] / 1000:6.2f}  {k[0]}  ->  {k[1]}"
               for k, n in groups.most_common(40)]
     lines += ["", f"routes of {route_ns:g} ns or more on failing paths, by driving signal "
@@ -172,11 +172,6 @@ def report(t: Timing, period_ns: float = 10.0, paths: int = 12, route_ns: float 
         lines += [f"  {at / 1000:6.2f} {ps / 1000:+5.2f} {kind:5s} {_short(pin)}"[:170]
                   for pin, at, ps, kind in chain]
     return "\n".join(lines)
-
-
-def _driver(chain: list, pin: str) -> str:
-    names = [p for p, *_ in chain]
-    return names[names.index(pin) - 1]
 
 
 def _short(pin: str) -> str:

@@ -5,6 +5,9 @@ Verilog for the ECP5 holds, and the pinned parameter messages. Their bits and cy
 by simulating that Verilog with cocotb_tests/models/MULT18X18D.v (cocotb_tests/test_arith_float.py
 and test_flowkv.py, ``*_ecp5``)."""
 
+import random
+import subprocess
+
 import pytest
 from amaranth import Const, Module, Signal, Value, signed, unsigned
 from amaranth.back import verilog
@@ -236,8 +239,6 @@ def test_pieces_on_blocks_beside_pieces_in_logic_give_the_generic_bits(tmp_path)
     """The controller's fp32 x fp32 unit (one 18 x 18 piece on a block, the narrow pieces in
     logic) written for the ECP5 with the block's registers, simulated with the block's model,
     equals the generic Verilog's product in every cycle (specials, random codes)."""
-    import random
-    import subprocess
     kwargs = dict(split="dsp18", narrow_in_logic=True, stages=6)
     units = {"mul_generic": (FloatMultiplier(FP32, FP32, FP32, **kwargs), None),
              "mul_ecp5": (FloatMultiplier(FP32, FP32, FP32, block_registers=True, **kwargs),

@@ -6,15 +6,18 @@ chooses; ``stream_stage`` and ``distinct_copies`` do what their contracts say.""
 
 import random
 import re
+import subprocess
 
 import pytest
 from amaranth import ClockDomain, Elaboratable, Module, Signal
+from amaranth.back import rtlil
 from amaranth.lib import data, stream, wiring
 from amaranth.sim import Simulator
 
 from hdl.pipeline import (DelayLine, HeadQueue, Pipeline, ResultQueue, SkidBuffer,
                           control_copies, cut_order, delay, distinct_copies, next_values, shared,
                           spread, stream_stage)
+from synth.toolchain import tool_path
 
 from .pipeline_sim import run_pipeline
 
@@ -421,9 +424,6 @@ def test_distinct_copies_equal_their_source_a_cycle_later():
 def test_control_copies_read_as_their_bit_a_cycle_later_and_stay_two_registers(tmp_path):
     """Every copy reads 0 from power-on and the bit a cycle later after it; Yosys keeps two
     flip-flops of four copies (the odd ones store the inverse)."""
-    import subprocess
-    from amaranth.back import rtlil
-    from synth.toolchain import tool_path
     m = Module()
     src = Signal()
     copies = control_copies(m, src, 4, name="c")
