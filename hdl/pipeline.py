@@ -163,6 +163,9 @@ class Pipeline:
         self._registered = set(order[:stages - 1])
         self._next = 0
         self.cuts = cuts
+        # Each register made here by id, with its power-on value: carried to the next register
+        # of the same value (below).
+        self._inits: dict[int, tuple[Value, int]] = {}
 
     def registered(self, index: int) -> bool:
         """Whether cut point ``index`` is a register."""
@@ -172,10 +175,14 @@ class Pipeline:
         """Mark the next cut point; return ``values`` (registered there if chosen).
 
         ``inits`` optionally gives each value's power-on value when it is registered (default
-        0). Pipeline registers carry no meaning before their first valid input, so this changes
-        no result; registers that copy the same value with different power-on values stay
-        separate cells in synthesis (Yosys ``opt_merge`` merges flip-flops only when their
-        inputs *and* initial values agree), which is how :func:`distinct_copies` works.
+        0, or the power-on value of the register of an earlier cut when the value is that
+        register). Pipeline registers carry no meaning before their first valid input, so this
+        changes no result; registers that copy the same value with different power-on values
+        stay separate cells in synthesis (Yosys ``opt_merge`` merges flip-flops only when their
+        inputs *and* initial values agree), which is how :func:`distinct_copies` works. A bit
+        whose input is a constant should power on at that constant: synthesis then drops its
+        flip-flop, where one powering on otherwise is kept and merged with every other such one
+        of the design into one flip-flop of a large fan-out (an operand's hidden bit).
         """
         index = self._next
         self._next += 1
@@ -188,7 +195,7 @@ class Pipeline:
             # Still a signal (combinational): later steps use these values several times.
             out = [shared(self.m, value, f"c{index}_{n}") for n, value in enumerate(values)]
             return out if len(out) != 1 else out[0]
-        out = self._register(values, inits or [0] * len(values))
+        out = self._register(values, inits or [None] * len(values))
         return out if len(out) != 1 else out[0]
 
     def _register(self, values, inits):
@@ -199,10 +206,14 @@ class Pipeline:
         for n, (value, init) in enumerate(zip(values, inits)):
             if not isinstance(value, data.View):
                 value = Value.cast(value)
+            if init is None:
+                known = self._inits.get(id(value))
+                init = known[1] if known is not None and known[0] is value else 0
             shape = value.shape()
             kw = {"init": init} if init else {}
             reg = Signal(shape, name=f"p{self._next}_{n}", reset_less=True, **kw)
             self.m.d.sync += reg.eq(value)
+            self._inits[id(reg)] = (reg, init)
             out.append(reg)
         return out
 
@@ -421,6 +432,10 @@ class SkidBuffer(wiring.Component):
         skid = Signal.like(i.payload, name="held")
         skid_valid = Signal()
         m.d.comb += i.ready.eq(~skid_valid)
+        # The skid register follows the input while it is empty: its enable is a flip-flop
+        # (not the output's ready), and what it holds is read only once skid_valid is set.
+        with m.If(~skid_valid):
+            m.d.sync += skid.eq(i.payload)
         with m.If(o.ready | ~o.valid):
             # The output register is free: it takes the skid's item first, else the input's.
             with m.If(skid_valid):
@@ -428,7 +443,7 @@ class SkidBuffer(wiring.Component):
             with m.Else():
                 m.d.sync += [o.valid.eq(i.valid), o.payload.eq(i.payload)]
         with m.Elif(i.valid & ~skid_valid):
-            m.d.sync += [skid.eq(i.payload), skid_valid.eq(1)]
+            m.d.sync += skid_valid.eq(1)
         return m
 
 

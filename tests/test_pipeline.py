@@ -421,6 +421,19 @@ def test_distinct_copies_equal_their_source_a_cycle_later():
         distinct_copies(m, [], 2, name="none")
 
 
+def test_a_register_of_a_pipeline_register_powers_on_at_its_value():
+    """A cut's register of an earlier cut's register takes its power-on value (a constant bit
+    stays one through the pipeline); another value powers on at 0, an explicit one as given."""
+    m = Module()
+    pipe = Pipeline(m, Signal(), cuts=4, stages=5)
+    x = Signal(4)
+    first = pipe.cut(x, inits=[5])
+    second = pipe.cut(first)
+    third, fourth = pipe.cut(second + 1, second)
+    fifth = pipe.cut(fourth, inits=[2])
+    assert [r.init for r in (first, second, third, fourth, fifth)] == [5, 5, 0, 5, 2]
+
+
 def test_control_copies_read_as_their_bit_a_cycle_later_and_stay_two_registers(tmp_path):
     """Every copy reads 0 from power-on and the bit a cycle later after it; Yosys keeps two
     flip-flops of four copies (the odd ones store the inverse)."""

@@ -28,8 +28,8 @@ from amaranth import Array, Cat, Const, Module, Mux, Value, signed
 from ..pipeline import shared
 from .format import FloatFormat
 
-__all__ = ["Unpacked", "unpack", "normal_significand", "round_pack", "exponent_shape",
-           "leading_zeros", "normalize", "shift_right_sticky", "at_least"]
+__all__ = ["Unpacked", "unpack", "normal_significand", "hidden_bit_init", "round_pack",
+           "exponent_shape", "leading_zeros", "normalize", "shift_right_sticky", "at_least"]
 
 
 def exponent_shape(fmt: FloatFormat):
@@ -82,6 +82,14 @@ def normal_significand(fmt: FloatFormat, bits) -> Value:
     such an input is never used.
     """
     return Cat(fmt.fields(Value.cast(bits))[2], Const(1, 1))
+
+
+def hidden_bit_init(width: int, lo: int = 0, hi: int | None = None) -> int:
+    """The power-on value of a register holding bits ``lo`` to ``hi`` (default: all) of a
+    ``width``-bit :func:`normal_significand`: the hidden bit (the top one, always 1) set, so that
+    synthesis replaces its flip-flop by the constant (:meth:`hdl.pipeline.Pipeline.cut`)."""
+    hi = width if hi is None else hi
+    return 1 << (width - 1 - lo) if lo <= width - 1 < hi else 0
 
 
 def round_pack(fmt: FloatFormat, sign, exp, sig, sticky, *, is_zero=0, is_inf=0,

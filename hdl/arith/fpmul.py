@@ -12,7 +12,7 @@ from amaranth.lib.wiring import In, Out
 from ..pipeline import Pipeline, cut_order
 from ..validate import integer
 from .dsp import ECP5_MULT_WIDTH, ecp5_product, family
-from .float import normal_significand, round_pack, unpack
+from .float import hidden_bit_init, normal_significand, round_pack, unpack
 from .format import FP32, FloatFormat, float_format
 
 __all__ = ["FloatMultiplier", "exact_product", "logic_product", "narrow_piece", "CUT_POINTS",
@@ -329,7 +329,11 @@ class FloatMultiplier(wiring.Component):
             # fabric registers at those cuts.
             logic = [n for n, pair in enumerate(pairs) if self._in_logic(*pair)]
             slices = [(a.sig[pa[0]:pa[1]], b.sig[pb[0]:pb[1]]) for pa, pb in pairs]
-            *held, exp, flags = pipe.cut(*[v for n in logic for v in slices[n]], exp, flags)
+            # The hidden bit powers on at its constant (Pipeline.cut): no flip-flop holds it.
+            inits = [hidden_bit_init(w, *piece) for n in logic
+                     for w, piece in zip((wa, wb), pairs[n])]
+            *held, exp, flags = pipe.cut(*[v for n in logic for v in slices[n]], exp, flags,
+                                         inits=inits + [0, 0])
             products = [logic_product(held[2 * k], held[2 * k + 1]) for k in range(len(logic))]
             *products, exp, flags = pipe.cut(*products, exp, flags)
             parts = [products[logic.index(n)] if n in logic
@@ -344,12 +348,14 @@ class FloatMultiplier(wiring.Component):
                     width = slice_[2] - slice_[1]
                     operands.append(value[slice_[1]:slice_[2]])
                     inits.append((1 << width) - 1 if (uses.get(slice_, 0) + self._copy) % 2
-                                 else 0)
+                                 else hidden_bit_init(len(value), *slice_[1:]))
                     uses[slice_] = uses.get(slice_, 0) + 1
             *operands, exp, flags = pipe.cut(*operands, exp, flags, inits=inits + [0, 0])
             factors = [(operands[2 * n], operands[2 * n + 1]) for n in range(len(pairs))]
         else:
-            sig_a, sig_b, exp, flags = pipe.cut(a.sig, b.sig, exp, flags)
+            sig_a, sig_b, exp, flags = pipe.cut(a.sig, b.sig, exp, flags,
+                                                inits=[hidden_bit_init(wa), hidden_bit_init(wb),
+                                                       0, 0])
             factors = [(sig_a[pa[0]:pa[1]], sig_b[pb[0]:pb[1]]) for pa, pb in pairs]
         if factors is not None:
             parts = [logic_product(x, y) if self._in_logic(*pair) else x * y

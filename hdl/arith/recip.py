@@ -9,6 +9,8 @@ fixed-point algorithm, bit for bit, is specified in :mod:`golden.arith.func`.
 from __future__ import annotations
 
 import math
+import operator
+from functools import reduce
 
 from amaranth import Array, Cat, Const, Module, Mux
 from amaranth.lib import data, stream, wiring
@@ -18,7 +20,7 @@ from ..pipeline import Pipeline
 from ..validate import integer
 from .dsp import ecp5_product, family
 from .fpmul import logic_product, narrow_piece
-from .float import normal_significand, round_pack, unpack
+from .float import hidden_bit_init, normal_significand, round_pack, unpack
 from .format import FP32
 
 __all__ = ["Reciprocal", "RSqrt", "recip_seeds", "rsqrt_seeds", "error_width", "SEED_BITS",
@@ -141,7 +143,8 @@ class _NewtonRaphson(wiring.Component):
         if self._sqrt:
             parity = x.exp[0]
             seeds = rsqrt_seeds()
-            table = Array(Const(v, SEED_FRAC + 1) for v in seeds[0] + seeds[1])
+            seeds = seeds[0] + seeds[1]
+            table = Array(Const(v, SEED_FRAC + 1) for v in seeds)
             y = table[Cat(index, parity)]
             # result exponent: -(e - parity) / 2 (e - parity is even)
             exp_out = -((x.exp - parity) >> 1)
@@ -149,13 +152,19 @@ class _NewtonRaphson(wiring.Component):
             is_nan = x.is_nan | (x.sign & ~x.is_zero)
             is_inf = x.is_zero
             is_zero = x.is_inf & ~x.sign
+            u_init = 0
         else:
-            y = Array(Const(v, SEED_FRAC + 1) for v in recip_seeds())[index]
+            seeds = recip_seeds()
+            y = Array(Const(v, SEED_FRAC + 1) for v in seeds)[index]
             exp_out = -x.exp
             u = sig
+            u_init = hidden_bit_init(len(sig))
             is_nan, is_inf, is_zero = x.is_nan, x.is_zero, x.is_inf
         flags = (x.sign, exp_out, is_nan, is_inf, is_zero)
-        y, u, *flags = pipe.cut(y, u, *flags)
+        # The bits every seed has set and the hidden bit are constants: their registers power on
+        # at them, so synthesis keeps no flip-flop for them (Pipeline.cut).
+        y, u, *flags = pipe.cut(y, u, *flags,
+                                inits=[reduce(operator.and_, seeds), u_init, *[0] * len(flags)])
         # A second register: a seed table mapped to block RAM has a slow clock-to-output.
         y, u, *flags = pipe.cut(y, u, *flags)
 

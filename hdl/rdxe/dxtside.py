@@ -264,15 +264,20 @@ class DxtSide(wiring.Component):
         error = Signal()
         tiles = _Tiles(m, self)
         cmd = tiles.cmd
-        at = insn.table           # not captured below: the signals keep their traced names
-        # The instruction's table entries, looked up in Dispatch and registered: the lookup
-        # then does not sit in front of the DXTs' command decode (``insn`` moves only in Idle).
-        entry = gemv_table_layout(cfg, self.ctrl.space.gemvs, self.dxts)
-        def held(value, name):
-            return data.View(entry, delay(m, Value.cast(value), 1, name=f"{name}_entry"))
-        gemv, shares = (held(tables[at], "gemv"), None) if self.dxts == 1 else (
-            held(tables[0][at], "gemv"), [held(tables[j][at], f"share{j}")
-                                          for j in range(self.dxts)])
+        # The instruction's table entries: its table index one-hot (``pick``, registered with
+        # the instruction in Idle), the entries chosen by it in Dispatch and registered; no
+        # index decode in front of the choice, no lookup in front of the DXTs' command decode
+        # (``insn`` moves only in Idle). An index past the tables picks none: a zero entry.
+        gemvs = self.ctrl.space.gemvs
+        pick = Signal(gemvs, name="pick")
+        entry = gemv_table_layout(cfg, gemvs, self.dxts)
+        def held(row, name):
+            chosen = Value.cast(0)
+            for i, table in enumerate(row):
+                chosen = chosen | Mux(pick[i], Value.cast(table), 0)
+            return data.View(entry, delay(m, chosen, 1, name=f"{name}_entry"))
+        gemv, shares = (held(tables, "gemv"), None) if self.dxts == 1 else (
+            held(tables[0], "gemv"), [held(tables[j], f"share{j}") for j in range(self.dxts)])
         ident = tables[self.identity] if self.dxts == 1 else tables[0][self.identity]
 
         def is_op(*names):
@@ -292,6 +297,8 @@ class DxtSide(wiring.Component):
                     _route(m, self.ppu, ppus)
                 with m.If(self.insn.valid):
                     m.d.sync += [insn.eq(self.insn.payload.insn), value.eq(self.insn.payload.value),
+                                 pick.eq(Cat(self.insn.payload.insn.table == i
+                                             for i in range(gemvs))),
                                  index.eq(0), vac.eq(0), error.eq(0),
                                  layer.take(self.insn.payload), slot.take(self.insn.payload),
                                  *tiles.first()]
