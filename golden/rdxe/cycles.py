@@ -10,6 +10,7 @@ import numpy as np
 
 from hdl.arith.requant import Requantizer
 from hdl.latency import unit_latency
+from hdl.rdxe.sequencer import DECODE
 from hdl.rdxe.spec import VacConfig, VeConfig
 from hdl.rdxe.vac import Vac
 from hdl.rdxe.ve import Activations, RcUnit
@@ -46,9 +47,10 @@ class Latency:
     sequential mode's factor), ``response`` (the response queue), ``word`` (the result stream's
     register) and ``accept`` (the sequencer's decode: an operation that waits for nothing issues
     its first request ``accept + 1`` cycles after the previous operation's last). ``decode`` is
-    the register a command waits in, decoded, before the sequencer takes it: a command taken
-    alone issues its first request ``decode + accept`` cycles later (back to back it is decoded
-    while the previous operation issues, so the spacing above stays). ``split`` is the
+    the registers a command passes before the sequencer takes it (the one it enters, the one it
+    waits in decoded): a command taken alone issues its first request ``decode + accept``
+    cycles later (back to back it is decoded while the previous operation issues, so the
+    spacing above stays). ``split`` is the
     VE's register between exp2's result, split into the requantizer's significand and shift, and
     the activation requantizer (docs/rdxe.md section 9.1: the DXT's critical path ran through
     that split into the requantizer's multiplier). ``rc_out`` is the VE's register on the RC
@@ -89,7 +91,7 @@ class Latency:
     accept: int = 1
     split: int = 1
     rc_out: int = 1
-    decode: int = 1
+    decode: int = DECODE
     gather: int = 1
     feed: int = 1
 

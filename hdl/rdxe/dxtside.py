@@ -52,6 +52,7 @@ from ..validate import index_bits, integer
 from .ctrl import CtrlConfig, Store, dxt_layout, ext_layout, op_is, stride_layout
 from .dxt import Dxt
 from .dxts import BroadcastIo, check_dxts, count_reads, one_hot
+from .sequencer import DECODE
 from .spec import (CODE_BITS, DESTS, GBUS_BYTES, OPS, DxtConfig, check_config, command_layout,
                    rc_layout)
 
@@ -114,15 +115,18 @@ def instruction_cycles(cfg: DxtConfig, op: str, commands, dxts: int = 1) -> int:
     (:func:`hdl.rdxe.ctrl.instruction_cycles`). ``commands``: the DXT commands it runs, in order,
     as ``(cycles, chunked)``: cycles from the command taken to its response (the DXT's model,
     ``golden.rdxe.command_cycles``), and whether it reads chunks (its first chunk comes
-    :data:`READ_DELAY` cycles later than the DXT's model has it: the read on ``ext``, every
-    later chunk as many: four reads in flight keep one a cycle; one without chunks comes
-    :data:`COMMAND_DELAY` later, the command's register). Each command adds a cycle for
+    :data:`READ_DELAY` ``+ 1 -`` :data:`~hdl.rdxe.sequencer.DECODE` cycles later than the
+    DXT's model has it: the read on ``ext``, every later chunk as many: four reads in flight
+    keep one a cycle, less the command's decode beyond the first register, which the read
+    overlaps; one without chunks comes :data:`COMMAND_DELAY` later, the command's register).
+    Each command adds a cycle for
     the state that sees its response; an attention adds the score entry's writes, one a VAC (on
     every DXT at once), and a cycle a head (``dxts x`` the DXT's heads). On several ``dxts`` a
     command's cycles run to the side seeing its results written too
     (:func:`hdl.rdxe.dxts.shared_cycles`)."""
     extra = cfg.vacs + check_dxts(dxts) * cfg.heads if op == "attend" else 0
-    return _OVERHEAD + extra + sum(c + 1 + max(COMMAND_DELAY, READ_DELAY * bool(chunked))
+    late = READ_DELAY + 1 - DECODE
+    return _OVERHEAD + extra + sum(c + 1 + max(COMMAND_DELAY, late * bool(chunked))
                                    for c, chunked in commands)
 
 

@@ -14,8 +14,8 @@ from .spec import (CODE_BITS, DESTS, OPS, DxtConfig, check_config, chunk_layout,
                    command_layout)
 from .ve import act_request_layout
 
-__all__ = ["Sequencer", "request_layout", "op_layout", "store_layout", "normalize_request_layout",
-           "SCORE"]
+__all__ = ["Sequencer", "DECODE", "request_layout", "op_layout", "store_layout",
+           "normalize_request_layout", "SCORE"]
 
 _GEMV, _RMS, _QK, _PV = (OPS.index(n) for n in ("gemv", "rmsnorm", "qk", "pv"))
 _OUT, _KEY, _VALUE = (DESTS.index(n) for n in ("out", "key", "value"))
@@ -26,6 +26,9 @@ SCORE = 3
 #: three places free a cycle ago (a register), so they hold 8 and 4 operations, sometimes two
 #: more.
 _OP_QUEUE = 10
+#: Registers a command passes before the sequencer can take it: the skid buffer it enters and
+#: the one it waits in, decoded (``golden.rdxe.Latency.decode``).
+DECODE = 2
 _CONST_QUEUE = 6
 
 
@@ -185,9 +188,9 @@ class Sequencer(wiring.Component):
     Members
     -------
     cmd : In(stream.Signature(command_layout(cfg)))
-        Commands, taken into a :class:`~hdl.pipeline.SkidBuffer` with their decode (``ready``
-        a register); the sequencer starts one when it is idle and ``ops`` and ``consts`` have
-        room.
+        Commands, taken into a :class:`~hdl.pipeline.SkidBuffer` (``ready`` a register), then
+        into a second one with their decode; the sequencer starts one when it is idle and
+        ``ops`` and ``consts`` have room.
     x : In(stream.Signature(chunk_layout(lanes)))
         Token chunks: pass 0 of a GEMV, an RMSNorm and a Q.K^T, and those of a refused command.
     req : Out(stream.Signature(request_layout(cfg), always_ready=True))
@@ -215,7 +218,7 @@ class Sequencer(wiring.Component):
     issue, start : Out(1)
         A request issues; it is its operation's first (for cycle measurements).
 
-    Timing: a command that waits for nothing issues its first request ``decode + accept`` = 2
+    Timing: a command that waits for nothing issues its first request ``decode + accept`` = 3
     cycles after it is taken alone, and ``accept + 1`` = 2 cycles after the previous
     operation's last when it was already waiting (``golden.rdxe.Latency``); then one request
     per cycle while ``can_issue`` (and, for ``x`` chunks, ``x.valid``). Assumes every request
@@ -271,13 +274,16 @@ class Sequencer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        # The command waits, decoded, in a skid buffer: cmd.ready is a register, and the
-        # decision to start an operation starts from registers.
+        # The command enters a skid buffer (cmd.ready is a register, and the decode starts from
+        # registers here, not from the sender's across the engine), then waits, decoded, in a
+        # second one: the decision to start an operation starts from registers.
+        m.submodules.intake = intake = SkidBuffer(command_layout(cfg))
         command = data.StructLayout({"cmd": command_layout(cfg), "dec": _decode_layout(cfg)})
         m.submodules.command = skid = SkidBuffer(command)
-        m.d.comb += [skid.i.valid.eq(self.cmd.valid), self.cmd.ready.eq(skid.i.ready),
-                     skid.i.payload.cmd.eq(self.cmd.payload),
-                     skid.i.payload.dec.eq(_decode(m, cfg, self.cmd.payload))]
+        wiring.connect(m, wiring.flipped(self.cmd), intake.i)
+        m.d.comb += [skid.i.valid.eq(intake.o.valid), intake.o.ready.eq(skid.i.ready),
+                     skid.i.payload.cmd.eq(intake.o.payload),
+                     skid.i.payload.dec.eq(_decode(m, cfg, intake.o.payload))]
         self._command = skid.o
         dec = skid.o.payload.dec
         ops, consts = self._queues(m, dec)
