@@ -21,7 +21,7 @@ from hdl.arith.format import BF16, FP32
 from hdl.arith.fpmac import FloatMAC
 from hdl.arith.fpmul import FloatMultiplier, logic_product
 from hdl.arith.idot import IntDot
-from hdl.arith.recip import Reciprocal, RSqrt
+from hdl.arith.recip import RECIP_SIX_BLOCKS, Reciprocal, RSqrt
 from hdl.arith.requant import Requantizer
 from memwall import registry
 from synth.toolchain import tool_path
@@ -210,14 +210,14 @@ def test_logic_product_every_pair(x_signed, y_signed):
 _EQUIVALENCE_TB = """
 module tb;
   reg clk = 0, rst = 1, valid = 0;
-  reg [63:0] vectors [0:{n}];
-  reg [63:0] operands = 0;
+  reg [{top}:0] vectors [0:{n}];
+  reg [{top}:0] operands = 0;
   wire generic_valid, blocks_valid;
   wire [31:0] generic_y, blocks_y;
-  mul_generic generic(.clk(clk), .rst(rst), .i__valid(valid), .i__payload(operands),
-                      .o__valid(generic_valid), .o__payload(generic_y));
-  mul_ecp5 blocks(.clk(clk), .rst(rst), .i__valid(valid), .i__payload(operands),
-                  .o__valid(blocks_valid), .o__payload(blocks_y));
+  unit_generic generic(.clk(clk), .rst(rst), .i__valid(valid), .i__payload(operands),
+                       .o__valid(generic_valid), .o__payload(generic_y));
+  unit_ecp5 blocks(.clk(clk), .rst(rst), .i__valid(valid), .i__payload(operands),
+                   .o__valid(blocks_valid), .o__payload(blocks_y));
   integer k, compared = 0, differ = 0;
   always #5 clk = ~clk;
   always @(posedge clk) if (!rst && generic_valid) begin
@@ -229,7 +229,7 @@ module tb;
     @(negedge clk); @(negedge clk); rst = 0;
     for (k = 0; k <= {n}; k = k + 1) begin valid = 1; operands = vectors[k]; @(negedge clk); end
     valid = 0;
-    repeat (12) @(negedge clk);
+    repeat ({drain}) @(negedge clk);
     $display("compared %0d differ %0d", compared, differ);
     $finish;
   end
@@ -237,43 +237,67 @@ endmodule
 """
 
 
-def test_pieces_on_blocks_beside_pieces_in_logic_give_the_generic_bits(tmp_path):
-    """The controller's fp32 x fp32 unit (one 18 x 18 piece on a block, the narrow pieces in
-    logic) written for the ECP5 with the block's registers, simulated with the block's model,
-    equals the generic Verilog's product in every cycle (specials, random codes)."""
-    kwargs = dict(split="dsp18", narrow_in_logic=True, stages=6)
-    units = {"mul_generic": (FloatMultiplier(FP32, FP32, FP32, **kwargs), None),
-             "mul_ecp5": (FloatMultiplier(FP32, FP32, FP32, block_registers=True, **kwargs),
-                          Target("ecp5"))}
+def _ecp5_equals_generic(tmp_path, generic, ecp5, width: int, words: list[int]) -> None:
+    """Simulate ``ecp5`` written for the ECP5 (with the multiplier block's model) beside
+    ``generic`` written as generic Verilog under Icarus, both fed ``words`` (``width``-bit
+    inputs, one a cycle), and assert that they give the same result in every cycle."""
     texts = {}
-    for name, (unit, target) in units.items():
+    for name, unit, target in (("unit_generic", generic, None),
+                               ("unit_ecp5", ecp5, Target("ecp5"))):
         ports = [s for s in (Value.cast(v) for _, _, v in unit.signature.flatten(unit))
                  if not isinstance(s, Const)]
         texts[name] = verilog.convert(unit, name=name, platform=target, ports=ports)
-    assert texts["mul_ecp5"].count("MULT18X18D ") == 1
-    assert "MULT18X18D" not in texts["mul_generic"]
-    rng = random.Random(7)
-    specials = [0, 0x80000000, 0x3F800000, 0x7F800000, 0x7FC00000, 0x00000001, 0x7F7FFFFF,
-                0x00800000, 0x3FFFFFFF, 0xBF7FFFFF]
-    words = [a | b << 32 for a in specials for b in specials]
-    words += [rng.getrandbits(64) for _ in range(2000)]
-    (tmp_path / "vectors.hex").write_text("".join(f"{w:016x}\n" for w in words))
-    (tmp_path / "tb.v").write_text(_EQUIVALENCE_TB.replace("{n}", str(len(words) - 1)))
-    for name, text in texts.items():
-        (tmp_path / f"{name}.v").write_text(text)
-    subprocess.run(["iverilog", "-g2012", "-o", "sim", "tb.v", "mul_generic.v", "mul_ecp5.v",
+        (tmp_path / f"{name}.v").write_text(texts[name])
+    assert "MULT18X18D" in texts["unit_ecp5"] and "MULT18X18D" not in texts["unit_generic"]
+    (tmp_path / "vectors.hex").write_text("".join(f"{w:0{width // 4}x}\n" for w in words))
+    (tmp_path / "tb.v").write_text(_EQUIVALENCE_TB.replace("{n}", str(len(words) - 1))
+                                   .replace("{top}", str(width - 1))
+                                   .replace("{drain}", str(generic.latency + 4)))
+    subprocess.run(["iverilog", "-g2012", "-o", "sim", "tb.v", "unit_generic.v", "unit_ecp5.v",
                     *map(str, MODELS["ecp5"])], cwd=tmp_path, check=True)
     out = subprocess.run(["vvp", "-n", "sim"], cwd=tmp_path, check=True, capture_output=True,
                          text=True).stdout
     assert f"compared {len(words)} differ 0" in out, out
 
 
+#: fp32 codes of the special cases: zeros, one, infinity, NaN, the smallest subnormal, the
+#: largest finite, the smallest normal, and two significands full of ones.
+_SPECIALS = [0, 0x80000000, 0x3F800000, 0x7F800000, 0x7FC00000, 0x00000001, 0x7F7FFFFF,
+             0x00800000, 0x3FFFFFFF, 0xBF7FFFFF]
+
+
+def test_pieces_on_blocks_beside_pieces_in_logic_give_the_generic_bits(tmp_path):
+    """The controller's fp32 x fp32 unit (one 18 x 18 piece on a block, the narrow pieces in
+    logic) written for the ECP5 with the block's registers, simulated with the block's model,
+    equals the generic Verilog's product in every cycle (specials, random codes)."""
+    kwargs = dict(split="dsp18", narrow_in_logic=True, stages=6)
+    ecp5 = FloatMultiplier(FP32, FP32, FP32, block_registers=True, **kwargs)
+    assert blocks_in(ecp5, "ecp5") == 1
+    rng = random.Random(7)
+    words = [a | b << 32 for a in _SPECIALS for b in _SPECIALS]
+    words += [rng.getrandbits(64) for _ in range(2000)]
+    _ecp5_equals_generic(tmp_path, FloatMultiplier(FP32, FP32, FP32, **kwargs), ecp5, 64, words)
+
+
+def test_reciprocal_on_six_blocks_gives_the_generic_bits(tmp_path):
+    """The controller's reciprocal (``RECIP_SIX_BLOCKS``: the narrow pieces in logic, six on
+    blocks with their output registers) written for the ECP5 and simulated with the block's
+    model equals the generic Verilog in every cycle (specials, random codes)."""
+    ecp5 = RECIP_SIX_BLOCKS()
+    assert blocks_in(ecp5, "ecp5") == 6
+    rng = random.Random(11)
+    words = _SPECIALS + [rng.getrandbits(32) for _ in range(2000)]
+    _ecp5_equals_generic(tmp_path, Reciprocal(narrow_in_logic=True), ecp5, 32, words)
+
+
+# make test: the rDXE controller's multiplier and reciprocal; --slow: the other paths (4 s each).
 @pytest.mark.parametrize("build, target", [
-    (lambda: FloatMultiplier(FP32, FP32, FP32), None),
-    (lambda: FloatMultiplier(FP32, FP32, FP32, private_operands=True), None),
+    pytest.param(lambda: FloatMultiplier(FP32, FP32, FP32), None, marks=pytest.mark.slow),
+    pytest.param(lambda: FloatMultiplier(FP32, FP32, FP32, private_operands=True), None,
+                 marks=pytest.mark.slow),
     (lambda: FloatMultiplier(FP32, FP32, FP32, split="dsp18", narrow_in_logic=True, stages=6,
                              block_registers=True), "ecp5"),
-    (Reciprocal, None), (RSqrt, None),
+    (Reciprocal, None), pytest.param(RSqrt, None, marks=pytest.mark.slow),
 ], ids=["mul", "mul_private", "mul_blocks_and_logic", "recip", "rsqrt"])
 def test_no_flip_flop_holds_a_constant(tmp_path, build, target):
     """A significand's hidden bit is always 1 (and so is the top bit of every reciprocal seed):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
-from functools import reduce
+from functools import partial, reduce
 
 from amaranth import Array, Cat, Const, Module, Mux
 from amaranth.lib import data, stream, wiring
@@ -24,7 +24,7 @@ from .float import hidden_bit_init, normal_significand, round_pack, unpack
 from .format import FP32
 
 __all__ = ["Reciprocal", "RSqrt", "recip_seeds", "rsqrt_seeds", "error_width", "SEED_BITS",
-           "SEED_FRAC", "NR_FRAC", "MAX_ITERATIONS"]
+           "SEED_FRAC", "NR_FRAC", "MAX_ITERATIONS", "RECIP_SIX_BLOCKS"]
 
 #: Mantissa bits indexing the seed table (128 segments of [1, 2)).
 SEED_BITS = 7
@@ -197,7 +197,21 @@ class _NewtonRaphson(wiring.Component):
         if self._land:
             return self._landed_partials(m, pipe, a, b, keep, name)
         if self._ecp5:
-            return _block_partials(m, a, b, name, input_registers=False), list(pipe.cut(*keep))
+            if not self._narrow:
+                return (_block_partials(m, a, b, name, input_registers=False),
+                        list(pipe.cut(*keep)))
+            # The narrow products in logic, registered at the cut in fabric beside the values
+            # kept; the others on blocks, their registers the blocks' output registers.
+            pairs = [(sa, sb) for _, sa in _slices(a) for _, sb in _slices(b)]
+            logic = [n for n, (sa, sb) in enumerate(pairs) if narrow_piece(len(sa), len(sb))]
+            y, u, *rest = pipe.cut(keep[0], keep[1],
+                                   *[logic_product(*pairs[n]) for n in logic], *keep[2:])
+            parts = [rest[logic.index(n)] if n in logic
+                     else ecp5_product(m, sa.as_unsigned(), sb.as_unsigned(), name=f"{name}{n}",
+                                       input_registers=False,
+                                       signs=(sa.shape().signed, sb.shape().signed))
+                     for n, (sa, sb) in enumerate(pairs)]
+            return parts, [y, u, *rest[len(logic):]]
         parts = _partials(a, b, self._narrow)
         # The registers in the order they had before block_registers: the generic Verilog is
         # then the same, and arith-recip's and arith-rsqrt's measured figures still hold.
@@ -334,8 +348,10 @@ class Reciprocal(_NewtonRaphson):
         ``True``: the partial products whose narrower slice has at most 8 bits (the top 7 bits
         of the significand times the seed and times ``y``, the seed times the first error's
         top 8 bits: four of the ten pieces of 2 steps) are shifts and adds in logic instead of
-        multiplier blocks, in the generic Verilog (with ``block_registers`` on the ECP5 every
-        piece stays a block). The same latency and bits. Default ``False``.
+        multiplier blocks. With ``block_registers`` on the ECP5 the narrow pieces stay in logic
+        (their products in fabric registers) and the others use their blocks' output
+        registers; with ``land_products`` too, every piece is a block. The same latency and
+        bits. Default ``False``.
 
     Members
     -------
@@ -391,3 +407,11 @@ class RSqrt(_NewtonRaphson):
     _sqrt = True
     _CUTS_PER_STEP = 6
     _MULTIPLIES_PER_STEP = 3
+
+
+#: A reciprocal on six multiplier blocks (the four narrow pieces of its 2 steps in logic,
+#: ``narrow_in_logic``), as a unit factory; the DXE controller's scalar path and activation
+#: unit use it (docs/rdxe.md 14.4). On the ECP5 each block's product is in its own output
+#: register: the fabric register -> route -> multiply -> route -> fabric register paths through
+#: the blocks were the engine's largest failing group at session 29. The same latency and bits.
+RECIP_SIX_BLOCKS = partial(Reciprocal, narrow_in_logic=True, block_registers=True)

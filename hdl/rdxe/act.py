@@ -45,7 +45,7 @@ from ..arith.exp2 import Exp2
 from ..arith.format import BF16, FP32
 from ..arith.fpadd import FloatAdder
 from ..arith.fpmul import FloatMultiplier, logic_product
-from ..arith.recip import Reciprocal
+from ..arith.recip import RECIP_SIX_BLOCKS
 from ..latency import unit_latencies
 from ..pipeline import control_copies, delay, queued_pipeline
 from ..validate import power_of_two
@@ -61,7 +61,7 @@ _UNITS = {
     "arg": partial(FloatMultiplier, BF16, FP32, FP32, split="dsp18", stages=6),
     "exp2": partial(Exp2),
     "add": partial(FloatAdder, FP32, stages=8),     # every cut: the alignment and the rounding
-    "recip": partial(Reciprocal, narrow_in_logic=True),
+    "recip": RECIP_SIX_BLOCKS,
     "to_fp32": partial(IntToFloat, 2 * CODE_BITS, FP32),
     **QUANT_UNITS,                                     # "mul" and the tail's "quant"
 }

@@ -22,15 +22,13 @@ through one :class:`~hdl.pipeline.ResultQueue`.
 
 from __future__ import annotations
 
-from functools import partial
-
 from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arith.format import FP32
 from ..arith.fpmul import FP32_ONE_BLOCK
-from ..arith.recip import Reciprocal
+from ..arith.recip import RECIP_SIX_BLOCKS
 from ..latency import unit_latencies
 from ..pipeline import delay, queued_pipeline
 from .spec import VeConfig, check_config, rc_layout
@@ -38,11 +36,12 @@ from .ve import ToRc
 
 __all__ = ["ScalarOp", "ScalarUnit", "scalar_in_layout", "scalar_out_layout", "UNITS"]
 
-#: The shared units by name. The reciprocal is the default one (131 MHz alone on the ECP5,
-#: docs/arith.md); the RC unit's landed products (``land_products``: 1,009 FF more here, 9 cycles)
-#: are the same bits, for when a placement spreads it across the die.
+#: The shared units by name. The reciprocal on six blocks with their output registers (the
+#: default one's latency; 131 MHz alone on the ECP5, docs/arith.md); the RC unit's landed
+#: products (``land_products``: 1,009 FF more here, 9 cycles) are the same bits, for when a
+#: placement spreads it across the die.
 UNITS = {
-    "recip": partial(Reciprocal, narrow_in_logic=True),
+    "recip": RECIP_SIX_BLOCKS,
     "mul": FP32_ONE_BLOCK,
 }
 
