@@ -35,7 +35,7 @@ from .validate import integer
 
 __all__ = ["delay", "shared", "next_values", "distinct_copies", "control_copies", "Pipeline",
            "cut_order", "stream_stage", "ResultQueue", "queued_pipeline", "SkidBuffer",
-           "DelayLine", "HeadQueue"]
+           "SkidQueue", "DelayLine", "HeadQueue"]
 
 
 def delay(m: Module, value: Value, cycles: int, *, name: str = "delay", reset: bool = False) \
@@ -444,6 +444,56 @@ class SkidBuffer(wiring.Component):
                 m.d.sync += [o.valid.eq(i.valid), o.payload.eq(i.payload)]
         with m.Elif(i.valid & ~skid_valid):
             m.d.sync += skid_valid.eq(1)
+        return m
+
+
+class SkidQueue(wiring.Component):
+    """A :class:`SkidBuffer`'s handshake, cycle for cycle, from two places written by the input
+    side alone.
+
+    A skid buffer's output register loads when the consumer takes (``o.ready``): in a wide
+    payload that decision drives the enable of every bit. Here the items wait in two places,
+    each written only when an item arrives for it; ``o.ready`` moves the read pointer and the
+    two state flip-flops, and ``o.payload`` is the place the pointer names (one mux after
+    registers).
+
+    Parameters
+    ----------
+    shape : shape-castable
+        The payload shape.
+
+    Members
+    -------
+    i : In(stream.Signature(shape))
+        Input; ``i.ready`` is a register (high while a place is free).
+    o : Out(stream.Signature(shape))
+        Output, in order; ``o.valid`` is a register, ``o.payload`` a choice between two.
+
+    Latency one cycle; one item per cycle while ``o.ready`` keeps up; nothing dropped or
+    duplicated. ``i.ready``, ``o.valid`` and ``o.payload`` equal a :class:`SkidBuffer`'s in
+    every cycle under the same inputs (tests/test_pipeline.py).
+    """
+
+    def __init__(self, shape):
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        i, o = self.i, self.o
+        places = [Signal.like(i.payload, name=f"place{k}") for k in range(2)]
+        at_write, at_read, full = Signal(name="at_write"), Signal(name="at_read"), Signal()
+        write, read = i.valid & ~full, o.valid & o.ready
+        count = o.valid + full + write - read
+        m.d.comb += [i.ready.eq(~full), o.payload.eq(Mux(at_read, places[1], places[0]))]
+        m.d.sync += [o.valid.eq(count != 0), full.eq(count == 2)]
+        with m.If(write):
+            m.d.sync += at_write.eq(~at_write)
+            with m.If(at_write):
+                m.d.sync += places[1].eq(i.payload)
+            with m.Else():
+                m.d.sync += places[0].eq(i.payload)
+        with m.If(read):
+            m.d.sync += at_read.eq(~at_read)
         return m
 
 

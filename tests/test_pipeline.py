@@ -14,7 +14,7 @@ from amaranth.back import rtlil
 from amaranth.lib import data, stream, wiring
 from amaranth.sim import Simulator
 
-from hdl.pipeline import (DelayLine, HeadQueue, Pipeline, ResultQueue, SkidBuffer,
+from hdl.pipeline import (DelayLine, HeadQueue, Pipeline, ResultQueue, SkidBuffer, SkidQueue,
                           control_copies, cut_order, delay, distinct_copies, next_values, shared,
                           spread, stream_stage)
 from synth.toolchain import tool_path
@@ -143,13 +143,14 @@ def test_next_values_lead_their_registers_by_a_cycle():
     assert [after for _, after in seen] == [3, 4, 5, 5, 6, 7, 7, 8]
 
 
+@pytest.mark.parametrize("cls", [SkidBuffer, SkidQueue])
 @pytest.mark.parametrize("offer_p, take_p, seed", [(1.0, 1.0, 1), (0.7, 0.6, 7), (1.0, 0.4, 3),
                                                     (0.4, 1.0, 4), (0.5, 0.5, 5)])
-def test_skid_buffer_order_and_registered_ready(offer_p, take_p, seed):
+def test_skid_buffer_order_and_registered_ready(cls, offer_p, take_p, seed):
     """Items come out in order, none lost or repeated; ``i.ready`` and ``o.valid`` do not move
     with ``o.ready`` or ``i.valid`` inside a cycle (both are registers); one item per cycle when
     the source always offers and the sink always takes."""
-    dut = SkidBuffer(8)
+    dut = cls(8)
     rng = random.Random(seed)
     items = list(range(1, 200))
     got = []
@@ -183,6 +184,38 @@ def test_skid_buffer_order_and_registered_ready(offer_p, take_p, seed):
     assert got == items
     if offer_p == take_p == 1.0:
         assert cycles == len(items) + 1, f"{cycles} cycles for {len(items)} items at full rate"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_skid_queue_shows_a_skid_buffers_handshake_in_every_cycle(seed):
+    """Under the same random offers and takes (items offered whether or not taken, as a
+    stream's source may change an unaccepted payload), a SkidQueue's ``i.ready``, ``o.valid``
+    and valid ``o.payload`` equal a SkidBuffer's in every cycle."""
+    m = Module()
+    m.submodules.buffer, m.submodules.queue = pair = SkidBuffer(8), SkidQueue(8)
+    rng = random.Random(seed)
+    traces = [[], []]
+
+    async def bench(ctx):
+        for _ in range(600):
+            offer, take, value = rng.random() < 0.6, rng.random() < 0.5, rng.randrange(256)
+            for dut, trace in zip(pair, traces):
+                ctx.set(dut.i.valid, offer)
+                ctx.set(dut.i.payload, value)
+                ctx.set(dut.o.ready, take)
+            await ctx.delay(1e-9)
+            for dut, trace in zip(pair, traces):
+                valid = ctx.get(dut.o.valid)
+                shown = ctx.get(dut.o.payload) if valid else None
+                trace.append((ctx.get(dut.i.ready), valid, shown))
+            await ctx.tick()
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert traces[0] == traces[1]
+    assert sum(1 for ready, _, _ in traces[0] if not ready) > 50     # the queue was full often
 
 
 @pytest.mark.parametrize("cycles, seed", [(1, 1), (3, 2), (20, 3)])

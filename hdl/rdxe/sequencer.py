@@ -8,7 +8,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..arith.requant import SHIFT_BITS
-from ..pipeline import SkidBuffer
+from ..pipeline import SkidBuffer, SkidQueue
 from ..validate import index_bits, integer
 from .spec import (CODE_BITS, DESTS, OPS, DxtConfig, check_config, chunk_layout,
                    command_layout)
@@ -189,8 +189,8 @@ class Sequencer(wiring.Component):
     -------
     cmd : In(stream.Signature(command_layout(cfg)))
         Commands, taken into a :class:`~hdl.pipeline.SkidBuffer` (``ready`` a register), then
-        into a second one with their decode; the sequencer starts one when it is idle and
-        ``ops`` and ``consts`` have room.
+        into a :class:`~hdl.pipeline.SkidQueue` with their decode; the sequencer starts one when
+        it is idle and ``ops`` and ``consts`` have room.
     x : In(stream.Signature(chunk_layout(lanes)))
         Token chunks: pass 0 of a GEMV, an RMSNorm and a Q.K^T, and those of a refused command.
     req : Out(stream.Signature(request_layout(cfg), always_ready=True))
@@ -276,10 +276,11 @@ class Sequencer(wiring.Component):
         cfg = self.cfg
         # The command enters a skid buffer (cmd.ready is a register, and the decode starts from
         # registers here, not from the sender's across the engine), then waits, decoded, in a
-        # second one: the decision to start an operation starts from registers.
+        # skid queue: the decision to start an operation starts from registers and moves only
+        # the queue's pointer, not the enable of every decoded bit.
         m.submodules.intake = intake = SkidBuffer(command_layout(cfg))
         command = data.StructLayout({"cmd": command_layout(cfg), "dec": _decode_layout(cfg)})
-        m.submodules.command = skid = SkidBuffer(command)
+        m.submodules.command = skid = SkidQueue(command)
         wiring.connect(m, wiring.flipped(self.cmd), intake.i)
         m.d.comb += [skid.i.valid.eq(intake.o.valid), intake.o.ready.eq(skid.i.ready),
                      skid.i.payload.cmd.eq(intake.o.payload),
