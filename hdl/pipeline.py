@@ -447,7 +447,7 @@ class SkidBuffer(wiring.Component):
         return m
 
 
-class SkidQueue(wiring.Component):
+class SkidQueue(SkidBuffer):
     """A :class:`SkidBuffer`'s handshake, cycle for cycle, from two places written by the input
     side alone.
 
@@ -455,27 +455,10 @@ class SkidQueue(wiring.Component):
     payload that decision drives the enable of every bit. Here the items wait in two places,
     each written only when an item arrives for it; ``o.ready`` moves the read pointer and the
     two state flip-flops, and ``o.payload`` is the place the pointer names (one mux after
-    registers).
-
-    Parameters
-    ----------
-    shape : shape-castable
-        The payload shape.
-
-    Members
-    -------
-    i : In(stream.Signature(shape))
-        Input; ``i.ready`` is a register (high while a place is free).
-    o : Out(stream.Signature(shape))
-        Output, in order; ``o.valid`` is a register, ``o.payload`` a choice between two.
-
-    Latency one cycle; one item per cycle while ``o.ready`` keeps up; nothing dropped or
-    duplicated. ``i.ready``, ``o.valid`` and ``o.payload`` equal a :class:`SkidBuffer`'s in
+    registers). Parameters and members as :class:`SkidBuffer`'s, but ``o.payload`` is a choice
+    between two registers; ``i.ready``, ``o.valid`` and ``o.payload`` equal a skid buffer's in
     every cycle under the same inputs (tests/test_pipeline.py).
     """
-
-    def __init__(self, shape):
-        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
 
     def elaborate(self, platform):
         m = Module()
