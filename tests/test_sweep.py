@@ -142,25 +142,25 @@ def test_a_sweep_on_a_local_cluster_then_only_new_points(capsys, tmp_path, monke
     monkeypatch.setenv(ENV_CACHE, str(tmp_path / "cache"))
     out = tmp_path / "out"
     argv = ["sweep", BLOCK, "--preset", "small", "--workers", "2", "-o", str(out)]
-    assert main(argv + ["--set", "lanes=2,4"]) == 0
+    assert main(argv + ["--set", "lanes=2"]) == 0
     stdout, err = capsys.readouterr()
     assert "a local Dask cluster of 2 worker processes" in err
-    assert "[2/2 at " in err and "sweep: 2 point(s) done, 0 refused, 0 failed" in err
+    assert "[1/1 at " in err and "sweep: 1 point(s) done, 0 refused, 0 failed" in err
     first = _rows(out)
-    assert [p["status"] for p in first] == ["ok", "ok"] and not any(p["cached"] for p in first)
-    assert all(p["fmax_mhz"] > 0 and p["luts"] > 0 and p["ffs"] > 0 for p in first)
-    assert first[1]["cells"] > first[0]["cells"]          # twice the products, a deeper tree
+    assert [p["status"] for p in first] == ["ok"] and not first[0]["cached"]
+    assert first[0]["fmax_mhz"] > 0 and first[0]["luts"] > 0 and first[0]["ffs"] > 0
     assert first[0]["parameters"]["lanes"] == 2 and first[0]["parameters"]["b_bits"] == 4
-    assert stdout.count("| ok |") == 2
+    assert stdout.count("| ok |") == 1
 
-    assert main(argv + ["--set", "lanes=2,4,1"]) == 0
+    # Two synthesized points in all (a third took 9 s of the suite's budget).
+    assert main(argv + ["--set", "lanes=2,4"]) == 0
     err = capsys.readouterr().err
     again = _rows(out)
-    assert [p["cached"] for p in again] == [True, True, False]
-    assert err.count("(cached)") == 2
-    for old, new in zip(first, again):
-        assert {k: v for k, v in old.items() if k != "cached"} == \
-            {k: v for k, v in new.items() if k != "cached"}
+    assert [p["cached"] for p in again] == [True, False]
+    assert err.count("(cached)") == 1
+    assert {k: v for k, v in first[0].items() if k != "cached"} == \
+        {k: v for k, v in again[0].items() if k != "cached"}
+    assert again[1]["cells"] > again[0]["cells"]          # twice the products, a deeper tree
 
 
 def test_refused_and_failing_points_are_listed_and_the_others_go_on(capsys, tmp_path,
