@@ -18,6 +18,7 @@ import enum
 import json
 import os
 import stat
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -45,7 +46,7 @@ from memwall.board.host import Capture, Record
 from memwall.board.run import HarnessSettings, Mismatch, Report, check, sim_settings
 from memwall.board.vectors import Vectors, covered, pack, vectors
 from memwall.params import ParameterError
-from sim.rdxe.host import board_layer, row_elements
+from sim.rdxe.host import board_layer, board_ports, row_elements
 
 from .test_board_harness import small
 
@@ -422,6 +423,15 @@ def test_dxe_vectors_follow_the_program():
     assert first.setup == v.setup and first.stimulus["host"] == v.stimulus["host"][
         :len(first.stimulus["host"])]
     assert vectors(entry, params, 1, SEED + 1, block).stimulus != first.stimulus
+
+
+def test_board_ports_are_the_board_layers_without_its_loads():
+    """The rdxe-dxe board form's plain inputs, from the tables' shapes, equal the ones the
+    board layer's loads give (the board vectors' and the board form's agree)."""
+    params = registry.get("rdxe-dxe").parameters("small")
+    assert board_ports(params) == board_layer(params).ports
+    with pytest.raises(ValueError, match="one layer and one slot"):
+        board_ports(replace(params, slots=2))
 
 
 def test_dxe_vector_count_is_tokens_up_to_the_cache():

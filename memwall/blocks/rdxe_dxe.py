@@ -171,11 +171,12 @@ def _size(params: DxeParams) -> Size:
 def _board(params: DxeParams) -> DxeBoard:
     """The engine as the board harness drives it (:class:`hdl.rdxe.hosted.DxeBoard`): the
     host's requests in one ordered stream, the plain inputs held at the reduced layer's
-    (:func:`sim.rdxe.host.board_layer`, whose loads the board vectors play)."""
+    (:func:`sim.rdxe.host.board_ports`: :func:`~sim.rdxe.host.board_layer`'s, whose loads the
+    board vectors play)."""
     # Imported here: the host and the golden assembler double the registry's import time.
-    from sim.rdxe.host import board_layer
+    from sim.rdxe.host import board_ports
 
-    return DxeBoard(params.ctrl_config(), params.dxt_config(), inputs=board_layer(params).ports,
+    return DxeBoard(params.ctrl_config(), params.dxt_config(), inputs=board_ports(params),
                     slots=params.slots, dxts=params.dxts)
 
 

@@ -65,17 +65,12 @@ def dxt_loads(tables: P.LayerTables, asm: A.Assembled, dxt, flat: P.LayerTables 
         dxe_layout(tables.params.heads, tables.params.kv_groups, dxts, dxt.kv_groups,
                    dxt.group_size)
     flat = A.flat_tables(tables, asm) if flat is None else flat
-    gemvs = dict(flat.gemvs)
-    identity = len(gemvs)
-    d = dxt.head_dim
-    gemvs[identity] = (np.eye(d, dtype=np.int8), np.ones(d, np.int64), np.zeros(d, np.int64))
-    N, L = dxt.vacs, dxt.lanes
+    N, d = dxt.vacs, dxt.head_dim
     named = (lambda j: {"dxt": j}) if dxts > 1 else (lambda j: {})
-    wmem, ppu, table, row, entry = [], [], [], 0, 0
-    for index, (W, m, shift) in sorted(gemvs.items()):
-        M, K = W.shape
-        shares = output_shares(M, dxts, N) if dxts > 1 and index != identity else [(0, M)] * dxts
-        C, passes = -(-K // L), max(-(-n // N) for _, n in shares)
+    wmem, ppu, table = [], [], []
+    layout, fixed = _gemv_layout(flat, dxt, dxts)
+    for index, (W, m, shift), shares, C, passes, row, entry in layout:
+        K = W.shape[1]
         for j, (first, n) in enumerate(shares):
             image = golden.wmem_image(W[first:first + n], dxt) if n else None
             wmem += [{"vac": v, "addr": row + r, "data": [int(x) for x in image[v, r]],
@@ -85,18 +80,52 @@ def dxt_loads(tables: P.LayerTables, asm: A.Assembled, dxt, flat: P.LayerTables 
             table.append({"index": index, "row": row, "entry": entry, "outputs": n, "chunks": C,
                           "inv_k": int(from_float(np.float32(1 / K), FP32)),
                           **({"dxt": j, "first": first} if dxts > 1 else {})})
-        row, entry = row + passes * C, entry + passes
-    score_entry, pv_entry = entry, entry + 1
-    ppu += [{"vac": e % N, "addr": pv_entry + e // N, "m": 1, "shift": dxt.prob_frac,
+    ppu += [{"vac": e % N, "addr": fixed["pv_entry"] + e // N, "m": 1, "shift": dxt.prob_frac,
              **named(j)} for j in range(dxts) for e in range(d)]
-    return wmem, ppu, table, {"identity": identity, "score_entry": score_entry,
-                              "pv_entry": pv_entry, "score_scale": int(tables.score_scale)}
+    return wmem, ppu, table, {**fixed, "score_scale": int(tables.score_scale)}
+
+
+def _gemv_layout(flat: P.LayerTables, dxt, dxts: int) -> tuple[list, dict]:
+    """Where :func:`dxt_loads` puts each GEMV of ``flat`` and the identity after them, from
+    their shapes alone: ``(index, (W, m, shift), shares, chunks, passes, row, entry)`` in index
+    order, and the fixed entries (``identity``, ``score_entry``, ``pv_entry``)."""
+    gemvs = dict(flat.gemvs)
+    identity, d = len(gemvs), dxt.head_dim
+    gemvs[identity] = (np.eye(d, dtype=np.int8), np.ones(d, np.int64), np.zeros(d, np.int64))
+    N, L = dxt.vacs, dxt.lanes
+    layout, row, entry = [], 0, 0
+    for index, tables in sorted(gemvs.items()):
+        M, K = tables[0].shape
+        shares = output_shares(M, dxts, N) if dxts > 1 and index != identity else [(0, M)] * dxts
+        C, passes = -(-K // L), max(-(-n // N) for _, n in shares)
+        layout.append((index, tables, shares, C, passes, row, entry))
+        row, entry = row + passes * C, entry + passes
+    return layout, {"identity": identity, "score_entry": entry, "pv_entry": entry + 1}
 
 
 def ext_writes(store: Store, first: int, values: list[int], lanes: int) -> list[dict]:
     """``ext`` items that write ``values`` into rows ``first ..`` of ``store``, every lane."""
     return [{"store": store.value, "row": first + i, "write": 1, "data": v,
              "mask": (1 << lanes) - 1} for i, v in enumerate(values)]
+
+
+def host_ports(params, asm: A.Assembled, views: list) -> dict:
+    """The plain inputs of :func:`host_loads` (name -> value) without its stream items: from
+    the tables' shapes, so without building a WMEM row."""
+    flat, ctrl = views[0], params.ctrl_config()
+    ports = {**_gemv_layout(flat, params, params.dxts)[1],
+             "score_scale": int(flat.score_scale)}
+    if params.layers > 1 or params.slots > 1:
+        step = A.stride(asm)
+        value = stride_value(ctrl, params.dxt_config(), step.gemvs, step.const_words,
+                             step.kv_groups, params.slots)
+        ports["stride"] = stride_layout(ctrl).const(value).as_value().value
+    if params.layers > 1:
+        del ports["score_scale"]
+    # fp32(127**2 eps): rms_eps of k = 1.0 is e itself (two products by 1.0).
+    one = np.float32(1.0).view(np.uint32)
+    ports["eps"] = int(rms_eps(np.array([one]), flat.rms_eps)[0])
+    return ports
 
 
 def host_loads(params, asm: A.Assembled, views: list) -> tuple[dict, dict]:
@@ -106,20 +135,11 @@ def host_loads(params, asm: A.Assembled, views: list) -> tuple[dict, dict]:
     and the stream items (``scales`` with several layers; ``table``, ``wmem``, ``ppu``; on
     ``ext`` the TB and rr-SRAM cleared, then the program and the constants: name -> items)."""
     flat, L, ctrl = views[0], params.lanes, params.ctrl_config()
-    wmem, ppu, table, ports = dxt_loads(flat, asm, params, flat=flat, dxts=params.dxts)
-    streams = {}
-    if params.layers > 1 or params.slots > 1:
-        step = A.stride(asm)
-        value = stride_value(ctrl, params.dxt_config(), step.gemvs, step.const_words,
-                             step.kv_groups, params.slots)
-        ports["stride"] = stride_layout(ctrl).const(value).as_value().value
+    wmem, ppu, table, _ = dxt_loads(flat, asm, params, flat=flat, dxts=params.dxts)
+    ports, streams = host_ports(params, asm, views), {}
     if params.layers > 1:
-        del ports["score_scale"]
         streams["scales"] = [{"layer": l, "value": int(v.score_scale)}
                              for l, v in enumerate(views)]
-    # fp32(127**2 eps): rms_eps of k = 1.0 is e itself (two products by 1.0).
-    one = np.float32(1.0).view(np.uint32)
-    ports["eps"] = int(rms_eps(np.array([one]), flat.rms_eps)[0])
     streams["table"] = table
     streams["wmem"] = [{"vac": w["vac"], "addr": w["addr"],
                         **{f"data.{k}": x & 0xFF for k, x in enumerate(w["data"])},
@@ -232,14 +252,26 @@ def board_layer(params, count: int = 1, seed: int = reduced.TOKEN_SEED) -> Board
     loads: the one source of the plain inputs the engine's board form holds
     (:class:`hdl.rdxe.hosted.DxeBoard`) and of the loads its board vectors play. The board holds
     one layer and one slot; another raises ``ValueError``."""
+    layer, asm, views = _board_layer(params, count, seed)
+    ports, streams = host_loads(params, asm, views)
+    return BoardLayer(layer, asm, views, ports, streams)
+
+
+def board_ports(params, seed: int = reduced.TOKEN_SEED) -> dict:
+    """:func:`board_layer`'s ``ports`` (the plain inputs the engine's board form holds) without
+    its loads: for a SmolLM2-sized preset the loads are a million rows (``memwall board
+    list`` measures the board form of every preset)."""
+    _, asm, views = _board_layer(params, 1, seed)
+    return host_ports(params, asm, views)
+
+
+def _board_layer(params, count: int, seed: int):
     if params.layers != 1 or params.slots != 1:
         raise ValueError(f"The rdxe-dxe board form holds the reduced layer in an engine of one "
                          f"layer and one slot (layers=1, slots=1), not layers={params.layers}, "
                          f"slots={params.slots}")
     layer = reduced_layer(params, count, seed)
-    asm, views = assemble_layer(params, layer)
-    ports, streams = host_loads(params, asm, views)
-    return BoardLayer(layer, asm, views, ports, streams)
+    return (layer, *assemble_layer(params, layer))
 
 
 # --- the model ----------------------------------------------------------------------------------
