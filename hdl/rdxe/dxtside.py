@@ -119,9 +119,9 @@ def instruction_cycles(cfg: DxtConfig, op: str, commands, dxts: int = 1) -> int:
     DXT's model has it: the read on ``ext``, every later chunk as many: four reads in flight
     keep one a cycle, less the command's decode beyond the first register, which the read
     overlaps; one without chunks comes :data:`COMMAND_DELAY` later, the command's register).
-    Each command adds a cycle for
-    the state that sees its response; an attention adds the score entry's writes, one a VAC (on
-    every DXT at once), and a cycle a head (``dxts x`` the DXT's heads). On several ``dxts`` a
+    Each command adds a cycle for the state that sees its response; an attention adds the score
+    entry's writes, one a VAC (on every DXT at once), and a cycle a head (``dxts x`` the DXT's
+    heads). On several ``dxts`` a
     command's cycles run to the side seeing its results written too
     (:func:`hdl.rdxe.dxts.shared_cycles`)."""
     extra = cfg.vacs + check_dxts(dxts) * cfg.heads if op == "attend" else 0
