@@ -252,6 +252,23 @@ class DxtSide(wiring.Component):
         self._sequence(m, self.dxt, tables, io)
         return m
 
+    def _entries(self, m, tables, pick):
+        """The instruction's table entries, ``(gemv, shares)`` (``shares``: each DXT's, or
+        ``None`` for one DXT): chosen by the table index one-hot (``pick``, registered with the
+        instruction in Idle) in Dispatch and registered; no index decode in front of the
+        choice, no lookup in front of the DXTs' command decode (``insn`` moves only in Idle).
+        An index past the tables picks none: a zero entry."""
+        entry = gemv_table_layout(self.dxt_cfg, self.ctrl.space.gemvs, self.dxts)
+
+        def held(row, name):
+            chosen = Value.cast(0)
+            for i, table in enumerate(row):
+                chosen = chosen | Mux(pick[i], Value.cast(table), 0)
+            return data.View(entry, delay(m, chosen, 1, name=f"{name}_entry"))
+        if self.dxts == 1:
+            return held(tables, "gemv"), None
+        return held(tables[0], "gemv"), [held(tables[j], f"share{j}") for j in range(self.dxts)]
+
     def _sequence(self, m, dxt, tables, io):
         """The instruction's DXT commands, one at a time (module notes)."""
         cfg, lanes = self.dxt_cfg, self.ctrl.lanes
@@ -268,20 +285,9 @@ class DxtSide(wiring.Component):
         error = Signal()
         tiles = _Tiles(m, self)
         cmd = tiles.cmd
-        # The instruction's table entries: its table index one-hot (``pick``, registered with
-        # the instruction in Idle), the entries chosen by it in Dispatch and registered; no
-        # index decode in front of the choice, no lookup in front of the DXTs' command decode
-        # (``insn`` moves only in Idle). An index past the tables picks none: a zero entry.
         gemvs = self.ctrl.space.gemvs
         pick = Signal(gemvs, name="pick")
-        entry = gemv_table_layout(cfg, gemvs, self.dxts)
-        def held(row, name):
-            chosen = Value.cast(0)
-            for i, table in enumerate(row):
-                chosen = chosen | Mux(pick[i], Value.cast(table), 0)
-            return data.View(entry, delay(m, chosen, 1, name=f"{name}_entry"))
-        gemv, shares = (held(tables, "gemv"), None) if self.dxts == 1 else (
-            held(tables[0], "gemv"), [held(tables[j], f"share{j}") for j in range(self.dxts)])
+        gemv, shares = self._entries(m, tables, pick)
         ident = tables[self.identity] if self.dxts == 1 else tables[0][self.identity]
 
         def is_op(*names):
