@@ -39,6 +39,8 @@ attention's heads run one at a time on the DXT that holds them. The host's loads
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
@@ -63,6 +65,23 @@ __all__ = ["DxtSide", "gemv_table_layout", "scale_layout", "slot_layout", "instr
 _CHUNKS = 4
 #: Most resident requests a DXE serves: the token counts then fit one 16-deep LUT RAM.
 MAX_SLOTS = 16
+#: The commands the side offers its DXTs, in the order of the bits of its ``offer`` register.
+_COMMANDS = ("gemv", "key", "value", "qk", "pv")
+
+
+class _Command(NamedTuple):
+    """An instruction's registers that its DXT commands' fields come from."""
+    insn: Value
+    value: Value
+    gemv: data.View                  # the GEMV's table entry (its first DXT's on several)
+    shares: list | None              # each DXT's entry on several DXTs
+    tokens: Value
+    layer: "_Layer"
+    index: Value                     # the group or head of the DXE, counted from the first
+    group: Value                     # the instruction's first KV group and query head
+    head: Value
+    ident: data.View                 # the identity GEMV's entry (KV appends)
+    shift: int                       # log2 of the lanes: a byte address to an rr row
 
 
 def gemv_table_layout(dxt: DxtConfig, tables: int, dxts: int = 1) -> data.StructLayout:
@@ -272,26 +291,34 @@ class DxtSide(wiring.Component):
     def _sequence(self, m, dxt, tables, io):
         """The instruction's DXT commands, one at a time (module notes)."""
         cfg, lanes = self.dxt_cfg, self.ctrl.lanes
-        shift = index_bits(lanes) if lanes > 1 else 0
         insn, value = Signal.like(self.insn.payload.insn), Signal(FP32.width)
-        op = insn.op
-        rows = cfg.head_dim // lanes                  # rr rows of one head
         tokens = Signal(command_layout(cfg)["tokens"].shape, name="tokens")
         layer = _Layer(m, self, tokens)
         slot = _Slot(m, self, tokens)
-        group, head = slot.group(layer.group), slot.head(layer.head)     # the op's first ones
         index = Signal(range(max(cfg.heads, cfg.kv_groups) * self.dxts + 1))
         vac = Signal(range(cfg.vacs + 1))
         error = Signal()
         tiles = _Tiles(m, self)
-        cmd = tiles.cmd
         gemvs = self.ctrl.space.gemvs
         pick = Signal(gemvs, name="pick")
         gemv, shares = self._entries(m, tables, pick)
-        ident = tables[self.identity] if self.dxts == 1 else tables[0][self.identity]
+        # The command on offer, one-hot by kind (``_COMMANDS``): a register set as the FSM enters
+        # a command's state and cleared as the command is taken, so that the command's fields and
+        # its operands' start are chosen by flip-flops of their own, not by the side's state.
+        offer = Signal(len(_COMMANDS), name="offer")
+        ops = {kind: offer[k] for k, kind in enumerate(_COMMANDS)}
+        taken = self._commands(m, tiles, io, ops, _Command(
+            insn=insn, value=value, gemv=gemv, shares=shares, tokens=tokens, layer=layer,
+            index=index, group=slot.group(layer.group), head=slot.head(layer.head),
+            ident=tables[self.identity] if self.dxts == 1 else tables[0][self.identity],
+            shift=index_bits(lanes) if lanes > 1 else 0))
+
+        def go(state, kind=None):
+            m.next = state
+            m.d.sync += offer.eq(0 if kind is None else 1 << _COMMANDS.index(kind))
 
         def is_op(*names):
-            return op_is(op, *names)
+            return op_is(insn.op, *names)
         with m.If(slot.start):
             m.d.sync += [tokens.eq(slot.first), layer.restart(slot.first)]
         rc_bits = rc_layout(cfg.vac_config())
@@ -315,52 +342,30 @@ class DxtSide(wiring.Component):
                     m.next = "Dispatch"
             with m.State("Dispatch"):
                 with m.If(is_op("gemv", "gemv_norm")):
-                    m.next = "Gemv"
+                    go("Gemv", "gemv")
                 with m.Elif(is_op("kv_append")):
-                    m.next = "Key"
+                    go("Key", "key")
                 with m.Else():
                     m.next = "Score"
             with m.State("Gemv"):
-                # Each DXT its share (its own table); one that has none sits the GEMV out.
-                taken = tiles.issue(m, shares and Cat(t.outputs != 0 for t in shares))
-                m.d.comb += [cmd.op.eq(Mux(is_op("gemv_norm"), OPS.index("rmsnorm"),
-                                           OPS.index("gemv"))),
-                             cmd.dest.eq(DESTS.index("out")), cmd.outputs.eq(gemv.outputs),
-                             cmd.chunks.eq(gemv.chunks), cmd.row.eq(gemv.row),
-                             cmd.entry.eq(gemv.entry), cmd.inv_k.eq(gemv.inv_k),
-                             cmd.eps.eq(value)]
-                for port, share in zip(tiles.ports, shares or ()):
-                    m.d.comb += [port.payload.outputs.eq(share.outputs),
-                                 port.payload.row.eq(share.row),
-                                 port.payload.entry.eq(share.entry)]
                 with m.If(taken):
-                    m.d.sync += tiles.start(io, (insn.a >> shift), gemv.chunks, insn.dst, True,
-                                            shares and [t.first for t in shares])
-                    m.next = "Last"
-            for name, dest, base in (("Key", "key", insn.a), ("Value", "value", insn.b)):
+                    go("Last")
+            for name in ("Key", "Value"):
                 with m.State(name):
-                    taken = tiles.issue(m)
-                    m.d.comb += [cmd.op.eq(OPS.index("gemv")),
-                                 cmd.dest.eq(DESTS.index(dest)), cmd.outputs.eq(cfg.head_dim),
-                                 cmd.chunks.eq(ident.chunks), cmd.row.eq(ident.row),
-                                 cmd.entry.eq(ident.entry), cmd.head.eq(tiles.at(group + index)),
-                                 cmd.tokens.eq(tokens)]
                     with m.If(taken):
-                        m.d.sync += tiles.start(io, (base >> shift) + index * rows, rows, 0,
-                                                False)
-                        m.next = f"{name}Wait"
+                        go(f"{name}Wait")
                 with m.State(f"{name}Wait"):
                     with m.If(io.resp):
                         m.d.sync += error.eq(error | io.error)
-                        if dest == "key":
-                            m.next = "Value"
+                        if name == "Key":
+                            go("Value", "value")
                         else:
                             m.d.sync += [index.eq(index + 1), *tiles.next(cfg.kv_groups)]
                             with m.If(index == layer.groups - 1):
                                 m.d.sync += layer.appended()
                                 m.next = "Done"
                             with m.Else():
-                                m.next = "Key"
+                                go("Key", "key")
             with m.State("Score"):
                 # The score entry on every VAC of every DXT at once.
                 for port in ppus:
@@ -371,27 +376,17 @@ class DxtSide(wiring.Component):
                 with m.If(ready):
                     m.d.sync += vac.eq(vac + 1)
                     with m.If(vac == cfg.vacs - 1):
-                        m.next = "Qk"
+                        go("Qk", "qk")
             with m.State("Qk"):
-                taken = tiles.issue(m)
-                m.d.comb += [cmd.op.eq(OPS.index("qk")),
-                             cmd.head.eq(tiles.at(head + index)), cmd.tokens.eq(layer.context),
-                             cmd.entry.eq(self.score_entry)]
                 with m.If(taken):
-                    m.d.sync += tiles.start(io, (insn.a >> shift) + index * rows, rows, 0, False)
-                    m.next = "QkWait"
+                    go("QkWait")
             with m.State("QkWait"):
                 with m.If(io.resp):
                     m.d.sync += error.eq(error | io.error)
-                    m.next = "Pv"
+                    go("Pv", "pv")
             with m.State("Pv"):
-                taken = tiles.issue(m)
-                m.d.comb += [cmd.op.eq(OPS.index("pv")),
-                             cmd.head.eq(tiles.at(head + index)), cmd.tokens.eq(layer.context),
-                             cmd.entry.eq(self.pv_entry), cmd.scale.eq(layer.scale)]
                 with m.If(taken):
-                    m.d.sync += tiles.start(io, 0, 0, insn.dst + index * cfg.head_dim, True)
-                    m.next = "PvWait"
+                    go("PvWait")
             with m.State("PvWait"):
                 with m.If(io.resp):
                     m.d.sync += [error.eq(error | io.error), index.eq(index + 1),
@@ -401,7 +396,7 @@ class DxtSide(wiring.Component):
                 with m.If(index == layer.heads):
                     m.next = "Done"
                 with m.Else():
-                    m.next = "Qk"
+                    go("Qk", "qk")
             with m.State("Last"):
                 with m.If(io.resp):
                     m.d.sync += error.eq(io.error)
@@ -411,6 +406,53 @@ class DxtSide(wiring.Component):
                 m.d.comb += self.done.valid.eq(~self.ext.valid)
                 with m.If(self.done.valid & self.done.ready):
                     m.next = "Idle"
+
+    def _commands(self, m, tiles, io, ops, c):
+        """Offer the command of the kind on in ``ops`` (one-hot by :data:`_COMMANDS`; none: no
+        command) with its fields from the instruction's registers ``c``; start its operands as
+        it is taken. Return what is true in the cycle the last DXT takes it."""
+        cfg, cmd, shares = self.dxt_cfg, tiles.cmd, c.shares
+        rows = cfg.head_dim // self.ctrl.lanes           # rr rows of one head
+        a, b = c.insn.a >> c.shift, c.insn.b >> c.shift
+        on = Cat(t.outputs != 0 for t in shares) if shares else None
+        taken = tiles.issue(m, Cat(ops.values()).any(), ops["gemv"], on)
+        with m.If(ops["gemv"]):
+            # Each DXT its share (its own table); one that has none sits the GEMV out.
+            m.d.comb += [cmd.op.eq(Mux(op_is(c.insn.op, "gemv_norm"), OPS.index("rmsnorm"),
+                                       OPS.index("gemv"))),
+                         cmd.dest.eq(DESTS.index("out")), cmd.outputs.eq(c.gemv.outputs),
+                         cmd.chunks.eq(c.gemv.chunks), cmd.row.eq(c.gemv.row),
+                         cmd.entry.eq(c.gemv.entry), cmd.inv_k.eq(c.gemv.inv_k),
+                         cmd.eps.eq(c.value)]
+            for port, share in zip(tiles.ports, shares or ()):
+                m.d.comb += [port.payload.outputs.eq(share.outputs),
+                             port.payload.row.eq(share.row), port.payload.entry.eq(share.entry)]
+            with m.If(taken):
+                m.d.sync += tiles.start(io, a, c.gemv.chunks, c.insn.dst, True,
+                                        shares and [t.first for t in shares])
+        for kind, base in (("key", a), ("value", b)):
+            with m.Elif(ops[kind]):
+                m.d.comb += [cmd.op.eq(OPS.index("gemv")),
+                             cmd.dest.eq(DESTS.index(kind)), cmd.outputs.eq(cfg.head_dim),
+                             cmd.chunks.eq(c.ident.chunks), cmd.row.eq(c.ident.row),
+                             cmd.entry.eq(c.ident.entry),
+                             cmd.head.eq(tiles.at(c.group + c.index)), cmd.tokens.eq(c.tokens)]
+                with m.If(taken):
+                    m.d.sync += tiles.start(io, base + c.index * rows, rows, 0, False)
+        with m.Elif(ops["qk"]):
+            m.d.comb += [cmd.op.eq(OPS.index("qk")),
+                         cmd.head.eq(tiles.at(c.head + c.index)),
+                         cmd.tokens.eq(c.layer.context), cmd.entry.eq(self.score_entry)]
+            with m.If(taken):
+                m.d.sync += tiles.start(io, a + c.index * rows, rows, 0, False)
+        with m.Elif(ops["pv"]):
+            m.d.comb += [cmd.op.eq(OPS.index("pv")),
+                         cmd.head.eq(tiles.at(c.head + c.index)),
+                         cmd.tokens.eq(c.layer.context), cmd.entry.eq(self.pv_entry),
+                         cmd.scale.eq(c.layer.scale)]
+            with m.If(taken):
+                m.d.sync += tiles.start(io, 0, 0, c.insn.dst + c.index * cfg.head_dim, True)
+        return taken
 
 
 def ext_stage(m, side):
@@ -474,14 +516,15 @@ class _Tiles:
         for port in self.ports:
             m.d.comb += port.payload.eq(self.cmd)
 
-    def issue(self, m, on=None):
-        """Offer the command in this state to the DXTs in ``on`` (the target by default);
-        return what is true in the cycle the last of them takes it."""
+    def issue(self, m, valid, shared, on=None):
+        """Offer a command while ``valid``: a GEMV's (``shared``) to the DXTs in ``on``, any
+        other to the target; return what is true in the cycle the last of them takes it."""
         if not self.many:
-            m.d.comb += self.ports[0].valid.eq(1)
+            m.d.comb += self.ports[0].valid.eq(valid)
             return self.ports[0].ready
         D = len(self.ports)
-        m.d.comb += self.on.eq(one_hot(self.target, D) if on is None else on)
+        target = one_hot(self.target, D)
+        m.d.comb += self.on.eq(Mux(valid, target if on is None else Mux(shared, on, target), 0))
         for j, port in enumerate(self.ports):
             m.d.comb += port.valid.eq(self.on[j] & ~self.sent[j])
         taken = Cat(~self.on[j] | self.sent[j] | p.ready
