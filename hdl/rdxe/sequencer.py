@@ -161,13 +161,21 @@ class _State:
         self.drain = Signal(range(cfg.chunks + 2), name="drain")
         self.norm_rc = Signal(data.StructLayout({"m": unsigned(cfg.rc_bits - SHIFT_BITS),
                                                  "shift": unsigned(SHIFT_BITS)}), name="norm_rc")
-        self.last_j = self.j == self.last_chunk
+        # Whether ``j`` is the operation's last chunk: a register kept beside ``j`` (``goto``),
+        # so that the pass's end (``o_out``, the row) is decided from flip-flops.
+        self.last_j = Signal(init=1, name="last_j")
         self.last_p = self.p == self.last_pass
         self.issue = Signal()
         self.x_take = Signal()       # x.ready: the sequencer takes a chunk if one is there
         self.accepted = Signal()     # a command starts (not refused)
         self.issued = Signal()       # the operation has issued a request
         self.norm_read = Signal()
+
+    def goto(self, j, last_chunk=None) -> list:
+        """Statements that move to chunk ``j`` of an operation whose last chunk is
+        ``last_chunk`` (the one held by default)."""
+        last = self.last_chunk if last_chunk is None else last_chunk
+        return [self.j.eq(j), self.last_j.eq(j == last)]
 
 
 class Sequencer(wiring.Component):
@@ -356,9 +364,9 @@ class Sequencer(wiring.Component):
     @staticmethod
     def _advance_chunk(m: Module, s: _State, lanes: int):
         with m.If(s.last_j):
-            m.d.sync += s.j.eq(0)
+            m.d.sync += s.goto(0)
         with m.Else():
-            m.d.sync += s.j.eq(s.j + 1)
+            m.d.sync += s.goto(s.j + 1)
         m.d.sync += s.left.eq(s.left - lanes)
 
     @staticmethod
@@ -395,7 +403,7 @@ class Sequencer(wiring.Component):
                 s.pass_step.eq(Mux(dec.is_pv, 1, Mux(dec.is_qk, key_rows, cmd.chunks))),
                 s.from_x.eq(~(cmd.seq & vrc) & ~dec.is_pv),
                 s.from_act.eq(~cmd.seq & dec.is_pv),
-                s.p.eq(0), s.pass0.eq(1), s.j.eq(0), s.left.eq(cmd.tokens),
+                s.p.eq(0), s.pass0.eq(1), *s.goto(0, dec.last_chunk), s.left.eq(cmd.tokens),
                 s.drain.eq(Mux(dec.gemv_like, cmd.chunks, Mux(dec.is_qk, key_rows, 0))),
             ]
             base = Mux(dec.is_qk, dec.group * cfg.group_rows,
@@ -445,15 +453,15 @@ class Sequencer(wiring.Component):
             with m.State("WAIT_RC"):
                 with m.If(self.seq_rc_valid):
                     m.d.comb += self.seq_rc_take.eq(1)
-                    m.d.sync += [s.norm_rc.eq(self.seq_rc), s.j.eq(0)]
+                    m.d.sync += [s.norm_rc.eq(self.seq_rc), *s.goto(0)]
                     m.next = "NORM"
             with m.State("NORM"):
                 m.d.comb += s.norm_read.eq(1)
                 with m.If(s.last_j):
-                    m.d.sync += [s.j.eq(0), s.left.eq(s.tokens), s.running.eq(1)]
+                    m.d.sync += [*s.goto(0), s.left.eq(s.tokens), s.running.eq(1)]
                     m.next = "RUN"
                 with m.Else():
-                    m.d.sync += s.j.eq(s.j + 1)
+                    m.d.sync += s.goto(s.j + 1)
             with m.State("RUN"):
                 with m.If(s.issue & s.last_j & s.last_p):
                     m.next = "IDLE"
