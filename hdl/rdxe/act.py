@@ -230,10 +230,13 @@ class GatedActivation(wiring.Component):
             m.submodules[f"{name}{n}"] = unit
         one = Const(FP32.pack(0, FP32.bias, 0), 32)
         # The INT16 product waits for the sigmoid in a register chain; its conversion is exact.
-        # In logic: an 8 x 8 product would take a whole MULT18X18D.
-        product = Signal(signed(2 * CODE_BITS), name=f"product{n}")
-        m.d.comb += product.eq(logic_product(beat.x[n], beat.y[n]))
+        # In logic: an 8 x 8 product would take a whole MULT18X18D. Its operands are the chain's
+        # first registers: the beat's payload fans out to every lane, and the adder tree
+        # behind it then starts at the lane's own flip-flops.
         wait = t_r - lat["to_fp32"]
+        product = Signal(signed(2 * CODE_BITS), name=f"product{n}")
+        m.d.comb += product.eq(logic_product(delay(m, beat.x[n], 1, name=f"product_x{n}"),
+                                             delay(m, beat.y[n], 1, name=f"product_y{n}")))
         m.d.comb += [
             to_bf16.i.valid.eq(go), to_bf16.i.payload.x.eq(beat.x[n]),
             arg.i.valid.eq(to_bf16.o.valid), arg.i.payload.a.eq(to_bf16.o.payload.y),
@@ -243,7 +246,7 @@ class GatedActivation(wiring.Component):
             add.i.payload.b.eq(one),
             recip.i.valid.eq(add.o.valid), recip.i.payload.x.eq(add.o.payload.y),
             to_fp32.i.valid.eq(delay(m, go, wait, name=f"product_go{n}", reset=True)),
-            to_fp32.i.payload.x.eq(delay(m, product, wait, name=f"product_d{n}")),
+            to_fp32.i.payload.x.eq(delay(m, product, wait - 1, name=f"product_d{n}")),
             mul_q.i.valid.eq(recip.o.valid), mul_q.i.payload.a.eq(to_fp32.o.payload.y),
             mul_q.i.payload.b.eq(recip.o.payload.y),
             mul_v.i.valid.eq(mul_q.o.valid), mul_v.i.payload.a.eq(mul_q.o.payload.y),
