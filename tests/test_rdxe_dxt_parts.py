@@ -175,9 +175,9 @@ def test_gatherer_words_in_order_under_back_pressure():
 # --- token buffer --------------------------------------------------------------------------------
 
 def test_token_buffer_stores_reads_and_normalizes_in_place():
-    """Chunks stored into one half and activations into the other read back (a stored chunk
-    from the cycle after its transfer, through the transparent read); an activation written in the
-    cycle its row is read comes back at once (transparent read); chunks normalized in place
+    """Chunks stored into one half and activations into the other read back; an activation
+    written in the cycle its row is read with ``fresh`` comes back at once, and the same read
+    without ``fresh`` gives the row the memory held; chunks normalized in place
     read back as ``golden`` ``requantize(x, m, shift)`` in the ``clamp`` range, the other half
     untouched."""
     cfg = DxtConfig(**dict(SMALL, clamp="full"))
@@ -212,19 +212,22 @@ def test_token_buffer_stores_reads_and_normalizes_in_place():
                 ctx.set(port.valid, 0)
         for h, j in ((0, 0), (1, C - 1), (0, C // 2), (1, 1)):
             assert await read(ctx, h, j) == list(rows[h, j]), (h, j)
-        # Transparent: the row being written is read in the same cycle.
-        fresh = rng.integers(-128, 128, L)
-        ctx.set(dut.act.valid, 1)
-        set_payload(ctx, dut.act.payload, {"half": 1, "j": 2, "data": fresh.tolist()})
-        ctx.set(dut.read.valid, 1)
-        set_payload(ctx, dut.read.payload, {"half": 1, "j": 2})
-        await ctx.tick()
-        await idle(ctx)
-        for _ in range(READ_LATENCY - 1):
+        # Fresh: the row being written is read in the same cycle; not fresh: the old row.
+        for flag, j in ((0, 1), (1, 2)):
+            fresh = rng.integers(-128, 128, L)
+            ctx.set(dut.act.valid, 1)
+            set_payload(ctx, dut.act.payload, {"half": 1, "j": j, "data": fresh.tolist()})
+            ctx.set(dut.read.valid, 1)
+            set_payload(ctx, dut.read.payload, {"half": 1, "j": j, "fresh": flag})
             await ctx.tick()
-        await ctx.delay(1e-9)
-        assert [int(ctx.get(dut.data[k])) for k in range(L)] == list(fresh)
-        rows[1, 2] = fresh
+            await idle(ctx)
+            for _ in range(READ_LATENCY - 1):
+                await ctx.tick()
+            await ctx.delay(1e-9)
+            want = fresh if flag else rows[1, j]
+            assert [int(ctx.get(dut.data[k])) for k in range(L)] == list(want), flag
+            rows[1, j] = fresh
+            ctx.set(dut.read.payload.fresh, 0)
         for j in range(C):
             ctx.set(dut.norm.valid, 1)
             set_payload(ctx, dut.norm.payload, {"half": 0, "j": j, "m": m, "shift": shift})

@@ -39,13 +39,16 @@ class TokenBuffer(wiring.Component):
     -------
     store : In(stream.Signature(store_layout(cfg), always_ready=True))
         An ``x`` chunk written into chunk ``j`` of ``half`` one cycle later (readable from the
-        cycle after the transfer).
+        second cycle after the transfer).
     act : In(stream.Signature(store_layout(cfg), always_ready=True))
         An activation chunk written likewise (a P.V's pass 0, kept for its later passes).
-    read : In(stream.Signature(StructLayout({"half": 1, "j": ...}), always_ready=True))
-        A chunk to read: on ``data`` :data:`READ_LATENCY` (2) cycles later. The read is
-        transparent for the write of the same cycle (a one-chunk P.V's second pass reads the
-        activation being stored).
+    read : In(stream.Signature(StructLayout({"half": 1, "j": ..., "fresh": 1}),
+                               always_ready=True))
+        A chunk to read: on ``data`` :data:`READ_LATENCY` (2) cycles later. With ``fresh``, the
+        chunk ``act`` writes in the same cycle (a one-chunk P.V's second pass reads the
+        activation being stored): its data is that write's. The requester knows it a cycle
+        ahead, so no address compare sits between ``act`` and the read's register (the
+        memories are not transparent).
     norm : In(stream.Signature(normalize_request_layout(cfg), always_ready=True))
         Chunk ``j`` of ``half`` to rewrite as ``requantize(x, m, shift)`` (the sequential
         mode): registered, read, registered, scaled by a :class:`~hdl.rdxe.ve.Normalizer`,
@@ -62,7 +65,7 @@ class TokenBuffer(wiring.Component):
 
     def __init__(self, cfg: DxtConfig):
         self.cfg = check_config(cfg, DxtConfig, "DXT")
-        chunk = data.StructLayout({"half": 1, "j": unsigned(index_bits(cfg.chunks))})
+        chunk = data.StructLayout({"half": 1, "j": unsigned(index_bits(cfg.chunks)), "fresh": 1})
         super().__init__({
             "store": In(stream.Signature(store_layout(cfg), always_ready=True)),
             "act": In(stream.Signature(store_layout(cfg), always_ready=True)),
@@ -94,10 +97,13 @@ class TokenBuffer(wiring.Component):
                           delay(m, self.store.payload.as_value(), 1, name="store"))
         store_valid = delay(m, self.store.valid, 1, name="store_valid", reset=True)
         reads = []
+        # A fresh read's chunk: the activation written with it, beside the memories' registers.
+        fresh = delay(m, self.read.valid & self.read.payload.fresh, 1, name="read_fresh")
+        written = delay(m, self.act.payload.data.as_value(), 1, name="act_written")
         for h in range(2):
             m.submodules[f"half{h}"] = mem = Memory(shape=row_shape, depth=cfg.chunks, init=[])
             wr = mem.write_port()
-            rd = mem.read_port(transparent_for=[wr])
+            rd = mem.read_port()
             mine_x = store_valid & (store.half == h)
             mine_act = self.act.valid & (self.act.payload.half == h)
             mine_norm = norm.o.valid & (norm_half == h)
@@ -110,7 +116,8 @@ class TokenBuffer(wiring.Component):
                 rd.addr.eq(Mux(norm_read, req.j, self.read.payload.j)),
                 rd.en.eq(norm_read | (self.read.valid & (self.read.payload.half == h))),
             ]
-            reads.append(delay(m, rd.data.as_value(), READ_LATENCY - 1, name=f"read{h}"))
+            reads.append(delay(m, Mux(fresh, written, rd.data.as_value()), READ_LATENCY - 1,
+                               name=f"read{h}"))
         # Two copies of the half's selection, so that the chunk queue's and the normalizer's
         # multiplexers are separate logic, each placed beside its own load.
         half = delay(m, Mux(norm_valid, req.half, self.read.payload.half),

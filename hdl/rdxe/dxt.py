@@ -133,6 +133,17 @@ class Dxt(wiring.Component):
         (``golden.rdxe.Latency.request``)."""
         return self.act_latency - 1 + READ_LATENCY
 
+    @staticmethod
+    def _fresh(m, read, write):
+        """Whether the token buffer's read this cycle is of the chunk whose activation is
+        stored in it (the request tail's), from the requests a cycle before (``read`` the
+        request about to reach the read, ``write`` the one about to reach the tail): a
+        register."""
+        r, w = read.payload, write.payload
+        same = (r.half == w.half) & (r.j == w.j)
+        return delay(m, read.valid & ~r.act & write.valid & w.act & w.buf_write & same, 1,
+                     name="read_fresh", reset=True)
+
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
@@ -140,7 +151,10 @@ class Dxt(wiring.Component):
         ve = cfg.ve_config()
         lat = self.request_latency
         m.submodules.sequencer = seq = Sequencer(cfg, request_latency=lat)
-        m.submodules.requests = line = DelayLine(request_layout(cfg), self.act_latency - 1)
+        # The requests' line ends in a stage of its own: a read's request is there a cycle before
+        # the token buffer reads, when the activation it may read is one stage further on.
+        m.submodules.requests = early = DelayLine(request_layout(cfg), self.act_latency - 2)
+        m.submodules.request_read = line = DelayLine(request_layout(cfg), 1)
         m.submodules.request_tail = tail = DelayLine(request_layout(cfg), 1)
         m.submodules.request_feed = to_feed = DelayLine(request_layout(cfg), READ_LATENCY - 1)
         m.submodules.tokens = tokens = TokenBuffer(cfg)
@@ -159,7 +173,8 @@ class Dxt(wiring.Component):
         # activation path into the chunk queue.
         wiring.connect(m, wiring.flipped(self.cmd), seq.cmd)
         wiring.connect(m, wiring.flipped(self.x), seq.x)
-        wiring.connect(m, seq.req, line.i)
+        wiring.connect(m, seq.req, early.i)
+        wiring.connect(m, early.o, line.i)
         wiring.connect(m, line.o, tail.i)
         wiring.connect(m, tail.o, to_feed.i)
         wiring.connect(m, seq.store, tokens.store)
@@ -178,6 +193,7 @@ class Dxt(wiring.Component):
         m.d.comb += [
             tokens.read.valid.eq(line.o.valid & ~req_read.act),
             tokens.read.payload.half.eq(req_read.half), tokens.read.payload.j.eq(req_read.j),
+            tokens.read.payload.fresh.eq(self._fresh(m, early.o, line.o)),
             tokens.act.valid.eq(tail.o.valid & req_act.act & req_act.buf_write),
             tokens.act.payload.half.eq(req_act.half), tokens.act.payload.j.eq(req_act.j),
             tokens.act.payload.data.eq(acts.p.payload.data),
