@@ -8,9 +8,9 @@ import pytest
 
 from memwall import registry
 from memwall.params import ParameterError
-from sim.rdxe.host import Layer
+from sim.rdxe.host import Layer, reduced_layer
 
-from .launcher import case_id, case_runs, run_block, run_case
+from .launcher import SIMULATORS, case_id, case_runs, run_block, run_case
 from .rdxe.dxe_tb import ENV_LAYER
 
 #: The small preset runs the reduced layer: two tokens with idle and back-pressure, a token at
@@ -53,6 +53,19 @@ def test_parameters_are_checked_by_the_engine(overrides, message):
     with pytest.raises(ParameterError) as info:
         registry.get("rdxe-dxe").parameters("small", overrides)
     assert str(info.value) == message
+
+
+#: With --slow under both: the one-DXT reduced layer (one KV group of 2 heads) on two DXTs of the
+#: small preset's DXT, the group's cache and both heads on DXT 0, every GEMV split across both
+#: (docs/rdxe.md 15); tests/test_rdxe_dxts.py runs it in Amaranth's simulator (--slow too).
+@pytest.mark.slow
+@pytest.mark.parametrize("simulator", SIMULATORS)
+def test_one_group_on_two_dxts(simulator, tmp_path):
+    block = registry.get("rdxe-dxe")
+    path = tmp_path / "layer.pickle"
+    path.write_bytes(pickle.dumps(reduced_layer(block.parameters("small"))))
+    run_block("rdxe-dxe", block.parameters("small", {"dxts": "2"}), simulator,
+              testcase=["layer_tokens", "cache_full"], extra_env={ENV_LAYER: str(path)})
 
 
 #: SmolLM2-135M's layer 2 for two tokens at the paper preset (16 VACs of 16 lanes, the layer's

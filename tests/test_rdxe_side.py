@@ -14,7 +14,7 @@ from sim.rdxe.host import dxt_loads, model_cycles
 from golden import rdxe as golden
 from golden.rdxe import assemble as A
 from hdl.rdxe.ctrl import Store
-from hdl.rdxe.dxe import Dxe
+from hdl.rdxe.dxe import Dxe, stride_value
 from hdl.rdxe.dxtside import DxtSide
 from hdl.rdxe.isa import OPCODES, instruction_layout
 from hdl.rdxe.spec import DxtConfig
@@ -76,10 +76,16 @@ async def load_dxe(ctx, top, asm, flat, loads: tuple, position: int = 0,
     """Load the DXT side's ``loads`` (:func:`~sim.rdxe.host.dxt_loads`: WMEM, PPU,
     GEMV tables, the fixed inputs), then the program and the constants of ``flat``; the next KV
     append is token ``position`` (a DXE of several slots takes its restarts with its runs, and
-    so does a ring's DXE: ``restart`` False)."""
+    so does a ring's DXE: ``restart`` False). A DXE of several DXTs holds the layer's stride
+    (its KV groups and heads)."""
     wmem, ppu, table, fixed = loads
     for name, value in fixed.items():
         ctx.set(getattr(top, name), value)
+    if getattr(top, "dxts", 1) > 1:
+        step = A.stride(asm)
+        for name, value in stride_value(top.cfg, top.dxt_cfg, step.gemvs, step.const_words,
+                                        step.kv_groups, dxts=top.dxts).items():
+            ctx.set(getattr(top.stride, name), value)
     if top.slots == 1 and restart:
         ctx.set(top.position, position)
         ctx.set(top.restart, 1)

@@ -28,7 +28,8 @@ own KV cache. An engine of several ``slots`` (docs/rdxe.md 16.2) takes each run'
 and its restart in the ``run`` payload (the host holds ``stride`` then even for one layer), and
 the model keeps a token count and a KV cache a slot and layer; the layer's groups are the DXT's
 over ``slots x layers``. An engine of several ``dxts`` (docs/rdxe.md 16.5) runs a layer of
-``dxts`` x the DXT's groups; its loads name their DXT, each DXT's share of every GEMV.
+``dxts`` x the DXT's groups (or of fewer from :data:`ENV_LAYER`: docs/rdxe.md 15), the host
+holding ``stride``; its loads name their DXT, each DXT's share of every GEMV.
 
 Tests: ``layer_tokens`` (two tokens, the second attending over both, idle and back-pressure),
 ``cache_full`` (a token at the KV cache's capacity: the run ends at the KV append with
@@ -115,7 +116,8 @@ class DxeTB(BlockTB):
             self.views = A.stacked_tables([variant(self.layer.tables, l)
                                            for l in range(p.layers)], self.asm)
         self.flat = self.views[0]
-        self.groups = A.stride(self.asm).kv_groups if p.layers > 1 or p.slots > 1 else None
+        self.groups = (A.stride(self.asm).kv_groups if p.layers > 1 or p.slots > 1 or p.dxts > 1
+                       else None)
         self.dmodel = DxeModel(p, self.asm, self.views)
         self.samplers = _samplers(self.block.name, p.slots)
         self.lanes = p.lanes

@@ -8,7 +8,8 @@ over VLINK. Without it, every DXT holding a query head of a group would keep its
 
 Placement (:func:`place`): query heads in order, in contiguous runs as equal as the counts allow
 (DXT ``j`` takes heads ``floor(j H / D)`` to ``floor((j + 1) H / D) - 1``; a DXT may hold none
-when ``D > H``); a KV group's home is the DXT of its first query head.
+when ``D > H``); a KV group's home is the DXT of its first query head. memwall's DXE
+(:func:`dxe_layout`) runs each head's attention on its group's home instead.
 """
 
 from __future__ import annotations
@@ -81,25 +82,29 @@ def place(heads: int, kv_heads: int, dxts: int) -> Placement:
 
 def dxe_layout(heads: int, kv_heads: int, dxts: int, dxt_groups: int, group_size: int
                ) -> Placement:
-    """The placement of a layer of ``heads`` query heads in ``kv_heads`` KV groups on a DXE of
-    ``dxts`` DXTs without VLINK (``hdl.rdxe.dxtside.DxtSide`` with ``dxts``, docs/rdxe.md 16.5),
-    each DXT holding ``dxt_groups`` groups of ``group_size`` heads: :func:`place`'s, which then
-    gives DXT ``j`` groups ``j dxt_groups ..``.
+    """Where a layer of ``heads`` query heads in ``kv_heads`` KV groups attends on a DXE of
+    ``dxts`` DXTs (``hdl.rdxe.dxtside.DxtSide`` with ``dxts``, docs/rdxe.md 15 and 16.5), each
+    DXT holding ``dxt_groups`` groups of ``group_size`` heads: group ``g``'s cache in DXT ``g //
+    dxt_groups`` (its home, the DXTs filled in order), and every query head's Q.K^T and P.V on
+    its group's home. So each group's cache is stored once (``copies()`` is ``kv_heads``), what
+    VLINK gives the paper's split (:func:`place`, whose ``copies(vlink=False)`` is the split
+    without it); the query of a head that :func:`place` puts on another DXT reaches the home
+    through the rr-SRAM. A layer may use fewer groups than the DXE holds.
 
     Raises
     ------
     ValueError
-        A group whose query heads :func:`place` puts on two DXTs (it needs VLINK), or a layer
-        whose groups or group size are not the DXE's (``dxts x dxt_groups`` of
-        ``group_size``); what :func:`place` raises.
+        A layer whose group size is not the DXTs', or whose groups do not fit them; what
+        :func:`place` raises.
     """
-    placement = place(heads, kv_heads, dxts)
-    if placement.reads:
-        h, home, d = placement.reads[0]
-        raise ValueError(f"{kv_heads} KV groups of {heads} query heads on {dxts} DXTs need "
-                         f"VLINK: query head {h} is on DXT {d}, its group's cache on DXT {home}")
-    if kv_heads != dxts * dxt_groups or placement.group_size != group_size:
-        raise ValueError(f"A layer on {dxts} DXTs of {dxt_groups} KV groups of {group_size} "
-                         f"query heads has {dxts * dxt_groups} groups of {group_size}, not "
-                         f"{kv_heads} of {placement.group_size}")
-    return placement
+    paper = place(heads, kv_heads, dxts)
+    dxt_groups = integer(dxt_groups, "KV groups a DXT", 1, 4096)
+    if paper.group_size != group_size:
+        raise ValueError(f"A layer of {heads} query heads in {kv_heads} KV groups has groups of "
+                         f"{paper.group_size}; the DXE's DXTs hold groups of {group_size}")
+    if kv_heads > dxts * dxt_groups:
+        raise ValueError(f"A layer of {kv_heads} KV groups does not fit {dxts} DXTs of "
+                         f"{dxt_groups} groups ({dxts * dxt_groups} in all)")
+    home = tuple(g // dxt_groups for g in range(kv_heads))
+    return Placement(heads, kv_heads, dxts, tuple(home[h // group_size] for h in range(heads)),
+                     home)

@@ -12,8 +12,10 @@ also carries the token's request ``slot`` and ``restart``/``position`` (that slo
 ``position`` before the run); the controller takes ``pc`` and ``count``, the DXT side the rest.
 
 A DXE of several ``dxts`` (docs/rdxe.md 16.5) runs each GEMV on all of them at once, each on its
-share of the outputs, every chunk read once for all; its KV groups and query heads are ``dxts``
-x the DXT's, DXT ``j`` holding the ``j``-th DXT's worth. The host's loads name their DXT.
+share of the outputs, every chunk read once for all; it holds ``dxts`` x the DXT's KV groups,
+DXT ``j`` the ``j``-th DXT's worth, and the layer's groups (``stride``, at most that) fill them
+from DXT 0 on, every query head attending on its group's DXT (docs/rdxe.md 15: each group's
+cache stored once, what VLINK gives). The host's loads name their DXT.
 """
 
 from __future__ import annotations
@@ -67,8 +69,8 @@ class Dxe(wiring.Component):
     table, wmem, ppu, identity, score_entry, pv_entry, score_scale, position, restart :
         the DXT side's (:class:`~hdl.rdxe.dxtside.DxtSide`); ``position`` and ``restart`` with
         one slot only.
-    stride : with ``ctrl.layers`` or ``slots`` above 1: the layer stride, held (to the
-        controller with several layers, to the DXT side).
+    stride : with ``ctrl.layers``, ``slots`` or ``dxts`` above 1: the layer stride, held (to
+        the controller with several layers, to the DXT side).
     scales : with ``ctrl.layers`` above 1 (instead of ``score_scale``): each layer's score step,
         to the DXT side.
 
@@ -113,7 +115,7 @@ class Dxe(wiring.Component):
         m.d.comb += ctrl.eps.eq(self.eps)
         if self.cfg.layers > 1:
             m.d.comb += [ctrl.stride.eq(self.stride), side.stride.eq(self.stride)]
-        elif self.slots > 1:
+        elif "stride" in side.signature.members:
             m.d.comb += side.stride.eq(self.stride)
         for name in _SIDE_PORTS:
             if name not in self.side.signature.members:
@@ -149,14 +151,15 @@ def share_ext(m, target, first, second, first_wins, name="host_read"):
 
 
 def stride_value(ctrl: CtrlConfig, dxt: DxtConfig, gemvs: int, const_words: int,
-                 kv_groups: int, slots: int = 1) -> dict:
+                 kv_groups: int, slots: int = 1, dxts: int = 1) -> dict:
     """The ``stride`` a host holds for a program whose layers take ``gemvs`` GEMV tables,
     ``const_words`` constant words and ``kv_groups`` KV groups each
     (:func:`golden.rdxe.assemble.stride`), on a DXE of ``ctrl.layers`` layers and ``slots``
-    resident requests: a payload of :func:`~hdl.rdxe.ctrl.stride_layout` with the layer's query
-    heads added. Raises ``TypeError``/``ValueError`` naming a stride that is not a count, whose
-    layers do not fit the program space, whose slots' layers do not fit the DXT's KV groups, or
-    whose constants do not start on a row."""
+    resident requests (or ``dxts`` DXTs, whose KV groups the layer's fill from DXT 0 on): a
+    payload of :func:`~hdl.rdxe.ctrl.stride_layout` with the layer's query heads added. Raises
+    ``TypeError``/``ValueError`` naming a stride that is not a count, whose layers do not fit
+    the program space, whose slots' layers do not fit the DXT's (or DXTs') KV groups, or whose
+    constants do not start on a row."""
     L = ctrl.layers
     space = ctrl.space
     S = DxtSide.check_slots(slots)
@@ -164,7 +167,8 @@ def stride_value(ctrl: CtrlConfig, dxt: DxtConfig, gemvs: int, const_words: int,
             ("GEMV tables", gemvs, space.gemvs, "the program space's GEMV tables", 1),
             ("constant words", const_words, space.const_words, "the program space's constant "
                                                                "words", 1),
-            ("KV groups", kv_groups, dxt.kv_groups, "the DXT's KV groups", S)):
+            ("KV groups", kv_groups, dxts * dxt.kv_groups,
+             "the DXTs' KV groups" if dxts > 1 else "the DXT's KV groups", S)):
         integer(value, f"Layer stride's {name}", 0, limit)
         if copies * L * value > limit:
             of = f"{copies} slots x " if copies > 1 else ""

@@ -34,7 +34,9 @@ no cycle).
 With ``dxts`` above 1 (docs/rdxe.md 16.5, :mod:`hdl.rdxe.dxts`) a GEMV goes to every DXT at
 once, each with its own table entry (its share of the outputs, from ``first``), its chunks read
 once for all and its results written through a queue a DXT; a KV append's groups and an
-attention's heads run one at a time on the DXT that holds them. The host's loads name their DXT.
+attention's heads run one at a time on the DXT that holds them, the layer's counts of them on
+``stride`` (its groups fill the DXTs from DXT 0 on; docs/rdxe.md 15). The host's loads name
+their DXT.
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ from .ctrl import CtrlConfig, Store, dxt_layout, ext_layout, op_is, stride_layou
 from .dxt import Dxt
 from .dxts import BroadcastIo, check_dxts, count_reads, one_hot
 from .sequencer import DECODE
-from .spec import (CODE_BITS, DESTS, GBUS_BYTES, OPS, DxtConfig, check_config, command_layout,
-                   rc_layout)
+from .spec import (CODE_BITS, DESTS, GBUS_BYTES, MAX_KV_GROUPS, OPS, DxtConfig, check_config,
+                   command_layout, rc_layout)
 
 __all__ = ["DxtSide", "gemv_table_layout", "scale_layout", "slot_layout", "instruction_cycles",
            "ext_stage", "READ_DELAY", "COMMAND_DELAY", "MAX_SLOTS"]
@@ -128,7 +130,8 @@ READ_DELAY = 2
 COMMAND_DELAY = 1
 
 
-def instruction_cycles(cfg: DxtConfig, op: str, commands, dxts: int = 1) -> int:
+def instruction_cycles(cfg: DxtConfig, op: str, commands, dxts: int = 1,
+                       heads: int | None = None) -> int:
     """Cycles of one DXT instruction ``op`` (an opcode name) from ``dxt.valid`` rising to
     ``dxt_done`` taken, the controller's ``dxt_cycles``
     (:func:`hdl.rdxe.ctrl.instruction_cycles`). ``commands``: the DXT commands it runs, in order,
@@ -139,11 +142,12 @@ def instruction_cycles(cfg: DxtConfig, op: str, commands, dxts: int = 1) -> int:
     keep one a cycle, less the command's decode beyond the first register, which the read
     overlaps; one without chunks comes :data:`COMMAND_DELAY` later, the command's register).
     Each command adds a cycle for the state that sees its response; an attention adds the score
-    entry's writes, one a VAC (on every DXT at once), and a cycle a head (``dxts x`` the DXT's
-    heads). On several ``dxts`` a
+    entry's writes, one a VAC (on every DXT at once), and a cycle a head (``heads``, by default
+    ``dxts x`` the DXT's). On several ``dxts`` a
     command's cycles run to the side seeing its results written too
     (:func:`hdl.rdxe.dxts.shared_cycles`)."""
-    extra = cfg.vacs + check_dxts(dxts) * cfg.heads if op == "attend" else 0
+    heads = check_dxts(dxts) * cfg.heads if heads is None else heads
+    extra = cfg.vacs + heads if op == "attend" else 0
     late = READ_DELAY + 1 - DECODE
     return _OVERHEAD + extra + sum(c + 1 + max(COMMAND_DELAY, late * bool(chunked))
                                    for c, chunked in commands)
@@ -187,8 +191,9 @@ class DxtSide(wiring.Component):
     restart : In(1)
         A new sequence: the next KV append is token ``position``.
     stride : In(stride_layout(ctrl))
-        With ``ctrl.layers`` or ``slots`` above 1: the layer stride (its ``kv_groups`` and
-        ``heads`` are the groups an append writes and the heads an attention runs).
+        With ``ctrl.layers``, ``slots`` or ``dxts`` above 1: the layer stride (its ``kv_groups``
+        and ``heads`` are the groups an append writes and the heads an attention runs; on
+        several DXTs the layer's, at most the DXE's, from DXT 0's first group on).
     scales : In(stream.Signature(scale_layout(ctrl), always_ready=True))
         With ``ctrl.layers`` above 1, instead of ``score_scale``: each layer's, one a cycle.
     run : In(stream.Signature(slot_layout(dxt, slots), always_ready=True))
@@ -196,7 +201,8 @@ class DxtSide(wiring.Component):
         controller takes in the same cycle, and whether it starts over.
 
     Bad ``slots`` (1 to :data:`MAX_SLOTS`) or ``dxts`` (1 to 8; 1 with several layers or
-    slots) raises ``TypeError``/``ValueError`` naming it.
+    slots; a DXE's KV groups at most the stride's 64) raises ``TypeError``/``ValueError``
+    naming it.
     """
 
     @staticmethod
@@ -214,6 +220,10 @@ class DxtSide(wiring.Component):
             raise ValueError(f"Several DXTs run one layer of one request: with {D} DXTs the "
                              f"layers and slots must be 1, not {ctrl.layers} and {self.slots}")
         self.dxt_cfg = check_config(dxt, DxtConfig, "DXT")
+        if D * dxt.kv_groups > MAX_KV_GROUPS:
+            raise ValueError(f"A DXE of {D} DXTs of {dxt.kv_groups} KV groups holds "
+                             f"{D * dxt.kv_groups}; the layer stride counts at most "
+                             f"{MAX_KV_GROUPS}")
         if ctrl.lanes != dxt.lanes or ctrl.head_dim != dxt.head_dim:
             raise ValueError(f"The controller's lanes and head dimension ({ctrl.lanes}, "
                              f"{ctrl.head_dim}) must be the DXT's ({dxt.lanes}, {dxt.head_dim})")
@@ -237,7 +247,8 @@ class DxtSide(wiring.Component):
             "identity": In(index_bits(ctrl.space.gemvs)),
             "score_entry": In(cmd["entry"]),
             "pv_entry": In(cmd["entry"]),
-            **({"stride": In(stride_layout(ctrl))} if ctrl.layers > 1 or slots > 1 else {}),
+            **({"stride": In(stride_layout(ctrl))} if ctrl.layers > 1 or slots > 1 or D > 1
+               else {}),
             **({"scales": In(stream.Signature(scale_layout(ctrl), always_ready=True))}
                if ctrl.layers > 1 else {"score_scale": In(FP32.width)}),
             **({"run": In(stream.Signature(slot_layout(dxt, slots), always_ready=True))}
@@ -566,10 +577,11 @@ class _Layer:
         cfg, ctrl = side.dxt_cfg, side.ctrl
         self.tokens, self.looped = tokens, ctrl.layers > 1
         if not self.looped:
-            # Several DXTs: the DXE's groups and heads, DXT j holding the j-th DXT's worth.
             self.group, self.head = 0, 0
-            self.groups, self.heads = side.dxts * cfg.kv_groups, side.dxts * cfg.heads
-            if side.slots > 1:                   # a slot's groups, not the DXT's
+            self.groups, self.heads = cfg.kv_groups, cfg.heads
+            # A slot's groups, not the DXT's; on several DXTs the layer's, DXT j holding groups
+            # j kv_groups .. and their heads (as many DXTs as they fill).
+            if side.slots > 1 or side.dxts > 1:
                 self.groups, self.heads = side.stride.kv_groups, side.stride.heads
             self.scale, self.context = side.score_scale, tokens
             return

@@ -115,10 +115,10 @@ def host_ports(params, asm: A.Assembled, views: list) -> dict:
     flat, ctrl = views[0], params.ctrl_config()
     ports = {**_gemv_layout(flat, params, params.dxts)[1],
              "score_scale": int(flat.score_scale)}
-    if params.layers > 1 or params.slots > 1:
+    if params.layers > 1 or params.slots > 1 or params.dxts > 1:
         step = A.stride(asm)
         value = stride_value(ctrl, params.dxt_config(), step.gemvs, step.const_words,
-                             step.kv_groups, params.slots)
+                             step.kv_groups, params.slots, params.dxts)
         ports["stride"] = stride_layout(ctrl).const(value).as_value().value
     if params.layers > 1:
         del ports["score_scale"]
@@ -160,10 +160,9 @@ def model_cycles(ctrl, dxt, words, flat, tokens: int, groups: int | None = None,
     (:func:`hdl.rdxe.dxtside.instruction_cycles`) with its commands timed by the DXT's
     (``golden.rdxe.command_cycles``); ``tokens`` in the cache after the run's append. For
     ``ctrl.layers`` layers, :func:`hdl.rdxe.ctrl.loop_cycles` of the words' cycles a layer,
-    ``groups`` the KV groups a layer's words use (the DXT's by default)."""
-    view = dxt if groups is None else dataclasses.replace(dxt, kv_groups=groups)
-    one = program_cycles(ctrl, view, words, {i: g[0].shape for i, g in flat.gemvs.items()},
-                         tokens, dxts)
+    ``groups`` the KV groups a layer's words use (the DXTs' by default)."""
+    one = program_cycles(ctrl, dxt, words, {i: g[0].shape for i, g in flat.gemvs.items()},
+                         tokens, dxts, groups)
     return loop_cycles([one] * ctrl.layers)
 
 

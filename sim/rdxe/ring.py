@@ -536,7 +536,7 @@ def run_point(point: Point) -> dict:
 
 
 def program_cycles(ctrl: CtrlConfig, dxt: DxtConfig, words, gemv_shapes: dict, tokens: int,
-                   dxts: int = 1) -> int:
+                   dxts: int = 1, groups: int | None = None) -> int:
     """Cycles from ``run`` taken to ``done.valid`` for one layer's ``words``: the controller's
     model (:func:`hdl.rdxe.ctrl.run_cycles`), each DXT instruction's by the DXT side's
     (:func:`hdl.rdxe.dxtside.instruction_cycles`) with its commands timed by the DXT's
@@ -545,10 +545,12 @@ def program_cycles(ctrl: CtrlConfig, dxt: DxtConfig, words, gemv_shapes: dict, t
     the DXT side appends to and attends over); ``tokens``: the context, the KV cache's tokens
     after the run's append. Only the attention depends on it. On several ``dxts`` (docs/rdxe.md
     16.5) a GEMV runs on each DXT's share of its outputs at once, and every command's cycles
-    run to its results written (:func:`hdl.rdxe.dxts.shared_cycles`); the KV groups and heads
-    are ``dxts`` x the DXT's, one at a time."""
+    run to its results written (:func:`hdl.rdxe.dxts.shared_cycles`); the KV groups, one at a
+    time, are ``groups`` (by default ``dxts`` x the DXT's), each with the DXT's group of heads."""
     tokens = integer(tokens, "Context length", 1, MAX_TOKENS)
     D = check_dxts(dxts)
+    G = D * dxt.kv_groups if groups is None else integer(groups, "KV groups", 1,
+                                                          D * dxt.kv_groups)
     cycles = []
     for word in words:
         f = instruction_layout(ctrl.space).from_bits(word)
@@ -559,13 +561,13 @@ def program_cycles(ctrl: CtrlConfig, dxt: DxtConfig, words, gemv_shapes: dict, t
             commands = [(_on_dxts(dxt, D, kind, M, K, split=True), True)]
         elif op == "kv_append":
             one = _on_dxts(dxt, D, "gemv", dxt.head_dim, dxt.head_dim, keep=False)
-            commands = [(one, True)] * (2 * dxt.kv_groups * D)
+            commands = [(one, True)] * (2 * G)
         elif op == "attend":
             commands = [(_on_dxts(dxt, D, "qk", tokens, 0, keep=False), True),
-                        (_on_dxts(dxt, D, "pv", tokens, 0), False)] * dxt.heads * D
+                        (_on_dxts(dxt, D, "pv", tokens, 0), False)] * G * dxt.group_size
         else:
             continue
-        cycles.append(dxt_instruction_cycles(dxt, op, commands, D))
+        cycles.append(dxt_instruction_cycles(dxt, op, commands, D, G * dxt.group_size))
     return run_cycles(ctrl, words, cycles)
 
 
