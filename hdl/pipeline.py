@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from amaranth import Module, Mux, Signal, Value
+from amaranth import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -464,19 +464,26 @@ class SkidQueue(SkidBuffer):
         m = Module()
         i, o = self.i, self.o
         places = [Signal.like(i.payload, name=f"place{k}") for k in range(2)]
-        at_write, at_read, full = Signal(name="at_write"), Signal(name="at_read"), Signal()
+        full = Signal()
         write, read = i.valid & ~full, o.valid & o.ready
         count = o.valid + full + write - read
-        m.d.comb += [i.ready.eq(~full), o.payload.eq(Mux(at_read, places[1], places[0]))]
-        m.d.sync += [o.valid.eq(count != 0), full.eq(count == 2)]
-        with m.If(write):
-            m.d.sync += at_write.eq(~at_write)
-            with m.If(at_write):
-                m.d.sync += places[1].eq(i.payload)
-            with m.Else():
-                m.d.sync += places[0].eq(i.payload)
-        with m.If(read):
-            m.d.sync += at_read.eq(~at_read)
+        # Each pointer in two flip-flops that synthesis keeps apart (one holds the inverse),
+        # each driving half the payload: the write pointer one place's enables each, the read
+        # pointer half the output's bits each.
+        to_one, to_zero = Signal(name="at_write"), Signal(name="at_write_n", init=1)
+        from_one, from_zero = Signal(name="at_read"), Signal(name="at_read_n", init=1)
+        m.d.sync += [o.valid.eq(count != 0), full.eq(count == 2),
+                     to_one.eq(to_one ^ write), to_zero.eq(to_zero ^ write),
+                     from_one.eq(from_one ^ read), from_zero.eq(from_zero ^ read)]
+        flat = [Value.cast(p) for p in places]
+        half = len(flat[0]) // 2
+        m.d.comb += [i.ready.eq(~full),
+                     o.payload.eq(Cat(Mux(from_zero, flat[0][:half], flat[1][:half]),
+                                      Mux(from_one, flat[1][half:], flat[0][half:])))]
+        with m.If(write & to_one):
+            m.d.sync += places[1].eq(i.payload)
+        with m.If(write & to_zero):
+            m.d.sync += places[0].eq(i.payload)
         return m
 
 
