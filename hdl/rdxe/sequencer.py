@@ -453,7 +453,8 @@ class Sequencer(wiring.Component):
             with m.State("WAIT_RC"):
                 with m.If(self.seq_rc_valid):
                     m.d.comb += self.seq_rc_take.eq(1)
-                    m.d.sync += [s.norm_rc.eq(self.seq_rc), *s.goto(0)]
+                    # ``j`` is 0 already: LOAD and ACTGEN end on their last chunk's wrap.
+                    m.d.sync += s.norm_rc.eq(self.seq_rc)
                     m.next = "NORM"
             with m.State("NORM"):
                 m.d.comb += s.norm_read.eq(1)
