@@ -266,17 +266,23 @@ _SPECIALS = [0, 0x80000000, 0x3F800000, 0x7F800000, 0x7FC00000, 0x00000001, 0x7F
              0x00800000, 0x3FFFFFFF, 0xBF7FFFFF]
 
 
-def test_pieces_on_blocks_beside_pieces_in_logic_give_the_generic_bits(tmp_path):
+@pytest.mark.parametrize("a_fmt, kwargs", [
+    (FP32, dict(split="dsp18", narrow_in_logic=True, stages=6)),     # the controller's fp32 x fp32
+    (BF16, dict(split="dsp18", stages=6)),                           # the activation's argument
+])
+def test_pieces_on_blocks_beside_pieces_in_logic_give_the_generic_bits(tmp_path, a_fmt, kwargs):
     """The controller's fp32 x fp32 unit (one 18 x 18 piece on a block, the narrow pieces in
-    logic) written for the ECP5 with the block's registers, simulated with the block's model,
-    equals the generic Verilog's product in every cycle (specials, random codes)."""
-    kwargs = dict(split="dsp18", narrow_in_logic=True, stages=6)
-    ecp5 = FloatMultiplier(FP32, FP32, FP32, block_registers=True, **kwargs)
+    logic) and the activation's bf16 x fp32 argument (one 8 x 18 piece on a block, the 8 x 6 in
+    logic), written for the ECP5 with the block's registers and simulated with the block's
+    model, equal the generic Verilog's product in every cycle (specials, random codes)."""
+    ecp5 = FloatMultiplier(a_fmt, FP32, FP32, block_registers=True, **kwargs)
     assert blocks_in(ecp5, "ecp5") == 1
     rng = random.Random(7)
-    words = [a | b << 32 for a in _SPECIALS for b in _SPECIALS]
-    words += [rng.getrandbits(64) for _ in range(2000)]
-    _ecp5_equals_generic(tmp_path, FloatMultiplier(FP32, FP32, FP32, **kwargs), ecp5, 64, words)
+    width = a_fmt.width
+    words = [a >> (32 - width) | b << width for a in _SPECIALS for b in _SPECIALS]
+    words += [rng.getrandbits(width + 32) for _ in range(2000)]
+    _ecp5_equals_generic(tmp_path, FloatMultiplier(a_fmt, FP32, FP32, **kwargs), ecp5,
+                         width + 32, words)
 
 
 def test_reciprocal_on_six_blocks_gives_the_generic_bits(tmp_path):

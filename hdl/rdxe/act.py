@@ -58,7 +58,9 @@ __all__ = ["GatedActivation", "act_in_layout", "act_out_layout"]
 _UNITS = {
     "to_bf16": partial(IntToFloat, CODE_BITS, BF16),
     # Every cut: the rounding's increment and choice fed exp2's first stage (synth.depth).
-    "arg": partial(FloatMultiplier, BF16, FP32, FP32, split="dsp18", stages=6),
+    # Its one block's own registers take the routes to and from it (the blocks are 80 % used).
+    "arg": partial(FloatMultiplier, BF16, FP32, FP32, split="dsp18", stages=6,
+                   block_registers=True),
     "exp2": partial(Exp2),
     "add": partial(FloatAdder, FP32, stages=8),     # every cut: the alignment and the rounding
     "recip": RECIP_SIX_BLOCKS,
