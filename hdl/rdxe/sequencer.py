@@ -151,19 +151,22 @@ class _State:
         self.half = Signal()
         self.p = Signal(range(most + 2), name="p")
         self.pass0 = Signal(name="pass0")        # p == 0, as a register
-        # In RUN; in pass 0 of an operation whose first pass takes ``x`` chunks, or activations
-        # (else it reads the token buffer): registers, so that RUN's issue decision is a
-        # function of flip-flops.
+        # In RUN, LOAD, ACTGEN; in pass 0 of an operation whose first pass takes ``x`` chunks,
+        # or activations (else it reads the token buffer): registers, so that the issue
+        # decision is a function of flip-flops and the chunk queue's two inputs.
         self.running = Signal(name="running")
+        self.loading, self.generating = Signal(name="loading"), Signal(name="generating")
         self.from_x, self.from_act = Signal(name="from_x"), Signal(name="from_act")
         self.j = Signal(range(cfg.chunks + 2), name="j")
         self.left = Signal(range(cfg.capacity + cfg.lanes + 1), name="left")   # P.V tokens left
         self.drain = Signal(range(cfg.chunks + 2), name="drain")
         self.norm_rc = Signal(data.StructLayout({"m": unsigned(cfg.rc_bits - SHIFT_BITS),
                                                  "shift": unsigned(SHIFT_BITS)}), name="norm_rc")
-        # Whether ``j`` is the operation's last chunk: a register kept beside ``j`` (``goto``),
-        # so that the pass's end (``o_out``, the row) is decided from flip-flops.
+        # Whether ``j`` is the operation's last chunk, and whether ``j + 1`` is: registers kept
+        # beside ``j`` (``restart_chunks``, ``next_chunk``), so that the pass's end (``o_out``,
+        # the row) is decided from flip-flops and the next one is not behind the decision.
         self.last_j = Signal(init=1, name="last_j")
+        self.penult_j = Signal(name="penult_j")
         self.last_p = self.p == self.last_pass
         self.issue = Signal()
         self.x_take = Signal()       # x.ready: the sequencer takes a chunk if one is there
@@ -171,11 +174,16 @@ class _State:
         self.issued = Signal()       # the operation has issued a request
         self.norm_read = Signal()
 
-    def goto(self, j, last_chunk=None) -> list:
-        """Statements that move to chunk ``j`` of an operation whose last chunk is
-        ``last_chunk`` (the one held by default)."""
+    def restart_chunks(self, last_chunk=None) -> list:
+        """Statements that move to chunk 0 of an operation whose last chunk is ``last_chunk``
+        (the one held by default)."""
         last = self.last_chunk if last_chunk is None else last_chunk
-        return [self.j.eq(j), self.last_j.eq(j == last)]
+        return [self.j.eq(0), self.last_j.eq(last == 0), self.penult_j.eq(last == 1)]
+
+    def next_chunk(self) -> list:
+        """Statements that move to chunk ``j + 1`` (not past the last)."""
+        return [self.j.eq(self.j + 1), self.last_j.eq(self.penult_j),
+                self.penult_j.eq(self.j + 2 == self.last_chunk)]
 
 
 class Sequencer(wiring.Component):
@@ -364,17 +372,19 @@ class Sequencer(wiring.Component):
     @staticmethod
     def _advance_chunk(m: Module, s: _State, lanes: int):
         with m.If(s.last_j):
-            m.d.sync += s.goto(0)
+            m.d.sync += s.restart_chunks()
         with m.Else():
-            m.d.sync += s.goto(s.j + 1)
+            m.d.sync += s.next_chunk()
         m.d.sync += s.left.eq(s.left - lanes)
 
     @staticmethod
     def _begin(m: Module, s: _State, seq_pv, seq_rms):
         with m.If(seq_pv):
             m.next = "ACTGEN"
+            m.d.sync += s.generating.eq(1)
         with m.Elif(seq_rms):
             m.next = "LOAD"
+            m.d.sync += s.loading.eq(1)
         with m.Else():
             m.next = "RUN"
             m.d.sync += s.running.eq(1)
@@ -403,7 +413,7 @@ class Sequencer(wiring.Component):
                 s.pass_step.eq(Mux(dec.is_pv, 1, Mux(dec.is_qk, key_rows, cmd.chunks))),
                 s.from_x.eq(~(cmd.seq & vrc) & ~dec.is_pv),
                 s.from_act.eq(~cmd.seq & dec.is_pv),
-                s.p.eq(0), s.pass0.eq(1), *s.goto(0, dec.last_chunk), s.left.eq(cmd.tokens),
+                s.p.eq(0), s.pass0.eq(1), *s.restart_chunks(dec.last_chunk), s.left.eq(cmd.tokens),
                 s.drain.eq(Mux(dec.gemv_like, cmd.chunks, Mux(dec.is_qk, key_rows, 0))),
             ]
             base = Mux(dec.is_qk, dec.group * cfg.group_rows,
@@ -434,21 +444,9 @@ class Sequencer(wiring.Component):
             with m.State("START"):
                 with m.If(self._ready_to_start(s.half, s.kv & ~s.softmax, s.softmax)):
                     self._begin(m, s, s.seq & s.softmax, s.seq & ~s.softmax)
-            with m.State("LOAD"):
-                # Sequential RMSNorm: x into the token buffer and the VE's sum, not to HLINK.
-                self._request(m, s, act=0, link=False, hlink=0, tap=1)
-                m.d.comb += [s.x_take.eq(self.can_issue), s.issue.eq(s.x_take & self.x.valid)]
-                with m.If(s.issue):
-                    self._advance_chunk(m, s, L)
-                    with m.If(s.last_j):
-                        m.next = "WAIT_RC"
-            with m.State("ACTGEN"):
-                # Sequential P.V: the activations into the token buffer and the VE's sum.
-                self._request(m, s, act=1, link=False, hlink=0, tap=1, buf_write=1)
-                m.d.comb += s.issue.eq(self.can_issue)
-                with m.If(s.issue):
-                    self._advance_chunk(m, s, L)
-                    with m.If(s.last_j):
+            for name in ("LOAD", "ACTGEN"):           # their work under ``loading``, ``generating``
+                with m.State(name):
+                    with m.If(s.issue & s.last_j):
                         m.next = "WAIT_RC"
             with m.State("WAIT_RC"):
                 with m.If(self.seq_rc_valid):
@@ -459,14 +457,26 @@ class Sequencer(wiring.Component):
             with m.State("NORM"):
                 m.d.comb += s.norm_read.eq(1)
                 with m.If(s.last_j):
-                    m.d.sync += [*s.goto(0), s.left.eq(s.tokens), s.running.eq(1)]
+                    m.d.sync += [*s.restart_chunks(), s.left.eq(s.tokens), s.running.eq(1)]
                     m.next = "RUN"
                 with m.Else():
-                    m.d.sync += s.goto(s.j + 1)
+                    m.d.sync += s.next_chunk()
             with m.State("RUN"):
                 with m.If(s.issue & s.last_j & s.last_p):
                     m.next = "IDLE"
-        # RUN's work, under the ``running`` register rather than the state's decode.
+        # The issuing states' work, under registers rather than the state's decode.
+        with m.If(s.loading):
+            # Sequential RMSNorm: x into the token buffer and the VE's sum, not to HLINK.
+            self._request(m, s, act=0, link=False, hlink=0, tap=1)
+            m.d.comb += [s.x_take.eq(self.can_issue), s.issue.eq(s.x_take & self.x.valid)]
+        with m.If(s.generating):
+            # Sequential P.V: the activations into the token buffer and the VE's sum.
+            self._request(m, s, act=1, link=False, hlink=0, tap=1, buf_write=1)
+            m.d.comb += s.issue.eq(self.can_issue)
+        with m.If((s.loading | s.generating) & s.issue):
+            self._advance_chunk(m, s, L)
+            with m.If(s.last_j):
+                m.d.sync += [s.loading.eq(0), s.generating.eq(0)]
         with m.If(s.running):
             self._run(m, s)
 
