@@ -55,7 +55,7 @@ class TokenBuffer(wiring.Component):
         written back :attr:`norm_latency` cycles later. Its read (a cycle after the request)
         not in the same cycle as a ``read``; the sequencer's plain GEMV after ``NORM`` reads
         its first chunk ``Dxt.act_latency - 1`` cycles after its issue, long after the
-        normalized chunks are written (23 cycles against 7 at every preset).
+        normalized chunks are written (23 cycles against 8 at every preset).
     data : Out(ArrayLayout(signed(8), lanes))
         The chunk read (``read``; ``norm``'s a cycle later) :data:`READ_LATENCY` cycles before,
         from a register behind each half and the selection of the half.

@@ -509,7 +509,7 @@ class Normalizer(wiring.Component):
     -------
     i : In(stream.Signature(normalize_layout(cfg), always_ready=True))
     o : Out(stream.Signature(chunk_layout(cfg.lanes), always_ready=True))
-        ``latency`` (the Requantizer's, 4) cycles later.
+        ``latency`` (the Requantizer's, 5: its shift in two steps) cycles later.
     """
 
     def __init__(self, cfg: VeConfig):
@@ -521,9 +521,12 @@ class Normalizer(wiring.Component):
 
     @staticmethod
     def _unit(cfg: VeConfig) -> partial:
+        # The shift in two steps: in one it took ten LUT levels and a carry chain from the
+        # product register (docs/rdxe.md 14.4, session 30); its writes land in the background.
         return partial(Requantizer, CODE_BITS, CODE_BITS, clamp=cfg.clamp,
-                       mult_bits=cfg.rc_mant_bits, mult_signed=False, block_registers=True,
-                       narrow_in_logic=True, narrow_bits=NORMALIZER_NARROW_BITS)
+                       mult_bits=cfg.rc_mant_bits, mult_signed=False, stages=5,
+                       block_registers=True, narrow_in_logic=True,
+                       narrow_bits=NORMALIZER_NARROW_BITS)
 
     @classmethod
     def latency_of(cls, cfg: VeConfig) -> int:
