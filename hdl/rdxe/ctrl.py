@@ -485,6 +485,10 @@ class DxeController(wiring.Component):
         def wait(value: int) -> list:
             return [waiting.eq(value), shut.eq(1 - value)]
         prog_r = mems[Store.PROG][0]
+        # The program's read row is ``pc`` whenever ``ext`` does not hold the port (Check's
+        # enable decides the read): the row does not wait for the decision, which the program
+        # in LUT RAM would read through.
+        m.d.comb += prog_r.addr.eq(pc)
         loop = _Loop(m, cfg, getattr(self, "stride", None))
         m.d.comb += [self.done.payload.pc.eq(pc), self.done.payload.error.eq(error),
                      self.dxt.payload.insn.eq(insn), self.dxt.payload.value.eq(regs[insn.r_in]),
@@ -508,7 +512,7 @@ class DxeController(wiring.Component):
                         with m.Else():
                             m.next = "Layer"
                 with m.Else():
-                    m.d.comb += [prog_r.addr.eq(pc), prog_r.en.eq(1)]
+                    m.d.comb += prog_r.en.eq(1)
                     m.next = "Decode"
             if cfg.layers > 1:
                 with m.State("Layer"):
@@ -654,7 +658,11 @@ class _Control:
         # register with a constant.
         self.beats = Signal.like(self.k, name="beats")
         self.left = Signal(bits + cfg.sub_beats.bit_length(), name="results_left")
+        # A beat's rows at the ports (the read of its last slot), and the issue register free
+        # (empty, or handing out its last sub-beat): registers kept with the state they follow,
+        # so that the issue register's load is an AND of flip-flops.
         self.beat = Signal(name="beat_valid")
+        self.free = Signal(name="issue_free", init=1)
         self.finished = Signal()
         # The issue register: its sub-beat, whether it holds a beat, and that beat's first flag,
         # RoPE half and factor.
@@ -686,7 +694,8 @@ class _Control:
 
     def restart(self) -> list:
         return [self.k.eq(0), self.s.eq(0), self.j.eq(0), self.written.eq(0),
-                self.rvalid.eq(0), self.issuing.eq(0), self.sub.eq(0)]
+                self.rvalid.eq(0), self.beat.eq(0), self.issuing.eq(0), self.sub.eq(0),
+                self.free.eq(1)]
 
     def _issue_register(self, m, unit_ready, factor):
         """The issue register: loaded with a beat's rows when it is free (empty, or handing out
@@ -698,10 +707,17 @@ class _Control:
         are written as they come, docs/rdxe.md 14.2), so no unit's ``ready`` is on the issue
         path; one refused would set ``refused``, which ends the run with an error."""
         cfg, u = self.cfg, self.cfg.unit_lanes
-        free, last_sub = Signal(), Signal()
-        m.d.comb += [last_sub.eq(self.sub == Mux(self.is_("scalar"), 0, cfg.sub_beats - 1)),
-                     free.eq(~self.issuing | last_sub),
+        free, last_sub = self.free, Signal()
+        target = Mux(self.is_("scalar"), 0, cfg.sub_beats - 1)
+        m.d.comb += [last_sub.eq(self.sub == target),
                      self.refused.eq(self.issuing & ~unit_ready)]
+        # ``free`` is ``~issuing | last_sub`` a cycle ahead: after a load the sub-beat is 0.
+        with m.If(self.running & self.beat & free):
+            m.d.sync += free.eq(target == 0)
+        with m.Elif(self.issuing):
+            m.d.sync += free.eq(last_sub | (self.sub + 1 == target))
+        with m.Else():
+            m.d.sync += free.eq(1)
         half = cfg.lanes // 2 * _FP32
         # (kind, store) -> the rows loaded; a sub-beat's bits of each.
         sources = {(kind, s): rows[s] for kind, rows in (("live", self.live), ("held", self.held))
@@ -737,7 +753,6 @@ class _Control:
                      for s in (Store.TB, Store.RR, Store.CONST)}
         self.held["cos"] = Signal.like(mems[Store.TB][0].data, name="held_cos")
         stall = Signal()
-        m.d.comb += self.beat.eq(self.rvalid & (self.rs == self.slots - 1))
         free = self._issue_register(m, unit_ready, factor)
         m.d.comb += stall.eq(self.beat & ~free)
         more = self.running & (self.k < self.beats)
@@ -751,7 +766,7 @@ class _Control:
             m.d.sync += self.held["cos"].eq(self.live[Store.TB])
         with m.If(~stall):
             m.d.sync += [self.rvalid.eq(go), self.rs.eq(self.s), self.rk.eq(self.k),
-                         self.rj.eq(self.j)]
+                         self.rj.eq(self.j), self.beat.eq(go & (self.s == self.slots - 1))]
         with m.If(go):
             with m.If(self.s == self.slots - 1):
                 m.d.sync += [self.s.eq(0), self.k.eq(self.k + 1),
