@@ -146,6 +146,10 @@ class _State:
         self.row_step = Signal(vcfg.row_bits, name="o_row_step")
         self.pass_step = Signal(vcfg.row_bits, name="o_pass_step")
         self.out, self.out_step = Signal(vcfg.out_bits, name="o_out"), Signal(name="o_out_step")
+        # The pass that ended last cycle moved the output on (its ``out_step``): ``out`` takes it
+        # a cycle late and a request adds it, so that the pass's end, decided
+        # from the chunk queue's inputs, reaches one flip-flop here, not every bit of ``out``.
+        self.moved = Signal(name="o_out_moved")
         self.tokens = Signal(range(cfg.capacity + 2), name="o_tokens")
         self.scale = Signal(32, name="o_scale")
         self.half = Signal()
@@ -365,7 +369,7 @@ class Sequencer(wiring.Component):
                      req.softmax.eq(s.softmax), req.seq.eq(s.seq), req.buf_write.eq(buf_write)]
         if link:
             m.d.comb += [req.link.row.eq(s.row), req.link.first.eq(s.j == 0),
-                         req.link.last.eq(s.last_j), req.link.out.eq(s.out),
+                         req.link.last.eq(s.last_j), req.link.out.eq(s.out + s.moved),
                          req.link.rcu.eq(s.rcu), req.link.rc_last.eq(s.rcu & s.last_p),
                          req.link.kv.eq(s.kv)]
 
@@ -432,6 +436,9 @@ class Sequencer(wiring.Component):
 
     def _fsm(self, m: Module, s: _State, dec, ops, consts):
         L = self.cfg.lanes
+        # Before the FSM: an accepted command's ``out`` (IDLE) overrides the step.
+        m.d.sync += [s.out.eq(s.out + s.moved),
+                     s.moved.eq(s.running & s.issue & s.last_j & s.out_step)]
         with m.FSM(name="sequencer"):
             with m.State("IDLE"):
                 self._accept(m, s, dec, ops, consts)
@@ -493,6 +500,6 @@ class Sequencer(wiring.Component):
                 m.d.sync += [s.p.eq(s.p + 1), s.pass0.eq(0), s.from_x.eq(0), s.from_act.eq(0),
                              s.row.eq(s.row_pass + s.pass_step),
                              s.row_pass.eq(s.row_pass + s.pass_step),
-                             s.out.eq(s.out + s.out_step), s.left.eq(s.tokens)]
+                             s.left.eq(s.tokens)]
                 with m.If(s.last_p):
                     m.d.sync += s.running.eq(0)
