@@ -214,8 +214,9 @@ def _one_group_layer():
                               ONE_CFG.space, HEAD_DIM)
 
 
-# --slow (as the two-group test above): cocotb_tests/test_rdxe_dxe.py's ONE_GROUP case runs the
-# same layer on the generated Verilog (--slow too).
+# --slow (79 to 85 s, most of it the two DXTs' simulation, as the two-group test above): make
+# test runs the layout and the model's group count above; cocotb_tests/test_rdxe_dxe.py's
+# test_one_group_on_two_dxts runs the same layer on the generated Verilog (--slow too).
 @pytest.mark.slow
 def test_one_group_of_two_heads_runs_on_two_dxts():
     """Two tokens of the reduced layer's one KV group of 2 heads on two DXTs: its cache and

@@ -83,7 +83,6 @@ class _Command(NamedTuple):
     group: Value                     # the instruction's first KV group and query head
     head: Value
     ident: data.View                 # the identity GEMV's entry (KV appends)
-    shift: int                       # log2 of the lanes: a byte address to an rr row
 
 
 def gemv_table_layout(dxt: DxtConfig, tables: int, dxts: int = 1) -> data.StructLayout:
@@ -130,8 +129,7 @@ READ_DELAY = 2
 COMMAND_DELAY = 1
 
 
-def instruction_cycles(cfg: DxtConfig, op: str, commands, dxts: int = 1,
-                       heads: int | None = None) -> int:
+def instruction_cycles(cfg: DxtConfig, op: str, commands, heads: int) -> int:
     """Cycles of one DXT instruction ``op`` (an opcode name) from ``dxt.valid`` rising to
     ``dxt_done`` taken, the controller's ``dxt_cycles``
     (:func:`hdl.rdxe.ctrl.instruction_cycles`). ``commands``: the DXT commands it runs, in order,
@@ -142,11 +140,9 @@ def instruction_cycles(cfg: DxtConfig, op: str, commands, dxts: int = 1,
     keep one a cycle, less the command's decode beyond the first register, which the read
     overlaps; one without chunks comes :data:`COMMAND_DELAY` later, the command's register).
     Each command adds a cycle for the state that sees its response; an attention adds the score
-    entry's writes, one a VAC (on every DXT at once), and a cycle a head (``heads``, by default
-    ``dxts x`` the DXT's). On several ``dxts`` a
-    command's cycles run to the side seeing its results written too
+    entry's writes, one a VAC (on every DXT at once), and a cycle for each of the layer's
+    ``heads``. On several DXTs a command's cycles run to the side seeing its results written too
     (:func:`hdl.rdxe.dxts.shared_cycles`)."""
-    heads = check_dxts(dxts) * cfg.heads if heads is None else heads
     extra = cfg.vacs + heads if op == "attend" else 0
     late = READ_DELAY + 1 - DECODE
     return _OVERHEAD + extra + sum(c + 1 + max(COMMAND_DELAY, late * bool(chunked))
@@ -301,7 +297,7 @@ class DxtSide(wiring.Component):
 
     def _sequence(self, m, dxt, tables, io):
         """The instruction's DXT commands, one at a time (module notes)."""
-        cfg, lanes = self.dxt_cfg, self.ctrl.lanes
+        cfg = self.dxt_cfg
         insn, value = Signal.like(self.insn.payload.insn), Signal(FP32.width)
         tokens = Signal(command_layout(cfg)["tokens"].shape, name="tokens")
         layer = _Layer(m, self, tokens)
@@ -321,8 +317,7 @@ class DxtSide(wiring.Component):
         taken = self._commands(m, tiles, io, ops, _Command(
             insn=insn, value=value, gemv=gemv, shares=shares, tokens=tokens, layer=layer,
             index=index, group=slot.group(layer.group), head=slot.head(layer.head),
-            ident=tables[self.identity] if self.dxts == 1 else tables[0][self.identity],
-            shift=index_bits(lanes) if lanes > 1 else 0))
+            ident=tables[self.identity] if self.dxts == 1 else tables[0][self.identity]))
 
         def go(state, kind=None):
             m.next = state
@@ -422,9 +417,10 @@ class DxtSide(wiring.Component):
         """Offer the command of the kind on in ``ops`` (one-hot by :data:`_COMMANDS`; none: no
         command) with its fields from the instruction's registers ``c``; start its operands as
         it is taken. Return what is true in the cycle the last DXT takes it."""
-        cfg, cmd, shares = self.dxt_cfg, tiles.cmd, c.shares
-        rows = cfg.head_dim // self.ctrl.lanes           # rr rows of one head
-        a, b = c.insn.a >> c.shift, c.insn.b >> c.shift
+        cfg, cmd, shares, lanes = self.dxt_cfg, tiles.cmd, c.shares, self.ctrl.lanes
+        rows = cfg.head_dim // lanes                     # rr rows of one head
+        shift = index_bits(lanes) if lanes > 1 else 0    # a byte address to an rr row
+        a, b = c.insn.a >> shift, c.insn.b >> shift
         on = Cat(t.outputs != 0 for t in shares) if shares else None
         taken = tiles.issue(m, Cat(ops.values()).any(), ops["gemv"], on)
         with m.If(ops["gemv"]):

@@ -567,7 +567,7 @@ def program_cycles(ctrl: CtrlConfig, dxt: DxtConfig, words, gemv_shapes: dict, t
                         (_on_dxts(dxt, D, "pv", tokens, 0), False)] * G * dxt.group_size
         else:
             continue
-        cycles.append(dxt_instruction_cycles(dxt, op, commands, D, G * dxt.group_size))
+        cycles.append(dxt_instruction_cycles(dxt, op, commands, G * dxt.group_size))
     return run_cycles(ctrl, words, cycles)
 
 
