@@ -246,21 +246,20 @@ def test_token_buffer_stores_reads_and_normalizes_in_place():
 
 # --- chunk feed ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("latency, ready_p", [(5, 1.0), (5, 0.5), (21, 0.8)])
-def test_chunk_feed_order_credits_and_tap(latency, ready_p):
+@pytest.mark.parametrize("latency, ready_p, tap_delay", [(5, 1.0, 4), (5, 0.5, 1), (21, 0.8, 0)])
+def test_chunk_feed_order_credits_and_tap(latency, ready_p, tap_delay):
     """Requests issued only with ``can_issue`` land ``latency`` cycles later: every chunk
     flagged ``hlink`` comes out in order whatever HLINK's back-pressure, the others are
     dropped from the queue at once, and every chunk flagged ``tap`` reaches the tap
     ``tap_delay`` cycles after it leaves. With HLINK always ready and ``depth = latency + 3``,
     a request issues every cycle."""
     cfg = DxtConfig(**SMALL)
-    tap_delay = 4
     dut = ChunkFeed(cfg, depth=latency + 3, tap_delay=tap_delay)
     rng = random.Random(latency)
     items = [{"data": [rng.randrange(-128, 128) for _ in range(cfg.lanes)],
               "hlink": int(rng.random() < 0.8), "tap": int(rng.random() < 0.5),
               "tap_first": rng.randrange(2), "tap_last": rng.randrange(2),
-              "link": {"row": n}} for n in range(150)]
+              "softmax": rng.randrange(2), "link": {"row": n}} for n in range(150)]
     line = deque([None] * latency)
     hlink, taps, issued, left = [], [], [], {}
 
@@ -286,15 +285,19 @@ def test_chunk_feed_order_credits_and_tap(latency, ready_p):
                 taps.append((cycle, [int(ctx.get(dut.tap.payload.data[k]))
                                      for k in range(cfg.lanes)],
                              int(ctx.get(dut.tap.payload.first)),
-                             int(ctx.get(dut.tap.payload.last))))
+                             int(ctx.get(dut.tap.payload.last)),
+                             int(ctx.get(dut.tap.payload.softmax)),
+                             [int(ctx.get(dut.tap.payload.b[k])) for k in range(cfg.lanes)]))
             await ctx.tick()
             cycle += 1
             assert cycle < 5000
 
     _simulate(dut, bench)
     assert hlink == [n for n, item in enumerate(items) if item["hlink"]]
-    want_taps = [(item["data"], item["tap_first"], item["tap_last"]) for item in items
-                 if item["tap"]]
+    # The RC unit's second operand: ones for softmax's sum, else the chunk (x**2's).
+    want_taps = [(item["data"], item["tap_first"], item["tap_last"], item["softmax"],
+                  [1] * cfg.lanes if item["softmax"] else item["data"])
+                 for item in items if item["tap"]]
     assert [t[1:] for t in taps] == want_taps
     for (cycle, *_), n in zip(taps, [n for n, item in enumerate(items) if item["tap"]]):
         if items[n]["hlink"]:

@@ -620,10 +620,13 @@ def _run_rc_unit(cfg: VeConfig, ops, *, idle: float, seed: int):
                     taken = await _step(ctx, cycle, taken)
                     cycle += 1
                 ctx.set(unit.tap.valid, 1)
-                set_payload(ctx, unit.tap.payload, {"data": [int(v) for v in chunk],
+                data = [int(v) for v in chunk]
+                softmax = kind == "softmax"
+                set_payload(ctx, unit.tap.payload, {"data": data,
+                                             "b": [1] * len(data) if softmax else data,
                                              "first": int(j == 0),
                                              "last": int(j == len(chunks) - 1),
-                                             "softmax": int(kind == "softmax"), "seq": seq})
+                                             "softmax": int(softmax), "seq": seq})
                 if j == len(chunks) - 1:
                     lasts.append(cycle)
                 taken = await _step(ctx, cycle, taken)

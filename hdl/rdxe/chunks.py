@@ -3,7 +3,7 @@ HLINK and the VE's tap (docs/rdxe.md section 5)."""
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -193,9 +193,16 @@ class ChunkFeed(wiring.Component):
         flags = delay(m, Cat(head.tap_first, head.tap_last, head.softmax, head.seq), lat,
                       name="tap_flags")
         tap = self.tap.payload
+        # The RC unit's second operand chosen before the tap's last register (7 ns of route
+        # from that mux to the unit's multiplier blocks failed at 100 MHz, docs/rdxe.md 14.4).
+        before = max(lat - 1, 0)
+        chunk = delay(m, head.data.as_value(), before, name="tap_data")
+        softmax = delay(m, head.softmax, before, name="tap_softmax")
+        ones = Cat(Const(1, CODE_BITS) for _ in range(self.cfg.lanes))
         m.d.comb += [
             self.tap.valid.eq(delay(m, taken & head.tap, lat, name="tap_valid", reset=True)),
-            tap.data.eq(delay(m, head.data.as_value(), lat, name="tap_data")),
+            tap.data.eq(delay(m, chunk, lat - before, name="tap_data_last")),
+            tap.b.eq(delay(m, Mux(softmax, ones, chunk), lat - before, name="tap_b")),
             tap.first.eq(flags[0]), tap.last.eq(flags[1]), tap.softmax.eq(flags[2]),
             tap.seq.eq(flags[3])]
         return m

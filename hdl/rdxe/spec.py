@@ -292,8 +292,11 @@ class VeConfig:
 def ve_tap_layout(cfg: VeConfig) -> data.StructLayout:
     """Payload of the VE's tap: one chunk of the stream the VACs consume (``data``), the first and
     last chunk of an operation's input, which sum it feeds (``softmax``: ``sum p``, else ``sum
-    x**2``) and whether the factor is for the sequential mode (``seq``) rather than the RCUs."""
-    return data.StructLayout({"data": data.ArrayLayout(signed(CODE_BITS), cfg.lanes),
+    x**2``) and whether the factor is for the sequential mode (``seq``) rather than the RCUs.
+    ``b`` is the sum's second operand, ``1`` in every lane with ``softmax``, else ``data``: the
+    sender's register, so that the RC unit's products take their operands from flip-flops."""
+    lanes = data.ArrayLayout(signed(CODE_BITS), cfg.lanes)
+    return data.StructLayout({"data": lanes, "b": lanes,
                               "first": 1, "last": 1, "softmax": 1, "seq": 1})
 
 

@@ -194,7 +194,9 @@ class RcUnit(wiring.Component):
     Members
     -------
     tap : In(stream.Signature(ve_tap_layout(cfg), always_ready=True))
-        The chunks, ``first`` and ``last`` marking an operation's input (one chunk may be both).
+        The chunks, ``first`` and ``last`` marking an operation's input (one chunk may be both);
+        ``b`` must be ``data``, or ones with ``softmax`` (the sender chooses it, a register
+        before the unit's products; not checked here).
     consts : In(stream.Signature(StructLayout({"inv_k": 32, "eps": 32})))
         fp32 ``fp32(1/K)`` and ``eps_q`` of each RMSNorm operation, in order; taken
         (``ready``) when its sum reaches the multiply-add, ``1 + dot_latency + int_to_float``
@@ -251,7 +253,7 @@ class RcUnit(wiring.Component):
         m.d.comb += dot.i.valid.eq(self.tap.valid)
         for k in range(cfg.lanes):
             m.d.comb += [dot.i.payload.a[k].eq(tap.data[k]),
-                         dot.i.payload.b[k].eq(Mux(tap.softmax, 1, tap.data[k]))]
+                         dot.i.payload.b[k].eq(tap.b[k])]
         # The INT32 accumulator (S < 2**30, P < 2**23: exact); registered, it feeds the
         # conversion.
         total, flags = dot_accumulator(m, dot, {"first": tap.first, "last": tap.last,
