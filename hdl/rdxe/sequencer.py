@@ -397,12 +397,13 @@ class Sequencer(wiring.Component):
         """IDLE: take a command, register what the operation keeps, start or refuse it."""
         cfg, cmd = self.cfg, self._command.payload.cmd
         key_rows, value_rows = cfg.key_rows, cfg.value_rows
-        # A register: whether each queue had three places free a cycle ago, so one is free now
+        # A register: whether both queues had three places free a cycle ago, so one is free now
         # whatever the two commands taken before wrote (each queue two places deeper for it).
-        ops_room, consts_room = Signal(init=1), Signal(init=1)
-        m.d.sync += [ops_room.eq(ops.level < _OP_QUEUE - 2),
-                     consts_room.eq(consts.level < _CONST_QUEUE - 2)]
-        room = ops_room & (consts_room | ~dec.is_rms)
+        # Asked of every command, not only an RMSNorm of the constants queue: the start is then
+        # decided from flip-flops, not the decode (docs/rdxe.md 14.4, round 5). A command other
+        # than an RMSNorm now waits too while four RMSNorms' constants are still queued.
+        room = Signal(init=1)
+        m.d.sync += room.eq((ops.level < _OP_QUEUE - 2) & (consts.level < _CONST_QUEUE - 2))
         m.d.comb += self._command.ready.eq(room)
         with m.If(self._command.valid & room):
             m.d.comb += [self._ops_write.eq(1), self._consts_write.eq(dec.is_rms & ~dec.bad)]
