@@ -21,7 +21,7 @@ from hdl.arith.format import BF16, FP32
 from hdl.arith.fpmac import FloatMAC
 from hdl.arith.fpmul import FloatMultiplier, logic_product
 from hdl.arith.idot import IntDot
-from hdl.arith.recip import RECIP_SIX_BLOCKS, Reciprocal, RSqrt
+from hdl.arith.recip import RECIP_LANDED, RECIP_SIX_BLOCKS, Reciprocal, RSqrt
 from hdl.arith.requant import Requantizer
 from memwall import registry
 from synth.toolchain import tool_path
@@ -285,15 +285,19 @@ def test_pieces_on_blocks_beside_pieces_in_logic_give_the_generic_bits(tmp_path,
                          width + 32, words)
 
 
-def test_reciprocal_on_six_blocks_gives_the_generic_bits(tmp_path):
-    """The controller's reciprocal (``RECIP_SIX_BLOCKS``: the narrow pieces in logic, six on
-    blocks with their output registers) written for the ECP5 and simulated with the block's
-    model equals the generic Verilog in every cycle (specials, random codes)."""
-    ecp5 = RECIP_SIX_BLOCKS()
-    assert blocks_in(ecp5, "ecp5") == 6
+@pytest.mark.parametrize("factory, generic, blocks", [
+    (RECIP_SIX_BLOCKS, dict(narrow_in_logic=True), 6),
+    (RECIP_LANDED, dict(land_products=True), 10)], ids=["six_blocks", "landed"])
+def test_controller_reciprocals_give_the_generic_bits(tmp_path, factory, generic, blocks):
+    """The controller's reciprocals (``RECIP_SIX_BLOCKS``: the narrow pieces in logic, six on
+    blocks with their output registers; ``RECIP_LANDED``: ten blocks with their input and
+    output registers, each product landed in fabric) written for the ECP5 and simulated with
+    the block's model equal the generic Verilog in every cycle (specials, random codes)."""
+    ecp5 = factory()
+    assert blocks_in(ecp5, "ecp5") == blocks
     rng = random.Random(11)
     words = _SPECIALS + [rng.getrandbits(32) for _ in range(2000)]
-    _ecp5_equals_generic(tmp_path, Reciprocal(narrow_in_logic=True), ecp5, 32, words)
+    _ecp5_equals_generic(tmp_path, Reciprocal(**generic), ecp5, 32, words)
 
 
 # make test: the rDXE controller's multiplier and reciprocal; --slow: the other paths (4 s each).

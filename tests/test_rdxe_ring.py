@@ -25,8 +25,9 @@ LANES, LAYERS, STAGES, SLOTS = 4, 4, 2, 2
 #: and the activation's argument multiplier a cycle to its 2 activation ops, 14.4; 1,736
 #: before session 27's command register added one to each of its 2 P.V commands; 1,738 before
 #: session 29's command register in the DXT added one to each of its 2 P.V commands; its 8
-#: chunked commands' reads hide it).
-TOKEN = 1740
+#: chunked commands' reads hide it; 1,740 before session 31's landed reciprocal added 8 to
+#: each of its 8 scalar ops and 2 activation ops).
+TOKEN = 1820
 SPACE = ProgramSpace(tb_words=128, rr_bytes=192, registers=4, const_words=192, gemvs=5,
                      align=LANES)
 CTRL = CtrlConfig(SPACE, lanes=LANES, head_dim=HEAD_DIM, program_words=64)

@@ -24,7 +24,8 @@ from .float import hidden_bit_init, normal_significand, round_pack, unpack
 from .format import FP32
 
 __all__ = ["Reciprocal", "RSqrt", "recip_seeds", "rsqrt_seeds", "error_width", "SEED_BITS",
-           "SEED_FRAC", "NR_FRAC", "MAX_ITERATIONS", "RECIP_SIX_BLOCKS"]
+           "SEED_FRAC", "NR_FRAC", "MAX_ITERATIONS", "RECIP_SIX_BLOCKS",
+           "RECIP_LANDED"]
 
 #: Mantissa bits indexing the seed table (128 segments of [1, 2)).
 SEED_BITS = 7
@@ -411,7 +412,14 @@ class RSqrt(_NewtonRaphson):
 
 #: A reciprocal on six multiplier blocks (the four narrow pieces of its 2 steps in logic,
 #: ``narrow_in_logic``), as a unit factory; the DXE controller's scalar path and activation
-#: unit use it (docs/rdxe.md 14.4). On the ECP5 each block's product is in its own output
-#: register: the fabric register -> route -> multiply -> route -> fabric register paths through
-#: the blocks were the engine's largest failing group at session 29. The same latency and bits.
+#: unit used it in sessions 29 and 30 (docs/rdxe.md 14.4). On the ECP5 each block's product is
+#: in its own output register: the fabric register -> route -> multiply -> route -> fabric
+#: register paths through the blocks were the engine's largest failing group at session 29.
+#: The same latency and bits as the default unit.
 RECIP_SIX_BLOCKS = partial(Reciprocal, narrow_in_logic=True, block_registers=True)
+#: A reciprocal on ten blocks with its products landed (``land_products``: the operands in the
+#: blocks' input registers, each product a cycle in a fabric register after its block's own),
+#: as a unit factory; the DXE controller's scalar path and activation unit use it since session
+#: 31: the six-block unit's pieces in logic and its correction's sum after a distant block
+#: failed by 0.4 to 1.3 ns at every seed (docs/rdxe.md 14.4, round 5). 8 cycles more.
+RECIP_LANDED = partial(Reciprocal, block_registers=True, land_products=True)

@@ -45,7 +45,7 @@ from ..arith.exp2 import Exp2
 from ..arith.format import BF16, FP32
 from ..arith.fpadd import FloatAdder
 from ..arith.fpmul import FloatMultiplier, logic_product
-from ..arith.recip import RECIP_SIX_BLOCKS
+from ..arith.recip import RECIP_LANDED
 from ..latency import unit_latencies
 from ..pipeline import control_copies, delay, queued_pipeline
 from ..validate import power_of_two
@@ -63,7 +63,7 @@ _UNITS = {
                    block_registers=True),
     "exp2": partial(Exp2),
     "add": partial(FloatAdder, FP32, stages=8),     # every cut: the alignment and the rounding
-    "recip": RECIP_SIX_BLOCKS,
+    "recip": RECIP_LANDED,
     "to_fp32": partial(IntToFloat, 2 * CODE_BITS, FP32),
     **QUANT_UNITS,                                     # "mul" and the tail's "quant"
 }
@@ -119,8 +119,8 @@ class GatedActivation(wiring.Component):
         maximum is the core's: a token's beats must not interleave with the other input's.
 
     Latency :meth:`latency_of` cycles from a beat taken to its result written into the queue
-    (defaults: ``to_bf16 3 + arg 6 + exp2 7 + add 8 + recip 12 + mul 6 + mul 6 + mul 6 + split
-    1 + quant 4 = 59``, the last three :class:`~hdl.rdxe.quant.QuantCore`'s), then two to
+    (defaults: ``to_bf16 3 + arg 6 + exp2 7 + add 8 + recip 20 + mul 6 + mul 6 + mul 6 + split
+    1 + quant 4 = 67``, the last three :class:`~hdl.rdxe.quant.QuantCore`'s), then two to
     ``o.valid`` in an empty queue; a ``q`` beat's is the core's
     (:meth:`~hdl.rdxe.quant.QuantCore.latency_of`, 11). One beat per cycle while ``o`` is
     ready. Bad ``lanes`` raise ``TypeError``/``ValueError`` naming it, a ``quantizer`` not a

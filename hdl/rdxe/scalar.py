@@ -28,7 +28,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..arith.format import FP32
 from ..arith.fpmul import FP32_ONE_BLOCK
-from ..arith.recip import RECIP_SIX_BLOCKS
+from ..arith.recip import RECIP_LANDED
 from ..latency import unit_latencies
 from ..pipeline import delay, queued_pipeline
 from .spec import VeConfig, check_config, rc_layout
@@ -36,12 +36,11 @@ from .ve import ToRc
 
 __all__ = ["ScalarOp", "ScalarUnit", "scalar_in_layout", "scalar_out_layout", "UNITS"]
 
-#: The shared units by name. The reciprocal on six blocks with their output registers (the
-#: default one's latency; 131 MHz alone on the ECP5, docs/arith.md); the RC unit's landed
-#: products (``land_products``: 1,009 FF more here, 9 cycles) are the same bits, for when a
-#: placement spreads it across the die.
+#: The shared units by name. The reciprocal with its products landed (``RECIP_LANDED``: 20
+#: cycles, 8 more than the six-block unit of sessions 29 and 30, whose routes to and from its
+#: blocks failed in the engine's placements; docs/rdxe.md 14.4, round 5).
 UNITS = {
-    "recip": RECIP_SIX_BLOCKS,
+    "recip": RECIP_LANDED,
     "mul": FP32_ONE_BLOCK,
 }
 
@@ -98,7 +97,7 @@ class ScalarUnit(wiring.Component):
         refuses both, and ``M_q`` and ``c`` are never negative).
 
     Latency :meth:`latency_of` cycles from a beat taken to its result written into the queue
-    (the reciprocal's, 12 by default), then two to ``o.valid`` in an empty queue. A beat a cycle
+    (the reciprocal's, 20 with ``RECIP_LANDED``), then two to ``o.valid`` in an empty queue. A beat a cycle
     while ``o`` is ready, except the cycle ``mul`` (6) after each ``RMS_EPS`` beat. Bad ``cfg``
     raises ``TypeError`` naming it.
     """
