@@ -322,6 +322,11 @@ class ResultQueue(wiring.Component):
         of a ``depth - 1`` FIFO. At ``depth = 2`` that inner FIFO has one place, and a result
         written the cycle after another into an empty queue finds it full while its first result
         moves to the output register: it would be lost although a credit allowed it.)
+    lut_ram : bool
+        Ask synthesis for the FIFO's memory in LUT RAM (``ram_style`` ``distributed``): its
+        read register is then a flip-flop, where a block RAM's output without its register
+        comes 5.6 ns after the clock on the ECP5. Default ``False``: the tool's choice. The
+        same cycles either way.
 
     Members
     -------
@@ -352,8 +357,11 @@ class ResultQueue(wiring.Component):
     #: the queue's :attr:`LATENCY` and one cycle for a returned credit to reach ``can_issue``.
     CREDIT_LOOP = LATENCY + 1
 
-    def __init__(self, shape, depth: int):
+    def __init__(self, shape, depth: int, *, lut_ram: bool = False):
         self.depth = integer(depth, "Result queue depth", 3, 4096)
+        if not isinstance(lut_ram, bool):
+            raise TypeError(f"Result queue lut_ram must be True or False, not {lut_ram!r}")
+        self.lut_ram = lut_ram
         super().__init__({"can_issue": Out(1, init=1), "issue": In(1), "cancel": In(1),
                           "w": In(stream.Signature(shape, always_ready=True)),
                           "o": Out(stream.Signature(shape))})
@@ -366,8 +374,8 @@ class ResultQueue(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         depth, o = self.depth, self.o
-        m.submodules.fifo = fifo = SyncFIFOBuffered(width=len(Value.cast(self.w.payload)),
-                                                    depth=depth)
+        fifo_class = _LutRamFifo if self.lut_ram else SyncFIFOBuffered
+        m.submodules.fifo = fifo = fifo_class(width=len(Value.cast(self.w.payload)), depth=depth)
         credits = Signal(range(depth + 1), init=depth)
         popped = o.valid & o.ready
         returned = popped + self.cancel            # credits back this cycle: 0, 1 or 2
@@ -382,15 +390,27 @@ class ResultQueue(wiring.Component):
         return m
 
 
-def queued_pipeline(m: Module, i, o, shape, latency: int, *, name: str = "queue"):
+class _LutRamFifo(SyncFIFOBuffered):
+    """``SyncFIFOBuffered`` whose memory carries ``ram_style = "distributed"`` (LUT RAM)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        m.submodules.storage.attrs["ram_style"] = "distributed"     # depth >= 3: it has one
+        return m
+
+
+def queued_pipeline(m: Module, i, o, shape, latency: int, *, name: str = "queue",
+                    lut_ram: bool = False):
     """Gate stream ``i`` into an always-ready pipeline of ``latency`` cycles whose results leave
     on stream ``o`` through a :class:`ResultQueue` of :meth:`~ResultQueue.full_rate_depth`
-    places (a component's own ``i`` and ``o`` members, from inside its ``elaborate``).
+    places (a component's own ``i`` and ``o`` members, from inside its ``elaborate``; ``lut_ram``
+    the queue's).
 
     ``i.ready`` is the queue's ``can_issue`` register. Returns ``(go, queue)``: ``go`` is high
     in the cycle a beat of ``i`` enters the pipeline; the pipeline's results go into
     ``queue.w``, ``latency`` cycles later."""
-    m.submodules[name] = queue = ResultQueue(shape, ResultQueue.full_rate_depth(latency))
+    m.submodules[name] = queue = ResultQueue(shape, ResultQueue.full_rate_depth(latency),
+                                             lut_ram=lut_ram)
     wiring.connect(m, queue.o, wiring.flipped(o))
     go = Signal(name=f"{name}_go")
     m.d.comb += [go.eq(i.valid & queue.can_issue), i.ready.eq(queue.can_issue),

@@ -9,8 +9,8 @@ import re
 import subprocess
 
 import pytest
-from amaranth import ClockDomain, Elaboratable, Module, Signal
-from amaranth.back import rtlil
+from amaranth import ClockDomain, Const, Elaboratable, Module, Signal, Value
+from amaranth.back import rtlil, verilog
 from amaranth.lib import data, stream, wiring
 from amaranth.sim import Simulator
 
@@ -36,8 +36,10 @@ class _Delay(Elaboratable):
     An odd item is silent when ``cancel_at`` is given: it takes a credit like any other and gives
     it back ``cancel_at`` cycles later (``queue.cancel``), writing no result."""
 
-    def __init__(self, depth: int, latency: int, cancel_at: int | None = None):
+    def __init__(self, depth: int, latency: int, cancel_at: int | None = None,
+                 lut_ram: bool = False):
         self.depth, self.latency, self.cancel_at = depth, latency, cancel_at
+        self.lut_ram = lut_ram
         self.i_valid = Signal()
         self.i_data = Signal(8)
         self.i_taken = Signal()
@@ -45,7 +47,7 @@ class _Delay(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.q = queue = ResultQueue(8, self.depth)
+        m.submodules.q = queue = ResultQueue(8, self.depth, lut_ram=self.lut_ram)
         wiring.connect(m, queue.o, self.o)
         valid = [Signal(name=f"v{k}") for k in range(self.latency)]
         data = [Signal(8, name=f"d{k}") for k in range(self.latency)]
@@ -62,10 +64,11 @@ class _Delay(Elaboratable):
         return m
 
 
-@pytest.mark.parametrize("depth, latency, cancel_at", [
-    (3, 1, None), (3, 4, None), (4, 1, None), (8, 6, None), (3, 4, 1), (4, 3, 3), (8, 6, 2)])
-def test_result_queue_loses_nothing(depth, latency, cancel_at):
-    dut = _Delay(depth, latency, cancel_at)
+@pytest.mark.parametrize("depth, latency, cancel_at, lut_ram", [
+    (3, 1, None, False), (3, 4, None, False), (4, 1, None, False), (8, 6, None, False),
+    (3, 4, 1, False), (4, 3, 3, False), (8, 6, 2, False), (8, 6, 2, True), (70, 67, None, True)])
+def test_result_queue_loses_nothing(depth, latency, cancel_at, lut_ram):
+    dut = _Delay(depth, latency, cancel_at, lut_ram)
     rng = random.Random(depth * 10 + latency)
     items = list(range(1, 61))
     got = []
@@ -113,6 +116,18 @@ def test_result_queue_full_rate_with_cancels():
 def test_result_queue_depth_below_three_is_refused():
     with pytest.raises(ValueError, match="Result queue depth must be between 3 and 4096, not 2"):
         _Delay(2, 1).elaborate(None)
+    with pytest.raises(TypeError, match="^Result queue lut_ram must be True or False, not 1$"):
+        ResultQueue(8, 4, lut_ram=1)
+
+
+@pytest.mark.parametrize("lut_ram", [False, True])
+def test_result_queue_asks_for_lut_ram_only_when_told(lut_ram):
+    """``lut_ram`` puts ``ram_style = "distributed"`` on the FIFO's memory, and nothing else."""
+    queue = ResultQueue(8, 70, lut_ram=lut_ram)
+    ports = [v for v in (Value.cast(p) for _, _, p in queue.signature.flatten(queue))
+             if not isinstance(v, Const)]
+    text = verilog.convert(queue, name="queue", ports=ports)
+    assert ('(* ram_style = "distributed" *)' in text) == lut_ram
 
 
 def test_next_values_lead_their_registers_by_a_cycle():

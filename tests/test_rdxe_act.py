@@ -149,6 +149,14 @@ def test_shared_quantizer_takes_turns(first):
     assert at[later][0] == at[first][-1] + wait, (at[first][-1], at[later][0])
 
 
+def test_result_queue_in_lut_ram():
+    """The unit's result queue (70 places at the landed reciprocal's latency) asks for LUT RAM:
+    a block RAM's unregistered output failed the engine's placements (docs/rdxe.md 14.4)."""
+    unit = GatedActivation(LANES)
+    queue = unit.elaborate(None).submodules.queue
+    assert queue.lut_ram and queue.depth == GatedActivation.latency_of(LANES) + 3
+
+
 def test_lane_count_message():
     with pytest.raises(ValueError, match="Activation lane count must be a power of two between "
                                          "1 and 64, not 12"):

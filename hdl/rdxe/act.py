@@ -166,7 +166,10 @@ class GatedActivation(wiring.Component):
         m = Module()
         lat = self.latencies()
         request = stream.Signature(1).create(path=("request",))
-        go, queue = queued_pipeline(m, request, self.o, act_out_layout(self.lanes), self.latency)
+        # In LUT RAM: at 70 places (since the landed reciprocal) Yosys chose a block RAM, whose
+        # unregistered output into the rr-SRAM's write failed 150 paths (docs/rdxe.md 14.4).
+        go, queue = queued_pipeline(m, request, self.o, act_out_layout(self.lanes), self.latency,
+                                    lut_ram=True)
         beat = self.i.payload
         t_r = self._sigmoid_latency(lat)
         t_v = t_r + 2 * lat["mul"]
