@@ -34,7 +34,7 @@ from amaranth.lib.wiring import In, Out
 from .validate import integer
 
 __all__ = ["delay", "shared", "next_values", "distinct_copies", "control_copies", "Pipeline",
-           "cut_order", "stream_stage", "ResultQueue", "queued_pipeline", "SkidBuffer",
+           "cut_order", "stream_stage", "ResultQueue", "queued_pipeline", "fifo_ready", "SkidBuffer",
            "SkidQueue", "DelayLine", "HeadQueue"]
 
 
@@ -388,6 +388,18 @@ class ResultQueue(wiring.Component):
         m.d.comb += [fifo.w_en.eq(self.w.valid), fifo.w_data.eq(self.w.payload),
                      o.valid.eq(fifo.r_rdy), o.payload.eq(fifo.r_data), fifo.r_en.eq(o.ready)]
         return m
+
+
+def fifo_ready(m: Module, fifo, name: str = "fifo_ready") -> Signal:
+    """A flip-flop equal in every cycle to ``fifo.r_rdy`` of an Amaranth ``SyncFIFO`` (whose
+    ``r_rdy`` is ``level != 0``): a consumer's ``valid`` then leaves a register of its own, not
+    a compare of the level across the die. Its next value comes from the FIFO's ``w_en``,
+    ``r_en`` and ``level`` as the FIFO's own level does."""
+    written = fifo.w_en & fifo.w_rdy
+    read = fifo.r_en & fifo.r_rdy
+    ready = Signal(name=name)
+    m.d.sync += ready.eq(written | (ready & ~(read & (fifo.level == 1))))
+    return ready
 
 
 class _LutRamFifo(SyncFIFOBuffered):

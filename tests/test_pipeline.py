@@ -12,11 +12,12 @@ import pytest
 from amaranth import ClockDomain, Const, Elaboratable, Module, Signal, Value
 from amaranth.back import rtlil, verilog
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.sim import Simulator
 
 from hdl.pipeline import (DelayLine, HeadQueue, Pipeline, ResultQueue, SkidBuffer, SkidQueue,
-                          control_copies, cut_order, delay, distinct_copies, next_values, shared,
-                          spread, stream_stage)
+                          control_copies, cut_order, delay, distinct_copies, fifo_ready,
+                          next_values, shared, spread, stream_stage)
 from synth.toolchain import tool_path
 
 from .pipeline_sim import run_pipeline
@@ -118,6 +119,33 @@ def test_result_queue_depth_below_three_is_refused():
         _Delay(2, 1).elaborate(None)
     with pytest.raises(TypeError, match="^Result queue lut_ram must be True or False, not 1$"):
         ResultQueue(8, 4, lut_ram=1)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 4])
+def test_fifo_ready_is_r_rdy_every_cycle(depth):
+    """``fifo_ready``'s flip-flop equals the SyncFIFO's ``r_rdy`` in every cycle of random writes
+    and reads (full, empty, both at once)."""
+    m = Module()
+    m.submodules.fifo = fifo = SyncFIFO(width=4, depth=depth)
+    ready = fifo_ready(m, fifo)
+    rng = random.Random(depth)
+    seen = set()
+
+    async def bench(ctx):
+        for _ in range(600):
+            ctx.set(fifo.w_en, rng.random() < 0.5)
+            ctx.set(fifo.r_en, rng.random() < 0.5)
+            ctx.set(fifo.w_data, rng.randrange(16))
+            await ctx.delay(1e-9)
+            assert ctx.get(ready) == ctx.get(fifo.r_rdy)
+            seen.add(ctx.get(fifo.level))
+            await ctx.tick()
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == set(range(depth + 1))
 
 
 @pytest.mark.parametrize("lut_ram", [False, True])

@@ -16,6 +16,7 @@ import math
 from amaranth import Array, Cat, Const, Mux, Signal
 from amaranth.lib.fifo import SyncFIFO
 
+from ..pipeline import fifo_ready
 from ..validate import index_bits, integer
 from .ctrl import Store
 from .spec import CODE_BITS, GBUS_BYTES, DxtConfig
@@ -140,9 +141,10 @@ class BroadcastIo:
                 m.d.sync += self.dst[j].eq(self.dst[j] + GBUS_BYTES)
         # Every DXT in ``on`` takes the queue's head once; it leaves when all have.
         took = Cat(~self.on[j] | got[j] | t.x.ready for j, t in enumerate(tiles)).all()
-        popped = fifo.r_rdy & took
+        ready = fifo_ready(m, fifo, name="chunks_ready")            # as the one DXT's side
+        popped = ready & took
         for j, tile in enumerate(tiles):
-            m.d.comb += [tile.x.valid.eq(fifo.r_rdy & self.on[j] & ~got[j]),
+            m.d.comb += [tile.x.valid.eq(ready & self.on[j] & ~got[j]),
                          tile.x.payload.data.as_value().eq(fifo.r_data),
                          tile.resp.ready.eq(1)]
         m.d.sync += got.eq(Mux(popped, 0, got | Cat(t.x.valid & t.x.ready for t in tiles)))

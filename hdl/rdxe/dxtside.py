@@ -51,7 +51,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..arith.format import FP32
 from ..arith.fpmul import logic_product
-from ..pipeline import delay, stream_stage
+from ..pipeline import delay, fifo_ready, stream_stage
 from ..validate import index_bits, integer
 from .ctrl import CtrlConfig, Store, dxt_layout, ext_layout, op_is, stride_layout
 from .dxt import Dxt
@@ -669,6 +669,9 @@ class _Io:
         self.dst = Signal(index_bits(ctrl.space.rr_bytes + 1), name="result_byte")
         self.keep = Signal(name="write_results")
         m.submodules.chunks = fifo = SyncFIFO(width=CODE_BITS * lanes, depth=_CHUNKS)
+        # The DXT's x.valid from a register of its own (the level's compare fed the sequencer's
+        # issue decision across the engine, docs/rdxe.md 14.4).
+        ready = fifo_ready(m, fifo, name="chunks_ready")
         pending = Signal(range(_CHUNKS + 1))
         ext, word = side.requests, dxt.o
         # Results first (the DXT's GBUS never waits on a chunk), then a chunk read with a place.
@@ -686,10 +689,10 @@ class _Io:
             ext.payload.mask.eq(word.payload.keep << offset),
             word.ready.eq(Mux(self.keep, ext.ready, 1)),
             fifo.w_data.eq(side.ext_data.payload.data),
-            dxt.x.valid.eq(fifo.r_rdy), dxt.x.payload.data.as_value().eq(fifo.r_data),
+            dxt.x.valid.eq(ready), dxt.x.payload.data.as_value().eq(fifo.r_data),
             fifo.r_en.eq(dxt.x.ready),
         ]
-        count_reads(m, side, fifo, self, read, fifo.r_rdy & dxt.x.ready, pending)
+        count_reads(m, side, fifo, self, read, ready & dxt.x.ready, pending)
         with m.If(write & ext.ready):
             m.d.sync += self.dst.eq(self.dst + GBUS_BYTES)
         self.resp, self.error = dxt.resp.valid, dxt.resp.payload.error
