@@ -101,12 +101,10 @@ FIGURES = {
     "102.8 MHz": _docs("rdxe.md", "102.8 MHz"),
     "96.9 MHz": _docs("rdxe.md", "96.9 MHz"),
     "62.4 MHz": _docs("rdxe.md", "62.4 MHz"),           # rdxe-dxe routed, session 25
-    "83.6 MHz": _docs("rdxe.md", "83.6 MHz"),           # session 29, seed 1
     "86.6 MHz": _docs("rdxe.md", "86.6 MHz"),           # session 30's median of 3 seeds
-    "80.5 MHz": _docs("rdxe.md", "80.5 MHz"),
-    "89.3 MHz": _docs("rdxe.md", "89.3 MHz"),
-    "82.4 MHz": _docs("rdxe.md", "82.4 MHz"),           # its second netlist's seeds
-    "88.5 MHz": _docs("rdxe.md", "88.5 MHz"),
+    "93.8 MHz": _docs("rdxe.md", "93.8 MHz"),           # session 31's median of 3 seeds
+    "79.7 MHz": _docs("rdxe.md", "79.7 MHz"),
+    "93.9 MHz": _docs("rdxe.md", "93.9 MHz"),
     "100 MHz": _docs("rdxe.md", "100 MHz"),             # the clock it misses
     "18.3K LUTs": _docs("rdxe.md", "18.3K LUTs"),
     "625 against 10000 page reads": _page_reads,
