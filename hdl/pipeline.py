@@ -34,8 +34,8 @@ from amaranth.lib.wiring import In, Out
 from .validate import integer
 
 __all__ = ["delay", "shared", "next_values", "distinct_copies", "control_copies", "Pipeline",
-           "cut_order", "stream_stage", "ResultQueue", "queued_pipeline", "fifo_ready", "SkidBuffer",
-           "SkidQueue", "DelayLine", "HeadQueue"]
+           "cut_order", "stream_stage", "ResultQueue", "queued_pipeline", "fifo_ready",
+           "SkidBuffer", "SkidQueue", "DelayLine", "HeadQueue"]
 
 
 def delay(m: Module, value: Value, cycles: int, *, name: str = "delay", reset: bool = False) \

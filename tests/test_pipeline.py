@@ -141,10 +141,7 @@ def test_fifo_ready_is_r_rdy_every_cycle(depth):
             seen.add(ctx.get(fifo.level))
             await ctx.tick()
 
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(m, bench)
     assert seen == set(range(depth + 1))
 
 

@@ -190,19 +190,19 @@ class ChunkFeed(wiring.Component):
             m.d.comb += link[name].eq(head.link[name])
         taken = chunks.valid & chunks.ready
         lat = self.tap_delay
-        flags = delay(m, Cat(head.tap_first, head.tap_last, head.softmax, head.seq), lat,
-                      name="tap_flags")
         tap = self.tap.payload
         # The RC unit's second operand chosen before the tap's last register (7 ns of route
         # from that mux to the unit's multiplier blocks failed at 100 MHz, docs/rdxe.md 14.4).
         before = max(lat - 1, 0)
+        early = delay(m, Cat(head.tap_first, head.tap_last, head.softmax, head.seq), before,
+                      name="tap_flags")
+        flags = delay(m, early, lat - before, name="tap_flags_last")
         chunk = delay(m, head.data.as_value(), before, name="tap_data")
-        softmax = delay(m, head.softmax, before, name="tap_softmax")
         ones = Cat(Const(1, CODE_BITS) for _ in range(self.cfg.lanes))
         m.d.comb += [
             self.tap.valid.eq(delay(m, taken & head.tap, lat, name="tap_valid", reset=True)),
             tap.data.eq(delay(m, chunk, lat - before, name="tap_data_last")),
-            tap.b.eq(delay(m, Mux(softmax, ones, chunk), lat - before, name="tap_b")),
+            tap.b.eq(delay(m, Mux(early[2], ones, chunk), lat - before, name="tap_b")),
             tap.first.eq(flags[0]), tap.last.eq(flags[1]), tap.softmax.eq(flags[2]),
             tap.seq.eq(flags[3])]
         return m

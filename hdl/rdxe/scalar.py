@@ -97,9 +97,9 @@ class ScalarUnit(wiring.Component):
         refuses both, and ``M_q`` and ``c`` are never negative).
 
     Latency :meth:`latency_of` cycles from a beat taken to its result written into the queue
-    (the reciprocal's, 20 with ``RECIP_LANDED``), then two to ``o.valid`` in an empty queue. A beat a cycle
-    while ``o`` is ready, except the cycle ``mul`` (6) after each ``RMS_EPS`` beat. Bad ``cfg``
-    raises ``TypeError`` naming it.
+    (the reciprocal's, 20 with ``RECIP_LANDED``), then two to ``o.valid`` in an empty queue. A
+    beat a cycle while ``o`` is ready, except the cycle ``mul`` (6) after each ``RMS_EPS`` beat.
+    Bad ``cfg`` raises ``TypeError`` naming it.
     """
 
     def __init__(self, cfg: VeConfig):
