@@ -33,9 +33,9 @@ from amaranth.lib.wiring import In, Out
 
 from .validate import integer
 
-__all__ = ["delay", "shared", "next_values", "distinct_copies", "control_copies", "Pipeline",
-           "cut_order", "stream_stage", "ResultQueue", "queued_pipeline", "fifo_ready",
-           "SkidBuffer", "SkidQueue", "DelayLine", "HeadQueue"]
+__all__ = ["delay", "shared", "next_values", "distinct_copies", "control_copies",
+           "one_hot_select", "Pipeline", "cut_order", "stream_stage", "ResultQueue",
+           "queued_pipeline", "fifo_ready", "SkidBuffer", "SkidQueue", "DelayLine", "HeadQueue"]
 
 
 def delay(m: Module, value: Value, cycles: int, *, name: str = "delay", reset: bool = False) \
@@ -128,6 +128,21 @@ def control_copies(m: Module, value: Value, count: int, *, name: str) -> list[Va
         m.d.sync += reg.eq(value ^ odd)
         copies.append(reg ^ odd if odd else reg)
     return copies
+
+
+def one_hot_select(choices: Sequence[tuple[Value, Value]]) -> Value:
+    """The value of the ``(select, value)`` pair whose select is high, 0 when none is.
+
+    The selects must be exclusive (a one-hot register's bits): each bit is then an AND-OR of the
+    pairs, where an ``If``/``Elif`` chain builds a priority decode whose terms (``~a & ~b & c``)
+    fan out to every bit it selects. Unsigned values are zero-extended to the widest.
+    """
+    if not choices:
+        raise ValueError("one_hot_select needs at least one choice")
+    result = Value.cast(0)
+    for select, value in choices:
+        result = result | Mux(select, value, 0)
+    return result
 
 
 class Pipeline:

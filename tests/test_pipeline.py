@@ -2,7 +2,8 @@
 allowed; the skid buffer passes every item in order with all of its outputs from registers; the
 delay line and ``delay`` give every item back exactly their length later; the head queue keeps
 order under back-pressure with its head in registers; ``Pipeline`` registers the cuts its order
-chooses; ``stream_stage`` and ``distinct_copies`` do what their contracts say."""
+chooses; ``stream_stage`` ``distinct_copies`` and ``one_hot_select`` do what
+their contracts say."""
 
 import random
 import re
@@ -17,7 +18,7 @@ from amaranth.sim import Simulator
 
 from hdl.pipeline import (DelayLine, HeadQueue, Pipeline, ResultQueue, SkidBuffer, SkidQueue,
                           control_copies, cut_order, delay, distinct_copies, fifo_ready,
-                          next_values, shared, spread, stream_stage)
+                          next_values, one_hot_select, shared, spread, stream_stage)
 from synth.toolchain import tool_path
 
 from .pipeline_sim import run_pipeline
@@ -30,6 +31,26 @@ def _simulate(dut, bench, clock: bool = True):
     sim.add_testbench(bench)
     sim.run()
 
+
+
+def test_one_hot_select_picks_the_selected_value():
+    """Every one-hot select (and none) gives its own value (0 for none), values of different
+    widths zero-extended; no choice is a clear error."""
+    sel = Signal(3)
+    values = [Const(0x5, 3), Signal(8, init=0xA7), Const(0x3C, 6)]
+    out = Signal(8)
+    m = Module()
+    m.d.comb += out.eq(one_hot_select([(sel[k], v) for k, v in enumerate(values)]))
+    expected = {0: 0, 1: 0x5, 2: 0xA7, 4: 0x3C}
+
+    async def bench(ctx):
+        for select, want in expected.items():
+            ctx.set(sel, select)
+            await ctx.delay(1e-9)
+            assert ctx.get(out) == want, select
+    _simulate(m, bench, clock=False)
+    with pytest.raises(ValueError, match="at least one choice"):
+        one_hot_select([])
 
 class _Delay(Elaboratable):
     """Items enter a ``latency``-cycle always-ready pipeline through a ResultQueue's credits.

@@ -51,7 +51,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..arith.format import FP32
 from ..arith.fpmul import logic_product
-from ..pipeline import delay, fifo_ready, stream_stage
+from ..pipeline import delay, fifo_ready, one_hot_select, stream_stage
 from ..validate import index_bits, integer
 from .ctrl import CtrlConfig, Store, dxt_layout, ext_layout, op_is, stride_layout
 from .dxt import Dxt
@@ -423,44 +423,47 @@ class DxtSide(wiring.Component):
         a, b = c.insn.a >> shift, c.insn.b >> shift
         on = Cat(t.outputs != 0 for t in shares) if shares else None
         taken = tiles.issue(m, Cat(ops.values()).any(), ops["gemv"], on)
+        fields, starts = self._command_fields(tiles, c, a, b, rows)
+        # Each field an AND-OR over the one-hot offer, not an If/Elif chain: its priority terms
+        # fanned out to the command register across the engine (docs/rdxe.md 14.4).
+        for name, _ in command_layout(cfg):
+            choices = [(ops[kind], f[name]) for kind, f in fields.items() if name in f]
+            if choices:
+                m.d.comb += cmd[name].eq(one_hot_select(choices))
         with m.If(ops["gemv"]):
             # Each DXT its share (its own table); one that has none sits the GEMV out.
-            m.d.comb += [cmd.op.eq(Mux(op_is(c.insn.op, "gemv_norm"), OPS.index("rmsnorm"),
-                                       OPS.index("gemv"))),
-                         cmd.dest.eq(DESTS.index("out")), cmd.outputs.eq(c.gemv.outputs),
-                         cmd.chunks.eq(c.gemv.chunks), cmd.row.eq(c.gemv.row),
-                         cmd.entry.eq(c.gemv.entry), cmd.inv_k.eq(c.gemv.inv_k),
-                         cmd.eps.eq(c.value)]
             for port, share in zip(tiles.ports, shares or ()):
                 m.d.comb += [port.payload.outputs.eq(share.outputs),
                              port.payload.row.eq(share.row), port.payload.entry.eq(share.entry)]
-            with m.If(taken):
-                m.d.sync += tiles.start(io, a, c.gemv.chunks, c.insn.dst, True,
-                                        shares and [t.first for t in shares])
-        for kind, base in (("key", a), ("value", b)):
-            with m.Elif(ops[kind]):
-                m.d.comb += [cmd.op.eq(OPS.index("gemv")),
-                             cmd.dest.eq(DESTS.index(kind)), cmd.outputs.eq(cfg.head_dim),
-                             cmd.chunks.eq(c.ident.chunks), cmd.row.eq(c.ident.row),
-                             cmd.entry.eq(c.ident.entry),
-                             cmd.head.eq(tiles.at(c.group + c.index)), cmd.tokens.eq(c.tokens)]
-                with m.If(taken):
-                    m.d.sync += tiles.start(io, base + c.index * rows, rows, 0, False)
-        with m.Elif(ops["qk"]):
-            m.d.comb += [cmd.op.eq(OPS.index("qk")),
-                         cmd.head.eq(tiles.at(c.head + c.index)),
-                         cmd.tokens.eq(c.layer.context), cmd.entry.eq(self.score_entry)]
-            with m.If(taken):
-                m.d.sync += tiles.start(io, a + c.index * rows, rows, 0, False)
-        with m.Elif(ops["pv"]):
-            m.d.comb += [cmd.op.eq(OPS.index("pv")),
-                         cmd.head.eq(tiles.at(c.head + c.index)),
-                         cmd.tokens.eq(c.layer.context), cmd.entry.eq(self.pv_entry),
-                         cmd.scale.eq(c.layer.scale)]
-            with m.If(taken):
-                m.d.sync += tiles.start(io, 0, 0, c.insn.dst + c.index * cfg.head_dim, True)
+        row, count, dst, keep = (one_hot_select([(ops[kind], s[k]) for kind, s in starts.items()])
+                                 for k in range(4))
+        firsts = shares and [Mux(ops["gemv"], t.first, 0) for t in shares]
+        with m.If(taken & Cat(ops.values()).any()):
+            m.d.sync += tiles.start(io, row, count, dst, keep, firsts)
         return taken
 
+    def _command_fields(self, tiles, c, a, b, rows):
+        """Each command kind's fields (``command_layout``'s names, others 0) and its operands'
+        start ``(row, count, dst, keep)``: the chunks' first rr row and count, the results' first
+        byte and whether they are kept."""
+        cfg = self.dxt_cfg
+        gemv = {"op": Mux(op_is(c.insn.op, "gemv_norm"), OPS.index("rmsnorm"), OPS.index("gemv")),
+                "dest": DESTS.index("out"), "outputs": c.gemv.outputs, "chunks": c.gemv.chunks,
+                "row": c.gemv.row, "entry": c.gemv.entry, "inv_k": c.gemv.inv_k, "eps": c.value}
+        fields, starts = {"gemv": gemv}, {"gemv": (a, c.gemv.chunks, c.insn.dst, 1)}
+        for kind, base in (("key", a), ("value", b)):
+            fields[kind] = {"op": OPS.index("gemv"), "dest": DESTS.index(kind),
+                            "outputs": cfg.head_dim, "chunks": c.ident.chunks,
+                            "row": c.ident.row, "entry": c.ident.entry,
+                            "head": tiles.at(c.group + c.index), "tokens": c.tokens}
+            starts[kind] = (base + c.index * rows, rows, 0, 0)
+        attend = {"head": tiles.at(c.head + c.index), "tokens": c.layer.context}
+        fields["qk"] = {"op": OPS.index("qk"), "entry": self.score_entry, **attend}
+        fields["pv"] = {"op": OPS.index("pv"), "entry": self.pv_entry, "scale": c.layer.scale,
+                        **attend}
+        starts["qk"] = (a + c.index * rows, rows, 0, 0)
+        starts["pv"] = (0, 0, c.insn.dst + c.index * cfg.head_dim, 1)
+        return fields, starts
 
 def ext_stage(m, side):
     """The side's requests to the controller, through a register to ``side.ext`` (one place,
