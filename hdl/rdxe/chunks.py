@@ -8,7 +8,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..pipeline import ResultQueue, delay, distinct_copies
+from ..pipeline import ResultQueue, delay
 from ..validate import index_bits, integer
 from .sequencer import normalize_request_layout, queued_layout, store_layout
 from .spec import CODE_BITS, DxtConfig, check_config, hlink_layout, ve_tap_layout
@@ -96,7 +96,7 @@ class TokenBuffer(wiring.Component):
         store = data.View(self.store.payload.shape(),
                           delay(m, self.store.payload.as_value(), 1, name="store"))
         store_valid = delay(m, self.store.valid, 1, name="store_valid", reset=True)
-        reads = []
+        reads, rows = [], []
         # A fresh read's chunk: the activation written with it, beside the memories' registers.
         fresh = delay(m, self.read.valid & self.read.payload.fresh, 1, name="read_fresh")
         written = delay(m, self.act.payload.data.as_value(), 1, name="act_written")
@@ -116,18 +116,21 @@ class TokenBuffer(wiring.Component):
                 rd.addr.eq(Mux(norm_read, req.j, self.read.payload.j)),
                 rd.en.eq(norm_read | (self.read.valid & (self.read.payload.half == h))),
             ]
-            reads.append(delay(m, Mux(fresh, written, rd.data.as_value()), READ_LATENCY - 1,
+            rows.append(rd.data.as_value())
+            reads.append(delay(m, Mux(fresh, written, rows[h]), READ_LATENCY - 1,
                                name=f"read{h}"))
-        # Two copies of the half's selection, so that the chunk queue's and the normalizer's
-        # multiplexers are separate logic, each placed beside its own load.
-        half = delay(m, Mux(norm_valid, req.half, self.read.payload.half),
-                     READ_LATENCY - 1, name="read_half")
-        to_queue, to_norm = distinct_copies(m, [half], 2, name="read_half")
-        m.d.comb += self.data.eq(Mux(to_queue, reads[1], reads[0]))
+        half = delay(m, Mux(norm_valid, req.half, self.read.payload.half), READ_LATENCY,
+                     name="read_half")
+        m.d.comb += self.data.eq(Mux(half, reads[1], reads[0]))
+        # The normalizer's chunk: its half chosen before the register at the multiplier blocks
+        # (7 ns of route from a half mux there failed at 100 MHz, docs/rdxe.md 14.4); never
+        # fresh (a normalization's read is not in a ``read``'s cycle).
+        norm_from = delay(m, req.half, READ_LATENCY - 1, name="norm_read_half")
         m.d.comb += [
             norm.i.valid.eq(delay(m, norm_valid, READ_LATENCY, name="norm_valid",
                                   reset=True)),
-            norm.i.payload.data.eq(Mux(to_norm, reads[1], reads[0])),
+            norm.i.payload.data.eq(delay(m, Mux(norm_from, rows[1], rows[0]), READ_LATENCY - 1,
+                                         name="norm_chunk")),
             norm.i.payload.m.eq(delay(m, req.m, READ_LATENCY, name="norm_m")),
             norm.i.payload.shift.eq(delay(m, req.shift, READ_LATENCY, name="norm_shift"))]
         return m
