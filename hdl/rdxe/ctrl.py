@@ -388,10 +388,8 @@ class DxeController(wiring.Component):
         cfg, buf = self.cfg, ctl.buf
         first, factor = ctl.buf_first, ctl.buf_factor
         q, g, a, s = (units[n] for n in ("quant", "gppu", "act", "scalar"))
-        m.d.comb += [q.valid.eq(ctl.issuing & ctl.is_("quant")),
-                     g.valid.eq(ctl.issuing & ctl.is_("gppu")),
-                     a.valid.eq(ctl.issuing & ctl.is_("act")),
-                     s.valid.eq(ctl.issuing & ctl.is_("scalar"))]
+        m.d.comb += [q.valid.eq(ctl.to_unit["quant"]), g.valid.eq(ctl.to_unit["gppu"]),
+                     a.valid.eq(ctl.to_unit["act"]), s.valid.eq(ctl.to_unit["scalar"])]
         for n in range(cfg.unit_lanes):
             const = ctl.lane(buf["live", Store.CONST], n, _FP32)
             m.d.comb += [q.payload.x[n].eq(ctl.lane(buf["live", Store.TB], n, _FP32)),
@@ -640,6 +638,9 @@ class _Control:
         self.shift = power_of_two(cfg.lanes, "Controller lane count", 2, 64)
         bits = index_bits(max(cfg.space.tb_words, cfg.space.rr_bytes) + 1)
         self.k, self.written = Signal(bits, name="beat"), Signal(bits, name="written")
+        # ``a + k`` and ``b + k`` in rows, counted beside ``k``: no adder between the beat and
+        # the memories' LUT-RAM read (docs/rdxe.md 14.4, session 32).
+        self.a_row, self.b_row = Signal(bits, name="a_row"), Signal(bits, name="b_row")
         self.s = Signal(2, name="slot")
         self.j = Signal(range(cfg.head_dim // cfg.lanes), name="head_pos")
         # The rows at the read ports: valid, slot, beat and head position of the read.
@@ -668,18 +669,22 @@ class _Control:
         # RoPE half and factor.
         self.sub = Signal(range(cfg.sub_beats), name="sub_beat")
         self.issuing, self.buf_first = Signal(name="issue_valid"), Signal(name="issue_first")
+        # ``issuing`` and the op's unit, a register for each unit's ``valid``: the opcode's
+        # one-hot reached a unit's credits through 6 ns of route (docs/rdxe.md 14.4, session 32).
+        self.to_unit = {unit: Signal(name=f"issue_{unit}") for unit in _UNIT_OPS}
         self.buf_factor, self.refused = Signal(_FP32, name="factor"), Signal()
 
     def op_is(self, *names):
         return Cat(*(self.onehot[OPCODES.index(n)] for n in names)).any()
 
     def decode(self, word) -> list:
-        """Statements that register the one-hot of the fetched ``word``'s opcode, its beats and
-        the count of its results."""
+        """Statements that register the one-hot of the fetched ``word``'s opcode, its beats,
+        the count of its results and its ``a`` and ``b`` rows (beat 0: with :meth:`restart`)."""
         f = data.View(instruction_layout(self.cfg.space), word)
         scalar = op_is(f.op, *_UNIT_OPS["scalar"])
         step = self.cfg.sub_beats.bit_length() - 1
         return [self.onehot.eq(Const(1, len(OPCODES)) << f.op),
+                self.a_row.eq(f.a >> self.shift), self.b_row.eq(f.b >> self.shift),
                 self.beats.eq(Mux(scalar, 1, f.n >> self.shift)),
                 self.left.eq(Mux(scalar, 1, (f.n >> self.shift) << step))]
 
@@ -695,7 +700,7 @@ class _Control:
     def restart(self) -> list:
         return [self.k.eq(0), self.s.eq(0), self.j.eq(0), self.written.eq(0),
                 self.rvalid.eq(0), self.beat.eq(0), self.issuing.eq(0), self.sub.eq(0),
-                self.free.eq(1)]
+                self.free.eq(1), *(v.eq(0) for v in self.to_unit.values())]
 
     def _issue_register(self, m, unit_ready, factor):
         """The issue register: loaded with a beat's rows when it is free (empty, or handing out
@@ -737,9 +742,10 @@ class _Control:
             if cfg.sub_beats > 1:
                 m.d.sync += [reg.eq(reg >> step[s]) for (_, s), reg in self.buf.items()]
             with m.If(last_sub):
-                m.d.sync += self.issuing.eq(0)
+                m.d.sync += [self.issuing.eq(0), *(v.eq(0) for v in self.to_unit.values())]
         with m.If(self.running & self.beat & free):
             m.d.sync += [self.issuing.eq(1), self.buf_first.eq(self.rk == 0),
+                         *(v.eq(self.is_(unit)) for unit, v in self.to_unit.items()),
                          self.buf_factor.eq(factor)]
             m.d.sync += [self.buf[key].eq(value) for key, value in sources.items()]
         return free
@@ -770,6 +776,7 @@ class _Control:
         with m.If(go):
             with m.If(self.s == self.slots - 1):
                 m.d.sync += [self.s.eq(0), self.k.eq(self.k + 1),
+                             self.a_row.eq(self.a_row + 1), self.b_row.eq(self.b_row + 1),
                              self.j.eq(Mux(self.j == cfg.head_dim // cfg.lanes - 1, 0,
                                            self.j + 1))]
             with m.Else():
@@ -784,9 +791,9 @@ class _Control:
         half = (cfg.head_dim // 2) >> shift
         tb = Mux(self.op_is("rope") & (s == 1), b + (self.j >> 1),
                  Mux(self.op_is("rope") & (s == 2), b + half + (self.j >> 1),
-                     Mux(self.op_is("add") & (s == 1), b + k, a + k)))
+                     Mux(self.op_is("add") & (s == 1), self.b_row, self.a_row)))
         second = self.op_is("act_max", "act") & (s == 1)
-        rr = Mux(second, a + n + k, a + k)
+        rr = Mux(second, a + n + k, self.a_row)
         const = Mux(self.op_is("score"), t, Mux(second, t + n + k, t + k))
         for store, row in ((Store.TB, tb), (Store.RR, rr), (Store.CONST, const)):
             rd = mems[store][0]
