@@ -599,6 +599,10 @@ class HeadQueue(wiring.Component):
     lost : Out(1)
         Combinational: this cycle's write found no place and is dropped. A writer that never
         has more than ``depth`` items unread never raises it.
+    copy : Signal or None
+        With ``copy=True``: a second head register, equal to ``o.payload`` in every cycle but
+        kept apart by synthesis (power-on value all ones), for a far load such as a multiplier
+        block's operands, so that it can sit beside that load.
 
     Latency one cycle from ``w`` into an empty queue to ``o``; one item per cycle in and out,
     in order. The storage's write enable and ``lost`` come from ``w.valid`` and the queue's own
@@ -606,11 +610,19 @@ class HeadQueue(wiring.Component):
     the head register. A bad ``depth`` raises ``TypeError``/``ValueError`` naming it.
     """
 
-    def __init__(self, shape, depth: int):
+    def __init__(self, shape, depth: int, *, copy: bool = False):
         self.depth = integer(depth, "Head queue depth", 2, 4096)
+        if not isinstance(copy, bool):
+            raise TypeError(f"Head queue copy must be True or False, not {copy!r}")
         super().__init__({"w": In(stream.Signature(shape, always_ready=True)),
                           "o": Out(stream.Signature(shape)),
                           "lost": Out(1)})
+        self.copy = None
+        if copy:
+            width = len(Value.cast(self.o.payload))
+            # All ones at power-on: Yosys merges flip-flops whose inputs and initial values agree.
+            reg = Signal(width, name="head_copy", init=(1 << width) - 1)
+            self.copy = data.View(shape, reg) if isinstance(shape, data.Layout) else reg
 
     def elaborate(self, platform):
         m = Module()
@@ -638,6 +650,8 @@ class HeadQueue(wiring.Component):
             m.d.sync += consume.eq(Mux(consume == places - 1, 0, consume + 1))
         m.d.sync += level.eq(Mux(pop, kept - 1, kept))
         with m.If(load):
-            m.d.sync += [o.valid.eq(~empty | w.valid),
-                         o.payload.eq(Mux(empty, w.payload, rd.data))]
+            head = Mux(empty, w.payload, rd.data)
+            m.d.sync += [o.valid.eq(~empty | w.valid), o.payload.eq(head)]
+            if self.copy is not None:
+                m.d.sync += Value.cast(self.copy).eq(head)
         return m

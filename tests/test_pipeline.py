@@ -320,9 +320,9 @@ def test_head_queue_order_under_back_pressure(depth, write_p, take_p, seed):
     """A writer that keeps at most ``depth`` items unread (its credits) loses nothing: items come
     out in order, ``lost`` never rises, ``o.valid`` and ``o.payload`` do not move with
     ``o.ready`` or ``w`` inside a cycle (registers), and an item written into an empty queue is
-    the head the next cycle."""
+    the head the next cycle; the head's copy (``copy=True``) equals it whenever it is valid."""
     layout = data.StructLayout({"a": 5, "b": 3})
-    dut = HeadQueue(layout, depth)
+    dut = HeadQueue(layout, depth, copy=True)
     rng = random.Random(seed)
     items = [(k % 32, k % 7) for k in range(1, 150)]
     got, early = [], []
@@ -342,6 +342,7 @@ def test_head_queue_order_under_back_pressure(depth, write_p, take_p, seed):
             ctx.set(dut.o.ready, take)
             await ctx.delay(1e-9)
             assert (ctx.get(dut.o.valid), ctx.get(dut.o.payload.as_value())) == before
+            assert not before[0] or ctx.get(dut.copy.as_value()) == before[1]
             assert not ctx.get(dut.lost)
             if take and before[0]:
                 head = ctx.get(dut.o.payload)
@@ -389,6 +390,12 @@ def test_head_queue_drops_a_write_with_no_place_and_says_so(depth):
 def test_head_queue_depth_errors(depth, error, message):
     with pytest.raises(error, match=message):
         HeadQueue(8, depth)
+
+
+def test_head_queue_copy_must_be_a_flag():
+    with pytest.raises(TypeError, match="Head queue copy must be True or False, not 1"):
+        HeadQueue(8, 4, copy=1)
+    assert HeadQueue(8, 4).copy is None
 
 
 def test_delay_registers_and_names():

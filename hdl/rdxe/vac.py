@@ -315,14 +315,16 @@ class Vac(wiring.Component):
         # ---- hold queue: finished accumulators; its head register is the accumulator register ----
         hold_layout = data.StructLayout({"acc": signed(ACC_BITS), "m": signed(cfg.mult_bits),
                                          "shift": SHIFT_BITS, "rcu": 1, "rc_last": 1})
-        m.submodules.hold = hold = HeadQueue(hold_layout, depth)
+        # The RCU's operands from head copies of their own, beside its multiplier blocks (their
+        # one head register sat 6 to 7 ns of route away in a full engine: docs/rdxe.md 14.4).
+        m.submodules.hold = hold = HeadQueue(hold_layout, depth, copy=True)
         m.d.comb += [hold.w.valid.eq(dot.o.valid & last), hold.w.payload.acc.eq(acc_sum),
                      hold.w.payload.m.eq(entry.m), hold.w.payload.shift.eq(entry.shift),
                      hold.w.payload.rcu.eq(rcu_sel), hold.w.payload.rc_last.eq(rc_last)]
         head = hold.o.payload
 
         # ---- RC factor queue: its head register is the broadcast register ---------------------
-        m.submodules.factors = factors = HeadQueue(rc_layout(cfg), depth)
+        m.submodules.factors = factors = HeadQueue(rc_layout(cfg), depth, copy=True)
         m.d.comb += [factors.w.valid.eq(self.rc.valid), factors.w.payload.eq(self.rc.payload)]
         factor = factors.o.payload
 
@@ -345,8 +347,8 @@ class Vac(wiring.Component):
             hold.o.ready.eq(to_rcu | to_ppu),
             factors.o.ready.eq(to_rcu & head.rc_last),
             queue.issue.eq(to_rcu | to_ppu),
-            rcu.i.valid.eq(to_rcu), rcu.i.payload.x.eq(head.acc),
-            rcu.i.payload.m.eq(factor.m), rcu.i.payload.shift.eq(factor.shift),
+            rcu.i.valid.eq(to_rcu), rcu.i.payload.x.eq(hold.copy.acc),
+            rcu.i.payload.m.eq(factors.copy.m), rcu.i.payload.shift.eq(factor.shift),
         ]
         m.d.sync += [in_rcu.eq(in_rcu + to_rcu - rcu.o.valid),
                      rcu_idle.eq(~to_rcu & (in_rcu == rcu.o.valid))]
