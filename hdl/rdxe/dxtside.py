@@ -314,14 +314,18 @@ class DxtSide(wiring.Component):
         # its operands' start are chosen by flip-flops of their own, not by the side's state.
         offer = Signal(len(_COMMANDS), name="offer")
         ops = {kind: offer[k] for k, kind in enumerate(_COMMANDS)}
-        taken = self._commands(m, tiles, io, ops, _Command(
+        # Whether any command is on offer, a register of its own: the offer's bits fan out to
+        # every command field, and their OR reached the operands' enables late (session 33).
+        offering = Signal(name="offering")
+        taken = self._commands(m, tiles, io, ops, offering, _Command(
             insn=insn, value=value, gemv=gemv, shares=shares, tokens=tokens, layer=layer,
             index=index, group=slot.group(layer.group), head=slot.head(layer.head),
             ident=tables[self.identity] if self.dxts == 1 else tables[0][self.identity]))
 
         def go(state, kind=None):
             m.next = state
-            m.d.sync += offer.eq(0 if kind is None else 1 << _COMMANDS.index(kind))
+            m.d.sync += [offer.eq(0 if kind is None else 1 << _COMMANDS.index(kind)),
+                         offering.eq(kind is not None)]
 
         def is_op(*names):
             return op_is(insn.op, *names)
@@ -413,16 +417,16 @@ class DxtSide(wiring.Component):
                 with m.If(self.done.valid & self.done.ready):
                     m.next = "Idle"
 
-    def _commands(self, m, tiles, io, ops, c):
+    def _commands(self, m, tiles, io, ops, offering, c):
         """Offer the command of the kind on in ``ops`` (one-hot by :data:`_COMMANDS`; none: no
-        command) with its fields from the instruction's registers ``c``; start its operands as
+        command; ``offering``: a register equal to their OR) with its fields from the instruction's registers ``c``; start its operands as
         it is taken. Return what is true in the cycle the last DXT takes it."""
         cfg, cmd, shares, lanes = self.dxt_cfg, tiles.cmd, c.shares, self.ctrl.lanes
         rows = cfg.head_dim // lanes                     # rr rows of one head
         shift = index_bits(lanes) if lanes > 1 else 0    # a byte address to an rr row
         a, b = c.insn.a >> shift, c.insn.b >> shift
         on = Cat(t.outputs != 0 for t in shares) if shares else None
-        taken = tiles.issue(m, Cat(ops.values()).any(), ops["gemv"], on)
+        taken = tiles.issue(m, offering, ops["gemv"], on)
         fields, starts = self._command_fields(tiles, c, a, b, rows)
         # Each field an AND-OR over the one-hot offer, not an If/Elif chain: its priority terms
         # fanned out to the command register across the engine (docs/rdxe.md 14.4).
@@ -438,7 +442,7 @@ class DxtSide(wiring.Component):
         row, count, dst, keep = (one_hot_select([(ops[kind], s[k]) for kind, s in starts.items()])
                                  for k in range(4))
         firsts = shares and [Mux(ops["gemv"], t.first, 0) for t in shares]
-        with m.If(taken & Cat(ops.values()).any()):
+        with m.If(taken & offering):
             m.d.sync += tiles.start(io, row, count, dst, keep, firsts)
         return taken
 

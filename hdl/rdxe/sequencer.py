@@ -405,6 +405,9 @@ class Sequencer(wiring.Component):
         room = Signal(init=1)
         m.d.sync += room.eq((ops.level < _OP_QUEUE - 2) & (consts.level < _CONST_QUEUE - 2))
         m.d.comb += self._command.ready.eq(room)
+        # The first output entry on every idle cycle, not only on the accept: no operation reads
+        # ``out`` while idle, and the accept's decode reached its register late (session 33).
+        m.d.sync += s.out.eq(cmd.entry)
         with m.If(self._command.valid & room):
             m.d.comb += [self._ops_write.eq(1), self._consts_write.eq(dec.is_rms & ~dec.bad)]
             vrc = dec.is_rms | dec.is_pv
@@ -413,7 +416,7 @@ class Sequencer(wiring.Component):
                 s.softmax.eq(dec.is_pv), s.kv.eq(dec.is_qk | dec.is_pv),
                 s.last_chunk.eq(dec.last_chunk), s.last_pass.eq(dec.last_pass),
                 s.tokens.eq(cmd.tokens), s.scale.eq(cmd.scale),
-                s.out_step.eq(~dec.is_qk), s.out.eq(cmd.entry),
+                s.out_step.eq(~dec.is_qk),
                 s.row_step.eq(Mux(dec.is_pv, value_rows, 1)),
                 s.pass_step.eq(Mux(dec.is_pv, 1, Mux(dec.is_qk, key_rows, cmd.chunks))),
                 s.from_x.eq(~(cmd.seq & vrc) & ~dec.is_pv),
