@@ -677,8 +677,10 @@ class _Io:
         self.keep = Signal(name="write_results")
         m.submodules.chunks = fifo = SyncFIFO(width=CODE_BITS * lanes, depth=_CHUNKS)
         # The DXT's x.valid from a register of its own (the level's compare fed the sequencer's
-        # issue decision across the engine, docs/rdxe.md 14.4).
+        # issue decision across the engine), a copy apart from the side's so that it can sit
+        # beside the sequencer (docs/rdxe.md 14.4, session 34).
         ready = fifo_ready(m, fifo, name="chunks_ready")
+        offered = fifo_ready(m, fifo, name="chunks_offered", inverted=True)
         pending = Signal(range(_CHUNKS + 1))
         ext, word = side.requests, dxt.o
         # Results first (the DXT's GBUS never waits on a chunk), then a chunk read with a place.
@@ -696,7 +698,7 @@ class _Io:
             ext.payload.mask.eq(word.payload.keep << offset),
             word.ready.eq(Mux(self.keep, ext.ready, 1)),
             fifo.w_data.eq(side.ext_data.payload.data),
-            dxt.x.valid.eq(ready), dxt.x.payload.data.as_value().eq(fifo.r_data),
+            dxt.x.valid.eq(offered), dxt.x.payload.data.as_value().eq(fifo.r_data),
             fifo.r_en.eq(dxt.x.ready),
         ]
         count_reads(m, side, fifo, self, read, ready & dxt.x.ready, pending)

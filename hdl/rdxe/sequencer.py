@@ -160,6 +160,9 @@ class _State:
         # decision is a function of flip-flops and the chunk queue's two inputs.
         self.running = Signal(name="running")
         self.loading, self.generating = Signal(name="loading"), Signal(name="generating")
+        # In WAIT_RC, NORM: registers too, so that the factor's valid and the normalizer's
+        # request are not decoded from the state across the tile (docs/rdxe.md 14.4, session 34).
+        self.awaiting_rc, self.normalizing = Signal(name="awaiting_rc"), Signal(name="normalizing")
         self.from_x, self.from_act = Signal(name="from_x"), Signal(name="from_act")
         self.j = Signal(range(cfg.chunks + 2), name="j")
         self.left = Signal(range(cfg.capacity + cfg.lanes + 1), name="left")   # P.V tokens left
@@ -459,19 +462,12 @@ class Sequencer(wiring.Component):
                 with m.State(name):
                     with m.If(s.issue & s.last_j):
                         m.next = "WAIT_RC"
-            with m.State("WAIT_RC"):
+            with m.State("WAIT_RC"):                  # its work under ``awaiting_rc``
                 with m.If(self.seq_rc_valid):
-                    m.d.comb += self.seq_rc_take.eq(1)
-                    # ``j`` is 0 already: LOAD and ACTGEN end on their last chunk's wrap.
-                    m.d.sync += s.norm_rc.eq(self.seq_rc)
                     m.next = "NORM"
-            with m.State("NORM"):
-                m.d.comb += s.norm_read.eq(1)
+            with m.State("NORM"):                     # its work under ``normalizing``
                 with m.If(s.last_j):
-                    m.d.sync += [*s.restart_chunks(), s.left.eq(s.tokens), s.running.eq(1)]
                     m.next = "RUN"
-                with m.Else():
-                    m.d.sync += s.next_chunk()
             with m.State("RUN"):
                 with m.If(s.issue & s.last_j & s.last_p):
                     m.next = "IDLE"
@@ -487,7 +483,18 @@ class Sequencer(wiring.Component):
         with m.If((s.loading | s.generating) & s.issue):
             self._advance_chunk(m, s, L)
             with m.If(s.last_j):
-                m.d.sync += [s.loading.eq(0), s.generating.eq(0)]
+                m.d.sync += [s.loading.eq(0), s.generating.eq(0), s.awaiting_rc.eq(1)]
+        with m.If(s.awaiting_rc & self.seq_rc_valid):
+            m.d.comb += self.seq_rc_take.eq(1)
+            # ``j`` is 0 already: LOAD and ACTGEN end on their last chunk's wrap.
+            m.d.sync += [s.norm_rc.eq(self.seq_rc), s.awaiting_rc.eq(0), s.normalizing.eq(1)]
+        with m.If(s.normalizing):
+            m.d.comb += s.norm_read.eq(1)
+            with m.If(s.last_j):
+                m.d.sync += [*s.restart_chunks(), s.left.eq(s.tokens), s.running.eq(1),
+                             s.normalizing.eq(0)]
+            with m.Else():
+                m.d.sync += s.next_chunk()
         with m.If(s.running):
             self._run(m, s)
 
