@@ -405,23 +405,16 @@ class ResultQueue(wiring.Component):
         return m
 
 
-def fifo_ready(m: Module, fifo, name: str = "fifo_ready", *, inverted: bool = False) -> Value:
+def fifo_ready(m: Module, fifo, name: str = "fifo_ready") -> Signal:
     """A flip-flop equal in every cycle to ``fifo.r_rdy`` of an Amaranth ``SyncFIFO`` (whose
     ``r_rdy`` is ``level != 0``): a consumer's ``valid`` then leaves a register of its own, not
     a compare of the level across the die. Its next value comes from the FIFO's ``w_en``,
-    ``r_en`` and ``level`` as the FIFO's own level does.
-
-    ``inverted``: the flip-flop holds ``~r_rdy`` and the value returned is its inverse, so that
-    a second call gives a copy Yosys keeps apart from the first (as :func:`control_copies`),
-    to sit beside loads of its own. The value returned equals ``r_rdy`` either way."""
-    if not isinstance(inverted, bool):
-        raise TypeError(f"fifo_ready inverted must be True or False, not {inverted!r}")
+    ``r_en`` and ``level`` as the FIFO's own level does."""
     written = fifo.w_en & fifo.w_rdy
     read = fifo.r_en & fifo.r_rdy
-    ready = Signal(name=name, init=int(inverted))
-    now = ready ^ inverted
-    m.d.sync += ready.eq((written | (now & ~(read & (fifo.level == 1)))) ^ inverted)
-    return ~ready if inverted else ready
+    ready = Signal(name=name)
+    m.d.sync += ready.eq(written | (ready & ~(read & (fifo.level == 1))))
+    return ready
 
 
 class _LutRamFifo(SyncFIFOBuffered):

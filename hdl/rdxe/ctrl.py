@@ -530,14 +530,14 @@ class DxeController(wiring.Component):
                     with m.If(self.dxt.ready):
                         m.d.sync += wait(1)
                         m.next = "Dxt"
-                with m.Else():
-                    m.d.comb += ctl.running.eq(1)
+                with m.Else():                       # ``ctl.running`` since Decode
                     with m.If(ctl.refused):          # a unit refused a beat: stop here
                         m.d.sync += error.eq(1)
                     with m.If(error):
+                        m.d.sync += ctl.running.eq(0)
                         m.next = "Check"
                     with m.Elif(ctl.finished):
-                        m.d.sync += pc.eq(pc + 1)
+                        m.d.sync += [pc.eq(pc + 1), ctl.running.eq(0)]
                         m.next = "Check"
             with m.State("Dxt"):
                 m.d.comb += self.dxt_done.ready.eq(1)
@@ -646,7 +646,9 @@ class _Control:
         # The rows at the read ports: valid, slot, beat and head position of the read.
         self.rvalid, self.rs = Signal(name="read_valid"), Signal(2, name="read_slot")
         self.rk, self.rj = Signal.like(self.k, name="read_beat"), Signal.like(self.j)
-        self.running = Signal()
+        # In Execute with a unit's op: a register set at Decode, not the state's decode, which
+        # reached the memories' read rows through the ports' choice (docs/rdxe.md 14.4, s. 34).
+        self.running = Signal(name="units_running")
         # The opcode one-hot, registered with the word (no comparator on a decision path).
         self.onehot = Signal(len(OPCODES), name="op_onehot")
         self.slots = Signal(2)
@@ -684,6 +686,7 @@ class _Control:
         scalar = op_is(f.op, *_UNIT_OPS["scalar"])
         step = self.cfg.sub_beats.bit_length() - 1
         return [self.onehot.eq(Const(1, len(OPCODES)) << f.op),
+                self.running.eq(~op_is(f.op, *DXT_OPS)),
                 self.a_row.eq(f.a >> self.shift), self.b_row.eq(f.b >> self.shift),
                 self.beats.eq(Mux(scalar, 1, f.n >> self.shift)),
                 self.left.eq(Mux(scalar, 1, (f.n >> self.shift) << step))]

@@ -16,7 +16,7 @@ import math
 from amaranth import Array, Cat, Const, Mux, Signal
 from amaranth.lib.fifo import SyncFIFO
 
-from ..pipeline import fifo_ready
+from ..pipeline import SkidBuffer, fifo_ready
 from ..validate import index_bits, integer
 from .ctrl import Store
 from .spec import CODE_BITS, GBUS_BYTES, DxtConfig
@@ -102,7 +102,7 @@ class BroadcastIo:
         self.on = Signal(D, name="dxts_on")
         got, answered = Signal(D, name="chunk_taken"), Signal(D, name="answered")
         refused = Signal(name="refused")
-        m.submodules.chunks = fifo = SyncFIFO(width=CODE_BITS * lanes, depth=chunks)
+        fifo, skid, popped = chunk_queue(m, lanes, chunks)
         pending = Signal(range(chunks + 1))
         ext = side.requests
         word_bits = CODE_BITS * GBUS_BYTES
@@ -141,14 +141,14 @@ class BroadcastIo:
                 m.d.sync += self.dst[j].eq(self.dst[j] + GBUS_BYTES)
         # Every DXT in ``on`` takes the queue's head once; it leaves when all have.
         took = Cat(~self.on[j] | got[j] | t.x.ready for j, t in enumerate(tiles)).all()
-        ready = fifo_ready(m, fifo, name="chunks_ready")            # as the one DXT's side
-        popped = ready & took
+        head = skid.o
         for j, tile in enumerate(tiles):
-            m.d.comb += [tile.x.valid.eq(ready & self.on[j] & ~got[j]),
-                         tile.x.payload.data.as_value().eq(fifo.r_data),
+            m.d.comb += [tile.x.valid.eq(head.valid & self.on[j] & ~got[j]),
+                         tile.x.payload.data.as_value().eq(head.payload),
                          tile.resp.ready.eq(1)]
-        m.d.sync += got.eq(Mux(popped, 0, got | Cat(t.x.valid & t.x.ready for t in tiles)))
-        m.d.comb += fifo.r_en.eq(popped)
+        m.d.sync += got.eq(Mux(head.valid & took, 0,
+                               got | Cat(t.x.valid & t.x.ready for t in tiles)))
+        m.d.comb += head.ready.eq(took)
         count_reads(m, side, fifo, self, read, popped, pending)
         now = Cat(t.resp.valid for t in tiles)
         errors = Cat(t.resp.valid & t.resp.payload.error for t in tiles).any()
@@ -165,6 +165,22 @@ class BroadcastIo:
         firsts = firsts or [0] * len(self.dst)
         return [self.row.eq(row), self.left.eq(count), self.keep.eq(keep), self.on.eq(on),
                 *(d.eq(dst + f) for d, f in zip(self.dst, firsts)), *self._clear]
+
+
+def chunk_queue(m, lanes: int, depth: int):
+    """A DXT side's chunk queue: a ``SyncFIFO`` of ``depth`` chunks of ``lanes`` codes, then a
+    :class:`~hdl.pipeline.SkidBuffer` whose ``o`` is the DXTs' ``x``: the sequencer's issue
+    decision reads ``x.valid`` from a flip-flop that sits beside it (docs/rdxe.md 14.4, session
+    34), a cycle later than the queue's head (:data:`hdl.rdxe.dxtside.CHUNK_DELAY`).
+
+    Returns ``(fifo, skid, popped)``: the side writes ``fifo``, the DXTs take ``skid.o``;
+    ``popped`` is high when a chunk leaves the FIFO (for :func:`count_reads`)."""
+    m.submodules.chunks = fifo = SyncFIFO(width=CODE_BITS * lanes, depth=depth)
+    m.submodules.chunk_skid = skid = SkidBuffer(CODE_BITS * lanes)
+    ready = fifo_ready(m, fifo, name="chunks_ready")
+    m.d.comb += [skid.i.valid.eq(ready), skid.i.payload.eq(fifo.r_data),
+                 fifo.r_en.eq(skid.i.ready)]
+    return fifo, skid, ready & skid.i.ready
 
 
 def count_reads(m, side, fifo, io, read, popped, pending):

@@ -45,23 +45,22 @@ from typing import NamedTuple
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..arith.format import FP32
 from ..arith.fpmul import logic_product
-from ..pipeline import delay, fifo_ready, one_hot_select, stream_stage
+from ..pipeline import delay, one_hot_select, stream_stage
 from ..validate import index_bits, integer
 from .ctrl import CtrlConfig, Store, dxt_layout, ext_layout, op_is, stride_layout
 from .dxt import Dxt
-from .dxts import BroadcastIo, check_dxts, count_reads, one_hot
+from .dxts import BroadcastIo, check_dxts, chunk_queue, count_reads, one_hot
 from .sequencer import DECODE
 from .spec import (CODE_BITS, DESTS, GBUS_BYTES, MAX_KV_GROUPS, OPS, DxtConfig, check_config,
                    command_layout, rc_layout)
 
 __all__ = ["DxtSide", "gemv_table_layout", "scale_layout", "slot_layout", "instruction_cycles",
-           "ext_stage", "READ_DELAY", "COMMAND_DELAY", "MAX_SLOTS"]
+           "ext_stage", "READ_DELAY", "CHUNK_DELAY", "COMMAND_DELAY", "MAX_SLOTS"]
 
 #: Chunk reads in flight or waiting for the DXT.
 _CHUNKS = 4
@@ -123,6 +122,10 @@ _OVERHEAD = 3
 #: the controller's ``ext`` (so that the side's requests cross the engine from flip-flops), then
 #: the memory's read.
 READ_DELAY = 2
+#: Cycles from a chunk at the head of the side's queue to the DXT's ``x``: the skid buffer that
+#: gives the DXT's sequencer ``x.valid`` from a flip-flop beside it
+#: (:func:`hdl.rdxe.dxts.chunk_queue`).
+CHUNK_DELAY = 1
 #: Cycles from a command offered to the DXT taking it: the register on the side's way to the
 #: DXT's ``cmd`` (the chunk reads leave when the command is offered, so a chunked command does not
 #: wait for it).
@@ -135,16 +138,17 @@ def instruction_cycles(cfg: DxtConfig, op: str, commands, heads: int) -> int:
     (:func:`hdl.rdxe.ctrl.instruction_cycles`). ``commands``: the DXT commands it runs, in order,
     as ``(cycles, chunked)``: cycles from the command taken to its response (the DXT's model,
     ``golden.rdxe.command_cycles``), and whether it reads chunks (its first chunk comes
-    :data:`READ_DELAY` ``+ 1 -`` :data:`~hdl.rdxe.sequencer.DECODE` cycles later than the
-    DXT's model has it: the read on ``ext``, every later chunk as many: four reads in flight
-    keep one a cycle, less the command's decode beyond the first register, which the read
-    overlaps; one without chunks comes :data:`COMMAND_DELAY` later, the command's register).
+    :data:`READ_DELAY` ``+`` :data:`CHUNK_DELAY` ``+ 1 -`` :data:`~hdl.rdxe.sequencer.DECODE`
+    cycles later than the DXT's model has it: the read on ``ext`` and the queue's skid buffer,
+    every later chunk as many: four reads in flight keep one a cycle, less the command's
+    decode beyond the first register, which the read overlaps; one without chunks comes
+    :data:`COMMAND_DELAY` later, the command's register).
     Each command adds a cycle for the state that sees its response; an attention adds the score
     entry's writes, one a VAC (on every DXT at once), and a cycle for each of the layer's
     ``heads``. On several DXTs a command's cycles run to the side seeing its results written too
     (:func:`hdl.rdxe.dxts.shared_cycles`)."""
     extra = cfg.vacs + heads if op == "attend" else 0
-    late = READ_DELAY + 1 - DECODE
+    late = READ_DELAY + CHUNK_DELAY + 1 - DECODE
     return _OVERHEAD + extra + sum(c + 1 + max(COMMAND_DELAY, late * bool(chunked))
                                    for c, chunked in commands)
 
@@ -675,12 +679,7 @@ class _Io:
         self.left = Signal(index_bits(dxt.cfg.chunks + 1), name="chunks_left")
         self.dst = Signal(index_bits(ctrl.space.rr_bytes + 1), name="result_byte")
         self.keep = Signal(name="write_results")
-        m.submodules.chunks = fifo = SyncFIFO(width=CODE_BITS * lanes, depth=_CHUNKS)
-        # The DXT's x.valid from a register of its own (the level's compare fed the sequencer's
-        # issue decision across the engine), a copy apart from the side's so that it can sit
-        # beside the sequencer (docs/rdxe.md 14.4, session 34).
-        ready = fifo_ready(m, fifo, name="chunks_ready")
-        offered = fifo_ready(m, fifo, name="chunks_offered", inverted=True)
+        fifo, skid, popped = chunk_queue(m, lanes, _CHUNKS)
         pending = Signal(range(_CHUNKS + 1))
         ext, word = side.requests, dxt.o
         # Results first (the DXT's GBUS never waits on a chunk), then a chunk read with a place.
@@ -698,10 +697,10 @@ class _Io:
             ext.payload.mask.eq(word.payload.keep << offset),
             word.ready.eq(Mux(self.keep, ext.ready, 1)),
             fifo.w_data.eq(side.ext_data.payload.data),
-            dxt.x.valid.eq(offered), dxt.x.payload.data.as_value().eq(fifo.r_data),
-            fifo.r_en.eq(dxt.x.ready),
+            dxt.x.valid.eq(skid.o.valid), dxt.x.payload.data.as_value().eq(skid.o.payload),
+            skid.o.ready.eq(dxt.x.ready),
         ]
-        count_reads(m, side, fifo, self, read, ready & dxt.x.ready, pending)
+        count_reads(m, side, fifo, self, read, popped, pending)
         with m.If(write & ext.ready):
             m.d.sync += self.dst.eq(self.dst + GBUS_BYTES)
         self.resp, self.error = dxt.resp.valid, dxt.resp.payload.error
