@@ -16,7 +16,7 @@ import math
 from amaranth import Array, Cat, Const, Mux, Signal
 from amaranth.lib.fifo import SyncFIFO
 
-from ..pipeline import SkidBuffer, fifo_ready
+from ..pipeline import SkidQueue, fifo_ready
 from ..validate import index_bits, integer
 from .ctrl import Store
 from .spec import CODE_BITS, GBUS_BYTES, DxtConfig
@@ -169,14 +169,16 @@ class BroadcastIo:
 
 def chunk_queue(m, lanes: int, depth: int):
     """A DXT side's chunk queue: a ``SyncFIFO`` of ``depth`` chunks of ``lanes`` codes, then a
-    :class:`~hdl.pipeline.SkidBuffer` whose ``o`` is the DXTs' ``x``: the sequencer's issue
-    decision reads ``x.valid`` from a flip-flop that sits beside it (docs/rdxe.md 14.4, session
-    34), a cycle later than the queue's head (:data:`hdl.rdxe.dxtside.CHUNK_DELAY`).
+    :class:`~hdl.pipeline.SkidQueue` whose ``o`` is the DXTs' ``x``: the sequencer's issue
+    decision reads ``x.valid`` from a flip-flop that sits beside it, and its ``x.ready`` moves
+    that flip-flop and the read pointer, not the enable of every payload bit (a skid buffer's
+    output register: docs/rdxe.md 14.4, session 34); a cycle later than the queue's head
+    (:data:`hdl.rdxe.dxtside.CHUNK_DELAY`).
 
     Returns ``(fifo, skid, popped)``: the side writes ``fifo``, the DXTs take ``skid.o``;
     ``popped`` is high when a chunk leaves the FIFO (for :func:`count_reads`)."""
     m.submodules.chunks = fifo = SyncFIFO(width=CODE_BITS * lanes, depth=depth)
-    m.submodules.chunk_skid = skid = SkidBuffer(CODE_BITS * lanes)
+    m.submodules.chunk_skid = skid = SkidQueue(CODE_BITS * lanes)
     ready = fifo_ready(m, fifo, name="chunks_ready")
     m.d.comb += [skid.i.valid.eq(ready), skid.i.payload.eq(fifo.r_data),
                  fifo.r_en.eq(skid.i.ready)]
