@@ -713,7 +713,8 @@ def _parser() -> argparse.ArgumentParser:
     def design_args(p, output_default):
         p.add_argument("block", help="registered block (see `memwall list`)").complete = BLOCKS
         p.add_argument("--preset", default="default",
-                       help=f"parameter preset: {', '.join(registry.PRESETS)} (default: default)")
+                       help=f"parameter preset: {', '.join(registry.PRESETS)} or another of the "
+                            f"block's (`memwall list BLOCK`; default: default)")
         p.add_argument("--set", action="append", metavar="NAME=VALUE",
                        help="override one parameter (repeatable; tuples comma-separated)")
         p.add_argument("-o", "--output", default=output_default, help="output folder")
@@ -818,8 +819,8 @@ def _parser() -> argparse.ArgumentParser:
                                      "values on a Dask cluster: table and Pareto plot")
     p.add_argument("block", help="registered block (see `memwall list`)").complete = BLOCKS
     p.add_argument("--preset", default="default",
-                   help=f"the preset the values are set on: {', '.join(registry.PRESETS)} "
-                        f"(default: default)")
+                   help=f"the preset the values are set on: {', '.join(registry.PRESETS)} or "
+                        f"another of the block's (default: default)")
     p.add_argument("--set", action="append", metavar="NAME=V1,V2,...",
                    help="the values of one parameter (repeatable; every combination is a point; "
                         "a tuple parameter's values separated by ;)")

@@ -186,7 +186,8 @@ class Block:
     params : type
         Its :class:`BlockParams` subclass.
     presets : mapping of str to BlockParams
-        Must hold ``small``, ``default`` and ``paper``.
+        Must hold ``small``, ``default`` and ``paper``; may hold more (``rdxe-dxe``'s
+        ``paper3``), named in lower-case letters and digits.
     build : callable
         ``build(params) -> wiring.Component``.
     golden : str
@@ -225,6 +226,11 @@ class Block:
         missing = [p for p in PRESETS if p not in self.presets]
         if missing:
             raise ValueError(f"block {self.name} lacks preset(s) {', '.join(missing)}")
+        # The manifest's pattern (memwall/manifest.schema.json): a name a build folder takes.
+        odd = [p for p in self.presets if not re.fullmatch(r"[a-z][a-z0-9]*", p)]
+        if odd:
+            raise ValueError(f"block {self.name}: preset names are lower-case letters and digits, "
+                             f"not {', '.join(map(repr, odd))}")
 
     @property
     def top(self) -> str:

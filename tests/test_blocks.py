@@ -2,6 +2,7 @@
 with the waiver file `memwall generate` writes beside it, without warnings, and its size estimate
 holds against the netlist."""
 
+import dataclasses
 import gc
 import warnings
 
@@ -28,8 +29,9 @@ SLOW = {("flowkv", "paper"), ("flowkv-array", "paper"), ("flowkv-array", "defaul
         ("flowkv", "default"), ("rdxe-dxt", "default"), ("inflash", "default"),
         ("inflash-unit", "default"), ("flowkv-dqp", "default"), ("flowkv-dqp", "paper")}
 #: Also with ``--slow``: the rDXE engine's SmolLM2 presets (about 4 min each, loaded machine: the
-#: paper's is 23 MB of Verilog); its small preset (33 s) is the same generator.
-SLOW |= {("rdxe-dxe", "default"), ("rdxe-dxe", "paper")}
+#: paper's is 23 MB of Verilog; paper3, three of its DXTs, 33 MB and 174 s of CPU, 1.9 GB); its
+#: small preset (33 s) is the same generator.
+SLOW |= {("rdxe-dxe", "default"), ("rdxe-dxe", "paper"), ("rdxe-dxe", "paper3")}
 #: Also with ``--slow``: the ring's larger presets (2 DXEs of 2 layers, 160 s; 4 of 2, 208 s;
 #: load 4); its small preset (2 DXEs of 1 layer, 69 s) is the same generator.
 SLOW |= {("rdxe-ring", "default"), ("rdxe-ring", "paper")}
@@ -41,32 +43,55 @@ SLOW |= {("arith-fdot", "default"), ("arith-fdot", "paper"), ("edram", "default"
 CASES = [pytest.param(b.name, p, id=f"{b.name}-{p}",
                       marks=[pytest.mark.slow] if (b.name, p) in SLOW
                       else [design_group(b.name, p)])
-         for b in registry.blocks() for p in registry.PRESETS]
+         for b in registry.blocks() for p in b.presets]
+
+#: Parameter sets off the presets, linted with ``--slow`` (text overrides on a preset): the rDXE
+#: engine on two of the small preset's DXTs (docs/rdxe.md 16.5; the set of
+#: cocotb_tests/test_rdxe_dxe.py's DXTS case), the several-DXT RTL in 25 s of CPU against 174 s
+#: at ``paper3``. ``make test`` lints the one-DXT engine at ``small``.
+OFF_PRESET = [("rdxe-dxe", "small", {"dxts": "2", "group_size": "1", "const_words": "256"})]
 
 
 @pytest.mark.parametrize("block, preset", CASES)
 def test_verilator_lint_clean(block, preset, tmp_path):
+    _lint_clean(block, preset, {}, tmp_path)
+
+
+# Slow (25 s of CPU, 17 min beside two placements): see OFF_PRESET.
+@pytest.mark.slow
+@pytest.mark.parametrize("block, preset, overrides", OFF_PRESET,
+                         ids=[f"{b}-{p}-" + "-".join(f"{k}={v}" for k, v in o.items())
+                              for b, p, o in OFF_PRESET])
+def test_verilator_lint_clean_off_the_presets(block, preset, overrides, tmp_path):
+    _lint_clean(block, preset, overrides, tmp_path)
+
+
+def _lint_clean(block, preset, overrides, tmp_path):
+    """The Verilog at ``preset`` with ``overrides`` lints clean, its manifest holds and its size
+    estimate holds against its netlist."""
     entry = registry.get(block)
-    netlist, component = entry.rtlil(entry.parameters(preset))
+    params = entry.parameters(preset, overrides)
+    netlist, component = entry.rtlil(params)
     text = registry.verilog_text(netlist, entry.top)
     report = lint(text, entry.top, tmp_path, waivers=True, timeout=600)  # paper: minutes, loaded
     assert report.ok and report.warnings == 0, \
-        f"{block} ({preset}): {report.errors} errors, {report.warnings} warnings that " \
-        f"{entry.top}.vlt does not waive:\n" + "\n".join(report.messages[:20])
-    _check_manifest(entry, preset, text, component)
-    check_size_estimate(entry, entry.parameters(preset), netlist)
+        f"{block} ({preset} {overrides}): {report.errors} errors, {report.warnings} warnings " \
+        f"that {entry.top}.vlt does not waive:\n" + "\n".join(report.messages[:20])
+    _check_manifest(entry, preset, text, component, overrides)
+    check_size_estimate(entry, params, netlist)
 
 
-def _check_manifest(entry, preset, text, component):
+def _check_manifest(entry, preset, text, component, overrides=None):
     """The block's manifest is valid under the shipped JSON Schema and describes the Verilog:
     every port in exactly one stream or in other_ports, streams' ports declared as listed."""
     import jsonschema
 
     from memwall.manifest import manifest, schema
 
-    found = manifest(entry, entry.parameters(preset), preset=preset, overrides={}, target=None,
-                     top=entry.top, verilog_name=f"{entry.top}.v", verilog_text=text,
-                     component=component)
+    overrides = overrides or {}
+    found = manifest(entry, entry.parameters(preset, overrides), preset=preset,
+                     overrides=overrides, target=None, top=entry.top,
+                     verilog_name=f"{entry.top}.v", verilog_text=text, component=component)
     jsonschema.validate(found, schema())
     names = [p["name"] for p in found["ports"]]
     in_streams = [n for st in found["streams"] for n in st["ports"].values()]
@@ -114,7 +139,7 @@ def test_registry_entry_is_complete(block):
     entry = registry.get(block)
     assert entry.golden_module() is not None
     assert __import__(entry.testbench, fromlist=["*"])
-    for preset in registry.PRESETS:
+    for preset in entry.presets:
         params = entry.parameters(preset)
         assert type(params).from_dict(params.as_dict()) == params
     for target in entry.synth.targets:
@@ -126,10 +151,23 @@ def test_slow_lint_cases_are_registered():
     it: every block is linted in the default run."""
     names = {b.name for b in registry.blocks()}
     for block, preset in SLOW:
-        assert block in names and preset in registry.PRESETS, (block, preset)
+        assert block in names and preset in registry.get(block).presets, (block, preset)
     for block in names:
         assert any((block, p) not in SLOW for p in registry.PRESETS), block
 
+
+
+def test_preset_names_are_checked():
+    """A block holds the three presets every block has; more are named as the manifest's
+    ``preset`` pattern allows (a build folder takes them)."""
+    entry = registry.get("umdam")
+    with pytest.raises(ValueError, match=r"^block umdam lacks preset\(s\) paper$"):
+        dataclasses.replace(entry, presets={k: v for k, v in entry.presets.items()
+                                            if k != "paper"})
+    with pytest.raises(ValueError, match=r"^block umdam: preset names are lower-case letters "
+                                         r"and digits, not 'Big-1'$"):
+        dataclasses.replace(entry, presets={**entry.presets, "Big-1": entry.presets["small"]})
+    assert "paper3" in registry.get("rdxe-dxe").presets
 
 
 def test_a_block_left_unsynthesized_says_why():

@@ -16,7 +16,7 @@ from amaranth import Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from sim.rdxe.host import dxt_loads, model_cycles, row_values
+from sim.rdxe.host import SMOLLM2_LAYER, dxt_loads, model_cycles, row_values
 from sim.rdxe.ring import program_cycles
 from sim.rdxe.reduced import HEAD_DIM, INPUTS, layer_tables, tokens
 from golden.rdxe import assemble as A
@@ -199,6 +199,32 @@ def test_the_model_counts_the_layers_groups():
     assert 0 < one < full
     with pytest.raises(ValueError, match=r"^KV groups must be between 1 and 2, not 3$"):
         program_cycles(ONE_CFG, ONE_DXT, words, shapes, 3, 2, groups=3)
+
+
+def test_the_paper3_preset_holds_smollm2s_layer():
+    """``paper3``, SmolLM2's layer on three of the paper's DXTs of one KV group each, is sized
+    by the split: the host's loads of a layer of SmolLM2's shape (random tables; the real
+    layer's have the same shapes) fill every DXT's WMEM to its last row and its PPU to its last
+    entry, the layer's 3 groups sit at homes 0, 1, 2, each DXT's cache holds at least
+    ``paper``'s tokens a group, and the model times a token at the capacity with no result
+    queue running full (``shared_cycles`` raises if one does)."""
+    entry = registry.get("rdxe-dxe")
+    params, paper = entry.parameters("paper3"), entry.parameters("paper")
+    hidden, ffn, heads, kv_heads, d = SMOLLM2_LAYER
+    tables = layer_tables(hidden, ffn, heads, kv_heads, d)
+    asm = A.assemble(P.llama_layer(heads, kv_heads, d), tables,
+                     {"h": hidden, "cos": d // 2, "sin": d // 2}, ["h"], params.space(), d)
+    flat, dxt, D = A.flat_tables(tables, asm), params.dxt_config(), params.dxts
+    wmem, ppu, table, _ = dxt_loads(tables, asm, dxt, flat, dxts=D)
+    for j in range(D):
+        assert max(w["addr"] for w in wmem if w["dxt"] == j) == params.wmem_depth - 1, j
+        assert max(e["addr"] for e in ppu if e["dxt"] == j) == params.ppu_depth - 1, j
+    assert sum(t["outputs"] for t in table if t["index"] == 0) == (heads + 2 * kv_heads) * d
+    assert dxe_layout(heads, kv_heads, D, dxt.kv_groups, dxt.group_size).home == (0, 1, 2)
+    assert params.capacity >= paper.capacity
+    assert model_cycles(params.ctrl_config(), dxt, asm.words, flat, params.capacity,
+                        groups=kv_heads, dxts=D) > 0
+    assert entry.size(params).over(registry.SIZE_LIMITS) == []
 
 
 #: The small preset on two DXTs of its own DXT (one KV group of 2 heads each), running the

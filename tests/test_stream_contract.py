@@ -1,6 +1,7 @@
 # amaranth: UnusedElaboratable=no
 # (the components refused by the bad-argument tests are never elaborated)
-"""Every registered block's stream contract, proved with SymbiYosys at its ``small`` preset.
+"""Every registered block's stream contract, proved with SymbiYosys at its ``small`` preset (and
+where a parameter builds other RTL, at overrides on it: the rDXE engine on two DXTs).
 
 The harness (:class:`synth.contract.StreamContract`) drives every input stream with free data
 under the source's side of the contract (``valid`` and the payload held until ``ready``), every
@@ -55,7 +56,8 @@ class Contract:
     the induction length or the bound (``None``: a pipeline's latency plus 2); ``suffix`` names
     a second check of the block (``test_<block>_stream_contract_<suffix>``); ``note`` says why
     an input is fixed or why induction does not close; ``slow``, when not empty, marks the test
-    slow and says which test of ``make test`` covers its code.
+    slow and says which test of ``make test`` covers its code; ``overrides``: text overrides on
+    the ``small`` preset (``memwall --set``) for a check at other parameters.
     """
 
     relations: Callable = lambda block, params, dut: []
@@ -66,6 +68,7 @@ class Contract:
     slow: str = ""
     suffix: str = ""
     note: str = ""
+    overrides: dict = field(default_factory=dict)
 
 
 #: k of the handshake proofs: it closes them for every block but the two in-flash ones.
@@ -111,6 +114,15 @@ _LARGE_SLOW = ("14 to 17 s; the eDRAM and VAC handshake proofs in make test cove
 #: The engine holds the DXT and the controller's units.
 _DXE_SLOW = ("49 s; the eDRAM and VAC handshake proofs in make test cover the harness on "
              "blocks with queues")
+#: The engine's relations: a done a run, an ext_data a read.
+_DXE_ANSWERS = (lambda b, p, d: [Answers("run", "done"),
+                                 Answers("ext", "ext_data", cause_when=lambda c: ~c.write)])
+#: The engine on two DXTs (docs/rdxe.md 16.5): the broadcast, the result queues and their
+#: writer, the stride port; the cocotb DXTS case's parameters (cocotb_tests/test_rdxe_dxe.py).
+_TWO_DXTS = {"dxts": "2", "group_size": "1", "const_words": "256"}
+_TWO_DXTS_SLOW = ("42 s of CPU for the handshake, 105 s bounded (18 and 19 min beside two "
+                  "placements); the one-DXT engine's checks above are the same harness, and "
+                  "tests/test_rdxe_dxts.py's plumbing test runs the broadcast in make test")
 #: Why the ring's check is bounded, and slow.
 _RING_NOTE = (f"induction does not close at k = 3 (UNKNOWN on output's payload held: from a state "
               f"where a stage copies into its output link while that link is full, which no "
@@ -166,9 +178,10 @@ CONTRACTS = {
     "rdxe-dxt": _checks(lambda b, p, d: [Answers("cmd", "resp"),
                                          Answers("cmd", "o", effect_when=_last)],
                         handshake_slow=_LARGE_SLOW),
-    "rdxe-dxe": _checks(lambda b, p, d: [Answers("run", "done"),
-                                         Answers("ext", "ext_data", cause_when=lambda c: ~c.write)],
-                        handshake_slow=_DXE_SLOW),
+    "rdxe-dxe": _checks(_DXE_ANSWERS, handshake_slow=_DXE_SLOW) + tuple(
+        dataclasses.replace(c, overrides=_TWO_DXTS, slow=_TWO_DXTS_SLOW,
+                            suffix="_".join(filter(None, ("two_dxts", c.suffix))))
+        for c in _checks(_DXE_ANSWERS)),
     "rdxe-ring": (Contract(lambda b, p, d: [Answers("input", "output"), *[
         Answers(f"dxe.{i}.ext", f"dxe.{i}.ext_data", cause_when=lambda c: ~c.write)
         for i in range(p.dxes)]], mode="bmc", depth=BOUND, note=_RING_NOTE, slow=_RING_SLOW),),
@@ -176,9 +189,10 @@ CONTRACTS = {
 
 
 def check_contract(name: str, folder, contract: Contract):
-    """Prove (or bound) one check of block ``name``'s contract at its ``small`` preset."""
+    """Prove (or bound) one check of block ``name``'s contract at its ``small`` preset (with the
+    check's ``overrides``)."""
     block = registry.get(name)
-    params = block.parameters("small")
+    params = block.parameters("small", contract.overrides)
     dut = block.elaborate(params)
     relations = contract.relations(block, params, dut)
     depth = contract.depth
@@ -199,8 +213,9 @@ def _contract_test(name: str, contract: Contract):
         f"_{contract.suffix}" if contract.suffix else "")
     what = ("the handshake" if contract.relations is Contract.relations
             else "the handshake and the relations")
-    test.__doc__ = (f"{name}: {what}, {contract.mode} at depth "
-                    f"{contract.depth or 'latency + 2'}"
+    at = " ".join(f"{k}={v}" for k, v in contract.overrides.items())
+    test.__doc__ = (f"{name}{' at small with ' + at if at else ''}: {what}, {contract.mode} at "
+                    f"depth {contract.depth or 'latency + 2'}"
                     + (f"; {contract.note}" if contract.note else ""))
     # Slow: contract.slow says why and which test of make test covers the code.
     return pytest.mark.slow(test) if contract.slow else test

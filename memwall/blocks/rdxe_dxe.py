@@ -113,6 +113,17 @@ _PRESETS = {
     "paper": DxeParams(lanes=16, vacs=16, head_dim=64, group_size=3, kv_groups=3,
                        wmem_depth=13_840, ppu_depth=333, kv_rows=1024, max_inputs=1536,
                        **_SMOL_SPACE),
+    # SmolLM2's layer on three of the paper's DXTs (docs/rdxe.md 16.5 to 16.7), one KV group of 3
+    # heads each (the layer's groups at homes 0, 1, 2). Each DXT holds its share of every GEMV
+    # (hdl.rdxe.dxts.output_shares: 320 of QKV's 960 outputs, 192 of O's 576, 1,024 of
+    # gate/up's 3,072, 192 of down's 576; sim.rdxe.host.dxt_loads): 4,608 WMEM rows a VAC and
+    # 16 for the identity; 117 PPU entries (108, 4, 1, 4). 512 KV rows hold 1,024 tokens of
+    # the DXT's group (the paper's 1,024 rows would make 35.7 Mbit, over the size guard; 256
+    # hold 512 tokens, fewer than `paper`'s 672). Storage 32.5 Mbit (28.4 of it WMEM, 3.1 the
+    # KV caches).
+    "paper3": DxeParams(lanes=16, vacs=16, head_dim=64, group_size=3, kv_groups=1, dxts=3,
+                        wmem_depth=4_624, ppu_depth=117, kv_rows=512, max_inputs=1536,
+                        **_SMOL_SPACE),
 }
 
 
