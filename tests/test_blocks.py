@@ -29,7 +29,7 @@ SLOW = {("flowkv", "paper"), ("flowkv-array", "paper"), ("flowkv-array", "defaul
         ("flowkv", "default"), ("rdxe-dxt", "default"), ("inflash", "default"),
         ("inflash-unit", "default"), ("flowkv-dqp", "default"), ("flowkv-dqp", "paper")}
 #: Also with ``--slow``: the rDXE engine's SmolLM2 presets (about 4 min each, loaded machine: the
-#: paper's is 23 MB of Verilog; paper3, three of its DXTs, 33 MB and 174 s of CPU, 1.9 GB); its
+#: paper's is 23 MB of Verilog; paper3, three of its DXTs, 33 MB and 175 s of CPU, 1.9 GB); its
 #: small preset (33 s) is the same generator.
 SLOW |= {("rdxe-dxe", "default"), ("rdxe-dxe", "paper"), ("rdxe-dxe", "paper3")}
 #: Also with ``--slow``: the ring's larger presets (2 DXEs of 2 layers, 160 s; 4 of 2, 208 s;
@@ -47,7 +47,7 @@ CASES = [pytest.param(b.name, p, id=f"{b.name}-{p}",
 
 #: Parameter sets off the presets, linted with ``--slow`` (text overrides on a preset): the rDXE
 #: engine on two of the small preset's DXTs (docs/rdxe.md 16.5; the set of
-#: cocotb_tests/test_rdxe_dxe.py's DXTS case), the several-DXT RTL in 25 s of CPU against 174 s
+#: cocotb_tests/test_rdxe_dxe.py's DXTS case), the several-DXT RTL in 27 s of CPU against 175 s
 #: at ``paper3``. ``make test`` lints the one-DXT engine at ``small``.
 OFF_PRESET = [("rdxe-dxe", "small", {"dxts": "2", "group_size": "1", "const_words": "256"})]
 
@@ -57,7 +57,7 @@ def test_verilator_lint_clean(block, preset, tmp_path):
     _lint_clean(block, preset, {}, tmp_path)
 
 
-# Slow (25 s of CPU, 17 min beside two placements): see OFF_PRESET.
+# Slow (27 s of CPU, 3 min of wall clock beside placements): see OFF_PRESET.
 @pytest.mark.slow
 @pytest.mark.parametrize("block, preset, overrides", OFF_PRESET,
                          ids=[f"{b}-{p}-" + "-".join(f"{k}={v}" for k, v in o.items())

@@ -120,9 +120,9 @@ _DXE_ANSWERS = (lambda b, p, d: [Answers("run", "done"),
 #: The engine on two DXTs (docs/rdxe.md 16.5): the broadcast, the result queues and their
 #: writer, the stride port; the cocotb DXTS case's parameters (cocotb_tests/test_rdxe_dxe.py).
 _TWO_DXTS = {"dxts": "2", "group_size": "1", "const_words": "256"}
-_TWO_DXTS_SLOW = ("42 s of CPU for the handshake, 105 s bounded (18 and 19 min beside two "
-                  "placements); the one-DXT engine's checks above are the same harness, and "
-                  "tests/test_rdxe_dxts.py's plumbing test runs the broadcast in make test")
+_TWO_DXTS_SLOW = ("49 s of CPU for the handshake, 146 s bounded (5 and 9 min of wall clock "
+                  "beside placements); the one-DXT engine's checks above are the same harness, "
+                  "and tests/test_rdxe_dxts.py's plumbing test runs the broadcast in make test")
 #: Why the ring's check is bounded, and slow.
 _RING_NOTE = (f"induction does not close at k = 3 (UNKNOWN on output's payload held: from a state "
               f"where a stage copies into its output link while that link is full, which no "
