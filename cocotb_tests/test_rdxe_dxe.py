@@ -7,6 +7,7 @@ import pickle
 import pytest
 
 from memwall import registry
+from memwall.blocks.rdxe_dxe import TWO_DXTS
 from memwall.params import ParameterError
 from sim.rdxe.host import Layer, reduced_layer
 
@@ -27,7 +28,7 @@ SLOTS = ("rdxe-dxe", "small", {"slots": "2", "kv_groups": "2"}, ["slot_tokens", 
 #: With --slow under both, two DXTs of one head in one KV group each (docs/rdxe.md 16.5: the
 #: reduced layer's two heads in two groups, every GEMV split across the DXTs);
 #: tests/test_rdxe_dxts.py runs the plumbing in make test.
-DXTS = ("rdxe-dxe", "small", {"dxts": "2", "group_size": "1", "const_words": "256"},
+DXTS = ("rdxe-dxe", "small", TWO_DXTS,
         ["layer_tokens", "cache_full"])
 CASES = [("rdxe-dxe", "small", {}, ["layer_tokens", "cache_full"]), LOOP, SLOTS, DXTS]
 

@@ -12,6 +12,7 @@ from amaranth.hdl import Fragment, UnusedElaboratable
 from cocotb_tests.launcher import design_group
 from hdl.arith.fpadd import FloatAdder
 from memwall import registry
+from memwall.blocks.rdxe_dxe import TWO_DXTS
 from synth.flow import check_options
 from synth.lint import lint
 
@@ -49,7 +50,7 @@ CASES = [pytest.param(b.name, p, id=f"{b.name}-{p}",
 #: engine on two of the small preset's DXTs (docs/rdxe.md 16.5; the set of
 #: cocotb_tests/test_rdxe_dxe.py's DXTS case), the several-DXT RTL in 27 s of CPU against 175 s
 #: at ``paper3``. ``make test`` lints the one-DXT engine at ``small``.
-OFF_PRESET = [("rdxe-dxe", "small", {"dxts": "2", "group_size": "1", "const_words": "256"})]
+OFF_PRESET = [("rdxe-dxe", "small", TWO_DXTS)]
 
 
 @pytest.mark.parametrize("block, preset", CASES)

@@ -30,15 +30,14 @@ from hdl.rdxe.dxtside import DxtSide, ext_stage
 from hdl.rdxe.isa import OPCODES, instruction_layout
 from hdl.rdxe.spec import chunk_layout, command_layout, response_layout, word_layout
 from memwall import registry
+from memwall.blocks.rdxe_dxe import TWO_DXTS
 from memwall.params import ParameterError
 from tests.stream_sim import shared, simulate
 from tests.dxe_bench import golden_images
 from tests.test_rdxe_side import check_tokens, load_dxe, token_images
 
-#: The small preset on two DXTs of one query head in one KV group each: the DXE's 2 heads in 2
-#: groups (the reduced layer's 2 heads, each with its own KV group: one group of both would
-#: span the DXTs, which needs VLINK); the second group's constants need 196 words.
-TWO = {"dxts": "2", "group_size": "1", "const_words": "256"}
+#: The small preset on two DXTs of one query head in one KV group each.
+TWO = TWO_DXTS
 PARAMS = registry.get("rdxe-dxe").parameters("small", TWO)
 CFG, DXT = PARAMS.ctrl_config(), PARAMS.dxt_config()
 HEADS = KV_HEADS = 2

@@ -35,6 +35,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from memwall import registry
+from memwall.blocks.rdxe_dxe import TWO_DXTS
 from synth.contract import Answers, Delay, StreamContract, ports_of
 from synth.formal import assert_proved, prove
 
@@ -118,8 +119,7 @@ _DXE_SLOW = ("49 s; the eDRAM and VAC handshake proofs in make test cover the ha
 _DXE_ANSWERS = (lambda b, p, d: [Answers("run", "done"),
                                  Answers("ext", "ext_data", cause_when=lambda c: ~c.write)])
 #: The engine on two DXTs (docs/rdxe.md 16.5): the broadcast, the result queues and their
-#: writer, the stride port; the cocotb DXTS case's parameters (cocotb_tests/test_rdxe_dxe.py).
-_TWO_DXTS = {"dxts": "2", "group_size": "1", "const_words": "256"}
+#: writer, the stride port, at memwall.blocks.rdxe_dxe.TWO_DXTS.
 _TWO_DXTS_SLOW = ("49 s of CPU for the handshake, 146 s bounded (5 and 9 min of wall clock "
                   "beside placements); the one-DXT engine's checks above are the same harness, "
                   "and tests/test_rdxe_dxts.py's plumbing test runs the broadcast in make test")
@@ -179,7 +179,7 @@ CONTRACTS = {
                                          Answers("cmd", "o", effect_when=_last)],
                         handshake_slow=_LARGE_SLOW),
     "rdxe-dxe": _checks(_DXE_ANSWERS, handshake_slow=_DXE_SLOW) + tuple(
-        dataclasses.replace(c, overrides=_TWO_DXTS, slow=_TWO_DXTS_SLOW,
+        dataclasses.replace(c, overrides=TWO_DXTS, slow=_TWO_DXTS_SLOW,
                             suffix="_".join(filter(None, ("two_dxts", c.suffix))))
         for c in _checks(_DXE_ANSWERS)),
     "rdxe-ring": (Contract(lambda b, p, d: [Answers("input", "output"), *[

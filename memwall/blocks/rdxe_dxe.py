@@ -127,6 +127,14 @@ _PRESETS = {
 }
 
 
+#: Text overrides on ``small`` for two DXTs of one query head in one KV group each: the
+#: reduced layer's 2 heads in 2 groups (one group of both would span the DXTs, which needs
+#: VLINK); the second group's constants need 196 words. The several-DXT RTL is tested, linted
+#: and proved at this set (tests/test_rdxe_dxts.py, tests/test_blocks.py,
+#: tests/test_stream_contract.py, cocotb_tests/test_rdxe_dxe.py).
+TWO_DXTS = {"dxts": "2", "group_size": "1", "const_words": "256"}
+
+
 #: Netlist cells and multipliers of the controller per vector-unit lane (``vector_lanes``: the
 #: GPPU's, the activation unit's) and besides them (the memories' row muxes, the issue
 #: register, the sequencer, the scalar path), and cells of the DXT side (its state machine, the
