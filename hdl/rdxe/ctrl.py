@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -534,10 +534,10 @@ class DxeController(wiring.Component):
                     with m.If(ctl.refused):          # a unit refused a beat: stop here
                         m.d.sync += error.eq(1)
                     with m.If(error):
-                        m.d.sync += ctl.running.eq(0)
+                        m.d.sync += ctl.set_running(0)
                         m.next = "Check"
                     with m.Elif(ctl.finished):
-                        m.d.sync += [pc.eq(pc + 1), ctl.running.eq(0)]
+                        m.d.sync += [pc.eq(pc + 1), *ctl.set_running(0)]
                         m.next = "Check"
             with m.State("Dxt"):
                 m.d.comb += self.dxt_done.ready.eq(1)
@@ -649,6 +649,9 @@ class _Control:
         # In Execute with a unit's op: a register set at Decode, not the state's decode, which
         # reached the memories' read rows through the ports' choice (docs/rdxe.md 14.4, s. 34).
         self.running = Signal(name="units_running")
+        # Its inverse in a flip-flop of its own for the memories' read ports (Yosys keeps the
+        # two apart): the placer puts it beside the ports' row choice (round 13).
+        self.ports_idle = Signal(init=1, name="ports_idle")
         # The opcode one-hot, registered with the word (no comparator on a decision path).
         self.onehot = Signal(len(OPCODES), name="op_onehot")
         self.slots = Signal(2)
@@ -686,10 +689,14 @@ class _Control:
         scalar = op_is(f.op, *_UNIT_OPS["scalar"])
         step = self.cfg.sub_beats.bit_length() - 1
         return [self.onehot.eq(Const(1, len(OPCODES)) << f.op),
-                self.running.eq(~op_is(f.op, *DXT_OPS)),
+                *self.set_running(~op_is(f.op, *DXT_OPS)),
                 self.a_row.eq(f.a >> self.shift), self.b_row.eq(f.b >> self.shift),
                 self.beats.eq(Mux(scalar, 1, f.n >> self.shift)),
                 self.left.eq(Mux(scalar, 1, (f.n >> self.shift) << step))]
+
+    def set_running(self, value) -> list:
+        """Statements that set ``running`` and its copy for the read ports."""
+        return [self.running.eq(value), self.ports_idle.eq(~Value.cast(value))]
 
     def is_(self, unit: str):
         return self.op_is(*_UNIT_OPS[unit])
@@ -800,5 +807,5 @@ class _Control:
         const = Mux(self.op_is("score"), t, Mux(second, t + n + k, t + k))
         for store, row in ((Store.TB, tb), (Store.RR, rr), (Store.CONST, const)):
             rd = mems[store][0]
-            with m.If(self.running):
+            with m.If(~self.ports_idle):
                 m.d.comb += [rd.addr.eq(row), rd.en.eq(enable)]

@@ -492,12 +492,13 @@ def _registered(m, tiles, member: str) -> list:
     DXT: a command's fields chosen by the side's state (not in the DXT's command decode; a
     command reaches its DXT a cycle after the side offers it), the choice between the host's
     PPU loads and the score entry (not at every VAC's PPU memory; a write lands a cycle later,
-    long before a command reads its entry)."""
+    long before a command reads its entry). The stage's decision to take the next is made
+    from a copy of its valid beside the side (``stream_stage(valid_copy=True)``)."""
     ports = []
     for j, tile in enumerate(tiles):
         sink = getattr(tile, member)
         port = stream.Signature(sink.payload.shape()).flip().create(path=(f"{member}{j}",))
-        stream_stage(m, port, sink, port.payload)
+        stream_stage(m, port, sink, port.payload, valid_copy=True)
         ports.append(port)
     return ports
 

@@ -8,7 +8,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..pipeline import SkidBuffer, delay, stream_stage
+from ..pipeline import SkidBuffer, delay
 from ..validate import index_bits
 from .sequencer import SCORE, op_layout
 from .spec import (CODE_BITS, DESTS, GBUS_BYTES, DxtConfig, check_config, kv_layout,
@@ -78,7 +78,8 @@ class Gatherer(wiring.Component):
     Members
     -------
     ops : In(stream.Signature(op_layout(cfg)))
-        The operations, in order; taken with the last word.
+        The operations, in order, through a :class:`~hdl.pipeline.SkidBuffer` (``ready`` a
+        register): one at the head until its last word, and one more behind it.
     results : In(stream.Signature(result_layout(vac))).array(vacs)
         The VACs' ``o``, each through a :class:`~hdl.pipeline.SkidBuffer` (``ready`` a
         register): the decision to take a word, made from every VAC's result, does not reach
@@ -123,13 +124,17 @@ class Gatherer(wiring.Component):
         N = self.cfg.vacs
         # The operation at the head waits in a register with its first word's checks made, and
         # each word's checks for the next are registered when it is taken: the decision to take
-        # a word starts from flip-flops and no comparison sits in front of it.
-        head = stream.Signature(data.StructLayout({"op": op_layout(self.cfg),
-                                                   "first": _CHECKS})).create()
-        first = Signal(head.payload.shape())
-        m.d.comb += [first.op.eq(self.ops.payload),
-                     first.first.eq(_checks(self.ops.payload.total, self.ops.payload.outputs))]
-        stream_stage(m, self.ops, head, first)
+        # a word starts from flip-flops and no comparison sits in front of it. A skid buffer, not
+        # a register stage: the decision ends at its registers and does not reach the
+        # sequencer's operation queue (docs/rdxe.md 14.4, round 13).
+        m.submodules.head = intake = SkidBuffer(data.StructLayout({"op": op_layout(self.cfg),
+                                                                   "first": _CHECKS}),
+                                                ready_copy=True)
+        head = intake.o
+        m.d.comb += [intake.i.valid.eq(self.ops.valid), self.ops.ready.eq(intake.i.ready),
+                     intake.i.payload.op.eq(self.ops.payload),
+                     intake.i.payload.first.eq(_checks(self.ops.payload.total,
+                                                       self.ops.payload.outputs))]
         op = head.payload.op
         w = Signal(range(_words(self.cfg)))
         at_first = Signal(init=1)                  # the next word is its operation's first
@@ -155,8 +160,9 @@ class Gatherer(wiring.Component):
         last_word = checks.last_word
         m.d.comb += word.last.eq(checks.last)
         # The words leave through a skid buffer, so that o.ready reaches no further than its
-        # registers.
-        m.submodules.out = out = SkidBuffer(word_layout())
+        # registers; its i.ready a copy of its own, which stays beside the decision to take a
+        # word while the skid's registers go towards the word's consumer (round 13).
+        m.submodules.out = out = SkidBuffer(word_layout(), ready_copy=True)
         wiring.connect(m, out.o, wiring.flipped(self.o))
         m.submodules.responses = resp = SyncFIFOBuffered(width=1, depth=_RESP_QUEUE)
         m.d.comb += [self.resp.valid.eq(resp.r_rdy), self.resp.payload.error.eq(resp.r_data),

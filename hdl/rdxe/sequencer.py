@@ -297,11 +297,12 @@ class Sequencer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        # The command enters a skid buffer (cmd.ready is a register, and the decode starts from
-        # registers here, not from the sender's across the engine), then waits, decoded, in a
-        # skid queue: the decision to start an operation starts from registers and moves only
-        # the queue's pointer, not the enable of every decoded bit.
-        m.submodules.intake = intake = SkidBuffer(command_layout(cfg))
+        # The command enters a skid buffer (cmd.ready is a register of its own, which the placer
+        # can put beside the sender's stage across the engine, and the decode starts from
+        # registers here, not from the sender's), then waits, decoded, in a skid queue: the
+        # decision to start an operation starts from registers and moves only the queue's
+        # pointer, not the enable of every decoded bit.
+        m.submodules.intake = intake = SkidBuffer(command_layout(cfg), ready_copy=True)
         command = data.StructLayout({"cmd": command_layout(cfg), "dec": _decode_layout(cfg)})
         m.submodules.command = skid = SkidQueue(command)
         wiring.connect(m, wiring.flipped(self.cmd), intake.i)
