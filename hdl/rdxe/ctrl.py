@@ -192,9 +192,10 @@ class CtrlConfig:
 #: cycle in which the last result's count ends the instruction. (The issue register behind the
 #: read is counted with the sub-beats: :func:`instruction_cycles`.)
 _FETCH, _READ, _RETIRE = 2, 1, 1
-#: Most program words kept in LUT RAM rather than a block RAM (every preset's 64: 56 LUT RAM
-#: cells of 16 x 4 at ``small``).
-_PROG_IN_LUTS = 64
+#: Most rows of a memory kept in LUT RAM rather than a block RAM: every preset's program (64
+#: words: 56 LUT RAM cells of 16 x 4 at ``small``) and ``small``'s other memories (its
+#: constants' 48 rows were a block RAM until round 13, docs/rdxe.md 14.4).
+_ROWS_IN_LUTS = 64
 #: Cycles of a run besides its instructions: the ``run`` handshake, the check that ends it.
 _RUN = 2
 #: Cycles a layer of a looped run adds besides its own run's (:func:`run_cycles`): the state
@@ -355,9 +356,10 @@ class DxeController(wiring.Component):
                   Store.TB: (_FP32 * cfg.lanes, _FP32), Store.RR: (CODE_BITS * cfg.lanes, 8),
                   Store.CONST: (_FP32 * cfg.lanes, _FP32)}
         for store, (width, grain) in widths.items():
-            # A short program in LUT RAM: its word then leaves a flip-flop, not a block RAM's
-            # output without its register (5.8 ns on the ECP5), into the decode and ``ext_data``.
-            lut = store == Store.PROG and cfg.program_words <= _PROG_IN_LUTS
+            # A short memory in LUT RAM: its row then leaves a flip-flop, not a block RAM's
+            # output without its register (5.8 ns on the ECP5), into the decode, the units and
+            # ``ext_data`` (the DXT side's chunk store).
+            lut = cfg.rows(store) <= _ROWS_IN_LUTS
             mem = Memory(shape=unsigned(width), depth=cfg.rows(store), init=[],
                          attrs={"ram_style": "distributed"} if lut else None)
             m.submodules[f"{store.name.lower()}_mem"] = mem
@@ -521,7 +523,7 @@ class DxeController(wiring.Component):
                     m.next = "Check"
             with m.State("Decode"):
                 m.d.sync += [insn.eq(prog_r.data), loop.moved(insn, prog_r.data),
-                             ctl.decode(prog_r.data)]
+                             ctl.decode(prog_r.data, loop.table(prog_r.data))]
                 m.d.sync += ctl.restart()
                 m.next = "Execute"
             with m.State("Execute"):
@@ -610,14 +612,21 @@ class _Loop:
                 self.consts.eq(self.consts + s.const_words),
                 self.group.eq(self.group + s.kv_groups), self.head.eq(self.head + s.heads)]
 
+    def table(self, word):
+        """The fetched ``word``'s table as the layer uses it: a GEMV's table index moved by
+        ``gemvs``, any other op's constant address by ``consts``."""
+        f = data.View(instruction_layout(self.cfg.space), word)
+        if not self.looped:
+            return f.table
+        moved = f.table + Mux(op_is(f.op, "gemv", "gemv_norm"), self.gemvs, self.consts)
+        return moved[:len(f.table)]
+
     def moved(self, insn, word) -> list:
-        """Statements that move the fetched ``word``'s table (held in ``insn``) to the layer's:
-        a GEMV's table index by ``gemvs``, any other op's constant address by ``consts``."""
+        """Statements that hold the fetched ``word``'s table in ``insn`` as the layer's
+        (:meth:`table`)."""
         if not self.looped:
             return []
-        f = data.View(instruction_layout(self.cfg.space), word)
-        return [insn.table.eq(f.table + Mux(op_is(f.op, "gemv", "gemv_norm"), self.gemvs,
-                                            self.consts))]
+        return [insn.table.eq(self.table(word))]
 
     def payload(self, p) -> list:
         """``dxt``'s layer fields (:func:`dxt_layout`)."""
@@ -636,11 +645,18 @@ class _Control:
     def __init__(self, m, cfg: CtrlConfig, insn):
         self.cfg, self.insn = cfg, insn
         self.shift = power_of_two(cfg.lanes, "Controller lane count", 2, 64)
+        self.half = (cfg.head_dim // 2) >> self.shift           # RoPE's second half, in rows
         bits = index_bits(max(cfg.space.tb_words, cfg.space.rr_bytes) + 1)
         self.k, self.written = Signal(bits, name="beat"), Signal(bits, name="written")
         # ``a + k`` and ``b + k`` in rows, counted beside ``k``: no adder between the beat and
         # the memories' LUT-RAM read (docs/rdxe.md 14.4, session 32).
         self.a_row, self.b_row = Signal(bits, name="a_row"), Signal(bits, name="b_row")
+        # So are the other rows a slot reads (``a + n + k``, ``t + k``, ``t + n + k``, RoPE's
+        # ``b + j // 2`` and ``b + d / 2 + j // 2``): no adder between the instruction register
+        # and the read (docs/rdxe.md 14.4, round 13).
+        self.an_row, self.t_row, self.tn_row = (Signal(bits, name=n)
+                                                for n in ("an_row", "t_row", "tn_row"))
+        self.rope_row = (Signal(bits, name="rope_row"), Signal(bits, name="rope_row_hi"))
         self.s = Signal(2, name="slot")
         self.j = Signal(range(cfg.head_dim // cfg.lanes), name="head_pos")
         # The rows at the read ports: valid, slot, beat and head position of the read.
@@ -663,6 +679,9 @@ class _Control:
         # each), both set at decode: the last result and the op's end are compares of a
         # register with a constant.
         self.beats = Signal.like(self.k, name="beats")
+        # ``k < beats`` in a register, set at decode and moved with ``k``: no comparator before
+        # the decision to read (round 13).
+        self.beats_to_read = Signal(name="beats_to_read")
         self.left = Signal(bits + cfg.sub_beats.bit_length(), name="results_left")
         # A beat's rows at the ports (the read of its last slot), and the issue register free
         # (empty, or handing out its last sub-beat): registers kept with the state they follow,
@@ -682,16 +701,21 @@ class _Control:
     def op_is(self, *names):
         return Cat(*(self.onehot[OPCODES.index(n)] for n in names)).any()
 
-    def decode(self, word) -> list:
+    def decode(self, word, table) -> list:
         """Statements that register the one-hot of the fetched ``word``'s opcode, its beats,
-        the count of its results and its ``a`` and ``b`` rows (beat 0: with :meth:`restart`)."""
+        the count of its results and the rows its slots read at beat 0 (with :meth:`restart`);
+        ``table`` is its table as the layer uses it."""
         f = data.View(instruction_layout(self.cfg.space), word)
         scalar = op_is(f.op, *_UNIT_OPS["scalar"])
         step = self.cfg.sub_beats.bit_length() - 1
+        a, b, n, t = (v >> self.shift for v in (f.a, f.b, f.n, table))
         return [self.onehot.eq(Const(1, len(OPCODES)) << f.op),
                 *self.set_running(~op_is(f.op, *DXT_OPS)),
-                self.a_row.eq(f.a >> self.shift), self.b_row.eq(f.b >> self.shift),
-                self.beats.eq(Mux(scalar, 1, f.n >> self.shift)),
+                self.a_row.eq(a), self.b_row.eq(b), self.an_row.eq(a + n),
+                self.t_row.eq(t), self.tn_row.eq(t + n),
+                self.rope_row[0].eq(b), self.rope_row[1].eq(b + self.half),
+                self.beats.eq(Mux(scalar, 1, n)),
+                self.beats_to_read.eq(Mux(scalar, 1, n)[:len(self.beats)] != 0),
                 self.left.eq(Mux(scalar, 1, (f.n >> self.shift) << step))]
 
     def set_running(self, value) -> list:
@@ -771,7 +795,7 @@ class _Control:
         stall = Signal()
         free = self._issue_register(m, unit_ready, factor)
         m.d.comb += stall.eq(self.beat & ~free)
-        more = self.running & (self.k < self.beats)
+        more = self.running & self.beats_to_read
         go = more & ~stall
         m.d.comb += self.finished.eq(~more & ~self.rvalid & (self.left == 0))
         # Earlier slots' rows, kept without the stall: a stalled beat's last slot is never
@@ -785,26 +809,30 @@ class _Control:
                          self.rj.eq(self.j), self.beat.eq(go & (self.s == self.slots - 1))]
         with m.If(go):
             with m.If(self.s == self.slots - 1):
+                wrap = self.j == cfg.head_dim // cfg.lanes - 1
+                odd = self.j[0] if len(self.j) else 0     # (j + 1) // 2 - j // 2
+                b = self.insn.b >> self.shift
                 m.d.sync += [self.s.eq(0), self.k.eq(self.k + 1),
-                             self.a_row.eq(self.a_row + 1), self.b_row.eq(self.b_row + 1),
-                             self.j.eq(Mux(self.j == cfg.head_dim // cfg.lanes - 1, 0,
-                                           self.j + 1))]
+                             self.beats_to_read.eq(self.k + 1 < self.beats),
+                             self.j.eq(Mux(wrap, 0, self.j + 1)),
+                             *(r.eq(r + 1) for r in (self.a_row, self.b_row, self.an_row,
+                                                      self.t_row, self.tn_row)),
+                             self.rope_row[0].eq(Mux(wrap, b, self.rope_row[0] + odd)),
+                             self.rope_row[1].eq(Mux(wrap, b + self.half, self.rope_row[1] + odd))]
             with m.Else():
                 m.d.sync += self.s.eq(self.s + 1)
         self._addresses(m, mems, ~stall)
 
     def _addresses(self, m, mems, enable):
         """Each memory's read row for the slot being read."""
-        cfg, k, s, shift = self.cfg, self.k, self.s, self.shift
-        insn = self.insn
-        a, b, t, n = (insn.a >> shift, insn.b >> shift, insn.table >> shift, insn.n >> shift)
-        half = (cfg.head_dim // 2) >> shift
-        tb = Mux(self.op_is("rope") & (s == 1), b + (self.j >> 1),
-                 Mux(self.op_is("rope") & (s == 2), b + half + (self.j >> 1),
+        s = self.s
+        tb = Mux(self.op_is("rope") & (s == 1), self.rope_row[0],
+                 Mux(self.op_is("rope") & (s == 2), self.rope_row[1],
                      Mux(self.op_is("add") & (s == 1), self.b_row, self.a_row)))
         second = self.op_is("act_max", "act") & (s == 1)
-        rr = Mux(second, a + n + k, self.a_row)
-        const = Mux(self.op_is("score"), t, Mux(second, t + n + k, t + k))
+        rr = Mux(second, self.an_row, self.a_row)
+        const = Mux(self.op_is("score"), self.insn.table >> self.shift,
+                    Mux(second, self.tn_row, self.t_row))
         for store, row in ((Store.TB, tb), (Store.RR, rr), (Store.CONST, const)):
             rd = mems[store][0]
             with m.If(~self.ports_idle):
