@@ -44,11 +44,19 @@ def kv_word_layout(cfg: DxtConfig) -> data.StructLayout:
 _CHECKS = data.StructLayout({"need": GBUS_BYTES, "keep": GBUS_BYTES, "last_word": 1, "last": 1})
 
 
-def _checks(total, outputs):
-    """The checks of a word with ``total`` outputs of the VACs and ``outputs`` results left."""
-    return Cat(Cat(total > k for k in range(GBUS_BYTES)),
-               Cat(outputs > k for k in range(GBUS_BYTES)),
-               total <= GBUS_BYTES, outputs <= GBUS_BYTES)
+def _checks(total, outputs, words: int = 0):
+    """The checks of a word with ``total`` outputs of the VACs and ``outputs`` results left, or
+    of the word ``words`` words after it (compared with constants: no subtraction before)."""
+    base = GBUS_BYTES * words
+    return Cat(Cat(total > base + k for k in range(GBUS_BYTES)),
+               Cat(outputs > base + k for k in range(GBUS_BYTES)),
+               total <= base + GBUS_BYTES, outputs <= base + GBUS_BYTES)
+
+
+def _after(total, outputs):
+    """The outputs of the VACs and the results left after a word (``_checks(.., words=1)``'s
+    counts)."""
+    return total - GBUS_BYTES, Mux(outputs > GBUS_BYTES, outputs - GBUS_BYTES, 0)
 
 
 def _slot_vac(w, vacs: int):
@@ -122,28 +130,33 @@ class Gatherer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         N = self.cfg.vacs
-        # The operation at the head waits in a register with its first word's checks made, and
-        # each word's checks for the next are registered when it is taken: the decision to take
-        # a word starts from flip-flops and no comparison sits in front of it. A skid buffer, not
-        # a register stage: the decision ends at its registers and does not reach the
-        # sequencer's operation queue (docs/rdxe.md 14.4, round 13).
-        m.submodules.head = intake = SkidBuffer(data.StructLayout({"op": op_layout(self.cfg),
-                                                                   "first": _CHECKS}),
-                                                ready_copy=True)
+        # The operation at the head waits in a register with its first two words' checks and
+        # the counts after its first made, and each word's checks for the one after the next
+        # are registered when it is taken: the decision to take a word starts from flip-flops,
+        # and no comparison or subtraction sits in front of it or of the next checks (round
+        # 14). A skid buffer, not a register stage: the decision ends at its registers and does
+        # not reach the sequencer's operation queue (docs/rdxe.md 14.4, round 13).
+        op_shape = op_layout(self.cfg)
+        m.submodules.head = intake = SkidBuffer(data.StructLayout({
+            "op": op_shape, "first": _CHECKS, "second": _CHECKS,
+            "total": op_shape["total"].shape, "outputs": op_shape["outputs"].shape}),
+            ready_copy=True)
         head = intake.o
+        new = self.ops.payload
+        after = _after(new.total, new.outputs)
         m.d.comb += [intake.i.valid.eq(self.ops.valid), self.ops.ready.eq(intake.i.ready),
-                     intake.i.payload.op.eq(self.ops.payload),
-                     intake.i.payload.first.eq(_checks(self.ops.payload.total,
-                                                       self.ops.payload.outputs))]
+                     intake.i.payload.op.eq(new),
+                     intake.i.payload.first.eq(_checks(new.total, new.outputs)),
+                     intake.i.payload.second.eq(_checks(new.total, new.outputs, words=1)),
+                     intake.i.payload.total.eq(after[0]), intake.i.payload.outputs.eq(after[1])]
         op = head.payload.op
         w = Signal(range(_words(self.cfg)))
         at_first = Signal(init=1)                  # the next word is its operation's first
+        # The outputs and results left after the next word, and the checks of the one after it.
         rem_total, rem_out = Signal.like(op.total), Signal.like(op.outputs)
         rem = Signal(_CHECKS)
         checks = data.View(_CHECKS, Mux(at_first, head.payload.first.as_value(),
                                         rem.as_value()))
-        left_t = Mux(at_first, op.total, rem_total)
-        left_o = Mux(at_first, op.outputs, rem_out)
         slot_vac = _slot_vac(w, N)
         results = []
         for v, port in enumerate(self.results):
@@ -181,11 +194,12 @@ class Gatherer(wiring.Component):
         m.d.comb += self.qk_done.eq(delay(m, fire & last_word & (op.kind == SCORE), _QK_SETTLE,
                                           name="qk_done", reset=True))
         with m.If(fire):
-            next_t = left_t - GBUS_BYTES
-            next_o = Mux(left_o > GBUS_BYTES, left_o - GBUS_BYTES, 0)
+            later = _after(rem_total, rem_out)
             m.d.sync += [w.eq(Mux(last_word, 0, w + 1)), at_first.eq(last_word),
-                         rem_total.eq(next_t), rem_out.eq(next_o),
-                         rem.eq(_checks(next_t, next_o))]
+                         rem_total.eq(Mux(at_first, head.payload.total, later[0])),
+                         rem_out.eq(Mux(at_first, head.payload.outputs, later[1])),
+                         rem.eq(Mux(at_first, head.payload.second.as_value(),
+                                    _checks(rem_total, rem_out, words=1)))]
         m.d.comb += [out.i.valid.eq(fire & emits), out.i.payload.eq(word)]
         for v, result in enumerate(results):
             m.d.comb += result.ready.eq(fire & _in_word(v, slot_vac, N) & checks.need[v & 3])
