@@ -194,7 +194,7 @@ class CtrlConfig:
 _FETCH, _READ, _RETIRE = 2, 1, 1
 #: Most rows of a memory kept in LUT RAM rather than a block RAM: every preset's program (64
 #: words: 56 LUT RAM cells of 16 x 4 at ``small``) and ``small``'s other memories (its
-#: constants' 48 rows were a block RAM until round 13, docs/rdxe.md 14.4).
+#: constants' 48 rows were a block RAM until round 14, docs/rdxe.md 14.4).
 _ROWS_IN_LUTS = 64
 #: Cycles of a run besides its instructions: the ``run`` handshake, the check that ends it.
 _RUN = 2
@@ -653,7 +653,7 @@ class _Control:
         self.a_row, self.b_row = Signal(bits, name="a_row"), Signal(bits, name="b_row")
         # So are the other rows a slot reads (``a + n + k``, ``t + k``, ``t + n + k``, RoPE's
         # ``b + j // 2`` and ``b + d / 2 + j // 2``): no adder between the instruction register
-        # and the read (docs/rdxe.md 14.4, round 13).
+        # and the read (docs/rdxe.md 14.4, round 14).
         self.an_row, self.t_row, self.tn_row = (Signal(bits, name=n)
                                                 for n in ("an_row", "t_row", "tn_row"))
         self.rope_row = (Signal(bits, name="rope_row"), Signal(bits, name="rope_row_hi"))
@@ -680,7 +680,7 @@ class _Control:
         # register with a constant.
         self.beats = Signal.like(self.k, name="beats")
         # ``k < beats`` in a register, set at decode and moved with ``k``: no comparator before
-        # the decision to read (round 13).
+        # the decision to read (round 14).
         self.beats_to_read = Signal(name="beats_to_read")
         self.left = Signal(bits + cfg.sub_beats.bit_length(), name="results_left")
         # A beat's rows at the ports (the read of its last slot), and the issue register free
@@ -709,14 +709,14 @@ class _Control:
         scalar = op_is(f.op, *_UNIT_OPS["scalar"])
         step = self.cfg.sub_beats.bit_length() - 1
         a, b, n, t = (v >> self.shift for v in (f.a, f.b, f.n, table))
+        beats = Mux(scalar, 1, n)
         return [self.onehot.eq(Const(1, len(OPCODES)) << f.op),
                 *self.set_running(~op_is(f.op, *DXT_OPS)),
                 self.a_row.eq(a), self.b_row.eq(b), self.an_row.eq(a + n),
                 self.t_row.eq(t), self.tn_row.eq(t + n),
                 self.rope_row[0].eq(b), self.rope_row[1].eq(b + self.half),
-                self.beats.eq(Mux(scalar, 1, n)),
-                self.beats_to_read.eq(Mux(scalar, 1, n)[:len(self.beats)] != 0),
-                self.left.eq(Mux(scalar, 1, (f.n >> self.shift) << step))]
+                self.beats.eq(beats), self.beats_to_read.eq(beats[:len(self.beats)] != 0),
+                self.left.eq(Mux(scalar, 1, n << step))]
 
     def set_running(self, value) -> list:
         """Statements that set ``running`` and its copy for the read ports."""

@@ -134,7 +134,7 @@ class Gatherer(wiring.Component):
         # the counts after its first made, and each word's checks for the one after the next
         # are registered when it is taken: the decision to take a word starts from flip-flops,
         # and no comparison or subtraction sits in front of it or of the next checks (round
-        # 14). A skid buffer, not a register stage: the decision ends at its registers and does
+        # 15). A skid buffer, not a register stage: the decision ends at its registers and does
         # not reach the sequencer's operation queue (docs/rdxe.md 14.4, round 13).
         op_shape = op_layout(self.cfg)
         m.submodules.head = intake = SkidBuffer(data.StructLayout({
