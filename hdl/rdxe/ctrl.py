@@ -658,6 +658,10 @@ class _Control:
                                                 for n in ("an_row", "t_row", "tn_row"))
         self.rope_row = (Signal(bits, name="rope_row"), Signal(bits, name="rope_row_hi"))
         self.s = Signal(2, name="slot")
+        # Which row each memory reads at the slot, registered with the slot (round 16): the
+        # opcode and the slot's compare no longer sit in front of the read rows' choice.
+        self.picks = {name: Signal(name=f"pick_{name}")
+                      for name in ("rope_lo", "rope_hi", "b", "second")}
         self.j = Signal(range(cfg.head_dim // cfg.lanes), name="head_pos")
         # The rows at the read ports: valid, slot, beat and head position of the read.
         self.rvalid, self.rs = Signal(name="read_valid"), Signal(2, name="read_slot")
@@ -696,7 +700,8 @@ class _Control:
         # ``issuing`` and the op's unit, a register for each unit's ``valid``: the opcode's
         # one-hot reached a unit's credits through 6 ns of route (docs/rdxe.md 14.4, session 32).
         self.to_unit = {unit: Signal(name=f"issue_{unit}") for unit in _UNIT_OPS}
-        self.buf_factor, self.refused = Signal(_FP32, name="factor"), Signal()
+        self.buf_factor = Signal(_FP32, name="factor")
+        self.refused = Signal(name="refused")
 
     def op_is(self, *names):
         return Cat(*(self.onehot[OPCODES.index(n)] for n in names)).any()
@@ -731,8 +736,20 @@ class _Control:
         lowest lanes (it shifts down after each sub-beat)."""
         return row.word_select(n, width)
 
+    def _slot(self, value) -> list:
+        """Statements that make ``value`` the next slot and register its read rows' choice
+        (slot 0 reads ``a`` and ``t`` whatever the op)."""
+        nxt = {"rope_lo": ("rope", 1), "rope_hi": ("rope", 2), "b": ("add", 1),
+               "second": (("act_max", "act"), 1)}
+        picks = []
+        for name, (ops, at) in nxt.items():
+            ops = ops if isinstance(ops, tuple) else (ops,)
+            picks.append(self.picks[name].eq(0 if isinstance(value, int)
+                                             else self.op_is(*ops) & (value == at)))
+        return [self.s.eq(value), *picks]
+
     def restart(self) -> list:
-        return [self.k.eq(0), self.s.eq(0), self.j.eq(0), self.written.eq(0),
+        return [self.k.eq(0), *self._slot(0), self.j.eq(0), self.written.eq(0),
                 self.rvalid.eq(0), self.beat.eq(0), self.issuing.eq(0), self.sub.eq(0),
                 self.free.eq(1), *(v.eq(0) for v in self.to_unit.values())]
 
@@ -744,12 +761,14 @@ class _Control:
 
         The units take every sub-beat (their result queues are at full-rate depth and results
         are written as they come, docs/rdxe.md 14.2), so no unit's ``ready`` is on the issue
-        path; one refused would set ``refused``, which ends the run with an error."""
+        path; one refused would set ``refused``, which ends the run with an error. ``refused``
+        is a register (round 16): the units' queues sit across the die from the sequencer, and
+        a refusal, which a correct program never causes, may stop the run a cycle later."""
         cfg, u = self.cfg, self.cfg.unit_lanes
         free, last_sub = self.free, Signal()
         target = Mux(self.is_("scalar"), 0, cfg.sub_beats - 1)
-        m.d.comb += [last_sub.eq(self.sub == target),
-                     self.refused.eq(self.issuing & ~unit_ready)]
+        m.d.comb += last_sub.eq(self.sub == target)
+        m.d.sync += self.refused.eq(self.issuing & ~unit_ready)
         # ``free`` is ``~issuing | last_sub`` a cycle ahead: after a load the sub-beat is 0.
         with m.If(self.running & self.beat & free):
             m.d.sync += free.eq(target == 0)
@@ -812,7 +831,7 @@ class _Control:
                 wrap = self.j == cfg.head_dim // cfg.lanes - 1
                 odd = self.j[0] if len(self.j) else 0     # (j + 1) // 2 - j // 2
                 b = self.insn.b >> self.shift
-                m.d.sync += [self.s.eq(0), self.k.eq(self.k + 1),
+                m.d.sync += [*self._slot(0), self.k.eq(self.k + 1),
                              self.beats_to_read.eq(self.k + 1 < self.beats),
                              self.j.eq(Mux(wrap, 0, self.j + 1)),
                              *(r.eq(r + 1) for r in (self.a_row, self.b_row, self.an_row,
@@ -820,16 +839,15 @@ class _Control:
                              self.rope_row[0].eq(Mux(wrap, b, self.rope_row[0] + odd)),
                              self.rope_row[1].eq(Mux(wrap, b + self.half, self.rope_row[1] + odd))]
             with m.Else():
-                m.d.sync += self.s.eq(self.s + 1)
+                m.d.sync += self._slot(self.s + 1)
         self._addresses(m, mems, ~stall)
 
     def _addresses(self, m, mems, enable):
         """Each memory's read row for the slot being read."""
-        s = self.s
-        tb = Mux(self.op_is("rope") & (s == 1), self.rope_row[0],
-                 Mux(self.op_is("rope") & (s == 2), self.rope_row[1],
-                     Mux(self.op_is("add") & (s == 1), self.b_row, self.a_row)))
-        second = self.op_is("act_max", "act") & (s == 1)
+        pick = self.picks
+        tb = Mux(pick["rope_lo"], self.rope_row[0],
+                 Mux(pick["rope_hi"], self.rope_row[1], Mux(pick["b"], self.b_row, self.a_row)))
+        second = pick["second"]
         rr = Mux(second, self.an_row, self.a_row)
         const = Mux(self.op_is("score"), self.insn.table >> self.shift,
                     Mux(second, self.tn_row, self.t_row))

@@ -8,7 +8,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..pipeline import SkidBuffer, delay
+from ..pipeline import SkidBuffer, SkidQueue, delay
 from ..validate import index_bits
 from .sequencer import SCORE, op_layout
 from .spec import (CODE_BITS, DESTS, GBUS_BYTES, DxtConfig, check_config, kv_layout,
@@ -89,12 +89,12 @@ class Gatherer(wiring.Component):
         The operations, in order, through a :class:`~hdl.pipeline.SkidBuffer` (``ready`` a
         register): one at the head until its last word, and one more behind it.
     results : In(stream.Signature(result_layout(vac))).array(vacs)
-        The VACs' ``o``, each through a :class:`~hdl.pipeline.SkidBuffer` (``ready`` a
-        register): the decision to take a word, made from every VAC's result, does not reach
-        back into the VACs' queues.
+        The VACs' ``o``, each through a :class:`~hdl.pipeline.SkidQueue` (a skid buffer's
+        handshake, ``ready`` a register): the decision to take a word, made from every VAC's
+        result, does not reach back into the VACs' queues.
     o : Out(stream.Signature(word_layout()))
-        Result words, through a :class:`~hdl.pipeline.SkidBuffer`: ``valid`` and ``payload``
-        from registers, and ``ready`` goes into registers only.
+        Result words, through a :class:`~hdl.pipeline.SkidQueue`: ``valid`` from a register,
+        ``payload`` a choice between two registers, and ``ready`` goes into registers only.
     resp : Out(stream.Signature(response_layout()))
         One per operation, when its last word is taken (a queue of 4).
     scores : Out(stream.Signature(score_write_layout(ve), always_ready=True))
@@ -160,7 +160,7 @@ class Gatherer(wiring.Component):
         slot_vac = _slot_vac(w, N)
         results = []
         for v, port in enumerate(self.results):
-            m.submodules[f"result{v}"] = skid = SkidBuffer(port.payload.shape())
+            m.submodules[f"result{v}"] = skid = SkidQueue(port.payload.shape())
             wiring.connect(m, wiring.flipped(port), skid.i)
             results.append(skid.o)
         valids = Array(r.valid for r in results)
@@ -174,8 +174,12 @@ class Gatherer(wiring.Component):
         m.d.comb += word.last.eq(checks.last)
         # The words leave through a skid buffer, so that o.ready reaches no further than its
         # registers; its i.ready a copy of its own, which stays beside the decision to take a
-        # word while the skid's registers go towards the word's consumer (round 13).
-        m.submodules.out = out = SkidBuffer(word_layout(), ready_copy=True)
+        # word while the skid's registers go towards the word's consumer (round 13). A skid
+        # queue: the words' places are written by the decision alone, and the consumer's
+        # o.ready and the skid's o.valid move two pointers, not every payload bit's enable (round
+        # 16; the VACs' result skids likewise, so that the decision to take a word reaches
+        # their state flip-flops only).
+        m.submodules.out = out = SkidQueue(word_layout(), ready_copy=True)
         wiring.connect(m, out.o, wiring.flipped(self.o))
         m.submodules.responses = resp = SyncFIFOBuffered(width=1, depth=_RESP_QUEUE)
         m.d.comb += [self.resp.valid.eq(resp.r_rdy), self.resp.payload.error.eq(resp.r_data),

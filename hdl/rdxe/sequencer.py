@@ -8,7 +8,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..arith.requant import SHIFT_BITS
-from ..pipeline import SkidBuffer, SkidQueue
+from ..pipeline import SkidBuffer, SkidQueue, delay
 from ..validate import index_bits, integer
 from .spec import (CODE_BITS, DESTS, OPS, DxtConfig, check_config, chunk_layout,
                    command_layout)
@@ -332,9 +332,13 @@ class Sequencer(wiring.Component):
                 - (self.landed.valid & (self.landed.payload == h)))
         self.kv_pending = Signal(range(_OP_QUEUE + 2))
         self.qk_pending = Signal(range(_OP_QUEUE + 2))
-        m.d.sync += [
-            self.kv_pending.eq(self.kv_pending + (s.accepted & dec.writes_kv) - self.kv_done),
-            self.qk_pending.eq(self.qk_pending + (s.accepted & dec.is_qk) - self.qk_done)]
+        # An accepted operation counts a cycle later, from a register (round 16): the accept's
+        # decision no longer reaches the counts' adders. No check misses it: the next accept is
+        # two cycles on at the earliest, and an operation in START waits only for others' counts.
+        kv_add = delay(m, s.accepted & dec.writes_kv, 1, name="kv_accepted", reset=True)
+        qk_add = delay(m, s.accepted & dec.is_qk, 1, name="qk_accepted", reset=True)
+        m.d.sync += [self.kv_pending.eq(self.kv_pending + kv_add - self.kv_done),
+                     self.qk_pending.eq(self.qk_pending + qk_add - self.qk_done)]
 
         with m.If(s.accepted):
             m.d.sync += s.issued.eq(0)
