@@ -19,7 +19,7 @@ from hdl.arith.dsp import ECP5_MULT_WIDTH, FAMILIES, Target, ecp5_product, famil
 from hdl.arith.exp2 import Exp2
 from hdl.arith.format import BF16, FP32
 from hdl.arith.fpmac import FloatMAC
-from hdl.arith.fpmul import FloatMultiplier, logic_product
+from hdl.arith.fpmul import FloatMultiplier, logic_product, logic_rows, logic_sum
 from hdl.arith.idot import IntDot
 from hdl.arith.recip import RECIP_LANDED, RECIP_SIX_BLOCKS, Reciprocal, RSqrt
 from hdl.arith.requant import Requantizer
@@ -183,7 +183,9 @@ def test_signed_product_without_input_registers():
                                                 (True, False)])
 def test_logic_product_every_pair(x_signed, y_signed):
     """``logic_product`` (hdl/arith/fpmul.py: products kept out of the multiplier blocks) of
-    every 7-bit by 4-bit pair, either operand signed or not: ``x * y``, as wide as both."""
+    every 7-bit by 4-bit pair, either operand signed or not: ``x * y``, as wide as both; and
+    the same product split after 0, 1 and 2 levels of its sums (``logic_rows``, then
+    ``logic_sum``: a tree cut by a register)."""
     m = Module()
     x = Signal(signed(7) if x_signed else unsigned(7))
     y = Signal(signed(4) if y_signed else unsigned(4))
@@ -191,6 +193,11 @@ def test_logic_product_every_pair(x_signed, y_signed):
     assert product.shape() == (signed(11) if x_signed or y_signed else unsigned(11))
     p = Signal(product.shape())
     m.d.comb += p.eq(product)
+    splits = [Signal(product.shape(), name=f"split{n}") for n in range(3)]
+    for n, split in enumerate(splits):
+        rows = logic_rows(y, x, n)
+        assert len(rows) == (4, 2, 1)[n]
+        m.d.comb += split.eq(logic_sum(rows, 11, x_signed or y_signed))
     wrong = []
 
     async def bench(ctx):
@@ -198,8 +205,9 @@ def test_logic_product_every_pair(x_signed, y_signed):
             for b in range(-8, 8) if y_signed else range(16):
                 ctx.set(x, a)
                 ctx.set(y, b)
-                if ctx.get(p) != a * b:
-                    wrong.append((a, b, ctx.get(p)))
+                got = [ctx.get(v) for v in (p, *splits)]
+                if got != [a * b] * 4:
+                    wrong.append((a, b, got))
 
     sim = Simulator(m)
     sim.add_testbench(bench)
@@ -267,7 +275,9 @@ _SPECIALS = [0, 0x80000000, 0x3F800000, 0x7F800000, 0x7FC00000, 0x00000001, 0x7F
 
 
 @pytest.mark.parametrize("a_fmt, kwargs", [
-    (FP32, dict(split="dsp18", narrow_in_logic=True, stages=6)),     # the controller's fp32 x fp32
+    (FP32, dict(split="dsp18", narrow_in_logic=True, stages=6)),
+    # The controller's fp32 x fp32 (FP32_ONE_BLOCK): the logic pieces' trees cut in two.
+    (FP32, dict(split="dsp18", narrow_in_logic=True, stages=6, land_pieces=True)),
     (BF16, dict(split="dsp18", stages=6)),                           # the activation's argument
 ])
 def test_pieces_on_blocks_beside_pieces_in_logic_give_the_generic_bits(tmp_path, a_fmt, kwargs):

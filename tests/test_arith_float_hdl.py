@@ -114,13 +114,18 @@ def test_multiplier_split_private(fmts, stages, copy):
 # narrow_in_logic: every piece with a side of at most 8 bits in logic (the DXE controller's
 # fp32 x fp32 multipliers under "dsp18": one block; a bf16 operand's pieces all in logic, and
 # under "both" the 12 x 4 pieces of fp32 x bf16). The same bits and latency.
-@pytest.mark.parametrize("fmts, split", [((FP32, FP32, FP32), "dsp18"),
-                                         ((BF16, FP32, FP32), "dsp18"),
-                                         ((FP32, BF16, FP32), "both")])
-def test_multiplier_narrow_in_logic(fmts, split):
+# With land_pieces the pieces in logic are summed across the pieces' register and the landing
+# one (the DXE controller's FP32_ONE_BLOCK): one cycle more, the same bits.
+@pytest.mark.parametrize("fmts, split, land", [((FP32, FP32, FP32), "dsp18", False),
+                                               ((BF16, FP32, FP32), "dsp18", False),
+                                               ((FP32, BF16, FP32), "both", False),
+                                               ((FP32, FP32, FP32), "dsp18", True),
+                                               ((BF16, FP32, FP32), "dsp18", True)])
+def test_multiplier_narrow_in_logic(fmts, split, land):
     a, b = operand_pairs(np.random.default_rng(SEED + 20), fmts[0], fmts[1], 800)
-    unit = FloatMultiplier(*fmts, split=split, narrow_in_logic=True)
-    assert unit.latency == FloatMultiplier.latency_of(*fmts, split=split, narrow_in_logic=True)
+    unit = FloatMultiplier(*fmts, split=split, narrow_in_logic=True, land_pieces=land)
+    assert unit.latency == FloatMultiplier.latency_of(
+        *fmts, split=split, narrow_in_logic=True, land_pieces=land) == 5 + land
     check(unit, [{"a": x, "b": y} for x, y in zip(a, b)], fmul(a, b, *fmts))
 
 

@@ -18,7 +18,7 @@ from sim.rdxe.reduced import HEAD_DIM, HEADS, INPUTS, KV_HEADS, Host, layer_tabl
 from tests.test_rdxe_assemble import variant
 
 LANES, LAYERS, STAGES, SLOTS = 4, 4, 2, 2
-#: The DXE of tests/test_rdxe_side.py, whose RTL runs the reduced layer in 1,828 cycles a token
+#: The DXE of tests/test_rdxe_side.py, whose RTL runs the reduced layer in 1,860 cycles a token
 #: (1,638 before session 25's issue register added a cycle to each of its 28 vector and scalar
 #: ops and its cuts a cycle or more to the GPPU, quantizer and activation, docs/rdxe.md 14.2;
 #: 1,726 before session 26's request register added one to each of its 8 chunked DXT commands
@@ -27,8 +27,9 @@ LANES, LAYERS, STAGES, SLOTS = 4, 4, 2, 2
 #: session 29's command register in the DXT added one to each of its 2 P.V commands; its 8
 #: chunked commands' reads hide it; 1,740 before session 31's landed reciprocal added 8 to
 #: each of its 8 scalar ops and 2 activation ops; 1,820 before session 34's chunk skid buffer
-#: added one to each of its 8 chunked DXT commands).
-TOKEN = 1828
+#: added one to each of its 8 chunked DXT commands; 1,828 before session 36's landed fp32
+#: pieces added a cycle to each multiplier of the controller's GPPU, quantizer and activation).
+TOKEN = 1860
 SPACE = ProgramSpace(tb_words=128, rr_bytes=192, registers=4, const_words=192, gemvs=5,
                      align=LANES)
 CTRL = CtrlConfig(SPACE, lanes=LANES, head_dim=HEAD_DIM, program_words=64)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Sequence
+from typing import Callable, Sequence
 
 from amaranth import Cat, Const, Module, Mux, Value
 from amaranth.lib import data, stream, wiring
@@ -50,22 +50,46 @@ def narrow_piece(a_bits: int, b_bits: int, bits: int = NARROW_LOGIC_BITS) -> boo
     return min(a_bits, b_bits) <= bits
 
 
+def _first(values):
+    return values[0]
+
+
+def logic_rows(x: Value, y: Value, levels: int | None = None) -> list[Value]:
+    """The rows of :func:`logic_product` ``(x, y)`` after ``levels`` levels of its pairwise
+    sums (``None``: every level, one row): a product split across a register, the rows
+    registered and then summed by :func:`logic_sum`."""
+    if len(x) < len(y):
+        x, y = y, x
+    rows = [Mux(y[j], x, 0) << j for j in range(len(y))]
+    if y.shape().signed:
+        rows[-1] = -rows[-1]
+    level = 0
+    while len(rows) > 1 and (levels is None or level < levels):
+        rows = [rows[n] + rows[n + 1] if n + 1 < len(rows) else rows[n]
+                for n in range(0, len(rows), 2)]
+        level += 1
+    return rows
+
+
+def logic_sum(rows: Sequence[Value], width: int, signed_: bool) -> Value:
+    """The product of :func:`logic_rows`' ``rows``: their pairwise sums, ``width`` bits, signed
+    when ``signed_`` (either operand was)."""
+    rows = list(rows)
+    while len(rows) > 1:
+        rows = [rows[n] + rows[n + 1] if n + 1 < len(rows) else rows[n]
+                for n in range(0, len(rows), 2)]
+    product = rows[0][:width]
+    return product.as_signed() if signed_ else product
+
+
 def logic_product(x: Value, y: Value) -> Value:
     """``x * y`` as a tree of shifted, gated copies of the wider operand (no multiplier block:
     Yosys maps every product of 2 x 2 bits or more to a ``MULT18X18D`` on the ECP5).
 
     ``len(x) + len(y)`` bits, signed when either operand is (two's complement: a signed
     narrower operand's top row is subtracted)."""
-    if len(x) < len(y):
-        x, y = y, x
-    rows = [Mux(y[j], x, 0) << j for j in range(len(y))]
-    if y.shape().signed:
-        rows[-1] = -rows[-1]
-    while len(rows) > 1:
-        rows = [rows[n] + rows[n + 1] if n + 1 < len(rows) else rows[n]
-                for n in range(0, len(rows), 2)]
-    product = rows[0][:len(x) + len(y)]
-    return product.as_signed() if x.shape().signed or y.shape().signed else product
+    return logic_sum(logic_rows(x, y), len(x) + len(y),
+                     x.shape().signed or y.shape().signed)
 
 
 def _sum_rows(terms) -> Value:
@@ -175,7 +199,9 @@ class FloatMultiplier(wiring.Component):
     land_pieces : bool
         ``True``: the pieces' products registered once more before their sum (one cycle more
         than ``stages``), so that the route from a multiplier block the placer puts far away
-        has a cycle to itself. The same bits. Default ``False``.
+        has a cycle to itself; a piece in logic registers its rows after one level of its sums
+        at the pieces' cut and finishes them before the landing register (:func:`logic_rows`,
+        :func:`logic_sum`). The same bits. Default ``False``.
     narrow_in_logic : bool
         ``True``: every piece whose narrower side has at most 8 bits is computed in logic
         (:func:`logic_product`) instead of a multiplier block: with ``split="dsp18"`` an fp32 x
@@ -291,6 +317,28 @@ class FloatMultiplier(wiring.Component):
         return (self._blocks and family(platform) == "ecp5" and pipe.registered(0)
                 and pipe.registered(1) and not all(self._in_logic(*pair) for pair in pairs))
 
+    def _logic_terms(self, x, y) -> tuple[list, Callable]:
+        """A piece in logic at the pieces' cut: its product, or with ``land_pieces`` its rows
+        after one level of sums, finished between that cut and the landing register (a logic
+        piece's tree took the whole cycle, docs/rdxe.md 14.4, round 16); and the function that
+        makes the product of what the cut registered."""
+        if not self._land:
+            return [logic_product(x, y)], _first
+        width, signed_ = len(x) + len(y), x.shape().signed or y.shape().signed
+        return logic_rows(x, y, 1), lambda held: logic_sum(held, width, signed_)
+
+    @staticmethod
+    def _cut_pieces(pipe, terms, *rest) -> tuple[list, list]:
+        """Register the pieces' ``terms`` (``(values, finish)`` each) and ``rest`` at the
+        pieces' cut; return each piece's ``finish`` of its registered values, and ``rest``."""
+        flat = [value for values, _ in terms for value in values]
+        held = list(pipe.cut(*flat, *rest))
+        pieces, k = [], 0
+        for values, finish in terms:
+            pieces.append(finish(held[k:k + len(values)]))
+            k += len(values)
+        return pieces, held[k:]
+
     def elaborate(self, platform):
         m = Module()
         af, bf, of = self._a_fmt, self._b_fmt, self._out_fmt
@@ -334,8 +382,9 @@ class FloatMultiplier(wiring.Component):
                      for w, piece in zip((wa, wb), pairs[n])]
             *held, exp, flags = pipe.cut(*[v for n in logic for v in slices[n]], exp, flags,
                                          inits=inits + [0, 0])
-            products = [logic_product(held[2 * k], held[2 * k + 1]) for k in range(len(logic))]
-            *products, exp, flags = pipe.cut(*products, exp, flags)
+            products, (exp, flags) = self._cut_pieces(
+                pipe, [self._logic_terms(held[2 * k], held[2 * k + 1])
+                       for k in range(len(logic))], exp, flags)
             parts = [products[logic.index(n)] if n in logic
                      else ecp5_product(m, *slices[n], name=f"dsp{n}")
                      for n in range(len(pairs))]
@@ -358,9 +407,9 @@ class FloatMultiplier(wiring.Component):
                                                        0, 0])
             factors = [(sig_a[pa[0]:pa[1]], sig_b[pb[0]:pb[1]]) for pa, pb in pairs]
         if factors is not None:
-            parts = [logic_product(x, y) if self._in_logic(*pair) else x * y
-                     for (x, y), pair in zip(factors, pairs)]
-            *parts, exp, flags = pipe.cut(*parts, exp, flags)
+            parts, (exp, flags) = self._cut_pieces(
+                pipe, [self._logic_terms(x, y) if self._in_logic(*pair) else ([x * y], _first)
+                       for (x, y), pair in zip(factors, pairs)], exp, flags)
         if self._land:
             *parts, exp, flags = pipe.cut(*parts, exp, flags)
         if len(parts) == 1:
@@ -399,5 +448,6 @@ class FloatMultiplier(wiring.Component):
 #: DXE controller's units use it (docs/rdxe.md 14.2). Six stages: the rounding cut in two. On
 #: the ECP5 the block's own registers hold its piece's operands and product: the routes to and
 #: from a block far from its fabric registers were most of the engine's failing paths (14.4).
+#: The pieces land (seven cycles): the logic pieces' trees are cut in two (round 16).
 FP32_ONE_BLOCK = partial(FloatMultiplier, FP32, FP32, FP32, split="dsp18", narrow_in_logic=True,
-                         stages=6, block_registers=True)
+                         stages=6, block_registers=True, land_pieces=True)
