@@ -30,7 +30,7 @@ from golden.arith.requant import requantize
 from hdl.arith.format import FP32
 from hdl.rdxe import (DxtConfig, HlinkSource, Vac, VacConfig, VeConfig, hlink_layout, rc_layout,
                       result_layout)
-from hdl.rdxe.ve import Activations, Normalizer, RcUnit
+from hdl.rdxe.ve import TAP_LEAD, Activations, Normalizer, RcUnit
 from hdl.validate import index_bits
 
 from .pipeline_sim import run_pipeline
@@ -701,7 +701,7 @@ def test_rc_unit_matches_golden_and_its_latency():
     assert [(m_, s, q) for _, m_, s, q in got] == want
     assert [c for c, *_ in got] == [t + unit.latency for t in lasts]
     lat = golden.Latency()
-    assert unit.latency == (lat.dot(4) + lat.accumulate + lat.sum_to_float + lat.fmac
+    assert unit.latency == (TAP_LEAD + lat.dot(4) + lat.accumulate + lat.sum_to_float + lat.fmac
                             + lat.rsqrt + lat.requant + lat.rc_out)
 
 

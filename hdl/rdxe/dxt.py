@@ -16,7 +16,7 @@ from .sequencer import Sequencer, chunk_flags, request_layout
 from .spec import (CODE_BITS, DxtConfig, check_config, chunk_layout, command_layout,
                    response_layout, word_layout)
 from .vac import HlinkSource, Vac
-from .ve import Activations, RcUnit
+from .ve import TAP_LEAD, Activations, RcUnit
 
 __all__ = ["Dxt"]
 
@@ -159,7 +159,7 @@ class Dxt(wiring.Component):
         m.submodules.request_feed = to_feed = DelayLine(request_layout(cfg), READ_LATENCY - 1)
         m.submodules.tokens = tokens = TokenBuffer(cfg)
         m.submodules.feed = feed = ChunkFeed(cfg, depth=lat + _QUEUE_SLACK,
-                                             tap_delay=self.row_latency)
+                                             tap_delay=self.row_latency - TAP_LEAD)
         m.submodules.gatherer = gather = Gatherer(cfg)
         m.submodules.kv_writer = kv_writer = KvWriter(cfg)
         m.submodules.source = src = HlinkSource(vcfg, vacs=cfg.vacs)

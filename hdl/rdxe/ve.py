@@ -44,7 +44,7 @@ from .spec import (ACC_BITS, CODE_BITS, GBUS_BYTES, VeConfig, check_config, chun
                    ve_rc_layout, ve_tap_layout)
 from .vac import dot_accumulator
 
-__all__ = ["RcUnit", "Activations", "Normalizer", "ToRc", "P_ONE", "P_ONE_REQUANTIZER",
+__all__ = ["RcUnit", "Activations", "Normalizer", "ToRc", "P_ONE", "P_ONE_REQUANTIZER", "TAP_LEAD",
            "NORMALIZER_NARROW_BITS", "times_p_one"]
 
 #: INT8 activation of exp(0) = 1 (``golden.rdxe.P_ONE``).
@@ -78,6 +78,10 @@ _READ = 2
 _SPLIT = 1
 #: Registers on the RC factor after its conversion (``golden.rdxe.Latency.rc_out``).
 _RC_OUT = 1
+#: Registers on the tap inside the RC unit, in front of its dot product's multiplier blocks:
+#: the feed's register sat 6.6 ns of route from them (docs/rdxe.md 14.4, round 16). The DXT
+#: taps its chunks this many cycles earlier, so the factor comes at the same cycle.
+TAP_LEAD = 1
 #: The RC unit's floating-point units. The sum's conversion registers its magnitude (four
 #: stages), so that the negation's carry chain does not share a cycle with the leading-zero
 #: count. The multiply-add's adder registers its compare too
@@ -195,19 +199,19 @@ class RcUnit(wiring.Component):
     -------
     tap : In(stream.Signature(ve_tap_layout(cfg), always_ready=True))
         The chunks, ``first`` and ``last`` marking an operation's input (one chunk may be both);
-        ``b`` must be ``data``, or ones with ``softmax`` (the sender chooses it, a register
-        before the unit's products; not checked here).
+        ``b`` must be ``data``, or ones with ``softmax`` (the sender chooses it; not checked
+        here). Registered :data:`TAP_LEAD` times before the unit's products.
     consts : In(stream.Signature(StructLayout({"inv_k": 32, "eps": 32})))
         fp32 ``fp32(1/K)`` and ``eps_q`` of each RMSNorm operation, in order; taken
-        (``ready``) when its sum reaches the multiply-add, ``1 + dot_latency + int_to_float``
-        cycles after its last chunk. It must be valid then (the DXT queues it when the operation
+        (``ready``) when its sum reaches the multiply-add, ``TAP_LEAD + 1 + dot_latency +
+        int_to_float`` cycles after its last chunk. It must be valid then (the DXT queues it when the operation
         starts).
     rc : Out(stream.Signature(ve_rc_layout(cfg), always_ready=True))
         One factor per operation, :attr:`latency` cycles after its last chunk, with the
         operation's ``seq`` tag.
 
-    Latency (defaults): ``dot 5 + accumulate 1 + int_to_float 4 + fmac 13 + rsqrt 28 +
-    requant 4 + rc_out 1 = 56`` cycles at 16 lanes (``golden.rdxe.Latency``); one chunk per
+    Latency (defaults): ``tap 1 + dot 5 + accumulate 1 + int_to_float 4 + fmac 13 + rsqrt 28 +
+    requant 4 + rc_out 1 = 57`` cycles at 16 lanes (``golden.rdxe.Latency``); one chunk per
     cycle.
     """
 
@@ -240,17 +244,19 @@ class RcUnit(wiring.Component):
     def latency(self) -> int:
         """Cycles from an operation's last chunk on ``tap`` to its factor on ``rc``."""
         lat = self.latencies
-        return (lat["dot"] + 1 + lat["int_to_float"] + max(lat["fmac"] + lat["rsqrt"],
+        return (TAP_LEAD + lat["dot"] + 1 + lat["int_to_float"] + max(lat["fmac"] + lat["rsqrt"],
                                                             lat["reciprocal"]) + lat["requant"]
                 + _RC_OUT)
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        tap = self.tap.payload
+        tap = data.View(self.tap.payload.shape(),
+                        delay(m, self.tap.payload.as_value(), TAP_LEAD, name="tap"))
         m.submodules.dot = dot = IntDot(cfg.lanes, a_bits=CODE_BITS, b_bits=CODE_BITS,
                                         acc_bits=ACC_BITS, block_registers=True)
-        m.d.comb += dot.i.valid.eq(self.tap.valid)
+        m.d.comb += dot.i.valid.eq(delay(m, self.tap.valid, TAP_LEAD, name="tap_valid",
+                                         reset=True))
         for k in range(cfg.lanes):
             m.d.comb += [dot.i.payload.a[k].eq(tap.data[k]),
                          dot.i.payload.b[k].eq(tap.b[k])]
