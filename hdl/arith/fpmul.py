@@ -54,6 +54,16 @@ def _first(values):
     return values[0]
 
 
+def _pairwise(rows: Sequence[Value], levels: int | None = None) -> list[Value]:
+    """``rows`` after ``levels`` levels of pairwise sums (``None``: down to one row)."""
+    rows, level = list(rows), 0
+    while len(rows) > 1 and (levels is None or level < levels):
+        rows = [rows[n] + rows[n + 1] if n + 1 < len(rows) else rows[n]
+                for n in range(0, len(rows), 2)]
+        level += 1
+    return rows
+
+
 def logic_rows(x: Value, y: Value, levels: int | None = None) -> list[Value]:
     """The rows of :func:`logic_product` ``(x, y)`` after ``levels`` levels of its pairwise
     sums (``None``: every level, one row): a product split across a register, the rows
@@ -63,22 +73,13 @@ def logic_rows(x: Value, y: Value, levels: int | None = None) -> list[Value]:
     rows = [Mux(y[j], x, 0) << j for j in range(len(y))]
     if y.shape().signed:
         rows[-1] = -rows[-1]
-    level = 0
-    while len(rows) > 1 and (levels is None or level < levels):
-        rows = [rows[n] + rows[n + 1] if n + 1 < len(rows) else rows[n]
-                for n in range(0, len(rows), 2)]
-        level += 1
-    return rows
+    return _pairwise(rows, levels)
 
 
 def logic_sum(rows: Sequence[Value], width: int, signed_: bool) -> Value:
     """The product of :func:`logic_rows`' ``rows``: their pairwise sums, ``width`` bits, signed
     when ``signed_`` (either operand was)."""
-    rows = list(rows)
-    while len(rows) > 1:
-        rows = [rows[n] + rows[n + 1] if n + 1 < len(rows) else rows[n]
-                for n in range(0, len(rows), 2)]
-    product = rows[0][:width]
+    product = _pairwise(rows)[0][:width]
     return product.as_signed() if signed_ else product
 
 
@@ -111,10 +112,7 @@ def _sum_rows(terms) -> Value:
             parts += [Const(0, shift - position), value] if shift > position else [value]
             position = shift + len(value)
         values.append(Cat(*parts))
-    while len(values) > 1:
-        values = [values[n] + values[n + 1] if n + 1 < len(values) else values[n]
-                  for n in range(0, len(values), 2)]
-    return values[0]
+    return _pairwise(values)[0]
 
 
 def exact_product(a_fmt: FloatFormat, b_fmt: FloatFormat, out_fmt: FloatFormat) -> str:

@@ -739,14 +739,12 @@ class _Control:
     def _slot(self, value) -> list:
         """Statements that make ``value`` the next slot and register its read rows' choice
         (slot 0 reads ``a`` and ``t`` whatever the op)."""
-        nxt = {"rope_lo": ("rope", 1), "rope_hi": ("rope", 2), "b": ("add", 1),
-               "second": (("act_max", "act"), 1)}
-        picks = []
-        for name, (ops, at) in nxt.items():
-            ops = ops if isinstance(ops, tuple) else (ops,)
-            picks.append(self.picks[name].eq(0 if isinstance(value, int)
-                                             else self.op_is(*ops) & (value == at)))
-        return [self.s.eq(value), *picks]
+        at = {"rope_lo": (("rope",), 1), "rope_hi": (("rope",), 2), "b": (("add",), 1),
+              "second": (("act_max", "act"), 1)}
+        return [self.s.eq(value),
+                *(self.picks[name].eq(0 if isinstance(value, int)
+                                      else self.op_is(*ops) & (value == slot))
+                  for name, (ops, slot) in at.items())]
 
     def restart(self) -> list:
         return [self.k.eq(0), *self._slot(0), self.j.eq(0), self.written.eq(0),

@@ -204,8 +204,8 @@ class RcUnit(wiring.Component):
     consts : In(stream.Signature(StructLayout({"inv_k": 32, "eps": 32})))
         fp32 ``fp32(1/K)`` and ``eps_q`` of each RMSNorm operation, in order; taken
         (``ready``) when its sum reaches the multiply-add, ``TAP_LEAD + 1 + dot_latency +
-        int_to_float`` cycles after its last chunk. It must be valid then (the DXT queues it when the operation
-        starts).
+        int_to_float`` cycles after its last chunk. It must be valid then (the DXT queues it
+        when the operation starts).
     rc : Out(stream.Signature(ve_rc_layout(cfg), always_ready=True))
         One factor per operation, :attr:`latency` cycles after its last chunk, with the
         operation's ``seq`` tag.
