@@ -61,7 +61,9 @@ _UNITS = {
     # Its one block's own registers take the routes to and from it (the blocks are 80 % used).
     "arg": partial(FloatMultiplier, BF16, FP32, FP32, split="dsp18", stages=6,
                    block_registers=True),
-    "exp2": partial(Exp2),
+    # Its product on its block's own output register: the route from the block left no room
+    # for a fabric register's setup (docs/rdxe.md 14.4, session 37).
+    "exp2": partial(Exp2, block_registers=True),
     "add": partial(FloatAdder, FP32, stages=8),     # every cut: the alignment and the rounding
     "recip": RECIP_LANDED,
     "to_fp32": partial(IntToFloat, 2 * CODE_BITS, FP32),

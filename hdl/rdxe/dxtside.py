@@ -333,8 +333,14 @@ class DxtSide(wiring.Component):
 
         def is_op(*names):
             return op_is(insn.op, *names)
+        # The append's last value awaits its response: a register set on the way into that
+        # wait, so that the token count's enable is not decoded from the side's state (whose
+        # route to the count was 6 ns: docs/rdxe.md 14.4, session 37).
+        appending = Signal(name="appending")
         with m.If(slot.start):
             m.d.sync += [tokens.eq(slot.first), layer.restart(slot.first)]
+        with m.If(appending & io.resp):
+            m.d.sync += [appending.eq(0), layer.appended()]
         rc_bits = rc_layout(cfg.vac_config())
         rc = data.View(rc_bits, value[:rc_bits.size])
         m.d.comb += self.done.payload.error.eq(error)
@@ -368,6 +374,8 @@ class DxtSide(wiring.Component):
                 with m.State(name):
                     with m.If(taken):
                         go(f"{name}Wait")
+                        if name == "Value":
+                            m.d.sync += appending.eq(index == layer.groups - 1)
                 with m.State(f"{name}Wait"):
                     with m.If(io.resp):
                         m.d.sync += error.eq(error | io.error)
@@ -375,8 +383,7 @@ class DxtSide(wiring.Component):
                             go("Value", "value")
                         else:
                             m.d.sync += [index.eq(index + 1), *tiles.next(cfg.kv_groups)]
-                            with m.If(index == layer.groups - 1):
-                                m.d.sync += layer.appended()
+                            with m.If(appending):
                                 m.next = "Done"
                             with m.Else():
                                 go("Key", "key")

@@ -30,7 +30,7 @@ from ..arith.format import FP32
 from ..arith.fpmul import FP32_ONE_BLOCK
 from ..arith.recip import RECIP_LANDED
 from ..latency import unit_latencies
-from ..pipeline import delay, queued_pipeline
+from ..pipeline import control_copies, delay, queued_pipeline
 from .spec import VeConfig, check_config, rc_layout
 from .ve import ToRc
 
@@ -143,8 +143,12 @@ class ScalarUnit(wiring.Component):
                      self.i.ready.eq(gate.ready & ~second)]
         go, queue = queued_pipeline(m, gate, self.o, scalar_out_layout(self.cfg), t_out)
         op = beat.op.as_value()
-        m.d.comb += second.eq(delay(m, go & (op == ScalarOp.RMS_EPS.value), t_mul,
-                                    name="second", reset=True))
+        early = delay(m, go & (op == ScalarOp.RMS_EPS.value), t_mul - 1, name="second",
+                      reset=True)
+        m.d.comb += second.eq(delay(m, early, 1, name="second_gate", reset=True))
+        # The operands' selects from registers of their own: one register's route to the 64
+        # select LUTs and the input's gate failed by 0.34 ns (docs/rdxe.md 14.4, session 37).
+        take_a, take_b = control_copies(m, early, 2, name="second_sel")
 
         m.submodules.recip = recip = UNITS["recip"]()
         m.d.comb += [recip.i.valid.eq(go), recip.i.payload.x.eq(beat.x)]
@@ -153,8 +157,8 @@ class ScalarUnit(wiring.Component):
         m.submodules.mul = mul = UNITS["mul"]()
         k_held = delay(m, beat.x, t_mul, name="k_held")
         m.d.comb += [mul.i.valid.eq(go | second),
-                     mul.i.payload.a.eq(Mux(second, mul.o.payload.y, beat.c)),
-                     mul.i.payload.b.eq(Mux(second, k_held, beat.x))]
+                     mul.i.payload.a.eq(Mux(take_a, mul.o.payload.y, beat.c)),
+                     mul.i.payload.b.eq(Mux(take_b, k_held, beat.x))]
         product = mul.o.payload.y
         conv = ToRc(m, self.cfg, mul.o.valid, product, 0, {})
         rc = Signal(rc_layout(self.cfg))
