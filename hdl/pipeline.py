@@ -213,6 +213,11 @@ class Pipeline:
         out = self._register(values, inits or [None] * len(values))
         return out if len(out) != 1 else out[0]
 
+    def init_of(self, value) -> int:
+        """The power-on value of ``value`` when it is a register of an earlier cut, else 0."""
+        known = self._inits.get(id(value))
+        return known[1] if known is not None and known[0] is value else 0
+
     def _register(self, values, inits):
         valid = Signal(name=f"valid_{self._next}")
         self.m.d.sync += valid.eq(self.valid)
@@ -222,8 +227,7 @@ class Pipeline:
             if not isinstance(value, data.View):
                 value = Value.cast(value)
             if init is None:
-                known = self._inits.get(id(value))
-                init = known[1] if known is not None and known[0] is value else 0
+                init = self.init_of(value)
             shape = value.shape()
             kw = {"init": init} if init else {}
             reg = Signal(shape, name=f"p{self._next}_{n}", reset_less=True, **kw)

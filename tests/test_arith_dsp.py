@@ -8,6 +8,7 @@ and test_flowkv.py, ``*_ecp5``)."""
 import json
 import random
 import subprocess
+from functools import partial
 
 import pytest
 from amaranth import Const, Module, Signal, Value, signed, unsigned
@@ -23,6 +24,7 @@ from hdl.arith.fpmul import FloatMultiplier, logic_product, logic_rows, logic_su
 from hdl.arith.idot import IntDot
 from hdl.arith.recip import RECIP_LANDED, RECIP_SIX_BLOCKS, Reciprocal, RSqrt
 from hdl.arith.requant import Requantizer
+from hdl.rdxe.ve import _RECIPROCAL_UNIT, _RSQRT_UNIT
 from memwall import registry
 from synth.toolchain import tool_path
 
@@ -135,6 +137,8 @@ def test_product_is_as_wide_as_its_operands():
     (lambda: FloatMAC(FP32, FP32, block_registers=True), 4),             # its multiplier's
     (lambda: FloatMultiplier(BF16, FP32, FP32, block_registers=True, land_pieces=True), 4),
     (lambda: RSqrt(iterations=1, block_registers=True, land_products=True), 7),
+    (lambda: RSqrt(iterations=1, block_registers=True, land_products=True,
+                   narrow_in_logic=True), 3),
 ])
 def test_product_registers_become_the_blocks_output_registers(unit, blocks):
     """A requantizer's, exp2's and a Newton-Raphson unit's partial products and a dot
@@ -296,18 +300,26 @@ def test_pieces_on_blocks_beside_pieces_in_logic_give_the_generic_bits(tmp_path,
 
 
 @pytest.mark.parametrize("factory, generic, blocks", [
-    (RECIP_SIX_BLOCKS, dict(narrow_in_logic=True), 6),
-    (RECIP_LANDED, dict(land_products=True), 10)], ids=["six_blocks", "landed"])
-def test_controller_reciprocals_give_the_generic_bits(tmp_path, factory, generic, blocks):
+    (RECIP_SIX_BLOCKS, partial(Reciprocal, narrow_in_logic=True), 6),
+    (partial(Reciprocal, block_registers=True, land_products=True),
+     partial(Reciprocal, land_products=True), 10),
+    (RECIP_LANDED, partial(Reciprocal, land_products=True, narrow_in_logic=True), 6),
+    (_RSQRT_UNIT, partial(RSqrt, land_products=True, narrow_in_logic=True), 13),
+    (_RECIPROCAL_UNIT, partial(Reciprocal, land_products=True, narrow_in_logic=True,
+                               round_register=True), 6),
+], ids=["six_blocks", "landed_blocks", "landed", "rc_rsqrt", "rc_reciprocal"])
+def test_newton_units_give_the_generic_bits(tmp_path, factory, generic, blocks):
     """The controller's reciprocals (``RECIP_SIX_BLOCKS``: the narrow pieces in logic, six on
-    blocks with their output registers; ``RECIP_LANDED``: ten blocks with their input and
-    output registers, each product landed in fabric) written for the ECP5 and simulated with
-    the block's model equal the generic Verilog in every cycle (specials, random codes)."""
+    blocks with their output registers; ``RECIP_LANDED``: the narrow pieces in logic split
+    across the landing cut, six blocks with their input and output registers, each product
+    landed in fabric; the same with every piece on a block, ten) and the RC unit's rsqrt and
+    reciprocal, written for the ECP5 and simulated with the block's model, equal the generic
+    Verilog in every cycle (specials, random codes)."""
     ecp5 = factory()
     assert blocks_in(ecp5, "ecp5") == blocks
     rng = random.Random(11)
     words = _SPECIALS + [rng.getrandbits(32) for _ in range(2000)]
-    _ecp5_equals_generic(tmp_path, Reciprocal(**generic), ecp5, 32, words)
+    _ecp5_equals_generic(tmp_path, generic(), ecp5, 32, words)
 
 
 # make test: the rDXE controller's multiplier and reciprocal; --slow: the other paths (4 s each).

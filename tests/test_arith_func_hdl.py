@@ -159,7 +159,7 @@ def test_exp2_simulation(table_bits, stages):
                          [(n, False, False, False) for n in range(4)]
                          + [(2, True, False, False), (1, False, True, False),
                             (2, True, True, False), (1, False, False, True),
-                            (2, False, False, True)])
+                            (2, False, False, True), (2, True, True, True)])
 def test_newton_simulation(unit_class, golden, iterations, round_register, land, narrow):
     """Every bit against the golden; ``narrow_in_logic`` computes the narrow partial products
     in logic (the DXE controller's reciprocals)."""

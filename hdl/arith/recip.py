@@ -19,7 +19,7 @@ from amaranth.lib.wiring import In, Out
 from ..pipeline import Pipeline
 from ..validate import integer
 from .dsp import ecp5_product, family
-from .fpmul import logic_product, narrow_piece
+from .fpmul import logic_product, logic_rows, logic_sum, narrow_piece
 from .float import hidden_bit_init, normal_significand, round_pack, unpack
 from .format import FP32
 
@@ -225,7 +225,9 @@ class _NewtonRaphson(wiring.Component):
         ``block_registers`` the first two are the ``MULT18X18D``'s input and output registers,
         so that the multiply runs inside the block and each route to and from it has a cycle to
         itself, wherever the placer puts the block."""
-        if self._ecp5:
+        if self._ecp5 and self._narrow:
+            parts, keep = self._landed_with_logic(m, pipe, a, b, keep, name)
+        elif self._ecp5:
             parts = _block_partials(m, a, b, name, input_registers=True)
             keep = pipe.cut(*pipe.cut(*keep))
         else:
@@ -235,6 +237,41 @@ class _NewtonRaphson(wiring.Component):
             parts, keep = out[:len(parts)], out[len(parts):]
         out = pipe.cut(*parts, *keep)
         return out[:len(parts)], out[len(parts):]
+
+    @staticmethod
+    def _landed_with_logic(m, pipe, a, b, keep, name):
+        """The first two cuts of :meth:`_landed_partials` for the ECP5 with ``narrow_in_logic``:
+        a narrow piece's operands in fabric registers, then its rows after one level of sums
+        (:func:`~hdl.arith.fpmul.logic_rows`), finished before the landing register (one tree
+        in one cycle failed, docs/rdxe.md 14.4, session 37); the other pieces on blocks with
+        their input and output registers. Returns ``(parts, keep)``."""
+        pairs = [((ka, sa), (kb, sb)) for ka, sa in _slices(a) for kb, sb in _slices(b)]
+        logic = [n for n, ((_, sa), (_, sb)) in enumerate(pairs)
+                 if narrow_piece(len(sa), len(sb))]
+        operands, inits = [], []
+        for n in logic:
+            for (shift, piece), whole in zip(pairs[n], (a, b)):
+                init = pipe.init_of(whole) >> shift & ((1 << len(piece)) - 1)
+                if piece.shape().signed and init >> (len(piece) - 1):
+                    init -= 1 << len(piece)
+                operands.append(piece)
+                inits.append(init)
+        *held, = pipe.cut(*operands, *keep, inits=[*inits, *[None] * len(keep)])
+        rows = [logic_rows(held[2 * k], held[2 * k + 1], 1) for k in range(len(logic))]
+        counts = [len(r) for r in rows]
+        *held, = pipe.cut(*[row for r in rows for row in r], *held[len(operands):])
+        parts, start = [], 0
+        for n, ((_, sa), (_, sb)) in enumerate(pairs):
+            if n in logic:
+                k = logic.index(n)
+                parts.append(logic_sum(held[start:start + counts[k]], len(sa) + len(sb),
+                                       sa.shape().signed or sb.shape().signed))
+                start += counts[k]
+            else:
+                parts.append(ecp5_product(m, sa.as_unsigned(), sb.as_unsigned(),
+                                          name=f"{name}{n}", input_registers=True,
+                                          signs=(sa.shape().signed, sb.shape().signed)))
+        return parts, held[start:]
 
     def _step(self, m, pipe, step, y, frac, u, flags):
         """One Newton-Raphson step on ``y`` (``frac`` fraction bits): ``(y, 30, u, flags)`` out.
@@ -351,8 +388,9 @@ class Reciprocal(_NewtonRaphson):
         top 8 bits: four of the ten pieces of 2 steps) are shifts and adds in logic instead of
         multiplier blocks. With ``block_registers`` on the ECP5 the narrow pieces stay in logic
         (their products in fabric registers) and the others use their blocks' output
-        registers; with ``land_products`` too, every piece is a block. The same latency and
-        bits. Default ``False``.
+        registers; with ``land_products`` too, a narrow piece's operands are registered in
+        fabric, its rows after one level of sums at the product's cut, and its sum finished
+        before the landing register. The same latency and bits. Default ``False``.
 
     Members
     -------
@@ -417,9 +455,11 @@ class RSqrt(_NewtonRaphson):
 #: register paths through the blocks were the engine's largest failing group at session 29.
 #: The same latency and bits as the default unit.
 RECIP_SIX_BLOCKS = partial(Reciprocal, narrow_in_logic=True, block_registers=True)
-#: A reciprocal on ten blocks with its products landed (``land_products``: the operands in the
-#: blocks' input registers, each product a cycle in a fabric register after its block's own),
-#: as a unit factory; the DXE controller's scalar path and activation unit use it since session
-#: 31: the six-block unit's pieces in logic and its correction's sum after a distant block
-#: failed by 0.4 to 1.3 ns at every seed (docs/rdxe.md 14.4, round 5). 8 cycles more.
-RECIP_LANDED = partial(Reciprocal, block_registers=True, land_products=True)
+#: A reciprocal with its products landed (``land_products``: the operands in the blocks' input
+#: registers, each product a cycle in a fabric register after its block's own), as a unit
+#: factory; the DXE controller's scalar path and activation unit use it since session 31: the
+#: six-block unit's pieces in logic and its correction's sum after a distant block failed by
+#: 0.4 to 1.3 ns at every seed (docs/rdxe.md 14.4, round 5). 8 cycles more. Since session 37
+#: its four narrow pieces are in logic again, split across the landing cut: six blocks, not ten.
+RECIP_LANDED = partial(Reciprocal, block_registers=True, land_products=True,
+                       narrow_in_logic=True)
