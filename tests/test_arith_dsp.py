@@ -20,7 +20,7 @@ from hdl.arith.dsp import ECP5_MULT_WIDTH, FAMILIES, Target, ecp5_product, famil
 from hdl.arith.exp2 import Exp2
 from hdl.arith.format import BF16, FP32
 from hdl.arith.fpmac import FloatMAC
-from hdl.arith.fpmul import FloatMultiplier, logic_product, logic_rows, logic_sum
+from hdl.arith.fpmul import FP32_ONE_BLOCK, FloatMultiplier, logic_product, logic_rows, logic_sum
 from hdl.arith.idot import IntDot
 from hdl.arith.recip import RECIP_LANDED, RECIP_SIX_BLOCKS, Reciprocal, RSqrt
 from hdl.arith.requant import Requantizer
@@ -330,12 +330,15 @@ def test_newton_units_give_the_generic_bits(tmp_path, factory, generic, blocks):
     (lambda: FloatMultiplier(FP32, FP32, FP32, split="dsp18", narrow_in_logic=True, stages=6,
                              block_registers=True), "ecp5"),
     (Reciprocal, None), pytest.param(RSqrt, None, marks=pytest.mark.slow),
-], ids=["mul", "mul_private", "mul_blocks_and_logic", "recip", "rsqrt"])
+    (RECIP_LANDED, "ecp5"), (FP32_ONE_BLOCK, "ecp5"),
+], ids=["mul", "mul_private", "mul_blocks_and_logic", "recip", "rsqrt", "recip_landed",
+        "mul_landed_pieces"])
 def test_no_flip_flop_holds_a_constant(tmp_path, build, target):
-    """A significand's hidden bit is always 1 (and so is the top bit of every reciprocal seed):
-    a register of it powering on at 0 is a flip-flop with a constant input, which Yosys merges
-    with every other one of the design (one such flip-flop drove 1,143 inputs of the engine).
-    Synthesized for the ECP5, no flip-flop's input is a constant."""
+    """A significand's hidden bit is always 1 (and so is the top bit of every reciprocal seed),
+    and the low bits of a logic piece's shifted rows are 0: a register of such a bit is a
+    flip-flop with a constant input, which Yosys merges with every other one of the design (one
+    such flip-flop drove 1,143 inputs of the engine). Synthesized for the ECP5, no flip-flop's
+    input is a constant (a landed piece's rows are registered without their shifts' zeros)."""
     unit = build()
     ports = [s for s in (Value.cast(v) for _, _, v in unit.signature.flatten(unit))
              if not isinstance(s, Const)]

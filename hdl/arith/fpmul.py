@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from functools import partial
 from typing import Callable, Sequence
 
@@ -54,32 +55,40 @@ def _first(values):
     return values[0]
 
 
-def _pairwise(rows: Sequence[Value], levels: int | None = None) -> list[Value]:
-    """``rows`` after ``levels`` levels of pairwise sums (``None``: down to one row)."""
+def _pairwise(rows: Sequence, levels: int | None = None, add=operator.add) -> list:
+    """``rows`` after ``levels`` levels of pairwise sums by ``add`` (``None``: down to one
+    row)."""
     rows, level = list(rows), 0
     while len(rows) > 1 and (levels is None or level < levels):
-        rows = [rows[n] + rows[n + 1] if n + 1 < len(rows) else rows[n]
+        rows = [add(rows[n], rows[n + 1]) if n + 1 < len(rows) else rows[n]
                 for n in range(0, len(rows), 2)]
         level += 1
     return rows
 
 
-def logic_rows(x: Value, y: Value, levels: int | None = None) -> list[Value]:
+def _add_shifted(low: tuple[Value, int], high: tuple[Value, int]) -> tuple[Value, int]:
+    """The sum of two ``(value, shift)`` rows, ``low`` the one of the smaller shift."""
+    return low[0] + (high[0] << (high[1] - low[1])), low[1]
+
+
+def logic_rows(x: Value, y: Value, levels: int | None = None) -> list[tuple[Value, int]]:
     """The rows of :func:`logic_product` ``(x, y)`` after ``levels`` levels of its pairwise
-    sums (``None``: every level, one row): a product split across a register, the rows
-    registered and then summed by :func:`logic_sum`."""
+    sums (``None``: every level, one row), each as ``(value, shift)`` for ``value << shift``:
+    a product split across a register registers the values (not the shifts' zeros, which would
+    be flip-flops of a constant input) and sums them by :func:`logic_sum`."""
     if len(x) < len(y):
         x, y = y, x
-    rows = [Mux(y[j], x, 0) << j for j in range(len(y))]
+    rows = [(Mux(y[j], x, 0), j) for j in range(len(y))]
     if y.shape().signed:
-        rows[-1] = -rows[-1]
-    return _pairwise(rows, levels)
+        rows[-1] = (-rows[-1][0], rows[-1][1])
+    return _pairwise(rows, levels, _add_shifted)
 
 
-def logic_sum(rows: Sequence[Value], width: int, signed_: bool) -> Value:
+def logic_sum(rows: Sequence[tuple[Value, int]], width: int, signed_: bool) -> Value:
     """The product of :func:`logic_rows`' ``rows``: their pairwise sums, ``width`` bits, signed
     when ``signed_`` (either operand was)."""
-    product = _pairwise(rows)[0][:width]
+    value, shift = _pairwise(rows, None, _add_shifted)[0]
+    product = (value << shift)[:width]
     return product.as_signed() if signed_ else product
 
 
@@ -323,7 +332,10 @@ class FloatMultiplier(wiring.Component):
         if not self._land:
             return [logic_product(x, y)], _first
         width, signed_ = len(x) + len(y), x.shape().signed or y.shape().signed
-        return logic_rows(x, y, 1), lambda held: logic_sum(held, width, signed_)
+        rows = logic_rows(x, y, 1)
+        shifts = [shift for _, shift in rows]
+        return ([value for value, _ in rows],
+                lambda held: logic_sum(list(zip(held, shifts)), width, signed_))
 
     @staticmethod
     def _cut_pieces(pipe, terms, *rest) -> tuple[list, list]:

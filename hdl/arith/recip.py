@@ -258,15 +258,14 @@ class _NewtonRaphson(wiring.Component):
                 inits.append(init)
         *held, = pipe.cut(*operands, *keep, inits=[*inits, *[None] * len(keep)])
         rows = [logic_rows(held[2 * k], held[2 * k + 1], 1) for k in range(len(logic))]
-        counts = [len(r) for r in rows]
-        *held, = pipe.cut(*[row for r in rows for row in r], *held[len(operands):])
+        *held, = pipe.cut(*[value for r in rows for value, _ in r], *held[len(operands):])
         parts, start = [], 0
         for n, ((_, sa), (_, sb)) in enumerate(pairs):
             if n in logic:
-                k = logic.index(n)
-                parts.append(logic_sum(held[start:start + counts[k]], len(sa) + len(sb),
+                shifts = [shift for _, shift in rows[logic.index(n)]]
+                parts.append(logic_sum(list(zip(held[start:], shifts)), len(sa) + len(sb),
                                        sa.shape().signed or sb.shape().signed))
-                start += counts[k]
+                start += len(shifts)
             else:
                 parts.append(ecp5_product(m, sa.as_unsigned(), sb.as_unsigned(),
                                           name=f"{name}{n}", input_registers=True,
