@@ -8,6 +8,8 @@ import re
 
 import numpy as np
 import pytest
+from amaranth import Module
+from amaranth.lib import wiring
 
 from golden.arith.requant import corner_cases, limits, reference, requantize
 from hdl.arith.requant import Requantizer
@@ -134,6 +136,36 @@ def test_narrow_in_logic_matches_golden(in_bits, out_bits, mult_bits, mult_signe
     _check_against_golden(dut, stages, in_bits, out_bits, mult_bits, mult_signed, clamp)
 
 
+class _LogicFed(wiring.Component):
+    """A requantizer with ``logic_operands`` whose logic pieces take ``i.payload``'s operands
+    (as the VAC's RCU: equal values from another register), or ``x + 1`` when ``off``."""
+
+    def __init__(self, off: bool = False, **kwargs):
+        self.unit, self.off = Requantizer(logic_operands=True, **kwargs), off
+        self.latency = self.unit.latency
+        members = self.unit.signature.members
+        super().__init__({"i": members["i"], "o": members["o"]})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.unit = unit = self.unit
+        wiring.connect(m, wiring.flipped(self.i), unit.i)
+        wiring.connect(m, unit.o, wiring.flipped(self.o))
+        m.d.comb += [unit.logic.x.eq(self.i.payload.x + self.off),
+                     unit.logic.m.eq(self.i.payload.m)]
+        return m
+
+
+def test_logic_operands_feed_the_logic_pieces():
+    """With ``logic_operands`` the pieces in logic read the ``logic`` member: fed the same
+    operands, the VAC's RCU configuration matches the golden; fed ``x + 1``, it does not."""
+    kwargs = dict(in_bits=32, out_bits=32, mult_bits=19, mult_signed=False, clamp="full",
+                  stages=6, narrow_in_logic=True)
+    _check_against_golden(_LogicFed(**kwargs), 6, 32, 32, 19, False, "full")
+    with pytest.raises(AssertionError, match="mismatches"):
+        _check_against_golden(_LogicFed(off=True, **kwargs), 6, 32, 32, 19, False, "full")
+
+
 def test_narrow_in_logic_must_be_a_bool():
     for check in (Requantizer, Requantizer.latency_of):
         with pytest.raises(TypeError, match=exact("Requantizer narrow_in_logic must be True or "
@@ -185,6 +217,10 @@ def exact(message):
     ({"mult_signed": 1}, TypeError, "Multiplier signedness must be True or False, not 1"),
     ({"stages": 0}, ValueError, "Pipeline stages must be between 1 and 6, not 0"),
     ({"stages": 7}, ValueError, "Pipeline stages must be between 1 and 6, not 7"),
+    ({"narrow_in_logic": True, "logic_operands": 1}, TypeError,
+     "Requantizer logic_operands must be True or False, not 1"),
+    ({"logic_operands": True}, ValueError,
+     "Requantizer logic_operands needs narrow_in_logic=True (without it no piece is in logic)"),
 ])
 @pytest.mark.parametrize("check", [Requantizer, Requantizer.latency_of],
                          ids=["constructor", "latency_of"])

@@ -96,6 +96,12 @@ class Requantizer(wiring.Component):
         four, an INT8 input none. With ``block_registers`` the other pieces stay on their blocks
         (the ones in logic get a fabric register at the same cut). The same latency and bits.
         Default ``False``.
+    logic_operands : bool
+        With ``narrow_in_logic``: ``True`` adds the member ``logic``, the operands of the pieces
+        in logic, which must equal ``i.payload``'s ``x`` and ``m`` in every cycle. A writer
+        that drives the blocks from a register beside them feeds the logic pieces from another
+        register beside that logic, so that neither register sits between the two (the VAC's
+        RCU, docs/rdxe.md 14.4, session 37). The same latency and bits. Default ``False``.
     narrow_bits : int
         With ``narrow_in_logic``, the narrower slice's greatest width for logic, 1 to
         :data:`~hdl.arith.fpmul.NARROW_LOGIC_BITS` (the default): a piece of ``n`` rows is
@@ -109,6 +115,8 @@ class Requantizer(wiring.Component):
         Operands; ``m`` is ``signed(mult_bits)`` or ``unsigned(mult_bits)``; ``shift`` 0 to 63.
     o : Out(stream.Signature(StructLayout({"y": signed(out_bits)}), always_ready=True))
         Results, ``latency`` cycles after their operands, in order.
+    logic : In(StructLayout({"x": signed(in_bits), "m": mult_shape}))
+        With ``logic_operands`` only: the logic pieces' copy of ``i.payload.x`` and ``m``.
 
     Latency ``stages`` cycles; a new item every cycle (no back-pressure: always ready).
     The product is built from ``ceil(in_bits/17) * ceil(mult_bits/17)`` partial products of at
@@ -119,29 +127,33 @@ class Requantizer(wiring.Component):
     def __init__(self, in_bits: int = 32, out_bits: int = 8, *, clamp: str = "symmetric",
                  mult_bits: int = 32, mult_signed: bool = True, stages: int = 4,
                  block_registers: bool = False, narrow_in_logic: bool = False,
-                 narrow_bits: int = NARROW_LOGIC_BITS):
+                 narrow_bits: int = NARROW_LOGIC_BITS, logic_operands: bool = False):
         self.latency_of(in_bits, out_bits, clamp=clamp, mult_bits=mult_bits,
                         mult_signed=mult_signed, stages=stages,
                         block_registers=block_registers, narrow_in_logic=narrow_in_logic,
-                        narrow_bits=narrow_bits)                  # one copy of the checks
+                        narrow_bits=narrow_bits,
+                        logic_operands=logic_operands)            # one copy of the checks
         self._in_bits, self._out_bits, self._clamp = in_bits, out_bits, clamp
         self._mult_bits, self._mult_signed = mult_bits, mult_signed
         self._stages, self._blocks, self._narrow = stages, block_registers, narrow_in_logic
-        self._narrow_bits = narrow_bits
+        self._narrow_bits, self._logic_operands = narrow_bits, logic_operands
         mult_shape = signed(mult_bits) if mult_signed else unsigned(mult_bits)
-        super().__init__({
+        members = {
             "i": In(stream.Signature(data.StructLayout({
                 "x": signed(in_bits), "m": mult_shape, "shift": unsigned(SHIFT_BITS)}),
                 always_ready=True)),
             "o": Out(stream.Signature(data.StructLayout({"y": signed(out_bits)}),
                                       always_ready=True)),
-        })
+        }
+        if logic_operands:
+            members["logic"] = In(data.StructLayout({"x": signed(in_bits), "m": mult_shape}))
+        super().__init__(members)
 
     @staticmethod
     def latency_of(in_bits: int = 32, out_bits: int = 8, *, clamp: str = "symmetric",
                    mult_bits: int = 32, mult_signed: bool = True, stages: int = 4,
                    block_registers: bool = False, narrow_in_logic: bool = False,
-                   narrow_bits: int = NARROW_LOGIC_BITS) -> int:
+                   narrow_bits: int = NARROW_LOGIC_BITS, logic_operands: bool = False) -> int:
         """Return the latency of a requantizer with these arguments, without building it.
 
         The arguments are the constructor's, checked as it checks them (the same exceptions);
@@ -157,10 +169,14 @@ class Requantizer(wiring.Component):
             raise TypeError(f"Multiplier signedness must be True or False, not {mult_signed!r}")
         stages = integer(stages, "Pipeline stages", 1, len(_BOUNDARIES))
         for flag, value in (("block_registers", block_registers),
-                            ("narrow_in_logic", narrow_in_logic)):
+                            ("narrow_in_logic", narrow_in_logic),
+                            ("logic_operands", logic_operands)):
             if not isinstance(value, bool):
                 raise TypeError(f"Requantizer {flag} must be True or False, not {value!r}")
         integer(narrow_bits, "Requantizer narrow_bits", 1, NARROW_LOGIC_BITS)
+        if logic_operands and not narrow_in_logic:
+            raise ValueError("Requantizer logic_operands needs narrow_in_logic=True (without it "
+                             "no piece is in logic)")
         return stages
 
     @property
@@ -197,10 +213,14 @@ class Requantizer(wiring.Component):
 
         # Partial products: at most 18 x 18 signed each (one DSP multiplier apiece).
         x, mult = self.i.payload.x, self.i.payload.m
+        logic = self.logic if self._logic_operands else self.i.payload
         blocks = self._blocks and family(platform) == "ecp5" and "partial" in registered
         partials = []
-        for x_lsb, x_piece in _slices(x, self._in_bits, True):
-            for m_lsb, m_piece in _slices(mult, self._mult_bits, self._mult_signed):
+        x_slices = zip(_slices(x, self._in_bits, True), _slices(logic.x, self._in_bits, True))
+        for (x_lsb, x_piece), (_, x_logic) in x_slices:
+            for (m_lsb, m_piece), (_, m_logic) in zip(
+                    _slices(mult, self._mult_bits, self._mult_signed),
+                    _slices(logic.m, self._mult_bits, self._mult_signed)):
                 product = Signal(signed(x_piece.shape().width + m_piece.shape().width + 1),
                                  name=f"pp_{x_lsb}_{m_lsb}")
                 in_logic = self._narrow and narrow_piece(len(x_piece), len(m_piece),
@@ -212,7 +232,7 @@ class Requantizer(wiring.Component):
                         signs=(x_piece.shape().signed, m_piece.shape().signed)))
                     partials.append((x_lsb + m_lsb, stage("landed", product)))
                     continue
-                m.d.comb += product.eq(logic_product(x_piece, m_piece) if in_logic
+                m.d.comb += product.eq(logic_product(x_logic, m_logic) if in_logic
                                        else x_piece * m_piece)
                 partials.append((x_lsb + m_lsb, stage("landed", stage("partial", product))))
         shift = stage("landed", stage("partial", self.i.payload.shift))
