@@ -301,20 +301,22 @@ def test_pieces_on_blocks_beside_pieces_in_logic_give_the_generic_bits(tmp_path,
 
 @pytest.mark.parametrize("factory, generic, blocks", [
     (RECIP_SIX_BLOCKS, partial(Reciprocal, narrow_in_logic=True), 6),
-    (partial(Reciprocal, block_registers=True, land_products=True),
-     partial(Reciprocal, land_products=True), 10),
-    (RECIP_LANDED, partial(Reciprocal, land_products=True, narrow_in_logic=True), 6),
-    (_RSQRT_UNIT, partial(RSqrt, land_products=True, narrow_in_logic=True), 13),
-    (_RECIPROCAL_UNIT, partial(Reciprocal, land_products=True, narrow_in_logic=True,
-                               round_register=True), 6),
-], ids=["six_blocks", "landed_blocks", "landed", "rc_rsqrt", "rc_reciprocal"])
+    (RECIP_LANDED, partial(Reciprocal, land_products=True), 10),
+    (partial(Reciprocal, block_registers=True, land_products=True, narrow_in_logic=True),
+     partial(Reciprocal, land_products=True, narrow_in_logic=True), 6),
+    (partial(RSqrt, block_registers=True, land_products=True, narrow_in_logic=True),
+     partial(RSqrt, land_products=True, narrow_in_logic=True), 13),
+    (_RSQRT_UNIT, partial(RSqrt, land_products=True), 21),
+    (_RECIPROCAL_UNIT, partial(Reciprocal, land_products=True, round_register=True), 10),
+], ids=["six_blocks", "landed", "landed_logic", "rsqrt_landed_logic", "rc_rsqrt",
+        "rc_reciprocal"])
 def test_newton_units_give_the_generic_bits(tmp_path, factory, generic, blocks):
     """The controller's reciprocals (``RECIP_SIX_BLOCKS``: the narrow pieces in logic, six on
-    blocks with their output registers; ``RECIP_LANDED``: the narrow pieces in logic split
-    across the landing cut, six blocks with their input and output registers, each product
-    landed in fabric; the same with every piece on a block, ten) and the RC unit's rsqrt and
-    reciprocal, written for the ECP5 and simulated with the block's model, equal the generic
-    Verilog in every cycle (specials, random codes)."""
+    blocks with their output registers; ``RECIP_LANDED``: ten blocks with their input and
+    output registers, each product landed in fabric), the RC unit's rsqrt and reciprocal, and
+    the landed units with their narrow pieces in logic split across the landing cut, written
+    for the ECP5 and simulated with the block's model, equal the generic Verilog in every
+    cycle (specials, random codes)."""
     ecp5 = factory()
     assert blocks_in(ecp5, "ecp5") == blocks
     rng = random.Random(11)
@@ -330,7 +332,8 @@ def test_newton_units_give_the_generic_bits(tmp_path, factory, generic, blocks):
     (lambda: FloatMultiplier(FP32, FP32, FP32, split="dsp18", narrow_in_logic=True, stages=6,
                              block_registers=True), "ecp5"),
     (Reciprocal, None), pytest.param(RSqrt, None, marks=pytest.mark.slow),
-    (RECIP_LANDED, "ecp5"), (FP32_ONE_BLOCK, "ecp5"),
+    (partial(Reciprocal, block_registers=True, land_products=True, narrow_in_logic=True),
+     "ecp5"), (FP32_ONE_BLOCK, "ecp5"),
 ], ids=["mul", "mul_private", "mul_blocks_and_logic", "recip", "rsqrt", "recip_landed",
         "mul_landed_pieces"])
 def test_no_flip_flop_holds_a_constant(tmp_path, build, target):

@@ -458,7 +458,6 @@ RECIP_SIX_BLOCKS = partial(Reciprocal, narrow_in_logic=True, block_registers=Tru
 #: registers, each product a cycle in a fabric register after its block's own), as a unit
 #: factory; the DXE controller's scalar path and activation unit use it since session 31: the
 #: six-block unit's pieces in logic and its correction's sum after a distant block failed by
-#: 0.4 to 1.3 ns at every seed (docs/rdxe.md 14.4, round 5). 8 cycles more. Since session 37
-#: its four narrow pieces are in logic again, split across the landing cut: six blocks, not ten.
-RECIP_LANDED = partial(Reciprocal, block_registers=True, land_products=True,
-                       narrow_in_logic=True)
+#: 0.4 to 1.3 ns at every seed (docs/rdxe.md 14.4, round 5). 8 cycles more. Ten blocks: with
+#: ``narrow_in_logic`` too (six) the engine routed worse (session 37, round 17).
+RECIP_LANDED = partial(Reciprocal, block_registers=True, land_products=True)

@@ -93,12 +93,9 @@ TAP_LEAD = 1
 _TO_FLOAT_UNIT = partial(IntToFloat, ACC_BITS, FP32, stages=4)
 _FMAC_UNIT = partial(FloatMAC, FP32, FP32, add_stages=7, add_cuts=(3, 5, 1, 4, 6, 0),
                      block_registers=True, land_pieces=True)
-#: Their narrow pieces in logic, across the landing cut (13 blocks, not 21, for the rsqrt;
-#: 6, not 10, for the reciprocal): the engine's blocks were 88 % used (docs/rdxe.md 14.4,
-#: session 37).
-_RSQRT_UNIT = partial(RSqrt, block_registers=True, land_products=True, narrow_in_logic=True)
+_RSQRT_UNIT = partial(RSqrt, block_registers=True, land_products=True)
 _RECIPROCAL_UNIT = partial(Reciprocal, round_register=True, block_registers=True,
-                           land_products=True, narrow_in_logic=True)
+                           land_products=True)
 
 
 def _check(cfg) -> VeConfig:

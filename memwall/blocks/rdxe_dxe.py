@@ -242,7 +242,7 @@ register(Block(
     timing=_timing,
     size=_size,
     board=_board,
-    # small fits the LFE5U-85F (115 of its 156 MULT18X18D since session 37, docs/rdxe.md 14.4);
+    # small fits the LFE5U-85F (137 of its 156 MULT18X18D, docs/rdxe.md 14.4);
     # the other two hold SmolLM2's layer, whose WMEM alone is 28.3 Mbit.
     synth=SynthSettings(presets=("small",),
                         skip_reason="synthesized at small only (memwall synth rdxe-dxe --preset "

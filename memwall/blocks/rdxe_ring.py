@@ -130,7 +130,7 @@ register(Block(
     testbench="cocotb_tests.rdxe.ring_tb",
     timing=_timing,
     size=_size,
-    synth=SynthSettings(targets=(), skip_reason="a DXE at small needs 115 MULT18X18D of the "
+    synth=SynthSettings(targets=(), skip_reason="a DXE at small needs 137 MULT18X18D of the "
                         "LFE5U-85F's 156 (rdxe-dxe, docs/rdxe.md 14.4); the ring has dxes of "
                         "them"),
 ))
