@@ -66,29 +66,31 @@ def _pairwise(rows: Sequence, levels: int | None = None, add=operator.add) -> li
     return rows
 
 
-def _add_shifted(low: tuple[Value, int], high: tuple[Value, int]) -> tuple[Value, int]:
-    """The sum of two ``(value, shift)`` rows, ``low`` the one of the smaller shift."""
-    return low[0] + (high[0] << (high[1] - low[1])), low[1]
+def _add_rows(low: tuple[Value, int], high: tuple[Value, int]) -> tuple[Value, int]:
+    """The sum of two shifted rows, with the shift below which both are zero."""
+    return low[0] + high[0], min(low[1], high[1])
 
 
 def logic_rows(x: Value, y: Value, levels: int | None = None) -> list[tuple[Value, int]]:
     """The rows of :func:`logic_product` ``(x, y)`` after ``levels`` levels of its pairwise
     sums (``None``: every level, one row), each as ``(value, shift)`` for ``value << shift``:
-    a product split across a register registers the values (not the shifts' zeros, which would
-    be flip-flops of a constant input) and sums them by :func:`logic_sum`."""
+    a product split across a register registers the values, not the shifts' zeros (flip-flops
+    of a constant input), and sums them by :func:`logic_sum`. The sums are of the whole
+    shifted rows, as :func:`logic_product`'s (its carry chains and LUTs as synthesized)."""
     if len(x) < len(y):
         x, y = y, x
-    rows = [(Mux(y[j], x, 0), j) for j in range(len(y))]
+    rows = [Mux(y[j], x, 0) << j for j in range(len(y))]
     if y.shape().signed:
-        rows[-1] = (-rows[-1][0], rows[-1][1])
-    return _pairwise(rows, levels, _add_shifted)
+        rows[-1] = -rows[-1]
+    summed = _pairwise(list(zip(rows, range(len(y)))), levels, _add_rows)
+    return [(value[shift:].as_signed() if value.shape().signed else value[shift:], shift)
+            for value, shift in summed]
 
 
 def logic_sum(rows: Sequence[tuple[Value, int]], width: int, signed_: bool) -> Value:
     """The product of :func:`logic_rows`' ``rows``: their pairwise sums, ``width`` bits, signed
     when ``signed_`` (either operand was)."""
-    value, shift = _pairwise(rows, None, _add_shifted)[0]
-    product = (value << shift)[:width]
+    product = _pairwise([value << shift for value, shift in rows])[0][:width]
     return product.as_signed() if signed_ else product
 
 
