@@ -242,8 +242,8 @@ class _NewtonRaphson(wiring.Component):
     def _landed_with_logic(m, pipe, a, b, keep, name):
         """The first two cuts of :meth:`_landed_partials` for the ECP5 with ``narrow_in_logic``:
         a narrow piece's operands in fabric registers, then its rows after one level of sums
-        (:func:`~hdl.arith.fpmul.logic_rows`), finished before the landing register (one tree
-        in one cycle failed, docs/rdxe.md 14.4, session 37); the other pieces on blocks with
+        (:func:`~hdl.arith.fpmul.logic_rows`), finished before the landing register, as
+        ``FP32_ONE_BLOCK``'s landed pieces (docs/arith.md); the other pieces on blocks with
         their input and output registers. Returns ``(parts, keep)``."""
         pairs = [((ka, sa), (kb, sb)) for ka, sa in _slices(a) for kb, sb in _slices(b)]
         logic = [n for n, ((_, sa), (_, sb)) in enumerate(pairs)

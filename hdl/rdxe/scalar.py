@@ -146,8 +146,8 @@ class ScalarUnit(wiring.Component):
         early = delay(m, go & (op == ScalarOp.RMS_EPS.value), t_mul - 1, name="second",
                       reset=True)
         m.d.comb += second.eq(delay(m, early, 1, name="second_gate", reset=True))
-        # The operands' selects from registers of their own: one register's route to the 64
-        # select LUTs and the input's gate failed by 0.34 ns (docs/rdxe.md 14.4, session 37).
+        # The operands' selects from registers of their own, not from the input's gate: the
+        # multiplier's operand failed by 0.34 ns at round 16 (docs/rdxe.md 14.4, session 37).
         take_a, take_b = control_copies(m, early, 2, name="second_sel")
 
         m.submodules.recip = recip = UNITS["recip"]()
