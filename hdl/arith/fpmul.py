@@ -443,13 +443,22 @@ class FloatMultiplier(wiring.Component):
         # Leading one at the top bit (weight 2**(exp+1)) or the one below it (weight 2**exp).
         sig = Mux(top, product, Cat(Const(0, 1), product[:width - 1]))
         exp = exp + top
-        if width < of.precision:
-            sig = Cat(Const(0, of.precision - width), sig)
-        sig, exp, flags = pipe.cut(sig, exp, flags)
+        low = width - of.precision - 1          # bits below the guard bit
+        if low >= 2:
+            # The OR of the bits below the guard, taken from the product beside the choice
+            # (round_pack's sticky, the same bits): in the rounding's cycle it stood in front of
+            # the increment's carry chain (docs/arith_float.md).
+            sticky = product[:low - 1].any() | (top & product[low - 1])
+            sig, exp, flags, sticky = pipe.cut(sig[low:], exp, flags, sticky)
+        else:
+            if width < of.precision:
+                sig = Cat(Const(0, of.precision - width), sig)
+            sticky = Const(0, 1)
+            sig, exp, flags = pipe.cut(sig, exp, flags)
 
         sign, is_nan, is_inf, is_zero = flags[0], flags[1], flags[2], flags[3]
-        y = round_pack(of, sign, exp, sig, 0, is_zero=is_zero, is_inf=is_inf, is_nan=is_nan,
-                       cut=pipe.cut)
+        y = round_pack(of, sign, exp, sig, sticky, is_zero=is_zero, is_inf=is_inf,
+                       is_nan=is_nan, cut=pipe.cut)
         pipe.output(self.o, {"y": y})
         return m
 

@@ -405,7 +405,7 @@ class DxeController(wiring.Component):
                      a.payload.k.eq(Mux(ctl.op_is("act"), factor, 0))]
         self._gppu_beat(m, g, ctl)
         lane = ctl.insn.table[:index_bits(cfg.lanes)] if cfg.lanes > 1 else 0
-        m.d.comb += [s.payload.x.eq(factor),
+        m.d.comb += [s.payload.x.eq(ctl.scalar_factor),
                      s.payload.c.eq(Mux(ctl.op_is("eps"), self.eps,
                                         buf["live", Store.CONST].word_select(lane, _FP32))),
                      s.payload.op.eq(Mux(ctl.op_is("recip"), ScalarOp.RECIP,
@@ -701,6 +701,10 @@ class _Control:
         # one-hot reached a unit's credits through 6 ns of route (docs/rdxe.md 14.4, session 32).
         self.to_unit = {unit: Signal(name=f"issue_{unit}") for unit in _UNIT_OPS}
         self.buf_factor = Signal(_FP32, name="factor")
+        # The scalar unit's copy, kept apart by its power-on value (as distinct_copies'): the
+        # shared one reached the scalar multiplier through 2.4 ns of route (docs/rdxe.md 14.4,
+        # session 38).
+        self.scalar_factor = Signal(_FP32, name="scalar_factor", init=(1 << _FP32) - 1)
         self.refused = Signal(name="refused")
 
     def op_is(self, *names):
@@ -797,7 +801,7 @@ class _Control:
         with m.If(self.running & self.beat & free):
             m.d.sync += [self.issuing.eq(1), self.buf_first.eq(self.rk == 0),
                          *(v.eq(self.is_(unit)) for unit, v in self.to_unit.items()),
-                         self.buf_factor.eq(factor)]
+                         self.buf_factor.eq(factor), self.scalar_factor.eq(factor)]
             m.d.sync += [self.buf[key].eq(value) for key, value in sources.items()]
         return free
 

@@ -162,10 +162,14 @@ class QuantCore(wiring.Component):
         frac = w[:FP32.man_bits]
         field = w[FP32.man_bits:FP32.man_bits + FP32.exp_bits]
         nan = (field == FP32.exp_max_field) & (frac != 0)
-        mag = Signal(FP32.precision, name=f"w_mag{n}")
-        m.d.comb += mag.eq(Mux((field == 0) | nan, 0, Cat(frac, Const(1, 1))))
+        # The sign applied to the normal significand straight from the product's register, the
+        # class tests beside it, and zero chosen last: the tests in front of the negation's
+        # carry chain failed at 100 MHz (docs/rdxe.md 14.4, session 38).
+        mag = Cat(frac, Const(1, 1))
+        signed_mag = Signal(signed(FP32.precision + 1), name=f"w_signed{n}")
+        m.d.comb += signed_mag.eq(Mux(w[31], -mag, mag))
         sig = Signal(signed(FP32.precision + 1), name=f"w_sig{n}")
-        m.d.comb += sig.eq(Mux(w[31], -mag, mag))
+        m.d.comb += sig.eq(Mux((field == 0) | nan, 0, signed_mag))
         top = FP32.bias + FP32.man_bits                          # shift 0 at this field
         shift_max = (1 << SHIFT_BITS) - 1
         shift = Signal(SHIFT_BITS, name=f"w_shift{n}")
