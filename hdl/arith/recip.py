@@ -203,15 +203,13 @@ class _NewtonRaphson(wiring.Component):
                         list(pipe.cut(*keep)))
             # The narrow products in logic, registered at the cut in fabric beside the values
             # kept; the others on blocks, their registers the blocks' output registers.
-            pairs = [(sa, sb) for _, sa in _slices(a) for _, sb in _slices(b)]
-            logic = [n for n, (sa, sb) in enumerate(pairs) if narrow_piece(len(sa), len(sb))]
+            pairs, logic = _piece_pairs(a, b)
             y, u, *rest = pipe.cut(keep[0], keep[1],
-                                   *[logic_product(*pairs[n]) for n in logic], *keep[2:])
+                                   *[logic_product(pairs[n][0][1], pairs[n][1][1])
+                                     for n in logic], *keep[2:])
             parts = [rest[logic.index(n)] if n in logic
-                     else ecp5_product(m, sa.as_unsigned(), sb.as_unsigned(), name=f"{name}{n}",
-                                       input_registers=False,
-                                       signs=(sa.shape().signed, sb.shape().signed))
-                     for n, (sa, sb) in enumerate(pairs)]
+                     else _block_piece(m, sa, sb, f"{name}{n}", input_registers=False)
+                     for n, ((_, sa), (_, sb)) in enumerate(pairs)]
             return parts, [y, u, *rest[len(logic):]]
         parts = _partials(a, b, self._narrow)
         # The registers in the order they had before block_registers: the generic Verilog is
@@ -245,9 +243,7 @@ class _NewtonRaphson(wiring.Component):
         (:func:`~hdl.arith.fpmul.logic_rows`), finished before the landing register, as
         ``FP32_ONE_BLOCK``'s landed pieces (docs/arith.md); the other pieces on blocks with
         their input and output registers. Returns ``(parts, keep)``."""
-        pairs = [((ka, sa), (kb, sb)) for ka, sa in _slices(a) for kb, sb in _slices(b)]
-        logic = [n for n, ((_, sa), (_, sb)) in enumerate(pairs)
-                 if narrow_piece(len(sa), len(sb))]
+        pairs, logic = _piece_pairs(a, b)
         operands, inits = [], []
         for n in logic:
             for (shift, piece), whole in zip(pairs[n], (a, b)):
@@ -267,9 +263,7 @@ class _NewtonRaphson(wiring.Component):
                                        sa.shape().signed or sb.shape().signed))
                 start += len(shifts)
             else:
-                parts.append(ecp5_product(m, sa.as_unsigned(), sb.as_unsigned(),
-                                          name=f"{name}{n}", input_registers=True,
-                                          signs=(sa.shape().signed, sb.shape().signed)))
+                parts.append(_block_piece(m, sa, sb, f"{name}{n}", input_registers=True))
         return parts, held[start:]
 
     def _step(self, m, pipe, step, y, frac, u, flags):
@@ -323,14 +317,28 @@ def _slices(value):
     return out
 
 
+def _piece_pairs(a, b):
+    """Every pair of a slice of ``a`` and one of ``b`` (each ``(shift, slice)``, as
+    :func:`_slices`), in :func:`_partials`' order, and the indices of the narrow pairs
+    (:func:`~hdl.arith.fpmul.narrow_piece`) that ``narrow_in_logic`` puts in logic."""
+    pairs = [(pa, pb) for pa in _slices(a) for pb in _slices(b)]
+    logic = [n for n, ((_, sa), (_, sb)) in enumerate(pairs) if narrow_piece(len(sa), len(sb))]
+    return pairs, logic
+
+
+def _block_piece(m, sa, sb, name: str, *, input_registers: bool):
+    """``sa * sb`` on one ECP5 ``MULT18X18D`` (:func:`hdl.arith.dsp.ecp5_product`), the slices'
+    signs passed to the block: the product in its output register, the operands in its input
+    registers too when ``input_registers``."""
+    return ecp5_product(m, sa.as_unsigned(), sb.as_unsigned(), name=name,
+                        input_registers=input_registers,
+                        signs=(sa.shape().signed, sb.shape().signed))
+
+
 def _block_partials(m, a, b, name: str, *, input_registers: bool) -> list:
-    """:func:`_partials` on ECP5 ``MULT18X18D`` blocks (:func:`hdl.arith.dsp.ecp5_product`):
-    each product in its block's output register, the operands in its input registers too when
-    ``input_registers``."""
-    return [ecp5_product(m, sa.as_unsigned(), sb.as_unsigned(), name=f"{name}{n}",
-                         input_registers=input_registers,
-                         signs=(sa.shape().signed, sb.shape().signed))
-            for n, (sa, sb) in enumerate((sa, sb) for _, sa in _slices(a) for _, sb in _slices(b))]
+    """:func:`_partials` on ECP5 ``MULT18X18D`` blocks (:func:`_block_piece`)."""
+    return [_block_piece(m, sa, sb, f"{name}{n}", input_registers=input_registers)
+            for n, ((_, sa), (_, sb)) in enumerate(_piece_pairs(a, b)[0])]
 
 
 def _partials(a, b, narrow_in_logic: bool = False) -> list:
