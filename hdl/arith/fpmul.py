@@ -140,6 +140,15 @@ def exact_product(a_fmt: FloatFormat, b_fmt: FloatFormat, out_fmt: FloatFormat) 
     return "always" if out_fmt.emin <= lo and hi <= out_fmt.emax else "in range"
 
 
+def _product_flags(operands):
+    """The product's ``Cat(sign, is_nan, is_inf, is_zero)`` from its sign and the operands'
+    classes, ``Cat(sign, a.is_nan, a.is_inf, a.is_zero, b.is_nan, b.is_inf, b.is_zero)``: NaN
+    from a NaN, or zero times infinity."""
+    sign, a_nan, a_inf, a_zero, b_nan, b_inf, b_zero = (operands[k] for k in range(7))
+    return Cat(sign, a_nan | b_nan | (a_zero & b_inf) | (a_inf & b_zero), a_inf | b_inf,
+               a_zero | b_zero)
+
+
 class FloatMultiplier(wiring.Component):
     """Multiply two floats, rounding once to the result format.
 
@@ -364,12 +373,11 @@ class FloatMultiplier(wiring.Component):
                             order=self._order)
         a = unpack(af, self.i.payload.a)
         b = unpack(bf, self.i.payload.b)
-        sign = a.sign ^ b.sign
         exp = a.exp + b.exp
-        is_nan = a.is_nan | b.is_nan | (a.is_zero & b.is_inf) | (a.is_inf & b.is_zero)
-        is_inf = a.is_inf | b.is_inf
-        is_zero = a.is_zero | b.is_zero
-        flags = Cat(sign, is_nan, is_inf, is_zero)
+        # Each operand's class as it is, combined into the product's after the operands' cut
+        # (_product_flags): the combination behind a select of the operands failed at 100 MHz
+        # (docs/arith_float.md).
+        flags = Cat(a.sign ^ b.sign, a.is_nan, a.is_inf, a.is_zero, b.is_nan, b.is_inf, b.is_zero)
 
         # The significands multiplied have their hidden bit set whatever the input's class: when
         # either input is zero, subnormal, infinite or NaN, the flags alone give the result
@@ -394,6 +402,7 @@ class FloatMultiplier(wiring.Component):
                      for w, piece in zip((wa, wb), pairs[n])]
             *held, exp, flags = pipe.cut(*[v for n in logic for v in slices[n]], exp, flags,
                                          inits=inits + [0, 0])
+            flags = _product_flags(flags)
             products, (exp, flags) = self._cut_pieces(
                 pipe, [self._logic_terms(held[2 * k], held[2 * k + 1])
                        for k in range(len(logic))], exp, flags)
@@ -412,11 +421,13 @@ class FloatMultiplier(wiring.Component):
                                  else hidden_bit_init(len(value), *slice_[1:]))
                     uses[slice_] = uses.get(slice_, 0) + 1
             *operands, exp, flags = pipe.cut(*operands, exp, flags, inits=inits + [0, 0])
+            flags = _product_flags(flags)
             factors = [(operands[2 * n], operands[2 * n + 1]) for n in range(len(pairs))]
         else:
             sig_a, sig_b, exp, flags = pipe.cut(a.sig, b.sig, exp, flags,
                                                 inits=[hidden_bit_init(wa), hidden_bit_init(wb),
                                                        0, 0])
+            flags = _product_flags(flags)
             factors = [(sig_a[pa[0]:pa[1]], sig_b[pb[0]:pb[1]]) for pa, pb in pairs]
         if factors is not None:
             parts, (exp, flags) = self._cut_pieces(
