@@ -122,6 +122,10 @@ FIGURES = {
     "93.4 MHz": _docs("rdxe.md", "93.4 MHz"),
     "99.2 MHz": _docs("rdxe.md", "99.2 MHz"),
     "96.0 MHz": _docs("rdxe.md", "96.0 MHz"),           # session 36's round 16, median
+    "94.2 MHz": _docs("rdxe.md", "94.2 MHz"),           # session 38's round 21, median
+    "91.4 MHz": _docs("rdxe.md", "91.4 MHz"),
+    "102.0 MHz": _docs("rdxe.md", "102.0 MHz"),         # round 21's seed 3, none failing
+    "97.3 MHz": _docs("rdxe.md", "97.3 MHz"),           # round 20's median
     "93.9 MHz": _docs("rdxe.md", "93.9 MHz"),
     "98.9 MHz": _docs("rdxe.md", "98.9 MHz"),
     "100 MHz": _docs("rdxe.md", "100 MHz"),             # the clock it misses
