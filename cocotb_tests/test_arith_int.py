@@ -43,13 +43,14 @@ BLOCKS = {"block_registers": "true"}
 ECP5_CASES = [
     ("arith-requant", "default", BLOCKS),
     ("arith-requant", "paper", {**BLOCKS, "mult_signed": "false", "stages": "3"}),
-    ("arith-requant", "paper", {**BLOCKS, "mult_signed": "false", "stages": "6"}),
+    ("arith-requant", "paper", {**BLOCKS, "mult_signed": "false", "stages": "7"}),
     ("arith-idot", "small", BLOCKS),
 ]
 
 
-#: The unsigned 3-stage requantizer runs with --slow: the 6-stage one (the VAC's RCU,
-#: hdl/rdxe/vac.py) places the same unsigned pieces on the same blocks in make test. The signed
+#: The unsigned 3-stage requantizer runs with --slow: the 7-stage one (the VAC's PPU and RCU,
+#: hdl/rdxe/vac.py, the operands in the blocks' input registers) places the same unsigned pieces
+#: on the same blocks in make test. The signed
 #: default too: the 6-stage one runs the same mapping (x's signed top slice on SIGNEDA), and
 #: signed x signed products run on the blocks in the dot product's case.
 @pytest.mark.parametrize("case", [pytest.param(c, id=f"{case_id(*c)}-ecp5",
@@ -64,7 +65,7 @@ def test_arith_int_ecp5(case):
 #: with ``narrow_in_logic``, its two pieces with the 2-bit top slice in logic beside the two on
 #: blocks (the same cut and bits: the generic path's in-process test is
 #: tests/test_arith_int_requant.py::test_narrow_in_logic_matches_golden).
-NARROW_CASE = ("arith-requant", "paper", {**BLOCKS, "mult_signed": "false", "stages": "6",
+NARROW_CASE = ("arith-requant", "paper", {**BLOCKS, "mult_signed": "false", "stages": "7",
                                           "mult_bits": "19", "out_bits": "32",
                                           "narrow_in_logic": "true"})
 

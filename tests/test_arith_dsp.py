@@ -29,12 +29,15 @@ from memwall import registry
 from synth.toolchain import tool_path
 
 
-def blocks_in(component, target=None) -> int:
+def verilog_of(component, target=None) -> str:
     signals = [Value.cast(v) for _, _, v in component.signature.flatten(component)]
-    text = verilog.convert(component, name="top",
+    return verilog.convert(component, name="top",
                            platform=None if target is None else Target(target),
                            ports=[s for s in signals if not isinstance(s, Const)])
-    return text.count("MULT18X18D ")
+
+
+def blocks_in(component, target=None) -> int:
+    return verilog_of(component, target).count("MULT18X18D ")
 
 
 @pytest.mark.parametrize("a_fmt, b_fmt, split, pieces", [
@@ -129,6 +132,7 @@ def test_product_is_as_wide_as_its_operands():
     (lambda: Requantizer(stages=3, block_registers=True), 4),
     (lambda: Requantizer(stages=5, block_registers=True), 4),
     (lambda: Requantizer(stages=6, block_registers=True), 4),
+    (lambda: Requantizer(stages=7, block_registers=True), 4),
     (lambda: IntDot(4, block_registers=True), 4),
     (lambda: Exp2(block_registers=True), 1),
     (lambda: Reciprocal(block_registers=True), 10),
@@ -169,6 +173,15 @@ def test_no_blocks_without_a_product_register_or_the_option(unit):
 def test_product_block_registers_must_be_a_bool(build, message):
     with pytest.raises(TypeError, match=f"^{message}$"):
         build()
+
+
+@pytest.mark.parametrize("stages, inputs", [(6, "NONE"), (7, "CLK0")])
+def test_requantizer_operand_cut_is_the_blocks_input_registers(stages, inputs):
+    """At 7 stages a requantizer's blocks register their operands themselves (the ``operands``
+    cut); at 6 the operands go straight to the multiply."""
+    text = verilog_of(Requantizer(stages=stages, block_registers=True), "ecp5")
+    assert text.count(f'.REG_INPUTA_CLK("{inputs}")') == 4
+    assert text.count(f'.REG_INPUTB_CLK("{inputs}")') == 4
 
 
 def test_signed_product_without_input_registers():

@@ -106,7 +106,7 @@ def test_golden_vs_reference(out_bits, clamp):
 
 
 
-@pytest.mark.parametrize("stages", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("stages", [1, 2, 3, 4, 5, 6, 7])
 @pytest.mark.parametrize("in_bits, out_bits, mult_bits, mult_signed, clamp", [
     (32, 8, 32, True, "symmetric"), (32, 8, 32, False, "full"), (20, 6, 9, True, "full"),
 ])
@@ -122,7 +122,7 @@ def test_rtl_matches_golden(stages, in_bits, out_bits, mult_bits, mult_signed, c
 # of x beside a 9-bit multiplier in a block (at narrow_bits 2: none). The same bits and cycles.
 @pytest.mark.parametrize(
     "in_bits, out_bits, mult_bits, mult_signed, clamp, stages, narrow_bits, products", [
-        (32, 32, 19, False, "full", 6, 8, 2), (8, 8, 19, False, "symmetric", 4, 8, 0),
+        (32, 32, 19, False, "full", 6, 8, 2), (32, 32, 19, False, "full", 7, 8, 2), (8, 8, 19, False, "symmetric", 4, 8, 0),
         (8, 8, 19, False, "symmetric", 4, 4, 1), (20, 6, 9, True, "full", 3, 8, 1),
         (20, 6, 9, True, "full", 3, 2, 2)])
 def test_narrow_in_logic_matches_golden(in_bits, out_bits, mult_bits, mult_signed, clamp,
@@ -156,14 +156,16 @@ class _LogicFed(wiring.Component):
         return m
 
 
-def test_logic_operands_feed_the_logic_pieces():
-    """With ``logic_operands`` the pieces in logic read the ``logic`` member: fed the same
-    operands, the VAC's RCU configuration matches the golden; fed ``x + 1``, it does not."""
+@pytest.mark.parametrize("stages", [6, 7])
+def test_logic_operands_feed_the_logic_pieces(stages):
+    """With ``logic_operands`` the pieces in logic read the ``logic`` member (at 7 stages
+    through their own operand register): fed the same operands, the VAC's RCU configuration
+    matches the golden; fed ``x + 1``, it does not."""
     kwargs = dict(in_bits=32, out_bits=32, mult_bits=19, mult_signed=False, clamp="full",
-                  stages=6, narrow_in_logic=True)
-    _check_against_golden(_LogicFed(**kwargs), 6, 32, 32, 19, False, "full")
+                  stages=stages, narrow_in_logic=True)
+    _check_against_golden(_LogicFed(**kwargs), stages, 32, 32, 19, False, "full")
     with pytest.raises(AssertionError, match="mismatches"):
-        _check_against_golden(_LogicFed(off=True, **kwargs), 6, 32, 32, 19, False, "full")
+        _check_against_golden(_LogicFed(off=True, **kwargs), stages, 32, 32, 19, False, "full")
 
 
 def test_narrow_in_logic_must_be_a_bool():
@@ -215,8 +217,8 @@ def exact(message):
     ({"mult_bits": 33}, ValueError, "Multiplier width must be between 2 and 32, not 33"),
     ({"mult_bits": 1}, ValueError, "Multiplier width must be between 2 and 32, not 1"),
     ({"mult_signed": 1}, TypeError, "Multiplier signedness must be True or False, not 1"),
-    ({"stages": 0}, ValueError, "Pipeline stages must be between 1 and 6, not 0"),
-    ({"stages": 7}, ValueError, "Pipeline stages must be between 1 and 6, not 7"),
+    ({"stages": 0}, ValueError, "Pipeline stages must be between 1 and 7, not 0"),
+    ({"stages": 8}, ValueError, "Pipeline stages must be between 1 and 7, not 8"),
     ({"narrow_in_logic": True, "logic_operands": 1}, TypeError,
      "Requantizer logic_operands must be True or False, not 1"),
     ({"logic_operands": True}, ValueError,
@@ -233,7 +235,7 @@ def test_errors(kwargs, kind, message, check):
 @pytest.mark.parametrize("kwargs", [
     {"in_bits": 2, "out_bits": 2}, {"in_bits": 48}, {"out_bits": 32}, {"clamp": "full"},
     {"mult_bits": 2}, {"mult_bits": 32, "mult_signed": False}, {"stages": 1}, {"stages": 4},
-    {"stages": 5}, {"stages": 6},
+    {"stages": 5}, {"stages": 6}, {"stages": 7},
 ])
 def test_accepted(kwargs):
     """Each accepted set builds, and the latency function gives the built unit's latency."""
@@ -247,9 +249,9 @@ def test_registry():
         block.validate(block.parameters(preset))
     assert block.parameters("default").clamp == "symmetric"
     assert block.parameters("paper").clamp == "full"
-    with pytest.raises(ParameterError, match=exact("Pipeline stages must be between 1 and 6, "
-                                                   "not 7")):
-        block.parameters("default", {"stages": "7"})
+    with pytest.raises(ParameterError, match=exact("Pipeline stages must be between 1 and 7, "
+                                                   "not 8")):
+        block.parameters("default", {"stages": "8"})
     assert block.elaborate(block.parameters("default", {"stages": "2"})).latency == 2
 
 

@@ -835,10 +835,10 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
     fused = R.rmsnorm_gemv_cycles(outputs, inputs, DEFAULT)
     assert fused.rc_ready == rc_ready
     entries = rcu_entries(ready, 16, rc_ready)
-    # RCU 6 (its partial products registered twice, its shift in two steps) and PPU 7 (its
-    # input register, its partial products registered twice, its shift in two steps).
-    assert fused.total == max(entries.values()) + 13 + 1
-    assert fused.done == gbus_done({o: e + 13 for o, e in entries.items()})
+    # RCU 7 (its operands in its blocks' input registers, its partial products registered
+    # twice, its shift in two steps) and PPU 8 (its input register, then as the RCU).
+    assert fused.total == max(entries.values()) + 15 + 1
+    assert fused.done == gbus_done({o: e + 15 for o, e in entries.items()})
     assert fused.hold == sum(1 for o, r in ready.items() if o % 16 == 0 and r < rc_ready)
     # Sequential: the factor, the sequencer's wait 1, C normalizing reads, the GEMV's lead 32
     # (request 25, chunk queue 2, operand path 5), then the plain GEMV.
@@ -849,12 +849,12 @@ def test_gemv_cycles_match_schedule(outputs, inputs):
 
 def test_gemv_cycles_by_hand():
     # 16 x 16 on 16 VACs: one chunk each; VAC 15 gets it at cycle 15, IntDot 5, accumulator 1,
-    # PPU 7: result at cycle 28, 29 cycles. Fused: rc at 0 + 5 + 1 + 4 + 6 + 7 + 28 + 4 + 1 + 1
-    # = 57, RCU 6 + PPU 7: 71 cycles.
+    # PPU 8: result at cycle 29, 30 cycles. Fused: rc at 0 + 5 + 1 + 4 + 6 + 7 + 28 + 4 + 1 + 1
+    # = 57, RCU 7 + PPU 8: 73 cycles.
     plain = R.gemv_cycles(16, 16, DEFAULT)
-    assert (plain.total, plain.utilization) == (29, 256 / (256 * 29))
+    assert (plain.total, plain.utilization) == (30, 256 / (256 * 30))
     fused = R.rmsnorm_gemv_cycles(16, 16, DEFAULT)
-    assert (fused.total, fused.rc_ready, fused.hold) == (71, 57, 1)
+    assert (fused.total, fused.rc_ready, fused.hold) == (73, 57, 1)
 
 
 def test_long_gemv_utilization_and_fused_overhead():
@@ -880,7 +880,7 @@ def test_softmax_pv_cycles_match_schedule(tokens):
     ready = schedule(64, tokens, DEFAULT)
     fused = R.softmax_pv_cycles(tokens, DEFAULT)
     assert fused.rc_ready == rc_ready
-    assert fused.total == last_rcu_entry(ready, 16, rc_ready) + 13 + 1
+    assert fused.total == last_rcu_entry(ready, 16, rc_ready) + 15 + 1
     seq = R.softmax_pv_cycles(tokens, DEFAULT, mode="sequential")
     assert seq.total == rc_ready + 1 + C + 32 + R.gemv_cycles(64, tokens, DEFAULT).total
     assert seq.total > fused.total
@@ -893,7 +893,7 @@ def test_softmax_pv_cycles_match_schedule(tokens):
 def test_qk_cycles_match_a_cycle_by_cycle_bus(tokens):
     ready = schedule(tokens, 64, DEFAULT)
     got = R.qk_cycles(tokens, DEFAULT)
-    assert got.total == got.done == gbus_done({t: r + 7 for t, r in ready.items()})   # PPU 7
+    assert got.total == got.done == gbus_done({t: r + 8 for t, r in ready.items()})   # PPU 8
 
 
 # --- argument errors ----------------------------------------------------------------------------

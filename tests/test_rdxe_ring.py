@@ -28,8 +28,10 @@ LANES, LAYERS, STAGES, SLOTS = 4, 4, 2, 2
 #: chunked commands' reads hide it; 1,740 before session 31's landed reciprocal added 8 to
 #: each of its 8 scalar ops and 2 activation ops; 1,820 before session 34's chunk skid buffer
 #: added one to each of its 8 chunked DXT commands; 1,828 before session 36's landed fp32
-#: pieces added a cycle to each multiplier of the controller's GPPU, quantizer and activation).
-TOKEN = 1860
+#: pieces added a cycle to each multiplier of the controller's GPPU, quantizer and activation;
+#: 1,860 before session 39's operand registers in the VACs' blocks added a cycle to every
+#: command's path through the PPU and another to a fused one's through the RCU).
+TOKEN = 1874
 SPACE = ProgramSpace(tb_words=128, rr_bytes=192, registers=4, const_words=192, gemvs=5,
                      align=LANES)
 CTRL = CtrlConfig(SPACE, lanes=LANES, head_dim=HEAD_DIM, program_words=64)

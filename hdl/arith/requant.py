@@ -25,7 +25,9 @@ _BOUNDARIES = {1: ("saturated",), 2: ("product", "saturated"),
                3: ("partial", "product", "saturated"),
                4: ("partial", "product", "shifted", "saturated"),
                5: ("partial", "product", "coarse", "shifted", "saturated"),
-               6: ("partial", "landed", "product", "coarse", "shifted", "saturated")}
+               6: ("partial", "landed", "product", "coarse", "shifted", "saturated"),
+               7: ("operands", "partial", "landed", "product", "coarse", "shifted",
+                   "saturated")}
 #: The shift in two steps at the ``coarse`` boundary: by whole groups of this many bits first.
 _COARSE = 8
 
@@ -75,13 +77,15 @@ class Requantizer(wiring.Component):
     mult_signed : bool
         ``m`` is signed (default, like TFLite's int32 multiplier) or unsigned.
     stages : int
-        Pipeline depth, 1 to 6; the latency equals it. Registers sit after: 4: the partial
+        Pipeline depth, 1 to 7; the latency equals it. Registers sit after: 4: the partial
         products, the full product, the shift and rounding decision, the saturated result;
         3: all but the shift; 2: the product and the result; 1: the result only; 5: as 4, with
         the shift in two steps (by whole bytes, then by the bits left) and a register between
         them; 6: as 5, and each partial product registered again in the fabric before the sum
         (with ``block_registers``, a register on the far side of the route from a multiplier
-        block placed away from the adder).
+        block placed away from the adder); 7: as 6, with the operands registered first (with
+        ``block_registers``, in each multiplier block's own input registers, so that only a
+        route leads to them: without them a block's inputs need 3.5 ns of setup).
     block_registers : bool
         ``True``: elaborated for the ECP5 (``platform=hdl.arith.dsp.Target("ecp5")``) with the
         partial products registered (``stages`` 3 to 5), each partial product is one
@@ -211,16 +215,21 @@ class Requantizer(wiring.Component):
         def stage(name, value):
             return delay(m, value, int(name in registered), name=name)
 
-        # Partial products: at most 18 x 18 signed each (one DSP multiplier apiece).
+        # Partial products: at most 18 x 18 signed each (one DSP multiplier apiece). A block
+        # takes the operands themselves (its own input registers are the ``operands`` cut); the
+        # fabric's pieces take them from that cut's registers.
         x, mult = self.i.payload.x, self.i.payload.m
+        x_cut, m_cut = stage("operands", x), stage("operands", mult)
         logic = self.logic if self._logic_operands else self.i.payload
+        lx_cut, lm_cut = ((stage("operands", logic.x), stage("operands", logic.m))
+                          if self._logic_operands else (x_cut, m_cut))
         blocks = self._blocks and family(platform) == "ecp5" and "partial" in registered
         partials = []
-        x_slices = zip(_slices(x, self._in_bits, True), _slices(logic.x, self._in_bits, True))
-        for (x_lsb, x_piece), (_, x_logic) in x_slices:
-            for (m_lsb, m_piece), (_, m_logic) in zip(
-                    _slices(mult, self._mult_bits, self._mult_signed),
-                    _slices(logic.m, self._mult_bits, self._mult_signed)):
+        x_slices = zip(*(_slices(v, self._in_bits, True) for v in (x, x_cut, lx_cut)))
+        for (x_lsb, x_piece), (_, x_reg), (_, x_logic) in x_slices:
+            m_slices = zip(*(_slices(v, self._mult_bits, self._mult_signed)
+                             for v in (mult, m_cut, lm_cut)))
+            for (m_lsb, m_piece), (_, m_reg), (_, m_logic) in m_slices:
                 product = Signal(signed(x_piece.shape().width + m_piece.shape().width + 1),
                                  name=f"pp_{x_lsb}_{m_lsb}")
                 in_logic = self._narrow and narrow_piece(len(x_piece), len(m_piece),
@@ -228,14 +237,15 @@ class Requantizer(wiring.Component):
                 if blocks and not in_logic:
                     m.d.comb += product.eq(ecp5_product(
                         m, x_piece.as_unsigned(), m_piece.as_unsigned(),
-                        name=f"dsp_{x_lsb}_{m_lsb}", input_registers=False,
+                        name=f"dsp_{x_lsb}_{m_lsb}",
+                        input_registers="operands" in registered,
                         signs=(x_piece.shape().signed, m_piece.shape().signed)))
                     partials.append((x_lsb + m_lsb, stage("landed", product)))
                     continue
                 m.d.comb += product.eq(logic_product(x_logic, m_logic) if in_logic
-                                       else x_piece * m_piece)
+                                       else x_reg * m_reg)
                 partials.append((x_lsb + m_lsb, stage("landed", stage("partial", product))))
-        shift = stage("landed", stage("partial", self.i.payload.shift))
+        shift = stage("landed", stage("partial", stage("operands", self.i.payload.shift)))
 
         # Exact product x * m (fits product_bits as a signed number).
         total = sum(piece << offset for offset, piece in partials)

@@ -25,6 +25,10 @@ MAX_VACS = 64
 #: head does not share a cycle with the route to the PPU's multiplier blocks, whose input
 #: registers need 3.5 ns of setup (docs/rdxe.md section 9.1, step 17).
 _PPU_IN = 1
+#: The PPU's and the RCU's requantizer depth: 7 registers the operands in the multiplier blocks'
+#: own input registers, so a route from the queue heads to a block distant from them has a cycle
+#: of its own (docs/rdxe.md 14.4, session 39).
+_REQUANT_STAGES = 7
 
 
 def _check(cfg) -> VacConfig:
@@ -116,7 +120,7 @@ class Vac(wiring.Component):
         outputs than its credits allow (or sends factors early) can cause it.
 
     Latency and throughput (defaults: ``row_latency`` 5, ``dot_latency`` 5, ``requant_latency``
-    6 (the PPU's input register and its requantizer's 5), ``rcu_latency`` 6, ``queue_latency``
+    8 (the PPU's input register and its requantizer's 7), ``rcu_latency`` 7, ``queue_latency``
     2): one chunk per cycle on HLINK, whatever happens on ``o``; one result per cycle.
 
     * ``hlink_i`` to ``hlink_o``: 1 cycle.
@@ -125,7 +129,7 @@ class Vac(wiring.Component):
       with the HLINK register, the operand registers, the lane tree, the accumulator).
     * PPU only: it enters the PPU then, and its result is written into the result queue
       ``requant_latency`` cycles later and is on ``o`` after another ``queue_latency``
-      (:attr:`latency`, 18 cycles from ``hlink_i`` to ``o``).
+      (:attr:`latency`, 21 cycles from ``hlink_i`` to ``o``).
     * RCU + PPU: it enters the RCU at ``max(head, factor usable, previous RCU entry + 1)`` (one
       RCU: outputs parked for the factor enter one per cycle), its result follows
       ``rcu_latency + requant_latency`` cycles later.
@@ -176,19 +180,18 @@ class Vac(wiring.Component):
 
     @staticmethod
     def ppu_unit(cfg: VacConfig) -> partial:
-        """The PPU's requantizer of a VAC of configuration ``cfg``: six stages, its partial
-        products registered again after their blocks' own registers and its shift in two steps
-        (docs/rdxe.md 9.1)."""
+        """The PPU's requantizer of a VAC of configuration ``cfg``: seven stages, its operands
+        in its blocks' own input registers, its partial products registered again after their
+        output registers and its shift in two steps (docs/rdxe.md 9.1, 14.4)."""
         return partial(Requantizer, ACC_BITS, CODE_BITS, clamp=cfg.clamp,
-                       mult_bits=cfg.mult_bits, stages=6, block_registers=True)
+                       mult_bits=cfg.mult_bits, stages=_REQUANT_STAGES, block_registers=True)
 
     @staticmethod
     def rcu_unit(cfg: VacConfig) -> partial:
-        """The RCU's requantizer of a VAC of configuration ``cfg``: six stages, its partial
-        products registered again after their blocks' own registers and its shift in two steps
-        (docs/rdxe.md 9.1)."""
+        """The RCU's requantizer of a VAC of configuration ``cfg``: as the PPU's
+        (:meth:`ppu_unit`), with its narrow pieces in logic fed from operands of their own."""
         return partial(Requantizer, ACC_BITS, ACC_BITS, clamp="full",
-                       mult_bits=cfg.rc_mant_bits, mult_signed=False, stages=6,
+                       mult_bits=cfg.rc_mant_bits, mult_signed=False, stages=_REQUANT_STAGES,
                        block_registers=True, narrow_in_logic=True, logic_operands=True)
 
     @staticmethod
