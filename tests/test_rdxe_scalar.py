@@ -178,13 +178,15 @@ def _taken(ops, mul: int) -> list[int]:
 def test_full_rate_latency():
     """No idle input, no back-pressure, more beats than the result queue has places: a beat a
     cycle but the second pass's, each result ``latency_of`` plus the queue's two cycles after
-    its beat; RMS_EPS alone runs at half rate (seven beats, then seven second passes: the
-    multiplier's seven stages)."""
+    its beat; RMS_EPS alone runs at half rate (eight beats, then eight second passes: the
+    multiplier's operand register and its seven stages)."""
     lat = ScalarUnit.latencies_of(CFG)
     latency = ScalarUnit.latency_of(CFG)
     # The landed reciprocal (20 cycles; 12 on six blocks before session 31) sets the latency;
-    # the multiplies' path is 14 (12 before session 36's landed fp32 pieces).
-    assert latency == lat["recip"] == 20 and max(2 * lat["mul"], lat["mul"] + lat["to_rc"]) == 14
+    # the multiplies' path is 16 (14 before session 39's operand register, 12 before session
+    # 36's landed fp32 pieces).
+    assert lat["pass"] == lat["mul"] + 1 == 8
+    assert latency == lat["recip"] == 20 and max(2 * lat["pass"], lat["pass"] + lat["to_rc"]) == 16
     rng = np.random.default_rng(6)
     pool = [CASES[op](rng) for op in CASES]
     for pick in ((0, 2), (0, 1, 2), (1,)):
@@ -194,10 +196,10 @@ def test_full_rate_latency():
         beats, want = [beats[k] for k in order], [want[k] for k in order]
         accepted: dict = {}
         cycles = _run(beats, want, seed=6, idle=0.0, stall=0.0, accepted=accepted)
-        taken = _taken([b["op"] for b in beats], lat["mul"])
+        taken = _taken([b["op"] for b in beats], lat["pass"])
         assert accepted["i"] == taken, (pick, accepted["i"], taken)
         assert cycles == taken[-1] + 1 + latency + 2, (pick, cycles)
-    assert taken[:15] == [0, 1, 2, 3, 4, 5, 6, 14, 15, 16, 17, 18, 19, 20, 28]
+    assert taken[:17] == [0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23, 32]
 
 
 def test_parameter_messages():
