@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import math
 import os
 import shlex
 import sys
@@ -238,6 +239,7 @@ def cmd_synth(args) -> int:
     from synth.flow import check_options
     from synth.report import markdown_table
 
+    route_limit = None if args.route_limit is None else _route_limit_seconds(args.route_limit)
     designs = _synth_designs(args)
     output_folder(args.output)
     reports, dicts = [], []
@@ -256,6 +258,8 @@ def cmd_synth(args) -> int:
             check_options(args.target, **options)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        if route_limit is not None:
+            options["route_limit"] = route_limit
         with Staged(args.output) as stage:
             workdir = stage / block.name / args.preset / args.target
             # A cached report has no SDF beside it: --sdf runs the tools.
@@ -273,6 +277,13 @@ def cmd_synth(args) -> int:
         print(markdown_table(reports, names=[b.name for b, _ in designs]), end="")
     return _timing_verdict([(b.name, r) for (b, _), r in zip(designs, reports)],
                            args.fail_on_timing)
+
+
+def _route_limit_seconds(minutes: float) -> float:
+    """``--route-limit`` in seconds; a usage error unless a positive number of minutes."""
+    if not math.isfinite(minutes) or minutes <= 0:
+        raise UsageError(f"--route-limit must be a positive number of minutes, not {minutes:g}")
+    return 60.0 * minutes
 
 
 def _timing_verdict(named_reports, fail: bool) -> int:
@@ -782,9 +793,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="place and route with nextpnr seeds 1 to N (in parallel, one per core) and "
                         "report the median Fmax with min and max (default: 1)")
+    p.add_argument("--route-limit", type=float, metavar="MIN",
+                   help="stop a seed's place and route after MIN minutes and report it as not "
+                        "routed, below every routed seed in the median; the other seeds are "
+                        "kept (default: no limit)")
     p.add_argument("--json", action="store_true",
                    help="print JSON (Fmax under fmax_mhz: the median over the seeds; "
-                        "fmax_mhz_min, fmax_mhz_max, fmax_mhz_seeds)")
+                        "fmax_mhz_min, fmax_mhz_max, fmax_mhz_seeds, unrouted_seeds)")
     p.add_argument("--sdf", action="store_true",
                    help="also write each placement's routed delays (routed.sdf, "
                         "routed_seed<k>.sdf) for python -m synth.routed; runs the tools even "

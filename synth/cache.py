@@ -47,8 +47,9 @@ __all__ = ["ENV_CACHE", "DEFAULT_FOLDER", "SynthCache", "key_inputs", "cache_key
 ENV_CACHE = "MEMWALL_SYNTH_CACHE"
 #: The cache folder when the variable is not set (relative to the working directory).
 DEFAULT_FOLDER = Path("build") / "synth-cache"
-#: Keyword arguments of :func:`synth.flow.synthesize` that cannot change its report.
-_NOT_RESULTS = ("timeout", "progress")
+#: Keyword arguments of :func:`synth.flow.synthesize` outside the key: they cannot change a
+#: report that is stored (one with a seed stopped at ``route_limit`` is not).
+_NOT_RESULTS = ("timeout", "route_limit", "progress")
 
 
 def _sha256(data: bytes) -> str:
@@ -176,7 +177,8 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *,
             progress(f"cached: {cache.path(key)}")
         return report
     report = flow.synthesize(verilog, top, target, workdir, progress=progress, **options)
-    cache.put(key, report, inputs)
+    if not report.unrouted_seeds:     # a seed stopped on a slower machine may route on another
+        cache.put(key, report, inputs)
     return report
 
 

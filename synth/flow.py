@@ -137,6 +137,10 @@ class SynthError(RuntimeError):
         super().__init__(f"{step} failed{where}\n{detail}")
 
 
+class ToolTimeout(SynthError):
+    """A tool ran past its time limit and was stopped."""
+
+
 @dataclass(frozen=True)
 class SynthReport:
     """Area and timing of one design on one target.
@@ -160,8 +164,9 @@ class SynthReport:
     brams : int or None
         Block RAM count (``None`` for ``generic``).
     fmax_mhz : float or None
-        Lowest achieved Fmax over the clocks, in MHz, the median over the placement seeds;
-        ``None`` when there is no timing model or no timed path (``note`` says why).
+        Lowest achieved Fmax over the clocks, in MHz, the median over the placement seeds (a
+        seed in ``unrouted_seeds`` counts as lower than every routed one); ``None`` when there
+        is no timing model, no timed path or the median is an unrouted seed (``note`` says why).
     freq_mhz : float
         Frequency constraint given to place and route, in MHz.
     timing_weight : int or None
@@ -176,7 +181,10 @@ class SynthReport:
         nextpnr's ``(used, available)`` per BEL type, for the types used (empty for ``generic``);
         includes the wrapper when one was used.
     fmax_mhz_seeds : tuple of float
-        Fmax of each placement, seeds 1 to N in order (empty when there is no Fmax).
+        Fmax of each routed placement, seeds 1 to N in order less ``unrouted_seeds`` (empty
+        when there is no Fmax).
+    unrouted_seeds : tuple of int
+        Seeds stopped at the flow's ``route_limit`` before they finished routing.
     fmax_mhz_min, fmax_mhz_max : float or None
         Lowest and highest of ``fmax_mhz_seeds``.
     critical_path : tuple of (str, str) or None
@@ -209,6 +217,7 @@ class SynthReport:
     device: str = ""
     utilization: dict[str, tuple[int, int]] = field(default_factory=dict)
     fmax_mhz_seeds: tuple[float, ...] = ()
+    unrouted_seeds: tuple[int, ...] = ()
     critical_path: tuple[str, str] | None = None
     cached: bool = False
 
@@ -243,6 +252,7 @@ class SynthReport:
         d["cells_by_type"] = dict(self.cells_by_type)
         d["utilization"] = {k: list(v) for k, v in self.utilization.items()}
         d["fmax_mhz_seeds"] = list(self.fmax_mhz_seeds)
+        d["unrouted_seeds"] = list(self.unrouted_seeds)
         d["fmax_mhz_min"], d["fmax_mhz_max"] = self.fmax_mhz_min, self.fmax_mhz_max
         d["critical_path"] = list(self.critical_path) if self.critical_path else None
         d["slack_ns"], d["timing_met"] = self.slack_ns, self.timing_met
@@ -258,6 +268,7 @@ class SynthReport:
         fields = {k: v for k, v in d.items() if k not in cls._DERIVED}
         fields["utilization"] = {k: tuple(v) for k, v in fields.get("utilization", {}).items()}
         fields["fmax_mhz_seeds"] = tuple(fields.get("fmax_mhz_seeds", ()))
+        fields["unrouted_seeds"] = tuple(fields.get("unrouted_seeds", ()))
         if fields.get("critical_path") is not None:
             fields["critical_path"] = tuple(fields["critical_path"])
         return cls(**fields)
@@ -289,9 +300,9 @@ def _run(step: str, argv: Sequence[str], log_path: Path, cwd: Path, timeout: flo
         status = run_logged(argv, log_path, cwd, timeout=timeout,
                             heartbeat=None if progress is None else beat)
     except subprocess.TimeoutExpired:
-        raise SynthError(step, log_path,
-                         f"timed out after {timeout} s; last lines of the log:\n"
-                         f"{log_tail(log_path)}") from None
+        raise ToolTimeout(step, log_path,
+                          f"timed out after {timeout} s; last lines of the log:\n"
+                          f"{log_tail(log_path)}") from None
     except OSError as exc:
         raise SynthError(step, log_path, f"could not start {argv[0]}: {exc}") from None
     if status != 0:
@@ -579,7 +590,8 @@ def devices(target: str) -> tuple[tuple[str, str, str], ...]:
 
 
 def check_options(target: str, freq_mhz: float, timing_weight: int | None = None,
-                  seeds: int = 1, device: str | None = None) -> None:
+                  seeds: int = 1, device: str | None = None,
+                  route_limit: float | None = None) -> None:
     """Raise ``ValueError`` naming the bad value if :func:`synthesize` would refuse these."""
     if target not in TARGETS:
         raise ValueError(f"Target must be one of {', '.join(repr(t) for t in TARGETS)}, "
@@ -602,6 +614,11 @@ def check_options(target: str, freq_mhz: float, timing_weight: int | None = None
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds not in SEED_COUNTS:
         raise ValueError(f"Placement seed count (seeds) must be an integer from "
                          f"{SEED_COUNTS.start} to {SEED_COUNTS.stop - 1}, not {seeds!r}")
+    if route_limit is not None and (isinstance(route_limit, bool)
+                                    or not isinstance(route_limit, (int, float))
+                                    or not math.isfinite(route_limit) or route_limit <= 0):
+        raise ValueError(f"Routing time limit route_limit must be None (no limit) or a positive "
+                         f"number of seconds, not {route_limit!r}")
 
 
 def _generic(verilog_name: str, top: str, workdir: Path, timeout, progress) -> dict:
@@ -680,13 +697,17 @@ def _seed_files(device: str, seed: int) -> tuple[str, str, str]:
 
 
 def _place(step: str, argv: list[str], device: str, seeds: int, workdir: Path, timeout,
-           progress, sdf: bool = False) -> list[tuple[dict, Path]] | dict[str, tuple[int, int]]:
+           progress, sdf: bool = False, route_limit: float | None = None
+           ) -> list[tuple[dict, Path] | None] | dict[str, tuple[int, int]]:
     """Place and route with seeds 1 to ``seeds``, as many at once as there are cores.
 
-    Returns each seed's ``(report, log path)`` in seed order, or the over-used resources when
-    placement showed that the design does not fit after all. Any other failure raises. With
-    ``sdf`` each seed also writes its routed delays (:func:`_seed_files`).
+    Returns each seed's ``(report, log path)`` in seed order (``None`` for a seed stopped at
+    ``route_limit`` seconds, when that is shorter than ``timeout``), or the over-used resources
+    when placement showed that the design does not fit after all. Any other failure raises.
+    With ``sdf`` each seed also writes its routed delays (:func:`_seed_files`).
     """
+    limited = route_limit is not None and (timeout is None or route_limit < timeout)
+
     def one(seed: int):
         report_name, log_name, sdf_name = _seed_files(device, seed)
         (workdir / report_name).unlink(missing_ok=True)
@@ -695,7 +716,16 @@ def _place(step: str, argv: list[str], device: str, seeds: int, workdir: Path, t
             run_argv += ["--sdf", sdf_name]
         label = step if seeds == 1 else f"{step}, seed {seed} of {seeds}"
         try:
-            _run(label, run_argv, workdir / log_name, workdir, timeout, progress)
+            _run(label, run_argv, workdir / log_name, workdir,
+                 route_limit if limited else timeout, progress)
+        except ToolTimeout as exc:
+            if limited:
+                _note_unrouted(workdir / log_name, route_limit)
+                if progress is not None:
+                    progress(f"{label}: stopped at the route limit ({route_limit:g} s), "
+                             f"not routed")
+                return None
+            return exc, workdir / log_name
         except SynthError as exc:
             return exc, workdir / log_name
         return read_tool_json(label, workdir / report_name, workdir / log_name), workdir / log_name
@@ -707,7 +737,7 @@ def _place(step: str, argv: list[str], device: str, seeds: int, workdir: Path, t
             pool.shutdown(wait=False, cancel_futures=True)
             stop_children()
             raise
-    failures = [(exc, log) for exc, log in results if isinstance(exc, SynthError)]
+    failures = [r for r in results if r is not None and isinstance(r[0], SynthError)]
     for exc, log in failures:
         if not overused_resources(log):
             raise exc
@@ -716,9 +746,31 @@ def _place(step: str, argv: list[str], device: str, seeds: int, workdir: Path, t
     return results
 
 
-def _timing(reports: list[tuple[dict, Path]], cells: dict[str, int], target: str, where: str,
-            wrap: bool, timing_weight: int | None) -> dict:
-    """Fmax (median over the seeds), the spread, utilisation and the note from nextpnr's reports."""
+def _note_unrouted(log_path: Path, limit: float) -> None:
+    """Say at the end of a stopped seed's log why it ends there."""
+    with open(log_path, "a") as log:
+        log.write(f"\n(stopped by the flow: not routed within route_limit, {limit:g} s)\n")
+
+
+def _seed_median(fmaxes: list[float], unrouted: int) -> float | None:
+    """The median over the seeds, ``unrouted`` of them counted below every routed one;
+    ``None`` when the median falls on (or between) unrouted seeds."""
+    ranked = [-math.inf] * unrouted + sorted(fmaxes)
+    middle = statistics.median(ranked)
+    return middle if math.isfinite(middle) else None
+
+
+def _timing(placed: list[tuple[dict, Path] | None], cells: dict[str, int], target: str,
+            where: str, wrap: bool, timing_weight: int | None,
+            route_limit: float | None = None) -> dict:
+    """Fmax (median over the seeds), the spread, utilisation and the note from nextpnr's reports
+    (``None`` in ``placed``: a seed stopped at ``route_limit``)."""
+    unrouted = tuple(seed for seed, p in enumerate(placed, 1) if p is None)
+    reports = [p for p in placed if p is not None]
+    if not reports:
+        return dict(**device_area(target, cells), cells_by_type=cells, fmax_mhz=None,
+                    device=where, unrouted_seeds=unrouted,
+                    note=f"{where}; no Fmax: no seed routed within {route_limit:g} s")
     first = reports[0][0]
     util = {k: (int(v["used"]), int(v["available"]))
             for k, v in first.get("utilization", {}).items() if int(v.get("used", 0))}
@@ -729,8 +781,11 @@ def _timing(reports: list[tuple[dict, Path]], cells: dict[str, int], target: str
     note = f"{where}, {what}"
     if timing_weight is not None:
         note += f"; placer timing weight {timing_weight}"
-    if len(reports) > 1:
-        note += f"; Fmax is the median over nextpnr seeds 1 to {len(reports)}"
+    if len(placed) > 1:
+        note += f"; Fmax is the median over nextpnr seeds 1 to {len(placed)}"
+    if unrouted:
+        note += (f"; seed{'s' * (len(unrouted) > 1)} {', '.join(map(str, unrouted))} not "
+                 f"routed within {route_limit:g} s, counted below every routed one")
     fmaxes = [report_fmax(report) for report, _ in reports]
     untimed, worst_ns = set(), 0.0
     for report, _ in reports:
@@ -754,18 +809,24 @@ def _timing(reports: list[tuple[dict, Path]], cells: dict[str, int], target: str
     elif target == "ice40" and cells.get("SB_MAC16"):
         note += ("; nextpnr-ice40 times SB_MAC16 ports as registered, so delay inside the "
                  "DSPs is not counted")
-    median_seed = sorted(range(len(fmaxes)), key=fmaxes.__getitem__)[(len(fmaxes) - 1) // 2] \
-        if fmaxes else None
-    return dict(**device_area(target, cells), cells_by_type=cells,
-                fmax_mhz=statistics.median(fmaxes) if fmaxes else None,
-                fmax_mhz_seeds=tuple(fmaxes), device=where, utilization=util, note=note,
+    fmax = _seed_median(fmaxes, len(unrouted)) if fmaxes else None
+    if fmaxes and fmax is None:
+        note += "; no Fmax: the median seed did not route"
+    # The placement at the median (the lower middle one for an even count), if it routed.
+    rank = (len(placed) - 1) // 2 - len(unrouted)
+    median_seed = sorted(range(len(fmaxes)), key=fmaxes.__getitem__)[rank] \
+        if fmax is not None else None
+    return dict(**device_area(target, cells), cells_by_type=cells, fmax_mhz=fmax,
+                fmax_mhz_seeds=tuple(fmaxes), unrouted_seeds=unrouted, device=where,
+                utilization=util, note=note,
                 critical_path=None if median_seed is None
                 else _critical_path(reports[median_seed][0]))
 
 
 def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path, freq_mhz: float,
           wrap: bool, timeout, progress, timing_weight: int | None = None,
-          seeds: int = 1, part_name: str | None = None, sdf: bool = False) -> dict:
+          seeds: int = 1, part_name: str | None = None, sdf: bool = False,
+          route_limit: float | None = None) -> dict:
     cells = _netlist(verilog_name, verilog, top, target, workdir, wrap, timeout, progress)
     nextpnr = tool_path(f"yowasp-nextpnr-{target}")
     tried = [d for d in devices(target) if part_name in (None, d[2])]
@@ -788,9 +849,10 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
             pass    # an over-full device may fail packing; its utilisation is in the log
         over = overused_resources(pack_log)
         if not over:
-            placed = _place(step, argv, device, seeds, workdir, timeout, progress, sdf)
+            placed = _place(step, argv, device, seeds, workdir, timeout, progress, sdf,
+                            route_limit)
             if not isinstance(placed, dict):
-                return _timing(placed, cells, target, where, wrap, timing_weight)
+                return _timing(placed, cells, target, where, wrap, timing_weight, route_limit)
             over = placed
         util = _utilisation_from_log(pack_log)
         if index + 1 < len(tried):
@@ -807,7 +869,7 @@ def _fpga(verilog_name: str, verilog: str, top: str, target: str, workdir: Path,
 def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: float = 100.0,
                timing_weight: int | None = None, seeds: int = 1, device: str | None = None,
                wrap: bool | None = None, sdf: bool = False,
-               timeout: float | None = None,
+               timeout: float | None = None, route_limit: float | None = None,
                progress: Callable[[str], None] | None = None) -> SynthReport:
     """Synthesize ``verilog`` for ``target`` and report its area and timing.
 
@@ -846,6 +908,11 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: 
         nextpnr prints. Ignored for ``generic``.
     timeout : float or None
         Seconds each tool run may take before the flow fails; ``None`` for no limit.
+    route_limit : float or None
+        Seconds one seed's place and route may take: a seed still running then is stopped and
+        reported in ``unrouted_seeds``, the other seeds kept (the router can stall on a large,
+        full netlist: docs/rdxe.md 14.4). ``None`` (the default): no limit but ``timeout``.
+        Ignored for ``generic``.
     progress : callable or None
         Called with a short description (``"yosys synth_ecp5"``, ``"nextpnr-ecp5 place & route"``)
         before each step.
@@ -859,14 +926,14 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: 
     ValueError
         If ``target`` is not one of :data:`TARGETS`, ``freq_mhz`` is not positive,
         ``timing_weight`` is outside :data:`TIMING_WEIGHTS`, ``seeds`` outside
-        :data:`SEED_COUNTS`, ``device`` is not one of the target's :func:`devices`, or
-        ``wrap`` is ``False`` for ``ice40``.
+        :data:`SEED_COUNTS`, ``device`` is not one of the target's :func:`devices`,
+        ``route_limit`` is not a positive number, or ``wrap`` is ``False`` for ``ice40``.
     SynthError
         If a step fails; the message names the step, the log path and the last lines of the log.
     ToolNotFound
         If Yosys or nextpnr is not installed.
     """
-    check_options(target, freq_mhz, timing_weight, seeds, device)
+    check_options(target, freq_mhz, timing_weight, seeds, device, route_limit)
     if not isinstance(top, str) or not top:
         raise ValueError(f"Top module name must be a non-empty string, not {top!r}")
     if target == "ice40" and wrap is False:
@@ -883,7 +950,7 @@ def synthesize(verilog: str, top: str, target: str, workdir: Path, *, freq_mhz: 
         fields = _generic(verilog_name, top, workdir, timeout, progress)
     else:
         fields = _fpga(verilog_name, verilog, top, target, workdir, float(freq_mhz), wrap,
-                       timeout, progress, timing_weight, seeds, device, bool(sdf))
+                       timeout, progress, timing_weight, seeds, device, bool(sdf), route_limit)
     cells = fields.pop("cells_by_type")
     return SynthReport(target=target, top=top, cells=sum(cells.values()), cells_by_type=cells,
                        freq_mhz=float(freq_mhz), seconds=time.monotonic() - start,

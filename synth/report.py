@@ -7,7 +7,7 @@ from typing import Iterable, Sequence
 
 from .flow import SynthReport
 
-__all__ = ["markdown_table", "reports_json", "timing_verdict"]
+__all__ = ["markdown_table", "seed_spread", "reports_json", "timing_verdict"]
 
 _COLUMNS = ("Design", "Target", "Device", "Cells", "LUTs", "FF", "DSP", "BRAM", "Fmax (MHz)",
             "Constraint (MHz)", "Slack (ns)", "Timing", "Device use", "Critical path", "Time (s)")
@@ -27,6 +27,17 @@ def _use(report: SynthReport) -> str:
 
 def _cell(value) -> str:
     return "–" if value is None else str(value)
+
+
+def seed_spread(r: SynthReport) -> str:
+    """`` (lowest to highest, N seeds[, K not routed])`` of a report over several seeds, else
+    ``""``."""
+    seeds = len(r.fmax_mhz_seeds) + len(r.unrouted_seeds)
+    if seeds < 2:
+        return ""
+    spread = f"{r.fmax_mhz_min:.1f} to {r.fmax_mhz_max:.1f}, " if r.fmax_mhz_seeds else ""
+    unrouted = f", {len(r.unrouted_seeds)} not routed" if r.unrouted_seeds else ""
+    return f" ({spread}{seeds} seeds{unrouted})"
 
 
 def markdown_table(reports: Sequence[SynthReport] | Iterable[SynthReport], *,
@@ -55,9 +66,7 @@ def markdown_table(reports: Sequence[SynthReport] | Iterable[SynthReport], *,
     names = list(names) if names is not None else [r.top for r in reports]
     for r, name in zip(reports, names, strict=True):
         fmax = "–" if r.fmax_mhz is None else f"{r.fmax_mhz:.1f}"
-        if len(r.fmax_mhz_seeds) > 1:
-            fmax += (f" ({r.fmax_mhz_min:.1f} to {r.fmax_mhz_max:.1f}, "
-                     f"{len(r.fmax_mhz_seeds)} seeds)")
+        fmax += seed_spread(r)
         if notes and r.note:
             if r.note not in footnotes:
                 footnotes.append(r.note)

@@ -329,6 +329,74 @@ def test_seeds_place_the_same_netlist_and_report_the_median(tmp_path, target):
     assert "3 seeds)" in markdown_table([report])
 
 
+@pytest.fixture
+def seed_2_stalls(monkeypatch):
+    """nextpnr's seed 2 runs past the routing time limit; the others run as they do."""
+    real = synth.flow._run
+
+    def run(step, argv, log_path, cwd, timeout, progress):
+        if "--seed" in argv and argv[argv.index("--seed") + 1] == "2":
+            assert timeout == 600                        # the route limit, not the tool timeout
+            log_path.write_text("$ nextpnr\nInfo: Routing..\n")
+            raise synth.flow.ToolTimeout(step, log_path, f"timed out after {timeout} s")
+        return real(step, argv, log_path, cwd, timeout, progress)
+    monkeypatch.setattr(synth.flow, "_run", run)
+
+
+def test_a_seed_past_the_route_limit_is_reported_and_the_others_kept(tmp_path, seed_2_stalls):
+    """Seed 2 stopped: seeds 1 and 3 keep their Fmax, and the median of the three counts seed 2
+    below both (their lower one); the log says why it ends, the report and its table which seed."""
+    lines = []
+    report = synthesize(to_verilog(Counter(16), "counter"), "counter", "ecp5", tmp_path,
+                        seeds=3, route_limit=600, timeout=3600, progress=lines.append)
+    assert report.unrouted_seeds == (2,) and len(report.fmax_mhz_seeds) == 2
+    assert ("nextpnr-ecp5 place & route, seed 2 of 3: stopped at the route limit (600 s), "
+            "not routed") in lines
+    for seed, name in ((1, "report.json"), (3, "report_seed3.json")):
+        placed = json.loads((tmp_path / name).read_text())
+        assert min(float(v["achieved"]) for v in placed["fmax"].values()) == \
+            report.fmax_mhz_seeds[seed // 2]
+    assert report.fmax_mhz == min(report.fmax_mhz_seeds)
+    assert "; seed 2 not routed within 600 s, counted below every routed one" in report.note
+    assert (tmp_path / "nextpnr_25k_seed2.log").read_text().endswith(
+        "(stopped by the flow: not routed within route_limit, 600 s)\n")
+    assert "3 seeds, 1 not routed)" in markdown_table([report])
+    assert SynthReport.from_dict(json.loads(json.dumps(report.as_dict()))) == report
+
+
+def test_a_seed_past_the_tool_timeout_still_fails_the_flow(tmp_path, seed_2_stalls):
+    """Without a route limit (or with one no shorter than the timeout) a stopped seed is the
+    tool timeout's failure, as before."""
+    with pytest.raises(SynthError, match="seed 2 of 2 failed"):
+        synthesize(to_verilog(Counter(8), "counter"), "counter", "ecp5", tmp_path, seeds=2,
+                   timeout=600, route_limit=900)
+
+
+@pytest.mark.parametrize("fmaxes, unrouted, median", [
+    ([90.0, 100.0], 1, 90.0), ([100.0], 2, None), ([90.0, 100.0, 110.0], 1, 95.0),
+    ([100.0, 110.0], 2, None), ([80.0], 0, 80.0)])
+def test_the_median_counts_unrouted_seeds_lowest(fmaxes, unrouted, median):
+    assert synth.flow._seed_median(fmaxes, unrouted) == median
+
+
+def test_no_seed_within_the_route_limit_leaves_no_fmax(tmp_path):
+    """A limit nextpnr cannot meet (it takes longer than 10 ms to start): every seed unrouted,
+    area kept, no Fmax and a note that says why."""
+    report = synthesize(to_verilog(Counter(8), "counter"), "counter", "ecp5", tmp_path, seeds=2,
+                        route_limit=0.01)
+    assert report.unrouted_seeds == (1, 2) and report.fmax_mhz is None
+    assert report.fmax_mhz_seeds == () and report.ffs >= 8
+    assert report.note.endswith("no Fmax: no seed routed within 0.01 s")
+    assert "(2 seeds, 2 not routed)" in markdown_table([report])
+
+
+@pytest.mark.parametrize("limit", [0, -5, math.inf, True, "60"])
+def test_bad_route_limit_is_refused(adder_verilog, tmp_path, limit):
+    with pytest.raises(ValueError, match=r"^Routing time limit route_limit must be None \(no "
+                                         r"limit\) or a positive number of seconds, not "):
+        synthesize(adder_verilog, "adder", "ecp5", tmp_path, route_limit=limit)
+
+
 def test_one_seed_reports_its_own_fmax(adder_reports):
     report = adder_reports[0]["ecp5"]
     assert report.fmax_mhz_seeds == (report.fmax_mhz,)

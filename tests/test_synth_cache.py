@@ -39,7 +39,7 @@ def test_the_key_follows_every_input_and_only_those(monkeypatch):
     base = _key()
     assert _key() == base
     assert _key(freq_mhz=100) == _key(freq_mhz=100.0) == base      # a default given is a default
-    assert _key(seeds=1, device=None, timeout=5, progress=print) == base
+    assert _key(seeds=1, device=None, timeout=5, route_limit=60, progress=print) == base
     different = [_key(VERILOG + "\n"), _key(top="u"), _key(target="ice40"), _key(freq_mhz=120),
                  _key(seeds=3), _key(timing_weight=60), _key(device="LFE5U-45F"),
                  _key(wrap=False)]
@@ -110,6 +110,27 @@ def test_synthesize_runs_the_tools_once_per_key(tmp_path, monkeypatch):
     with pytest.raises(SynthError):                                    # a failure is not stored
         sc.synthesize("broken", "t", "ecp5", tmp_path / "w", cache=cache)
     assert len(calls) == 6
+
+
+def test_a_report_with_an_unrouted_seed_is_not_stored(tmp_path, monkeypatch):
+    """A seed stopped at the routing time limit may route on a faster machine: its report is
+    returned but not stored; a report whose seeds all routed is."""
+    calls = []
+
+    def fake(verilog, top, target, workdir, **options):
+        calls.append(options)
+        return _report(fmax_mhz_seeds=(120.0, 123.4), unrouted_seeds=(2,), fmax_mhz=120.0)
+    monkeypatch.setattr(synth.flow, "synthesize", fake)
+    cache = sc.SynthCache(tmp_path / "c")
+    for _ in range(2):
+        got = sc.synthesize(VERILOG, "t", "ecp5", tmp_path / "w", cache=cache, seeds=3,
+                            route_limit=600)
+        assert got.unrouted_seeds == (2,) and not got.cached
+    assert len(calls) == 2 and calls[0]["route_limit"] == 600
+    monkeypatch.setattr(synth.flow, "synthesize", lambda *a, **o: calls.append(o) or _report())
+    sc.synthesize(VERILOG, "t", "ecp5", tmp_path / "w", cache=cache, seeds=3, route_limit=600)
+    assert sc.synthesize(VERILOG, "t", "ecp5", tmp_path / "w", cache=cache, seeds=3).cached
+    assert len(calls) == 3
 
 
 def test_synth_answers_a_second_time_from_the_cache(capsys, tmp_path, monkeypatch):
