@@ -718,15 +718,13 @@ def _place(step: str, argv: list[str], device: str, seeds: int, workdir: Path, t
         try:
             _run(label, run_argv, workdir / log_name, workdir,
                  route_limit if limited else timeout, progress)
-        except ToolTimeout as exc:
-            if limited:
+        except SynthError as exc:
+            if limited and isinstance(exc, ToolTimeout):
                 _note_unrouted(workdir / log_name, route_limit)
                 if progress is not None:
                     progress(f"{label}: stopped at the route limit ({route_limit:g} s), "
                              f"not routed")
                 return None
-            return exc, workdir / log_name
-        except SynthError as exc:
             return exc, workdir / log_name
         return read_tool_json(label, workdir / report_name, workdir / log_name), workdir / log_name
 

@@ -7,7 +7,7 @@ from typing import Iterable, Sequence
 
 from .flow import SynthReport
 
-__all__ = ["markdown_table", "seed_spread", "reports_json", "timing_verdict"]
+__all__ = ["markdown_table", "reports_json", "timing_verdict"]
 
 _COLUMNS = ("Design", "Target", "Device", "Cells", "LUTs", "FF", "DSP", "BRAM", "Fmax (MHz)",
             "Constraint (MHz)", "Slack (ns)", "Timing", "Device use", "Critical path", "Time (s)")
@@ -29,7 +29,7 @@ def _cell(value) -> str:
     return "–" if value is None else str(value)
 
 
-def seed_spread(r: SynthReport) -> str:
+def _seed_spread(r: SynthReport) -> str:
     """`` (lowest to highest, N seeds[, K not routed])`` of a report over several seeds, else
     ``""``."""
     seeds = len(r.fmax_mhz_seeds) + len(r.unrouted_seeds)
@@ -66,7 +66,7 @@ def markdown_table(reports: Sequence[SynthReport] | Iterable[SynthReport], *,
     names = list(names) if names is not None else [r.top for r in reports]
     for r, name in zip(reports, names, strict=True):
         fmax = "–" if r.fmax_mhz is None else f"{r.fmax_mhz:.1f}"
-        fmax += seed_spread(r)
+        fmax += _seed_spread(r)
         if notes and r.note:
             if r.note not in footnotes:
                 footnotes.append(r.note)
